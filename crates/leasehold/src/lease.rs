@@ -1,0 +1,732 @@
+//! The lease primitive: an exclusive, kernel-arbitrated lock on a lock file.
+//!
+//! Contract, in the order things happen:
+//!
+//! * **Open.** The final path component is never followed (`O_NOFOLLOW`), the open never
+//!   blocks (`O_NONBLOCK`: a FIFO cannot hang us), the descriptor is close-on-exec, a missing
+//!   file is created with mode 0600 (missing parents 0700), and the file is never truncated,
+//!   written or removed. Anything but a regular file is refused with
+//!   [`Error::NotRegularFile`] and left exactly as it was.
+//! * **Lock.** `flock(LOCK_EX|LOCK_NB)`. The kernel is the only arbiter: there is no TTL, no
+//!   pid file and no stale-lock guessing, so a crashed holder never blocks a successor (the
+//!   kernel drops its lock when its descriptors close) and a live but wedged holder is never
+//!   expropriated (its resumed writes would tear the store).
+//! * **Verify.** After locking, the locked `(dev, ino)` must still be what stands at the
+//!   path. If the file was unlinked or replaced in between, the lock is on an orphan inode and
+//!   proves nothing: close, reopen, retry — at most [`MAX_REOPENS`] times.
+//! * **Same process.** Two leases on one file in one process exclude each other, on every
+//!   file system: an in-process table keyed by `(dev, ino)` backs the kernel, because where
+//!   `flock` is emulated with per-process POSIX locks (NFS) the kernel would grant both.
+//! * **Release** closes the descriptor; it is idempotent, and `Drop` does it.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
+
+use crate::budget::{Budget, Exhausted};
+use crate::error::{Error, FileKind, Holders, Result};
+use crate::sys::{self, Entry};
+
+pub use crate::sys::FileId;
+
+/// How many times a lock file replaced between open and lock is reopened before giving up.
+pub const MAX_REOPENS: u32 = 3;
+
+/// Retry schedule after a wake-up event: the kernel reports the close of a holder's file a
+/// moment before it drops the holder's lock, so the first retry can lose that race.
+const AFTER_EVENT: [Duration; 7] = [
+    Duration::ZERO,
+    Duration::from_micros(20),
+    Duration::from_micros(40),
+    Duration::from_micros(80),
+    Duration::from_micros(160),
+    Duration::from_micros(320),
+    Duration::from_micros(640),
+];
+
+/// Safety-net re-check interval while an event source is watching (a release by `LOCK_UN`
+/// without close raises no event): it starts here and doubles up to [`WATCHED_MAX`].
+const WATCHED_MIN: Duration = Duration::from_millis(5);
+const WATCHED_MAX: Duration = Duration::from_millis(100);
+/// Back-off where no event source exists (not Linux, or inotify exhausted).
+const POLL_MIN: Duration = Duration::from_millis(1);
+const POLL_MAX: Duration = Duration::from_millis(16);
+
+/// Inodes locked by leases of this process.
+static HELD: Mutex<BTreeSet<FileId>> = Mutex::new(BTreeSet::new());
+
+fn held_table() -> MutexGuard<'static, BTreeSet<FileId>> {
+    // The table holds plain data; a panic elsewhere cannot leave it inconsistent.
+    HELD.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A claim in the in-process table, removed on drop.
+#[derive(Debug)]
+struct Claim(FileId);
+
+impl Claim {
+    fn take(id: FileId) -> Option<Claim> {
+        held_table().insert(id).then_some(Claim(id))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        held_table().remove(&self.0);
+    }
+}
+
+/// A directory handle that lock files can be opened relative to (`openat`).
+///
+/// Opening relative to a handle instead of joining path strings means that a directory
+/// renamed or swapped after it was opened cannot redirect where locks are taken, and that a
+/// held lease keeps working after its directory is renamed.
+#[derive(Debug, Clone)]
+pub struct LockDir {
+    fd: Arc<OwnedFd>,
+    path: PathBuf,
+}
+
+impl LockDir {
+    /// Opens an existing directory. A final symlink is refused.
+    pub fn open(path: impl AsRef<Path>) -> Result<LockDir> {
+        let path = path.as_ref();
+        let fd = sys::open_dir_at(sys::cwd(), path).map_err(|e| dir_error(path, e))?;
+        Ok(LockDir {
+            fd: Arc::new(fd),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Opens a directory, creating it and missing parents with mode 0700.
+    pub fn create(path: impl AsRef<Path>) -> Result<LockDir> {
+        let path = path.as_ref();
+        create_dirs(path)?;
+        LockDir::open(path)
+    }
+
+    /// Opens the child directory `name`, which must be a real directory (not a symlink);
+    /// with `create`, creates it (0700) when missing.
+    pub fn child(&self, name: &str, create: bool) -> Result<LockDir> {
+        let path = self.path.join(name);
+        if !sys::is_plain_name(OsStr::new(name)) {
+            return Err(Error::Io {
+                op: "open directory",
+                path,
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a plain name"),
+            });
+        }
+        if create {
+            match sys::mkdir_at(self.fd.as_fd(), Path::new(name)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(dir_error(&path, e)),
+            }
+        }
+        let fd = sys::open_dir_at(self.fd.as_fd(), Path::new(name))
+            .map_err(|e| dir_error(&path, e))?;
+        Ok(LockDir {
+            fd: Arc::new(fd),
+            path,
+        })
+    }
+
+    /// What stands at `name` in this directory (never following a symlink): `Ok(true)` for a
+    /// regular file, `Ok(false)` when nothing is there, an error for anything else.
+    pub fn has_lock_file(&self, name: &str) -> Result<bool> {
+        let path = self.path.join(name);
+        match sys::entry_at(self.fd.as_fd(), Path::new(name)) {
+            Ok(Entry::Missing) => Ok(false),
+            Ok(Entry::Regular(_)) => Ok(true),
+            Ok(Entry::Other(kind)) => Err(Error::NotRegularFile { path, kind }),
+            Err(e) => Err(path_error(&path, "inspect lock file", e)),
+        }
+    }
+
+    /// The path this handle was opened as (for messages; the handle is what is used).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory descriptor.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Where a lock file is: a path (resolved against the working directory) or a name inside an
+/// opened [`LockDir`].
+#[derive(Debug, Clone)]
+enum Target {
+    Path(PathBuf),
+    At {
+        dir: Arc<OwnedFd>,
+        name: PathBuf,
+        display: PathBuf,
+    },
+}
+
+impl Target {
+    fn dir(&self) -> BorrowedFd<'_> {
+        match self {
+            Target::Path(_) => sys::cwd(),
+            Target::At { dir, .. } => dir.as_fd(),
+        }
+    }
+    fn name(&self) -> &Path {
+        match self {
+            Target::Path(p) => p,
+            Target::At { name, .. } => name,
+        }
+    }
+    fn display(&self) -> &Path {
+        match self {
+            Target::Path(p) => p,
+            Target::At { display, .. } => display,
+        }
+    }
+}
+
+/// Options for taking a lease. `LeaseOptions::default()` creates a missing lock file (and its
+/// parents) and refuses network file systems.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseOptions {
+    create: bool,
+    create_parents: bool,
+    allow_network_fs: bool,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions {
+            create: true,
+            create_parents: true,
+            allow_network_fs: false,
+        }
+    }
+}
+
+impl LeaseOptions {
+    /// The defaults: create missing files and parents, refuse network file systems.
+    pub fn new() -> LeaseOptions {
+        LeaseOptions::default()
+    }
+
+    /// Whether a missing lock file is created (mode 0600). Without it a missing file is
+    /// [`Error::NotFound`] — used where only a known key may allocate a lock file.
+    pub fn create(mut self, create: bool) -> LeaseOptions {
+        self.create = create;
+        self
+    }
+
+    /// Whether missing parent directories of a path are created (mode 0700).
+    pub fn create_parents(mut self, create: bool) -> LeaseOptions {
+        self.create_parents = create;
+        self
+    }
+
+    /// Allows lock files on network file systems (NFS, SMB/CIFS, AFS). Off by default:
+    /// `flock` there may block forever even with `LOCK_NB`, or fail to exclude other clients.
+    /// Opting in is your statement that your mount's locking is sound.
+    pub fn allow_network_filesystem(mut self, allow: bool) -> LeaseOptions {
+        self.allow_network_fs = allow;
+        self
+    }
+
+    /// Takes the lease on `path` if it is free right now.
+    pub fn try_acquire(&self, path: impl AsRef<Path>) -> Result<Lease> {
+        self.acquire_target(Target::Path(path.as_ref().to_path_buf()), &Budget::no_wait())
+    }
+
+    /// Takes the lease on `path`, waiting within `budget`.
+    pub fn acquire(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
+        self.acquire_target(Target::Path(path.as_ref().to_path_buf()), budget)
+    }
+
+    /// Takes the lease on the lock file `name` inside `dir` if it is free right now.
+    pub fn try_acquire_at(&self, dir: &LockDir, name: &str) -> Result<Lease> {
+        self.acquire_at(dir, name, &Budget::no_wait())
+    }
+
+    /// Takes the lease on the lock file `name` inside `dir`, waiting within `budget`.
+    /// `name` must be a single plain component.
+    pub fn acquire_at(&self, dir: &LockDir, name: &str, budget: &Budget) -> Result<Lease> {
+        let display = dir.path.join(name);
+        if !sys::is_plain_name(OsStr::new(name)) {
+            return Err(Error::Io {
+                op: "open lock file",
+                path: display,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "lock name must be a single plain file name",
+                ),
+            });
+        }
+        let target = Target::At {
+            dir: dir.fd.clone(),
+            name: PathBuf::from(name),
+            display,
+        };
+        self.acquire_target(target, budget)
+    }
+
+    fn acquire_target(&self, target: Target, budget: &Budget) -> Result<Lease> {
+        Waiter {
+            opts: *self,
+            target,
+            budget,
+            started: Instant::now(),
+        }
+        .run()
+    }
+}
+
+/// A file opened for locking, not yet locked.
+struct Opened {
+    fd: OwnedFd,
+    id: FileId,
+}
+
+enum Attempt {
+    Acquired(Held),
+    Busy(Opened),
+    Replaced,
+}
+
+/// One acquisition: open, lock, verify, and wait within a budget.
+struct Waiter<'a> {
+    opts: LeaseOptions,
+    target: Target,
+    budget: &'a Budget,
+    started: Instant,
+}
+
+impl Waiter<'_> {
+    fn path(&self) -> &Path {
+        self.target.display()
+    }
+
+    fn run(self) -> Result<Lease> {
+        let mut reopens = 0;
+        loop {
+            if let Some(why) = self.budget.exhausted() {
+                if why == Exhausted::Cancelled {
+                    return Err(Error::Cancelled {
+                        path: self.path().to_path_buf(),
+                    });
+                }
+                // A deadline that passed before the first try still gets one try: a
+                // no-wait acquisition is a deadline of "now".
+                if reopens > 0 {
+                    return Err(self.timed_out(None));
+                }
+            }
+            let opened = self.open()?;
+            // Start watching *before* the first try, so that a release between the try and
+            // the wait cannot be missed.
+            let watch = if self.budget.deadline().is_some_and(|d| d <= self.started) {
+                None // try-once: no need for an event source
+            } else {
+                sys::Watch::new(opened.fd.as_fd(), self.path())
+            };
+            match self.attempt(opened)? {
+                Attempt::Acquired(held) => return Ok(self.lease(held)),
+                Attempt::Replaced => {}
+                Attempt::Busy(opened) => match self.wait(opened, watch.as_ref())? {
+                    Some(held) => return Ok(self.lease(held)),
+                    None => {}
+                },
+            }
+            reopens += 1;
+            if reopens >= MAX_REOPENS {
+                return Err(Error::Unstable {
+                    path: self.path().to_path_buf(),
+                    attempts: reopens,
+                });
+            }
+        }
+    }
+
+    fn lease(&self, held: Held) -> Lease {
+        Lease {
+            held: Some(held),
+            target: self.target.clone(),
+        }
+    }
+
+    fn timed_out(&self, id: Option<FileId>) -> Error {
+        let holders = match id {
+            Some(id) => sys::holders(id),
+            None => self.current_holders(),
+        };
+        if self.budget.deadline().is_some_and(|d| d <= self.started) {
+            return Error::Contended {
+                path: self.path().to_path_buf(),
+                holders,
+            };
+        }
+        Error::TimedOut {
+            path: self.path().to_path_buf(),
+            holders,
+            waited: self.started.elapsed(),
+        }
+    }
+
+    fn current_holders(&self) -> Holders {
+        match sys::entry_at(self.target.dir(), self.target.name()) {
+            Ok(Entry::Regular(id)) => sys::holders(id),
+            _ => Holders::Free,
+        }
+    }
+
+    /// Opens the lock file, refusing anything but a regular file.
+    fn open(&self) -> Result<Opened> {
+        let (dir, name, path) = (self.target.dir(), self.target.name(), self.path());
+        // Look before opening: a device node is refused without ever being opened.
+        match sys::entry_at(dir, name) {
+            Ok(Entry::Other(kind)) => {
+                return Err(Error::NotRegularFile {
+                    path: path.to_path_buf(),
+                    kind,
+                })
+            }
+            Ok(Entry::Missing) if !self.opts.create => {
+                return Err(Error::NotFound {
+                    path: path.to_path_buf(),
+                })
+            }
+            Ok(_) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(path_error(path, "inspect lock file", e)),
+        }
+        let fd = match sys::open_lock_file(dir, name, self.opts.create) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT)
+                if self.opts.create
+                    && self.opts.create_parents
+                    && matches!(self.target, Target::Path(_)) =>
+            {
+                if let Some(parent) = name.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    create_dirs(parent).map_err(|e| with_path(e, path))?;
+                }
+                sys::open_lock_file(dir, name, true)
+                    .map_err(|e| path_error(path, "open lock file", e))?
+            }
+            Err(e) => return Err(path_error(path, "open lock file", e)),
+        };
+        let id = match sys::fd_entry(fd.as_fd()) {
+            Ok(Entry::Regular(id)) => id,
+            Ok(Entry::Other(kind)) => {
+                return Err(Error::NotRegularFile {
+                    path: path.to_path_buf(),
+                    kind,
+                })
+            }
+            Ok(Entry::Missing) => unreachable!("fstat of an open descriptor"),
+            Err(e) => return Err(path_error(path, "stat lock file", e)),
+        };
+        if !self.opts.allow_network_fs {
+            if let Some(fs) = sys::network_fs(fd.as_fd())
+                .map_err(|e| path_error(path, "statfs lock file", e))?
+            {
+                return Err(Error::NetworkFilesystem {
+                    path: path.to_path_buf(),
+                    fs,
+                });
+            }
+        }
+        Ok(Opened { fd, id })
+    }
+
+    /// One non-blocking try: claim in-process, flock, verify the inode is still at the path.
+    fn attempt(&self, opened: Opened) -> Result<Attempt> {
+        let Some(claim) = Claim::take(opened.id) else {
+            return Ok(Attempt::Busy(opened));
+        };
+        match sys::try_lock_exclusive(opened.fd.as_fd()) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Attempt::Busy(opened)),
+            Err(e) => return Err(path_error(self.path(), "lock", e)),
+        }
+        match sys::entry_at(self.target.dir(), self.target.name()) {
+            Ok(Entry::Regular(now)) if now == opened.id => Ok(Attempt::Acquired(Held {
+                fd: opened.fd,
+                id: opened.id,
+                _claim: claim,
+            })),
+            // Locked an orphan: closing `opened` (dropped here) releases it.
+            Ok(_) | Err(Errno::NOENT) => Ok(Attempt::Replaced),
+            Err(e) => Err(path_error(self.path(), "verify lock file", e)),
+        }
+    }
+
+    /// Waits for the lease on an already opened file. `Ok(None)`: the file was replaced and
+    /// must be reopened.
+    fn wait(&self, mut opened: Opened, watch: Option<&sys::Watch>) -> Result<Option<Held>> {
+        let (min, max) = if watch.is_some() {
+            (WATCHED_MIN, WATCHED_MAX)
+        } else {
+            (POLL_MIN, POLL_MAX)
+        };
+        let mut interval = min;
+        loop {
+            match self.budget.exhausted() {
+                Some(Exhausted::Cancelled) => {
+                    return Err(Error::Cancelled {
+                        path: self.path().to_path_buf(),
+                    })
+                }
+                Some(Exhausted::Deadline) => return Err(self.timed_out(Some(opened.id))),
+                None => {}
+            }
+            let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(2);
+            if let Some(w) = watch {
+                fds.push(w.as_fd());
+            }
+            if let Some(c) = self.budget.cancel_token() {
+                fds.push(c.fd());
+            }
+            let timeout = match self.budget.remaining() {
+                Some(left) => left.min(interval),
+                None => interval,
+            };
+            let ready = sys::wait_readable(&fds, Some(timeout))
+                .map_err(|source| Error::Io {
+                    op: "wait for lock",
+                    path: self.path().to_path_buf(),
+                    source,
+                })?;
+            let woke = watch.is_some() && ready & 1 == 1;
+            let schedule: &[Duration] = if woke {
+                watch.map(|w| w.drain());
+                interval = min;
+                &AFTER_EVENT
+            } else {
+                interval = (interval * 2).min(max);
+                &AFTER_EVENT[..1]
+            };
+            for pause in schedule {
+                if self.budget.flagged() {
+                    break;
+                }
+                if !pause.is_zero() {
+                    std::thread::sleep(*pause);
+                }
+                match self.attempt(opened)? {
+                    Attempt::Acquired(held) => return Ok(Some(held)),
+                    Attempt::Replaced => return Ok(None),
+                    Attempt::Busy(o) => opened = o,
+                }
+            }
+            // Still busy: is the file we wait on still the one at the path? If it was
+            // replaced, the next holder locks the new file and we must follow it.
+            match sys::entry_at(self.target.dir(), self.target.name()) {
+                Ok(Entry::Regular(now)) if now == opened.id => {}
+                _ => return Ok(None),
+            }
+        }
+    }
+}
+
+/// The locked file, its identity and its in-process claim. Field order matters: the
+/// descriptor closes (dropping the kernel lock) before the claim leaves the table.
+#[derive(Debug)]
+struct Held {
+    fd: OwnedFd,
+    id: FileId,
+    _claim: Claim,
+}
+
+/// An exclusive lease on a lock file, held until [`release`](Lease::release) or drop.
+///
+/// While a `Lease` is held, no other process (and no other `Lease` in this process) holds the
+/// same lock file. The lease never expires: a holder that stalls keeps it until it releases
+/// or its process exits, because handing a stalled writer's store to someone else lets its
+/// resumed writes tear the store.
+#[derive(Debug)]
+pub struct Lease {
+    held: Option<Held>,
+    target: Target,
+}
+
+impl Lease {
+    /// Takes the lease on `path` if it is free right now (default [`LeaseOptions`]).
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("demo.lock");
+    /// let lease = leasehold::Lease::try_acquire(&path).unwrap();
+    /// assert!(leasehold::Lease::try_acquire(&path).unwrap_err().is_contended());
+    /// drop(lease);
+    /// assert!(leasehold::Lease::try_acquire(&path).is_ok());
+    /// ```
+    pub fn try_acquire(path: impl AsRef<Path>) -> Result<Lease> {
+        LeaseOptions::default().try_acquire(path)
+    }
+
+    /// Takes the lease on `path`, waiting within `budget` (default [`LeaseOptions`]).
+    ///
+    /// The waiter sleeps in the kernel and is woken by the holder's release (Linux: inotify
+    /// on the lock file's inode), so it notices a release within microseconds without
+    /// burning CPU; a cancellation or deadline ends the wait promptly and leaves nothing held.
+    pub fn acquire(path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
+        LeaseOptions::default().acquire(path, budget)
+    }
+
+    /// The lock file's path (for a lease taken in a [`LockDir`], the directory's path joined
+    /// with the name).
+    pub fn path(&self) -> &Path {
+        self.target.display()
+    }
+
+    /// Whether the lease is still held (not yet released).
+    pub fn is_held(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// The identity of the locked inode, while held.
+    pub fn file_id(&self) -> Option<FileId> {
+        self.held.as_ref().map(|h| h.id)
+    }
+
+    /// Checks that the locked inode is still the file at the path.
+    ///
+    /// A lease whose lock file was unlinked or replaced excludes nobody: a newcomer locks the
+    /// new file. Stores call this before every durable write and fail closed on an error.
+    /// It costs one `fstatat`.
+    pub fn verify(&self) -> Result<()> {
+        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+            path: self.path().to_path_buf(),
+        })?;
+        match sys::entry_at(self.target.dir(), self.target.name()) {
+            Ok(Entry::Regular(now)) if now == held.id => Ok(()),
+            Ok(_) | Err(Errno::NOENT) => Err(Error::LeaseLost {
+                path: self.path().to_path_buf(),
+            }),
+            Err(e) => Err(path_error(self.path(), "verify lock file", e)),
+        }
+    }
+
+    /// Releases the lease by closing its descriptor. Idempotent. The lock file stays.
+    ///
+    /// If the descriptor was shared with child processes (see
+    /// [`share_with_children`](Self::share_with_children)), the kernel keeps the lock until
+    /// they have closed it too.
+    pub fn release(&mut self) {
+        self.held = None;
+    }
+
+    /// Lets child processes spawned from now on inherit the lease, as `flock(1)` does: the
+    /// lock then lasts until the last process holding the descriptor has exited, even if this
+    /// process dies first. Use it only around spawning the children that should hold it.
+    pub fn share_with_children(&self, share: bool) -> Result<()> {
+        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+            path: self.path().to_path_buf(),
+        })?;
+        sys::set_inheritable(held.fd.as_fd(), share)
+            .map_err(|e| path_error(self.path(), "set descriptor inheritance", e))
+    }
+
+    /// The locked descriptor, while held.
+    pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.held.as_ref().map(|h| h.fd.as_fd())
+    }
+}
+
+/// Who holds the lock file at `path`, without taking, creating or disturbing anything.
+///
+/// A missing file (or missing parent directory) is [`Holders::Free`]. Anything
+/// but a regular file is an error, and a final symlink is never followed. On platforms that do
+/// not reveal lock holders a present file answers [`Holders::Unknown`].
+pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
+    let path = path.as_ref();
+    match sys::entry_at(sys::cwd(), path) {
+        Ok(Entry::Missing) => Ok(Holders::Free),
+        Ok(Entry::Regular(id)) => Ok(sys::holders(id)),
+        Ok(Entry::Other(kind)) => Err(Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind,
+        }),
+        Err(e) => Err(path_error(path, "inspect lock file", e)),
+    }
+}
+
+/// Creates `path` and its missing parents with mode 0700.
+pub(crate) fn create_dirs(path: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| {
+            let errno = e.raw_os_error().map(Errno::from_raw_os_error);
+            match errno {
+                Some(errno) => dir_error(path, errno),
+                None => Error::Io {
+                    op: "create directory",
+                    path: path.to_path_buf(),
+                    source: e,
+                },
+            }
+        })
+}
+
+fn with_path(e: Error, path: &Path) -> Error {
+    match e {
+        Error::ParentNotDirectory { .. } => Error::ParentNotDirectory {
+            path: path.to_path_buf(),
+        },
+        Error::PermissionDenied { .. } => Error::PermissionDenied {
+            path: path.to_path_buf(),
+        },
+        other => other,
+    }
+}
+
+fn dir_error(path: &Path, e: Errno) -> Error {
+    match e {
+        Errno::LOOP => Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: FileKind::Symlink,
+        },
+        Errno::NOTDIR => Error::ParentNotDirectory {
+            path: path.to_path_buf(),
+        },
+        other => path_error(path, "open directory", other),
+    }
+}
+
+/// Maps an errno to the typed error a user can act on.
+pub(crate) fn path_error(path: &Path, op: &'static str, e: Errno) -> Error {
+    let path = path.to_path_buf();
+    match e {
+        Errno::LOOP => Error::NotRegularFile {
+            path,
+            kind: FileKind::Symlink,
+        },
+        Errno::ISDIR => Error::NotRegularFile {
+            path,
+            kind: FileKind::Directory,
+        },
+        Errno::NXIO => Error::NotRegularFile {
+            path,
+            kind: FileKind::Socket,
+        },
+        Errno::NOTDIR => Error::ParentNotDirectory { path },
+        Errno::ACCESS | Errno::PERM => Error::PermissionDenied { path },
+        Errno::NAMETOOLONG => Error::NameTooLong { path },
+        Errno::NOENT => Error::NotFound { path },
+        Errno::MFILE | Errno::NFILE => Error::TooManyOpenFiles {
+            path,
+            limit: sys::nofile_limit(),
+        },
+        other => Error::Io {
+            op,
+            path,
+            source: other.into(),
+        },
+    }
+}
