@@ -1,3 +1,42 @@
-fn main() {
-    println!("Hello, world!");
+//! The `leasehold` command-line tool. Its surface is specified in `cli-contract.md`; every
+//! error is one line on stderr starting with `leasehold: `, and the exit statuses are the
+//! contract's (0, 1, 2, 75).
+
+mod cmd;
+mod exit;
+mod signals;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Cross-process leases over local durable state, arbitrated by the kernel.
+#[derive(Parser, Debug)]
+#[command(name = "leasehold", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run COMMAND while holding an exclusive lease on LOCKFILE.
+    Run(cmd::run::RunArgs),
+    /// Tell whether LOCKFILE is held, and by which pids, without touching it.
+    Status(cmd::status::StatusArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Run(args) => cmd::run::main(args),
+        Command::Status(args) => cmd::status::main(args),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            failure.print();
+            ExitCode::from(failure.code)
+        }
+    }
 }

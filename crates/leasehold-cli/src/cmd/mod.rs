@@ -1,0 +1,18 @@
+//! One module per verb of the contract.
+
+pub mod run;
+pub mod status;
+
+use std::time::Duration;
+
+/// Parses a wait budget in seconds: a non-negative decimal number.
+pub fn parse_secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("'{s}' is not a non-negative number of seconds"));
+    }
+    Duration::try_from_secs_f64(v).map_err(|_| format!("'{s}' is too large"))
+}

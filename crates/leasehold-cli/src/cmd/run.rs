@@ -1,0 +1,129 @@
+//! `leasehold run`: hold an exclusive kernel lease on LOCKFILE while COMMAND runs.
+//!
+//! The lease's descriptor is inherited by COMMAND (as with `flock(1)`), so the kernel keeps
+//! the lock for as long as COMMAND or any descendant holding the descriptor lives — even when
+//! this process is SIGKILLed. COMMAND is spawned only after the lease is held.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use leasehold::{Budget, Error, Lease};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+
+use crate::exit::{CONTENDED, Failure, Outcome};
+use crate::signals::Interrupts;
+
+/// After this long, a waiting `run` says once on stderr what it is waiting for.
+const NOTICE_AFTER: Duration = Duration::from_secs(1);
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Give up after SECS seconds (decimals allowed); default: wait without limit.
+    #[arg(long, value_name = "SECS", value_parser = super::parse_secs, conflicts_with = "no_wait")]
+    timeout: Option<Duration>,
+    /// Try once; do not wait.
+    #[arg(long)]
+    no_wait: bool,
+    /// Exit status when the lease could not be had (default 75).
+    #[arg(long, value_name = "N", default_value_t = CONTENDED)]
+    conflict_exit_code: u8,
+    /// The lock file (created 0600 if absent; never removed).
+    lockfile: PathBuf,
+    /// The command to run while holding the lease.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<std::ffi::OsString>,
+}
+
+pub fn main(args: RunArgs) -> Outcome {
+    let interrupts = Interrupts::install()?;
+    let lease = match acquire(&args, &interrupts) {
+        Ok(lease) => lease,
+        Err(Error::Cancelled { .. }) => return Ok(interrupts.exit_code()),
+        Err(e) if e.is_contended() => {
+            return Err(Failure::new(args.conflict_exit_code, &e));
+        }
+        Err(e) => return Err(Failure::from_lease(&e)),
+    };
+    if interrupts.signal().is_some() {
+        // Interrupted in the instant the lease arrived: COMMAND must not start.
+        return Ok(interrupts.exit_code());
+    }
+    lease.share_with_children(true).map_err(|e| Failure::failed(&e))?;
+    let Some((program, rest)) = args.command.split_first() else {
+        return Err(Failure::usage("run: COMMAND is required after --"));
+    };
+    let mut child = Command::new(program).args(rest).spawn().map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+        Failure::new(code, format!("cannot run {}: {e}", program.to_string_lossy()))
+    })?;
+    // Our own copy is no longer needed for inheritance; keep it held until COMMAND ends.
+    let _ = lease.share_with_children(false);
+    forward_signals(child.id());
+    let status = child
+        .wait()
+        .map_err(|e| Failure::failed(format!("waiting for {}: {e}", program.to_string_lossy())))?;
+    drop(lease);
+    Ok(exit_status(status))
+}
+
+/// Waits for the lease within the user's budget, saying once when it takes over a second.
+fn acquire(args: &RunArgs, interrupts: &Interrupts) -> leasehold::Result<Lease> {
+    let token = interrupts.token().clone();
+    let deadline = if args.no_wait {
+        Some(Instant::now())
+    } else {
+        args.timeout.and_then(|t| Instant::now().checked_add(t))
+    };
+    let budget = |d: Option<Instant>| {
+        let b = match d {
+            Some(d) => Budget::until(d),
+            None => Budget::unlimited(),
+        };
+        b.with_cancel(token.clone())
+    };
+    let notice_at = Instant::now() + NOTICE_AFTER;
+    if deadline.is_some_and(|d| d <= notice_at) {
+        return Lease::acquire(&args.lockfile, &budget(deadline));
+    }
+    match Lease::acquire(&args.lockfile, &budget(Some(notice_at))) {
+        Err(Error::TimedOut { path, holders, .. }) => {
+            eprintln!(
+                "leasehold: waiting for {} held by another process{holders}",
+                path.display()
+            );
+            Lease::acquire(&args.lockfile, &budget(deadline))
+        }
+        other => other,
+    }
+}
+
+/// Passes termination signals sent to us on to COMMAND, so a supervisor stopping `run`
+/// stops COMMAND too; we then exit with COMMAND's status.
+fn forward_signals(pid: u32) {
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT])
+    else {
+        return;
+    };
+    let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if let Some(sig) = rustix::process::Signal::from_named_raw(sig) {
+                let _ = rustix::process::kill_process(pid, sig);
+            }
+        }
+    });
+}
+
+/// COMMAND's exit status, or 128+N when a signal N killed it.
+fn exit_status(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => 1,
+    }
+}

@@ -1,0 +1,50 @@
+//! `leasehold status`: who holds a lock file — without creating, changing, blocking on or
+//! taking anything (it reads `/proc/locks`; it never calls `flock`, so it cannot make a
+//! concurrent acquirer fail).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use leasehold::Holders;
+
+use crate::exit::{Failure, OK, Outcome};
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Print {"path": ..., "held": ..., "holders": [...]}.
+    #[arg(long)]
+    json: bool,
+    /// The lock file to inspect.
+    lockfile: PathBuf,
+}
+
+pub fn main(args: StatusArgs) -> Outcome {
+    let holders = leasehold::holders(&args.lockfile).map_err(|e| Failure::from_lease(&e))?;
+    let held = match holders.is_held() {
+        Some(held) => held,
+        None => {
+            return Err(Failure::failed(format!(
+                "{}: this system does not reveal lock holders",
+                args.lockfile.display()
+            )));
+        }
+    };
+    if args.json {
+        let doc = serde_json::json!({
+            "path": args.lockfile.to_string_lossy(),
+            "held": held,
+            "holders": holders.pids(),
+        });
+        println!("{doc}");
+    } else {
+        match &holders {
+            Holders::Held { pids } if !pids.is_empty() => {
+                let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+                println!("held by pid {}", list.join(", "));
+            }
+            Holders::Held { .. } => println!("held"),
+            _ => println!("free"),
+        }
+    }
+    Ok(OK)
+}

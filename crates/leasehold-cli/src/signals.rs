@@ -1,0 +1,49 @@
+//! Turning SIGINT/SIGTERM into a cancellation of the current wait.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use leasehold::CancelToken;
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use crate::exit::Failure;
+
+/// Cancels `token` when SIGINT or SIGTERM arrives, remembering which one did.
+pub struct Interrupts {
+    token: CancelToken,
+    which: Arc<AtomicUsize>,
+}
+
+impl Interrupts {
+    /// Installs the handlers. They only write to a pipe and store a number, both
+    /// async-signal-safe (signal-hook does the registration).
+    pub fn install() -> Result<Interrupts, Failure> {
+        let token = CancelToken::new().map_err(|e| Failure::failed(&e))?;
+        let which = Arc::new(AtomicUsize::new(0));
+        for sig in [SIGINT, SIGTERM] {
+            let fd = token.write_end().map_err(|e| Failure::failed(&e))?;
+            signal_hook::flag::register_usize(sig, which.clone(), sig as usize)
+                .and_then(|_| signal_hook::low_level::pipe::register(sig, fd))
+                .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
+        }
+        Ok(Interrupts { token, which })
+    }
+
+    /// The token to attach to wait budgets.
+    pub fn token(&self) -> &CancelToken {
+        &self.token
+    }
+
+    /// The signal that fired, if any.
+    pub fn signal(&self) -> Option<i32> {
+        match self.which.load(Ordering::SeqCst) {
+            0 => None,
+            n => Some(n as i32),
+        }
+    }
+
+    /// The conventional exit status for the signal that fired (128 + N).
+    pub fn exit_code(&self) -> u8 {
+        128u8.wrapping_add(self.signal().unwrap_or(SIGTERM) as u8)
+    }
+}
