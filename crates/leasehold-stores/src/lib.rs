@@ -1,14 +1,4 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+//! Stores built on leasehold's patterns: the multi-root workspace registry, the session log
+//! and the isolated result store.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]

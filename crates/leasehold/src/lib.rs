@@ -30,6 +30,7 @@
 mod budget;
 mod error;
 mod lease;
+pub mod patterns;
 mod sys;
 
 pub use budget::{Budget, CancelToken};

@@ -1,0 +1,90 @@
+//! Durable whole-file replacement.
+//!
+//! The order of operations is the contract, and each step is there because of what a crash
+//! or a full disk would otherwise do:
+//!
+//! 1. write the new content to a temporary file *in the same directory* (a rename across file
+//!    systems is not atomic), created exclusively with mode 0600;
+//! 2. `fsync` it — otherwise the rename can reach the disk before the data, and a crash leaves
+//!    a zero-length or partial document under the real name;
+//! 3. `rename` over the target — atomic: readers see the old or the new file, never a mix;
+//! 4. `fsync` the directory — otherwise the rename itself may be lost in a crash and an
+//!    acknowledged write silently rolls back.
+//!
+//! If any step fails the temporary file is removed and the old document is untouched.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Atomically replaces the file at `path` with `bytes` (see the module docs for the order).
+///
+/// On error the previous file, if any, is left exactly as it was.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = temp_name(path);
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// A temporary name beside `path`, unique within this process and across processes.
+fn temp_name(path: &Path) -> PathBuf {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    let base = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{base}.tmp.{pid}.{n}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_content_and_leaves_no_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("doc.json");
+        replace_file(&p, b"one").unwrap();
+        replace_file(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "temporary files left behind");
+    }
+
+    #[test]
+    fn failure_leaves_old_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("doc.json");
+        replace_file(&p, b"old").unwrap();
+        // A directory cannot be renamed over by a file: the rename step fails.
+        let d = dir.path().join("sub");
+        std::fs::create_dir(&d).unwrap();
+        assert!(replace_file(&d, b"new").is_err());
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        assert!(d.is_dir());
+    }
+}
