@@ -71,7 +71,9 @@ struct Claim(FileId);
 
 impl Claim {
     fn take(id: FileId) -> Option<Claim> {
-        held_table().insert(id).then_some(Claim(id))
+        // The guard must be gone before a `Claim` could be dropped (its Drop locks the table).
+        let inserted = held_table().insert(id);
+        inserted.then(|| Claim(id))
     }
 }
 
