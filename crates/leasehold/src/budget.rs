@@ -7,8 +7,8 @@
 
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -70,14 +70,11 @@ impl CancelToken {
     /// A duplicate of the token's write end. Writing any byte to it cancels the token; this is
     /// how an async-signal-safe handler (such as `signal_hook::low_level::pipe`) cancels a wait.
     pub fn write_end(&self) -> Result<OwnedFd> {
-        self.inner
-            .write
-            .try_clone()
-            .map_err(|source| Error::Io {
-                op: "duplicate cancellation pipe",
-                path: "<cancel token>".into(),
-                source,
-            })
+        self.inner.write.try_clone().map_err(|source| Error::Io {
+            op: "duplicate cancellation pipe",
+            path: "<cancel token>".into(),
+            source,
+        })
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {

@@ -118,7 +118,9 @@ pub enum Error {
         path: PathBuf,
     },
     /// The lock path names something that is not a regular file; it is left untouched.
-    #[error("{path}: is {kind}, not a regular file; refusing to use it as a lock file (move it away or choose another path)")]
+    #[error(
+        "{path}: is {kind}, not a regular file; refusing to use it as a lock file (move it away or choose another path)"
+    )]
     NotRegularFile {
         /// The lock path.
         path: PathBuf,
@@ -151,7 +153,9 @@ pub enum Error {
     },
     /// The lock file lives on a network file system, where flock may block forever even with
     /// LOCK_NB, or silently fail to exclude other machines.
-    #[error("{path}: lock file is on a network file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem")]
+    #[error(
+        "{path}: lock file is on a network file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem"
+    )]
     NetworkFilesystem {
         /// The lock path.
         path: PathBuf,
@@ -159,7 +163,9 @@ pub enum Error {
         fs: &'static str,
     },
     /// The lock file kept being replaced between open and lock.
-    #[error("{path}: the lock file was replaced {attempts} times while locking; something is deleting or renaming it")]
+    #[error(
+        "{path}: the lock file was replaced {attempts} times while locking; something is deleting or renaming it"
+    )]
     Unstable {
         /// The lock path.
         path: PathBuf,
@@ -168,7 +174,9 @@ pub enum Error {
     },
     /// The held inode is no longer the file at the path (the lock file was unlinked,
     /// renamed or replaced); the lease proves nothing any more.
-    #[error("{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced)")]
+    #[error(
+        "{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced)"
+    )]
     LeaseLost {
         /// The lock path.
         path: PathBuf,
@@ -180,7 +188,9 @@ pub enum Error {
         path: PathBuf,
     },
     /// The process ran out of file descriptors.
-    #[error("{path}: too many open files (descriptor limit {limit}); raise `ulimit -n` or hold fewer leases")]
+    #[error(
+        "{path}: too many open files (descriptor limit {limit}); raise `ulimit -n` or hold fewer leases"
+    )]
     TooManyOpenFiles {
         /// The lock path.
         path: PathBuf,

@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
+#[cfg(test)]
+use crate::budget::CancelToken;
 use crate::budget::{Budget, Exhausted};
 use crate::error::{Error, FileKind, Holders, Result};
 use crate::sys::{self, Entry};
@@ -129,8 +131,8 @@ impl LockDir {
                 Err(e) => return Err(dir_error(&path, e)),
             }
         }
-        let fd = sys::open_dir_at(self.fd.as_fd(), Path::new(name))
-            .map_err(|e| dir_error(&path, e))?;
+        let fd =
+            sys::open_dir_at(self.fd.as_fd(), Path::new(name)).map_err(|e| dir_error(&path, e))?;
         Ok(LockDir {
             fd: Arc::new(fd),
             path,
@@ -241,7 +243,10 @@ impl LeaseOptions {
 
     /// Takes the lease on `path` if it is free right now.
     pub fn try_acquire(&self, path: impl AsRef<Path>) -> Result<Lease> {
-        self.acquire_target(Target::Path(path.as_ref().to_path_buf()), &Budget::no_wait())
+        self.acquire_target(
+            Target::Path(path.as_ref().to_path_buf()),
+            &Budget::no_wait(),
+        )
     }
 
     /// Takes the lease on `path`, waiting within `budget`.
@@ -315,17 +320,12 @@ impl Waiter<'_> {
     fn run(self) -> Result<Lease> {
         let mut reopens = 0;
         loop {
-            if let Some(why) = self.budget.exhausted() {
-                if why == Exhausted::Cancelled {
-                    return Err(Error::Cancelled {
-                        path: self.path().to_path_buf(),
-                    });
-                }
-                // A deadline that passed before the first try still gets one try: a
-                // no-wait acquisition is a deadline of "now".
-                if reopens > 0 {
-                    return Err(self.timed_out(None));
-                }
+            // Deadlines are judged in `wait`: a replaced file is reopened and tried even when
+            // the budget allows no waiting, because that is not contention.
+            if self.budget.flagged() {
+                return Err(Error::Cancelled {
+                    path: self.path().to_path_buf(),
+                });
             }
             let opened = self.open()?;
             // Start watching *before* the first try, so that a release between the try and
@@ -338,10 +338,11 @@ impl Waiter<'_> {
             match self.attempt(opened)? {
                 Attempt::Acquired(held) => return Ok(self.lease(held)),
                 Attempt::Replaced => {}
-                Attempt::Busy(opened) => match self.wait(opened, watch.as_ref())? {
-                    Some(held) => return Ok(self.lease(held)),
-                    None => {}
-                },
+                Attempt::Busy(opened) => {
+                    if let Some(held) = self.wait(opened, watch.as_ref())? {
+                        return Ok(self.lease(held));
+                    }
+                }
             }
             reopens += 1;
             if reopens >= MAX_REOPENS {
@@ -394,12 +395,12 @@ impl Waiter<'_> {
                 return Err(Error::NotRegularFile {
                     path: path.to_path_buf(),
                     kind,
-                })
+                });
             }
             Ok(Entry::Missing) if !self.opts.create => {
                 return Err(Error::NotFound {
                     path: path.to_path_buf(),
-                })
+                });
             }
             Ok(_) | Err(Errno::NOENT) => {}
             Err(e) => return Err(path_error(path, "inspect lock file", e)),
@@ -425,20 +426,22 @@ impl Waiter<'_> {
                 return Err(Error::NotRegularFile {
                     path: path.to_path_buf(),
                     kind,
-                })
+                });
             }
             Ok(Entry::Missing) => unreachable!("fstat of an open descriptor"),
             Err(e) => return Err(path_error(path, "stat lock file", e)),
         };
-        if !self.opts.allow_network_fs {
-            if let Some(fs) = sys::network_fs(fd.as_fd())
-                .map_err(|e| path_error(path, "statfs lock file", e))?
-            {
-                return Err(Error::NetworkFilesystem {
-                    path: path.to_path_buf(),
-                    fs,
-                });
+        let network = match self.opts.allow_network_fs {
+            true => None,
+            false => {
+                sys::network_fs(fd.as_fd()).map_err(|e| path_error(path, "statfs lock file", e))?
             }
+        };
+        if let Some(fs) = network {
+            return Err(Error::NetworkFilesystem {
+                path: path.to_path_buf(),
+                fs,
+            });
         }
         Ok(Opened { fd, id })
     }
@@ -448,6 +451,8 @@ impl Waiter<'_> {
         let Some(claim) = Claim::take(opened.id) else {
             return Ok(Attempt::Busy(opened));
         };
+        #[cfg(test)]
+        tests::before_lock_hook();
         match sys::try_lock_exclusive(opened.fd.as_fd()) {
             Ok(true) => {}
             Ok(false) => return Ok(Attempt::Busy(opened)),
@@ -479,7 +484,7 @@ impl Waiter<'_> {
                 Some(Exhausted::Cancelled) => {
                     return Err(Error::Cancelled {
                         path: self.path().to_path_buf(),
-                    })
+                    });
                 }
                 Some(Exhausted::Deadline) => return Err(self.timed_out(Some(opened.id))),
                 None => {}
@@ -495,15 +500,16 @@ impl Waiter<'_> {
                 Some(left) => left.min(interval),
                 None => interval,
             };
-            let ready = sys::wait_readable(&fds, Some(timeout))
-                .map_err(|source| Error::Io {
-                    op: "wait for lock",
-                    path: self.path().to_path_buf(),
-                    source,
-                })?;
+            let ready = sys::wait_readable(&fds, Some(timeout)).map_err(|source| Error::Io {
+                op: "wait for lock",
+                path: self.path().to_path_buf(),
+                source,
+            })?;
             let woke = watch.is_some() && ready & 1 == 1;
             let schedule: &[Duration] = if woke {
-                watch.map(|w| w.drain());
+                if let Some(w) = watch {
+                    w.drain();
+                }
                 interval = min;
                 &AFTER_EVENT
             } else {
@@ -730,5 +736,330 @@ pub(crate) fn path_error(path: &Path, op: &'static str, e: Errno) -> Error {
             path,
             source: other.into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    thread_local! {
+        static BEFORE_LOCK: RefCell<Option<Box<dyn FnMut()>>> = RefCell::new(None);
+    }
+
+    /// Runs the test's hook between open and lock (the window the inode check guards).
+    pub(super) fn before_lock_hook() {
+        BEFORE_LOCK.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f();
+            }
+        });
+    }
+
+    fn set_hook(f: impl FnMut() + 'static) {
+        BEFORE_LOCK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    fn clear_hook() {
+        BEFORE_LOCK.with(|h| *h.borrow_mut() = None);
+    }
+
+    fn replace(path: &Path) {
+        std::fs::remove_file(path).unwrap();
+        std::fs::File::create(path).unwrap();
+    }
+
+    #[test]
+    fn file_replaced_between_open_and_lock_is_detected_and_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("race.lock");
+        std::fs::File::create(&path).unwrap();
+        let original = std::fs::metadata(&path).unwrap().ino();
+        let p = path.clone();
+        let mut fired = false;
+        set_hook(move || {
+            if !fired {
+                fired = true;
+                replace(&p);
+            }
+        });
+        let lease = Lease::try_acquire(&path).unwrap();
+        clear_hook();
+        let now = std::fs::metadata(&path).unwrap().ino();
+        assert_ne!(now, original, "the hook replaced the file");
+        assert_eq!(
+            lease.file_id().unwrap().ino,
+            now,
+            "lease must be on the new file"
+        );
+        lease.verify().unwrap();
+        // The lease really excludes whoever opens the path now.
+        assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
+    }
+
+    #[test]
+    fn a_file_that_keeps_being_replaced_gives_up_after_three_attempts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("churn.lock");
+        let p = path.clone();
+        set_hook(move || replace(&p));
+        let err = Lease::try_acquire(&path).unwrap_err();
+        clear_hook();
+        assert!(
+            matches!(
+                err,
+                Error::Unstable {
+                    attempts: MAX_REOPENS,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn in_process_table_excludes_a_second_claim_on_one_inode() {
+        // Backs the kernel where flock is emulated per process (NFS): a second claim on the
+        // same (dev, ino) in this process is refused until the first is dropped.
+        let id = FileId {
+            dev: u64::MAX,
+            ino: 42,
+        };
+        let first = Claim::take(id).expect("first claim");
+        assert!(Claim::take(id).is_none(), "second claim must be refused");
+        drop(first);
+        assert!(Claim::take(id).is_some(), "claim is free again after drop");
+    }
+
+    #[test]
+    fn same_process_double_acquisition_contends_and_names_this_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("twice.lock");
+        let first = Lease::try_acquire(&path).unwrap();
+        let err = Lease::try_acquire(&path).unwrap_err();
+        match &err {
+            Error::Contended { holders, .. } => {
+                assert_eq!(holders.pids(), &[std::process::id()])
+            }
+            other => panic!("expected contention, got {other:?}"),
+        }
+        drop(first);
+        Lease::try_acquire(&path).unwrap();
+    }
+
+    #[test]
+    fn release_is_idempotent_and_drop_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rel.lock");
+        let mut lease = Lease::try_acquire(&path).unwrap();
+        lease.release();
+        lease.release();
+        assert!(!lease.is_held());
+        assert!(matches!(lease.verify(), Err(Error::Released { .. })));
+        let again = Lease::try_acquire(&path).unwrap();
+        drop(again);
+        Lease::try_acquire(&path).unwrap();
+        assert!(path.exists(), "a lock file is never removed");
+    }
+
+    #[test]
+    fn verify_reports_unlinked_and_replaced_lock_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.lock");
+        let lease = Lease::try_acquire(&path).unwrap();
+        lease.verify().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(lease.verify(), Err(Error::LeaseLost { .. })));
+        std::fs::File::create(&path).unwrap();
+        assert!(matches!(lease.verify(), Err(Error::LeaseLost { .. })));
+    }
+
+    #[test]
+    fn creates_file_0600_and_parents_0700_and_preserves_existing_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b/new.lock");
+        drop(Lease::try_acquire(&path).unwrap());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&dir.path().join("a")), 0o700);
+        assert_eq!(mode(&dir.path().join("a/b")), 0o700);
+
+        let existing = dir.path().join("existing.lock");
+        std::fs::write(&existing, b"keep me").unwrap();
+        std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(Lease::try_acquire(&existing).unwrap());
+        assert_eq!(std::fs::read(&existing).unwrap(), b"keep me");
+        assert_eq!(mode(&existing), 0o644);
+    }
+
+    #[test]
+    fn hostile_paths_are_refused_without_following_or_changing_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let link = dir.path().join("link.lock");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let dangling = dir.path().join("dangling.lock");
+        std::os::unix::fs::symlink(dir.path().join("nothing"), &dangling).unwrap();
+        let fifo = dir.path().join("fifo.lock");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let sock = dir.path().join("sock.lock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let subdir = dir.path().join("dir.lock");
+        std::fs::create_dir(&subdir).unwrap();
+        let cases: [(&Path, FileKind); 6] = [
+            (&link, FileKind::Symlink),
+            (&dangling, FileKind::Symlink),
+            (&fifo, FileKind::Fifo),
+            (&sock, FileKind::Socket),
+            (Path::new("/dev/null"), FileKind::CharDevice),
+            (&subdir, FileKind::Directory),
+        ];
+        for (path, want) in cases {
+            for budget in [Budget::no_wait(), Budget::timeout(Duration::from_secs(5))] {
+                match LeaseOptions::new().acquire(path, &budget) {
+                    Err(Error::NotRegularFile { kind, path: p }) => {
+                        assert_eq!(kind, want, "{}", path.display());
+                        assert_eq!(p, path);
+                    }
+                    other => panic!("{}: expected refusal, got {other:?}", path.display()),
+                }
+            }
+            assert!(matches!(holders(path), Err(Error::NotRegularFile { .. })));
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(
+            std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        assert!(
+            !dir.path().join("nothing").exists(),
+            "dangling link not followed"
+        );
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(matches!(
+            Lease::try_acquire(file.join("under.lock")),
+            Err(Error::ParentNotDirectory { .. })
+        ));
+        assert_eq!(std::fs::read(&file).unwrap(), b"x");
+    }
+
+    #[test]
+    fn holders_names_this_process_and_free_when_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.lock");
+        assert_eq!(holders(&path).unwrap(), Holders::Free);
+        assert_eq!(
+            holders(dir.path().join("no/such/parent")).unwrap(),
+            Holders::Free
+        );
+        assert!(!path.exists(), "holders() creates nothing");
+        let lease = Lease::try_acquire(&path).unwrap();
+        assert_eq!(
+            holders(&path).unwrap(),
+            Holders::Held {
+                pids: vec![std::process::id()]
+            }
+        );
+        // Looking does not disturb: the lease is still held and still excludes.
+        lease.verify().unwrap();
+        assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
+        drop(lease);
+        assert_eq!(holders(&path).unwrap(), Holders::Free);
+    }
+
+    #[test]
+    fn a_waiter_takes_over_when_the_holder_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.lock");
+        let holder = Lease::try_acquire(&path).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let p = path.clone();
+        let waiter = std::thread::spawn(move || {
+            tx.send(()).unwrap();
+            Lease::acquire(&p, &Budget::timeout(Duration::from_secs(30)))
+        });
+        rx.recv().unwrap();
+        drop(holder);
+        let lease = waiter.join().unwrap().expect("waiter gets the lease");
+        lease.verify().unwrap();
+    }
+
+    #[test]
+    fn cancellation_from_another_thread_ends_the_wait_and_leaves_nothing_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.lock");
+        let mut holder = Lease::try_acquire(&path).unwrap();
+        let token = CancelToken::new().unwrap();
+        let budget = Budget::unlimited().with_cancel(token.clone());
+        let p = path.clone();
+        let waiter = std::thread::spawn(move || Lease::acquire(&p, &budget));
+        token.cancel();
+        let res = waiter.join().unwrap();
+        assert!(matches!(res, Err(Error::Cancelled { .. })), "{res:?}");
+        holder.release();
+        // Nothing of the abandoned waiter holds the lease: it is free at once.
+        assert_eq!(holders(&path).unwrap(), Holders::Free);
+        Lease::try_acquire(&path).unwrap();
+    }
+
+    #[test]
+    fn timeout_gives_up_reports_the_holder_and_leaves_nothing_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.lock");
+        let mut holder = Lease::try_acquire(&path).unwrap();
+        let started = Instant::now();
+        let err = Lease::acquire(&path, &Budget::timeout(Duration::from_millis(150))).unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        match &err {
+            Error::TimedOut { holders, .. } => assert_eq!(holders.pids(), &[std::process::id()]),
+            other => panic!("expected timeout, got {other:?}"),
+        }
+        holder.release();
+        assert_eq!(holders(&path).unwrap(), Holders::Free);
+        Lease::try_acquire(&path).unwrap();
+    }
+
+    #[test]
+    fn waiting_for_a_missing_file_that_must_not_be_created_fails_without_creating() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("absent.lock");
+        let err = LeaseOptions::new()
+            .create(false)
+            .try_acquire(&path)
+            .unwrap_err();
+        assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn lock_dir_leases_survive_renaming_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let ld = LockDir::create(&root).unwrap();
+        let lease = LeaseOptions::new().try_acquire_at(&ld, "k.lock").unwrap();
+        let moved = dir.path().join("moved");
+        std::fs::rename(&root, &moved).unwrap();
+        lease
+            .verify()
+            .expect("still the file in the (renamed) directory");
+        let err = LeaseOptions::new()
+            .try_acquire(moved.join("k.lock"))
+            .unwrap_err();
+        assert!(err.is_contended(), "{err:?}");
+        assert!(LeaseOptions::new().try_acquire_at(&ld, "../x").is_err());
+        assert!(LeaseOptions::new().try_acquire_at(&ld, "a/b").is_err());
     }
 }

@@ -35,4 +35,4 @@ mod sys;
 
 pub use budget::{Budget, CancelToken};
 pub use error::{Error, FileKind, Holders, Result};
-pub use lease::{holders, FileId, Lease, LeaseOptions, LockDir, MAX_REOPENS};
+pub use lease::{FileId, Lease, LeaseOptions, LockDir, MAX_REOPENS, holders};

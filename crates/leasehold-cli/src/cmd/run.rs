@@ -50,13 +50,22 @@ pub fn main(args: RunArgs) -> Outcome {
         // Interrupted in the instant the lease arrived: COMMAND must not start.
         return Ok(interrupts.exit_code());
     }
-    lease.share_with_children(true).map_err(|e| Failure::failed(&e))?;
+    lease
+        .share_with_children(true)
+        .map_err(|e| Failure::failed(&e))?;
     let Some((program, rest)) = args.command.split_first() else {
         return Err(Failure::usage("run: COMMAND is required after --"));
     };
     let mut child = Command::new(program).args(rest).spawn().map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
-        Failure::new(code, format!("cannot run {}: {e}", program.to_string_lossy()))
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        Failure::new(
+            code,
+            format!("cannot run {}: {e}", program.to_string_lossy()),
+        )
     })?;
     // Our own copy is no longer needed for inheritance; keep it held until COMMAND ends.
     let _ = lease.share_with_children(false);

@@ -8,9 +8,9 @@
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
-pub(crate) use unix::*;
-#[cfg(unix)]
 pub use unix::FileId;
+#[cfg(unix)]
+pub(crate) use unix::*;
 
 #[cfg(not(unix))]
 compile_error!("leasehold supports Unix-like systems (Linux, macOS, BSD) so far");

@@ -49,6 +49,7 @@ fn kind_of(ft: FileType) -> Option<FileKind> {
     })
 }
 
+#[allow(clippy::unnecessary_cast)] // st_dev/st_ino are not u64 on every platform
 fn id_of(st: &rustix::fs::Stat) -> FileId {
     FileId {
         dev: st.st_dev as u64,
@@ -148,8 +149,13 @@ pub(crate) fn nofile_limit() -> u64 {
 pub(crate) fn network_fs(fd: BorrowedFd<'_>) -> Result<Option<&'static str>, Errno> {
     let st = rustix::fs::fstatfs(fd)?;
     #[allow(clippy::unnecessary_cast)]
-    let magic = st.f_type as u64 & 0xffff_ffff;
-    Ok(match magic {
+    Ok(network_fs_magic(st.f_type as u64))
+}
+
+/// Classifies a Linux `statfs.f_type` magic number.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn network_fs_magic(magic: u64) -> Option<&'static str> {
+    match magic & 0xffff_ffff {
         0x6969 => Some("nfs"),
         0x517b => Some("smb"),
         0xff53_4d42 => Some("cifs"),
@@ -157,7 +163,7 @@ pub(crate) fn network_fs(fd: BorrowedFd<'_>) -> Result<Option<&'static str>, Err
         0x5346_414f => Some("afs"),
         0x7362_6b69 => Some("coda"),
         _ => None,
-    })
+    }
 }
 
 /// Names the network file system `fd` lives on, if it does (see the Linux variant).
@@ -321,7 +327,9 @@ pub(crate) fn holders(id: FileId) -> Holders {
         else {
             continue;
         };
-        let Ok(pid) = pid.parse::<i64>() else { continue };
+        let Ok(pid) = pid.parse::<i64>() else {
+            continue;
+        };
         let mut parts = dev.split(':');
         let (Some(ma), Some(mi), Some(ino)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
@@ -352,7 +360,11 @@ pub(crate) fn holders(id: FileId) -> Holders {
         return Holders::Free;
     }
     // pid 0: the locker is gone (its descendants inherited the lock); held, owner unknown.
-    let mut pids: Vec<u32> = exact.into_iter().filter(|p| *p > 0).map(|p| p as u32).collect();
+    let mut pids: Vec<u32> = exact
+        .into_iter()
+        .filter(|p| *p > 0)
+        .map(|p| p as u32)
+        .collect();
     pids.sort_unstable();
     pids.dedup();
     Holders::Held { pids }
@@ -380,4 +392,21 @@ pub(crate) fn holders(_id: FileId) -> Holders {
 pub(crate) fn is_plain_name(name: &OsStr) -> bool {
     let b = name.as_bytes();
     !b.is_empty() && b != b"." && b != b".." && !b.contains(&b'/') && !b.contains(&0)
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    #[test]
+    fn network_file_systems_are_recognised() {
+        for (magic, name) in [
+            (0x6969u64, "nfs"),
+            (0x517b, "smb"),
+            (0xff53_4d42, "cifs"),
+            (0xfe53_4d42, "smb2"),
+        ] {
+            assert_eq!(super::network_fs_magic(magic), Some(name));
+        }
+        assert_eq!(super::network_fs_magic(0xef53), None, "ext4 is local");
+        assert_eq!(super::network_fs_magic(0x0102_1994), None, "tmpfs is local");
+    }
 }
