@@ -41,7 +41,12 @@ pub fn run(cmd: &mut Command) -> Out {
 /// Asserts that stderr is exactly one line starting with `leasehold: ` and containing `needle`.
 pub fn assert_one_line_error(out: &Out, needle: &str) {
     let lines: Vec<&str> = out.stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "expected one stderr line, got {:?}", out.stderr);
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one stderr line, got {:?}",
+        out.stderr
+    );
     assert!(lines[0].starts_with("leasehold: "), "{:?}", lines[0]);
     assert!(lines[0].contains(needle), "{:?} lacks {needle:?}", lines[0]);
 }
