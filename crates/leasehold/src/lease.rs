@@ -282,17 +282,41 @@ impl LeaseOptions {
     }
 
     fn acquire_target(&self, target: Target, budget: &Budget) -> Result<Lease> {
-        Waiter {
+        let held = Waiter {
             opts: *self,
-            target,
+            target: &target,
             budget,
             started: Instant::now(),
         }
-        .run()
+        .run(None)?;
+        Ok(Lease {
+            held: Some(held),
+            target,
+        })
+    }
+
+    /// Opens a [`LeaseHandle`] on `path`: the lock file stays open so the lease can be taken
+    /// and released many times at the cost of `flock` + `fstatat` + unlock.
+    pub fn open_handle(&self, path: impl AsRef<Path>) -> Result<LeaseHandle> {
+        let target = Target::Path(path.as_ref().to_path_buf());
+        let budget = Budget::no_wait();
+        let opened = Waiter {
+            opts: *self,
+            target: &target,
+            budget: &budget,
+            started: Instant::now(),
+        }
+        .open()?;
+        Ok(LeaseHandle {
+            opts: *self,
+            target,
+            opened: Some(opened),
+        })
     }
 }
 
 /// A file opened for locking, not yet locked.
+#[derive(Debug)]
 struct Opened {
     fd: OwnedFd,
     id: FileId,
@@ -307,7 +331,7 @@ enum Attempt {
 /// One acquisition: open, lock, verify, and wait within a budget.
 struct Waiter<'a> {
     opts: LeaseOptions,
-    target: Target,
+    target: &'a Target,
     budget: &'a Budget,
     started: Instant,
 }
@@ -317,7 +341,12 @@ impl Waiter<'_> {
         self.target.display()
     }
 
-    fn run(self) -> Result<Lease> {
+    fn try_once(&self) -> bool {
+        self.budget.deadline().is_some_and(|d| d <= self.started)
+    }
+
+    /// Acquires, reusing `reuse` (a file a [`LeaseHandle`] keeps open) for the first try.
+    fn run(&self, mut reuse: Option<Opened>) -> Result<Held> {
         let mut reopens = 0;
         loop {
             // Deadlines are judged in `wait`: a replaced file is reopened and tried even when
@@ -327,22 +356,28 @@ impl Waiter<'_> {
                     path: self.path().to_path_buf(),
                 });
             }
-            let opened = self.open()?;
-            // Start watching *before* the first try, so that a release between the try and
-            // the wait cannot be missed.
-            let watch = if self.budget.deadline().is_some_and(|d| d <= self.started) {
-                None // try-once: no need for an event source
-            } else {
-                sys::Watch::new(opened.fd.as_fd(), self.path())
+            let opened = match reuse.take() {
+                Some(o) => o,
+                None => self.open()?,
             };
-            match self.attempt(opened)? {
-                Attempt::Acquired(held) => return Ok(self.lease(held)),
-                Attempt::Replaced => {}
-                Attempt::Busy(opened) => {
-                    if let Some(held) = self.wait(opened, watch.as_ref())? {
-                        return Ok(self.lease(held));
+            let outcome = match self.attempt(opened)? {
+                Attempt::Busy(opened) if !self.try_once() => {
+                    // Watch first, then try again, then sleep: a release between the failed
+                    // try and the watch is caught by the second try, one after it by the
+                    // watch. (The uncontended path never pays for the watch.)
+                    let watch = sys::Watch::new(opened.fd.as_fd(), self.path());
+                    match self.attempt(opened)? {
+                        Attempt::Busy(opened) => self.wait(opened, watch.as_ref())?,
+                        Attempt::Acquired(held) => Some(held),
+                        Attempt::Replaced => None,
                     }
                 }
+                Attempt::Busy(opened) => return Err(self.timed_out(Some(opened.id))),
+                Attempt::Acquired(held) => Some(held),
+                Attempt::Replaced => None,
+            };
+            if let Some(held) = outcome {
+                return Ok(held);
             }
             reopens += 1;
             if reopens >= MAX_REOPENS {
@@ -351,13 +386,6 @@ impl Waiter<'_> {
                     attempts: reopens,
                 });
             }
-        }
-    }
-
-    fn lease(&self, held: Held) -> Lease {
-        Lease {
-            held: Some(held),
-            target: self.target.clone(),
         }
     }
 
@@ -609,13 +637,7 @@ impl Lease {
         let held = self.held.as_ref().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
-        match sys::entry_at(self.target.dir(), self.target.name()) {
-            Ok(Entry::Regular(now)) if now == held.id => Ok(()),
-            Ok(_) | Err(Errno::NOENT) => Err(Error::LeaseLost {
-                path: self.path().to_path_buf(),
-            }),
-            Err(e) => Err(path_error(self.path(), "verify lock file", e)),
-        }
+        verify_held(&self.target, held)
     }
 
     /// Releases the lease by closing its descriptor. Idempotent. The lock file stays.
@@ -644,6 +666,95 @@ impl Lease {
     }
 }
 
+/// A lock file kept open so that one lease can be taken many times cheaply.
+///
+/// Each [`lock`](Self::lock) costs `flock` + `fstatat` (the inode verification) and each
+/// release one `flock(LOCK_UN)`: no open, no close, no allocation. The guarantees are those of
+/// [`Lease`]; if the lock file was replaced since the handle opened it, the handle follows the
+/// path to the new file. `&mut self` makes one handle hold at most one lease at a time.
+///
+/// Releasing with `LOCK_UN` raises no close event, so waiters in other processes notice it
+/// through their safety-net re-check (milliseconds) rather than at once; prefer a cold
+/// [`Lease`] where handoff latency under contention matters.
+#[derive(Debug)]
+pub struct LeaseHandle {
+    opts: LeaseOptions,
+    target: Target,
+    opened: Option<Opened>,
+}
+
+impl LeaseHandle {
+    /// Opens a handle on `path` with default [`LeaseOptions`].
+    pub fn open(path: impl AsRef<Path>) -> Result<LeaseHandle> {
+        LeaseOptions::default().open_handle(path)
+    }
+
+    /// Takes the lease if it is free right now.
+    pub fn try_lock(&mut self) -> Result<HandleLease<'_>> {
+        self.lock(&Budget::no_wait())
+    }
+
+    /// Takes the lease, waiting within `budget`.
+    pub fn lock(&mut self, budget: &Budget) -> Result<HandleLease<'_>> {
+        let held = Waiter {
+            opts: self.opts,
+            target: &self.target,
+            budget,
+            started: Instant::now(),
+        }
+        .run(self.opened.take())?;
+        Ok(HandleLease {
+            handle: self,
+            held: Some(held),
+        })
+    }
+
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        self.target.display()
+    }
+}
+
+/// A lease taken through a [`LeaseHandle`]; released (`LOCK_UN`, file kept open) on drop.
+#[derive(Debug)]
+pub struct HandleLease<'a> {
+    handle: &'a mut LeaseHandle,
+    held: Option<Held>,
+}
+
+impl HandleLease<'_> {
+    /// Checks that the locked inode is still the file at the path (see [`Lease::verify`]).
+    pub fn verify(&self) -> Result<()> {
+        let Some(held) = &self.held else {
+            return Err(Error::Released {
+                path: self.handle.path().to_path_buf(),
+            });
+        };
+        verify_held(&self.handle.target, held)
+    }
+
+    /// Releases the lease; the handle keeps the file open for the next [`LeaseHandle::lock`].
+    pub fn release(mut self) {
+        self.unlock();
+    }
+
+    fn unlock(&mut self) {
+        if let Some(Held { fd, id, _claim }) = self.held.take() {
+            match sys::unlock(fd.as_fd()) {
+                Ok(()) => self.handle.opened = Some(Opened { fd, id }),
+                Err(_) => drop(fd), // closing releases the lock for certain
+            }
+            drop(_claim); // the in-process claim goes last
+        }
+    }
+}
+
+impl Drop for HandleLease<'_> {
+    fn drop(&mut self) {
+        self.unlock();
+    }
+}
+
 /// Who holds the lock file at `path`, without taking, creating or disturbing anything.
 ///
 /// A missing file (or missing parent directory) is [`Holders::Free`]. Anything
@@ -659,6 +770,16 @@ pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
             kind,
         }),
         Err(e) => Err(path_error(path, "inspect lock file", e)),
+    }
+}
+
+fn verify_held(target: &Target, held: &Held) -> Result<()> {
+    match sys::entry_at(target.dir(), target.name()) {
+        Ok(Entry::Regular(now)) if now == held.id => Ok(()),
+        Ok(_) | Err(Errno::NOENT) => Err(Error::LeaseLost {
+            path: target.display().to_path_buf(),
+        }),
+        Err(e) => Err(path_error(target.display(), "verify lock file", e)),
     }
 }
 
@@ -1042,6 +1163,33 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, Error::NotFound { .. }), "{err:?}");
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn lease_handle_reacquires_excludes_and_follows_a_replaced_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("warm.lock");
+        let mut handle = LeaseHandle::open(&path).unwrap();
+        for _ in 0..100 {
+            let lease = handle.try_lock().unwrap();
+            lease.verify().unwrap();
+            assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
+            lease.release();
+            drop(Lease::try_acquire(&path).unwrap());
+        }
+        {
+            let cold = Lease::try_acquire(&path).unwrap();
+            assert!(handle.try_lock().unwrap_err().is_contended());
+            drop(cold);
+        }
+        replace(&path);
+        let lease = handle.try_lock().unwrap();
+        lease
+            .verify()
+            .expect("the handle followed the path to the new file");
+        assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
+        drop(lease);
+        assert_eq!(holders(&path).unwrap(), Holders::Free);
     }
 
     #[test]

@@ -125,6 +125,11 @@ pub(crate) fn try_lock_exclusive(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
     }
 }
 
+/// `flock(LOCK_UN)`: used only by handles that keep their file open between leases.
+pub(crate) fn unlock(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    rustix::fs::flock(fd, FlockOperation::Unlock)
+}
+
 /// Marks a descriptor inheritable (clears `FD_CLOEXEC`) or not.
 pub(crate) fn set_inheritable(fd: BorrowedFd<'_>, inheritable: bool) -> Result<(), Errno> {
     let mut flags = rustix::io::fcntl_getfd(fd)?;
