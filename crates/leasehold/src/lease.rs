@@ -36,6 +36,9 @@ use crate::sys::{self, Entry};
 
 pub use crate::sys::FileId;
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
+
 /// How many times a lock file replaced between open and lock is reopened before giving up.
 pub const MAX_REOPENS: u32 = 3;
 
@@ -262,6 +265,11 @@ impl LeaseOptions {
     /// Takes the lease on the lock file `name` inside `dir`, waiting within `budget`.
     /// `name` must be a single plain component.
     pub fn acquire_at(&self, dir: &LockDir, name: &str, budget: &Budget) -> Result<Lease> {
+        let target = self.target_at(dir, name)?;
+        self.acquire_target(target, budget)
+    }
+
+    fn target_at(&self, dir: &LockDir, name: &str) -> Result<Target> {
         let display = dir.path.join(name);
         if !sys::is_plain_name(OsStr::new(name)) {
             return Err(Error::Io {
@@ -273,12 +281,11 @@ impl LeaseOptions {
                 ),
             });
         }
-        let target = Target::At {
+        Ok(Target::At {
             dir: dir.fd.clone(),
             name: PathBuf::from(name),
             display,
-        };
-        self.acquire_target(target, budget)
+        })
     }
 
     fn acquire_target(&self, target: Target, budget: &Budget) -> Result<Lease> {
@@ -328,6 +335,13 @@ enum Attempt {
     Replaced,
 }
 
+/// Where one round of an acquisition left off.
+enum Step {
+    Done(Held),
+    Wait(Opened, Option<sys::Watch>),
+    Reopen,
+}
+
 /// One acquisition: open, lock, verify, and wait within a budget.
 struct Waiter<'a> {
     opts: LeaseOptions,
@@ -349,44 +363,60 @@ impl Waiter<'_> {
     fn run(&self, mut reuse: Option<Opened>) -> Result<Held> {
         let mut reopens = 0;
         loop {
-            // Deadlines are judged in `wait`: a replaced file is reopened and tried even when
-            // the budget allows no waiting, because that is not contention.
-            if self.budget.flagged() {
-                return Err(Error::Cancelled {
-                    path: self.path().to_path_buf(),
-                });
-            }
-            let opened = match reuse.take() {
-                Some(o) => o,
-                None => self.open()?,
-            };
-            let outcome = match self.attempt(opened)? {
-                Attempt::Busy(opened) if !self.try_once() => {
-                    // Watch first, then try again, then sleep: a release between the failed
-                    // try and the watch is caught by the second try, one after it by the
-                    // watch. (The uncontended path never pays for the watch.)
-                    let watch = sys::Watch::new(opened.fd.as_fd(), self.path());
-                    match self.attempt(opened)? {
-                        Attempt::Busy(opened) => self.wait(opened, watch.as_ref())?,
-                        Attempt::Acquired(held) => Some(held),
-                        Attempt::Replaced => None,
+            match self.step(&mut reuse)? {
+                Step::Done(held) => return Ok(held),
+                Step::Wait(opened, watch) => {
+                    if let Some(held) = self.wait(opened, watch.as_ref())? {
+                        return Ok(held);
                     }
                 }
-                Attempt::Busy(opened) => return Err(self.timed_out(Some(opened.id))),
-                Attempt::Acquired(held) => Some(held),
-                Attempt::Replaced => None,
-            };
-            if let Some(held) = outcome {
-                return Ok(held);
+                Step::Reopen => {}
             }
-            reopens += 1;
-            if reopens >= MAX_REOPENS {
-                return Err(Error::Unstable {
-                    path: self.path().to_path_buf(),
-                    attempts: reopens,
-                });
-            }
+            self.count_reopen(&mut reopens)?;
         }
+    }
+
+    /// Opens (or reuses) the lock file and tries it; when busy and the budget allows
+    /// waiting, starts the watch and tries once more before the caller sleeps.
+    fn step(&self, reuse: &mut Option<Opened>) -> Result<Step> {
+        // Deadlines are judged while waiting: a replaced file is reopened and tried even when
+        // the budget allows no waiting, because that is not contention.
+        if self.budget.flagged() {
+            return Err(Error::Cancelled {
+                path: self.path().to_path_buf(),
+            });
+        }
+        let opened = match reuse.take() {
+            Some(o) => o,
+            None => self.open()?,
+        };
+        Ok(match self.attempt(opened)? {
+            Attempt::Busy(opened) if !self.try_once() => {
+                // Watch first, then try again, then sleep: a release between the failed try
+                // and the watch is caught by the second try, one after it by the watch. (The
+                // uncontended path never pays for the watch.)
+                let watch = sys::Watch::new(opened.fd.as_fd(), self.path());
+                match self.attempt(opened)? {
+                    Attempt::Busy(opened) => Step::Wait(opened, watch),
+                    Attempt::Acquired(held) => Step::Done(held),
+                    Attempt::Replaced => Step::Reopen,
+                }
+            }
+            Attempt::Busy(opened) => return Err(self.timed_out(Some(opened.id))),
+            Attempt::Acquired(held) => Step::Done(held),
+            Attempt::Replaced => Step::Reopen,
+        })
+    }
+
+    fn count_reopen(&self, reopens: &mut u32) -> Result<()> {
+        *reopens += 1;
+        if *reopens >= MAX_REOPENS {
+            return Err(Error::Unstable {
+                path: self.path().to_path_buf(),
+                attempts: *reopens,
+            });
+        }
+        Ok(())
     }
 
     fn timed_out(&self, id: Option<FileId>) -> Error {

@@ -1,0 +1,140 @@
+//! Async acquisition (feature `tokio`): many waiters, cancel by drop, timeouts, no blocked
+//! executor thread, and takeover from a SIGKILLed holder process.
+#![cfg(feature = "tokio")]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use leasehold::{Budget, CancelToken, Error, Holders, Lease, holders};
+
+async fn many_waiters_take_turns_exclusively() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = Arc::new(dir.path().join("many.lock"));
+    let inside = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..24)
+        .map(|_| {
+            let (path, inside, done) = (path.clone(), inside.clone(), done.clone());
+            tokio::spawn(async move {
+                let budget = Budget::timeout(Duration::from_secs(60));
+                let lease = Lease::acquire_async(&*path, &budget).await.expect("lease");
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                tokio::task::yield_now().await;
+                inside.store(false, Ordering::SeqCst);
+                drop(lease);
+                done.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 24);
+    assert_eq!(holders(&*path).unwrap(), Holders::Free);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_multi_thread() {
+    many_waiters_take_turns_exclusively().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn many_waiters_current_thread() {
+    many_waiters_take_turns_exclusively().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_the_future_cancels_and_leaves_nothing_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("drop.lock");
+    let mut holder = Lease::try_acquire(&path).unwrap();
+    let budget = Budget::unlimited();
+    let wait = Lease::acquire_async(&path, &budget);
+    let res = tokio::time::timeout(Duration::from_millis(30), wait).await;
+    assert!(
+        res.is_err(),
+        "still contended, so the wait was abandoned by drop"
+    );
+    holder.release();
+    assert_eq!(holders(&path).unwrap(), Holders::Free);
+    Lease::try_acquire(&path).unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn budget_timeout_and_cancel_token_end_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.lock");
+    let _holder = Lease::try_acquire(&path).unwrap();
+    let err = Lease::acquire_async(&path, &Budget::timeout(Duration::from_millis(40)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TimedOut { .. }), "{err:?}");
+    let token = CancelToken::new().unwrap();
+    let budget = Budget::unlimited().with_cancel(token.clone());
+    let canceller = tokio::spawn(async move { token.cancel() });
+    let err = Lease::acquire_async(&path, &budget).await.unwrap_err();
+    canceller.await.unwrap();
+    assert!(matches!(err, Error::Cancelled { .. }), "{err:?}");
+}
+
+/// A canary task keeps running while the only executor thread waits for a contended lease: a
+/// blocking wait would starve it completely.
+#[tokio::test(flavor = "current_thread")]
+async fn waiting_never_blocks_the_executor_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("canary.lock");
+    let _holder = Lease::try_acquire(&path).unwrap();
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let canary = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            loop {
+                ticks.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    let res = Lease::acquire_async(&path, &Budget::timeout(Duration::from_millis(300))).await;
+    let seen = ticks.load(Ordering::SeqCst);
+    canary.abort();
+    assert!(res.unwrap_err().is_contended());
+    assert!(
+        seen >= 10,
+        "canary ticked only {seen} times during a 300 ms wait"
+    );
+}
+
+/// A real holder process (util-linux `flock`, holding the same kind of lock) is SIGKILLed;
+/// the async waiter takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_holder_process_hands_over_to_an_async_waiter() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("killed.lock");
+    std::fs::File::create(&path).unwrap();
+    let mut child = Command::new("flock")
+        .arg(&path)
+        .args(["-c", "echo locked; exec sleep 600"])
+        .stdout(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("util-linux flock");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "locked");
+    assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
+    let p = path.clone();
+    let waiter = tokio::spawn(async move {
+        Lease::acquire_async(&p, &Budget::timeout(Duration::from_secs(30))).await
+    });
+    let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL).unwrap();
+    child.wait().unwrap();
+    let lease = waiter.await.unwrap().expect("async waiter takes over");
+    lease.verify().unwrap();
+}
