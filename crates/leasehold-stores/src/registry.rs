@@ -242,6 +242,18 @@ impl Registry {
         self.authority.state()
     }
 
+    /// `Ok` while active; otherwise the error any operation would get now. A contention
+    /// error names the lease's current holders, looked up afresh (a pid shown must be right).
+    pub fn ensure_active(&self) -> Result<(), RegistryError> {
+        match self.authority.ensure_active() {
+            Ok(()) => Ok(()),
+            Err(AuthorityError::Contended { .. }) => Err(RegistryError::Contended {
+                holders: leasehold::holders(&self.paths.lease).unwrap_or(Holders::Unknown),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The published scope: empty unless active.
     pub fn scope(&self) -> Arc<Scope> {
         self.authority.scope()
@@ -305,8 +317,8 @@ impl Registry {
 }
 
 /// `path` canonicalized; it must be an existing directory with a UTF-8 name (the document
-/// is JSON).
-fn existing_dir(path: &Path) -> Result<PathBuf, RegistryError> {
+/// is JSON). This is the check `add` applies to both of its paths.
+pub fn existing_dir(path: &Path) -> Result<PathBuf, RegistryError> {
     let invalid = |reason: String| RegistryError::InvalidRoot {
         path: path.to_path_buf(),
         reason,

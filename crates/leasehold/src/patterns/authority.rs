@@ -296,6 +296,17 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
         }
     }
 
+    /// `Ok` while active; otherwise the typed error every mutation would get now
+    /// (`StorageFailed` takes precedence over `Contended`).
+    pub fn ensure_active(&self) -> Result<(), AuthorityError> {
+        let core = lock(&self.core);
+        if core.state == State::Active && !self.is_disposed() {
+            Ok(())
+        } else {
+            Err(state_error(&core))
+        }
+    }
+
     /// Whether [`teardown`](Self::teardown) has begun.
     pub fn is_disposed(&self) -> bool {
         self.disposed.load(Ordering::SeqCst)
