@@ -357,3 +357,53 @@ fn serve_answers_every_request_with_exactly_one_line() {
     a.finish();
     assert!(Path::new(&h.document()).is_file());
 }
+
+#[test]
+fn sigterm_in_the_middle_of_a_stream_of_writes_finishes_the_write_and_exits_0() {
+    let h = Home::new();
+    let p = h.dir("p");
+    let roots: Vec<String> = (0..120).map(|i| h.dir(&format!("r{i}"))).collect();
+    let mut a = h.serve();
+    assert_eq!(a.list()["ok"], true);
+    let batch: String = roots
+        .iter()
+        .map(|r| format!("{}\n", json!({"op": "add", "primary": &p, "root": r})))
+        .collect();
+    a.0.send(batch.trim_end());
+    let first: Value = serde_json::from_str(&a.0.line()).unwrap();
+    assert_eq!(first["ok"], true);
+    a.0.signal(rustix::process::Signal::TERM);
+    // Every answer it still gives is an acknowledgement that must be durable.
+    let mut acked = 1;
+    loop {
+        let line = a.0.line();
+        if line.is_empty() {
+            break; // EOF: the server exited
+        }
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["ok"], true, "{answer}");
+        acked += 1;
+    }
+    let st =
+        a.0.wait_timeout(Duration::from_secs(5))
+            .expect("exits promptly");
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "SIGTERM is an orderly teardown, not a kill"
+    );
+    let stored = h.list_json()["scope"][&p].as_array().unwrap().clone();
+    assert_eq!(stored.len(), acked, "acknowledged exactly what it wrote");
+}
+
+#[test]
+fn an_unusable_lease_path_is_refused_with_status_2() {
+    let h = Home::new();
+    let (p, r) = (h.dir("p"), h.dir("r"));
+    let not_a_file = h.dir("a-directory");
+    let mut cmd = h.reg(&["add", &p, &r, "--lease-path", &not_a_file]);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, &not_a_file);
+    assert!(!h.document().exists(), "no lease, no store");
+}

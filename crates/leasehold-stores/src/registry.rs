@@ -2,7 +2,7 @@
 //!
 //! Two processes of one product (a desktop app and a headless server, say) share one home
 //! and one registry file. The registry is served by an
-//! [`Authority`](leasehold::patterns::authority::Authority), so exactly one process writes the
+//! [`Authority`], so exactly one process writes the
 //! file and every other grants nothing — [`Registry::grants`] answers `false` whenever this
 //! process is not the active authority, because a root removed by the other process must not
 //! stay granted from stale memory.
