@@ -24,6 +24,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Tell whether LOCKFILE is held, and by which pids, without touching it.
     Status(cmd::status::StatusArgs),
+    /// The multi-root workspace registry, under a store-wide single-writer authority.
+    Registry(cmd::registry::RegistryArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => cmd::run::main(args),
         Command::Status(args) => cmd::status::main(args),
+        Command::Registry(args) => cmd::registry::main(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

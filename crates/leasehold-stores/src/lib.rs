@@ -2,3 +2,6 @@
 //! and the isolated result store.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod document;
+pub mod registry;

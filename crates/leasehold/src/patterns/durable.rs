@@ -25,11 +25,52 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 ///
 /// On error the previous file, if any, is left exactly as it was.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace_file_observed(path, bytes, &mut |_, _| Ok(()))
+}
+
+/// A step of [`replace_file`], in the order they happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The temporary file was created (empty).
+    Created,
+    /// The new content was written to the temporary file (not yet synced).
+    Written,
+    /// The temporary file was fsynced.
+    Synced,
+    /// The temporary file was renamed over the target.
+    Renamed,
+    /// The directory was fsynced: the replacement is durable.
+    DirSynced,
+}
+
+impl Step {
+    /// Every step, in order.
+    pub const ALL: [Step; 5] = [
+        Step::Created,
+        Step::Written,
+        Step::Synced,
+        Step::Renamed,
+        Step::DirSynced,
+    ];
+}
+
+/// [`replace_file`], calling `after_step(step, temp_path)` once each step has completed.
+///
+/// This is the seam crash and fault-injection tests use: a test can snapshot the directory at
+/// every step (what a crash there would leave) or return an error to fail that step. An
+/// error from `after_step` is handled like an I/O error of the step: the temporary file is
+/// removed, and before [`Step::Renamed`] the old document is untouched.
+pub fn replace_file_observed(
+    path: &Path,
+    bytes: &[u8],
+    after_step: &mut dyn FnMut(Step, &Path) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
     let tmp = temp_name(path);
+    let mut renamed = false;
     let result = (|| {
         let mut f = OpenOptions::new()
             .write(true)
@@ -37,13 +78,19 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
             .mode(0o600)
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .open(&tmp)?;
+        after_step(Step::Created, &tmp)?;
         f.write_all(bytes)?;
+        after_step(Step::Written, &tmp)?;
         f.sync_all()?;
         drop(f);
+        after_step(Step::Synced, &tmp)?;
         std::fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        renamed = true;
+        after_step(Step::Renamed, &tmp)?;
+        File::open(dir)?.sync_all()?;
+        after_step(Step::DirSynced, &tmp)
     })();
-    if result.is_err() {
+    if result.is_err() && !renamed {
         let _ = std::fs::remove_file(&tmp);
     }
     result
@@ -86,5 +133,28 @@ mod tests {
         assert!(replace_file(&d, b"new").is_err());
         assert_eq!(std::fs::read(&p).unwrap(), b"old");
         assert!(d.is_dir());
+    }
+
+    #[test]
+    fn a_failure_at_any_step_before_the_rename_leaves_the_old_document_and_no_temporary() {
+        for fail_at in [Step::Created, Step::Written, Step::Synced] {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("doc.json");
+            replace_file(&p, b"old").unwrap();
+            let err = replace_file_observed(&p, b"new", &mut |step, _| {
+                if step == fail_at {
+                    Err(io::Error::other("injected"))
+                } else {
+                    Ok(())
+                }
+            });
+            assert!(err.is_err(), "{fail_at:?}");
+            assert_eq!(std::fs::read(&p).unwrap(), b"old", "{fail_at:?}");
+            assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                1,
+                "{fail_at:?}"
+            );
+        }
     }
 }

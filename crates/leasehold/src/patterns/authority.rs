@@ -1,0 +1,869 @@
+//! A store-wide single-writer authority that fails closed.
+//!
+//! Several processes share one store file. Without an authority each reads the file at start
+//! and rewrites the whole of it later, so the last writer silently drops the other's change,
+//! and a process keeps granting from its stale memory what another has removed. [`Authority`]
+//! makes exactly one process the writer of the whole store and makes every other process
+//! grant nothing until it becomes the authority itself.
+//!
+//! The lifecycle is fixed, and each step is where it is for a reason:
+//!
+//! 1. **acquire the lease** ([`Arbiter`]) — nothing is opened without it, not even read-only:
+//!    a snapshot read without the lease may already be stale when it is used;
+//! 2. **open the store and load** its records ([`Store::open`]);
+//! 3. **publish the scope** — only now does [`Authority::scope`] answer anything but empty;
+//! 4. **serve** mutations, verifying the lease before each durable write;
+//! 5. **drain** in-flight mutations, **withdraw** the scope, **close** the store;
+//! 6. **release the lease last**, so that a successor never opens a snapshot missing this
+//!    process's last write.
+//!
+//! Every transition (acquisition, refresh, teardown) runs on one queue, so an acquisition and
+//! a teardown never interleave; teardown marks the authority disposed *before* it queues, so
+//! an acquisition already running stops before opening the store and leaves what it took for
+//! that teardown to release.
+//!
+//! The authority is generic over *what* arbitrates ([`Arbiter`], [`Grant`]) — the kernel
+//! [`Lease`] through [`KernelArbiter`] today, a distributed lease with a fencing token later
+//! ([`Grant::fencing_token`] is handed to every [`Store::commit`]) — and over the store.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use crate::{Budget, Error, Holders, Lease, LeaseOptions};
+
+/// A held right to be the single writer, as handed out by an [`Arbiter`].
+pub trait Grant: Send {
+    /// Whether the right is still held. Called before every durable write; an error makes
+    /// the authority fail closed with `StorageFailed("lease lost")`.
+    fn verify(&self) -> crate::Result<()>;
+    /// Gives the right up. Idempotent.
+    fn release(&mut self);
+    /// A number that grows with every grant (an etcd revision, for example), which a store
+    /// can write next to its data so that a deposed writer's late write is refused. The
+    /// kernel lease needs none: the kernel never grants the lock twice at once.
+    fn fencing_token(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Whatever decides which process is the authority.
+pub trait Arbiter: Send + Sync {
+    /// What a successful acquisition holds.
+    type Grant: Grant;
+    /// Tries to become the writer within `budget` ([`Budget::no_wait`] tries once).
+    /// Contention must be reported as an error for which [`Error::is_contended`] is true.
+    fn acquire(&self, budget: &Budget) -> crate::Result<Self::Grant>;
+}
+
+impl Grant for Lease {
+    fn verify(&self) -> crate::Result<()> {
+        Lease::verify(self)
+    }
+    fn release(&mut self) {
+        Lease::release(self)
+    }
+}
+
+/// The kernel lease on one lock file as an [`Arbiter`]: one lock for the whole store.
+#[derive(Debug, Clone)]
+pub struct KernelArbiter {
+    path: PathBuf,
+    options: LeaseOptions,
+}
+
+impl KernelArbiter {
+    /// Arbitrates with the lease on `path` (created 0600, parents 0700, when missing).
+    pub fn new(path: impl Into<PathBuf>) -> KernelArbiter {
+        KernelArbiter {
+            path: path.into(),
+            options: LeaseOptions::new(),
+        }
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Arbiter for KernelArbiter {
+    type Grant = Lease;
+    fn acquire(&self, budget: &Budget) -> crate::Result<Lease> {
+        self.options.acquire(&self.path, budget)
+    }
+}
+
+/// Why a store could not be opened or written: a reason for a human, naming the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreFailure(pub String);
+
+/// A store that an [`Authority`] opens, writes and closes — only while it holds the lease.
+pub trait Store: Send {
+    /// The loaded records; also the published scope. `Default` is the empty scope.
+    type Records: Clone + Default + Send + Sync;
+    /// What mutations are serialized by inside the process.
+    type Key: Ord + Clone + Send;
+    /// Opens the store and loads its records from durable storage. A document that cannot
+    /// be read must be reported, never replaced.
+    fn open(&mut self) -> Result<Self::Records, StoreFailure>;
+    /// Makes `records` durable before returning (an acknowledged write survives a crash).
+    /// `fence` is the grant's [`Grant::fencing_token`].
+    fn commit(&mut self, records: &Self::Records, fence: Option<u64>) -> Result<(), StoreFailure>;
+    /// Closes the store; it will be opened again before any further use.
+    fn close(&mut self);
+}
+
+/// Where an authority stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// This process is the writer; the scope is published.
+    Active,
+    /// Another process is the writer (or this authority was torn down): empty scope.
+    Contended,
+    /// The lease may be held but the store cannot be used: empty scope.
+    StorageFailed {
+        /// What went wrong, for a human.
+        reason: String,
+    },
+}
+
+/// Why a mutation or an acquisition was refused. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthorityError {
+    /// Another process is the authority (or this one was torn down).
+    #[error("the store is held by another process{holders}")]
+    Contended {
+        /// Holder pids, where the OS revealed them at the last attempt.
+        holders: Holders,
+    },
+    /// The store cannot be used; the scope is withdrawn until a successful refresh.
+    #[error("storage failed: {reason}")]
+    StorageFailed {
+        /// What went wrong.
+        reason: String,
+    },
+    /// The arbiter failed for another reason than contention (for example an unusable lock
+    /// path); the authority is in `StorageFailed`.
+    #[error(transparent)]
+    Lease(Error),
+}
+
+/// A step of the lifecycle, reported to an [`Observer`] as it happens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The lease was acquired.
+    LeaseAcquired,
+    /// The lease is held by someone else.
+    LeaseContended,
+    /// The store was opened and its records loaded.
+    StoreOpened,
+    /// The scope was published: the authority is active.
+    ScopePublished,
+    /// The store failed (the reason).
+    StorageFailed(String),
+    /// A mutation was admitted.
+    MutationBegin,
+    /// A durable write starts.
+    WriteBegin,
+    /// A durable write ended (successfully or not).
+    WriteEnd,
+    /// An admitted mutation finished.
+    MutationEnd,
+    /// Teardown began: no acquisition or new mutation from now on.
+    Disposed,
+    /// Teardown waited until no mutation was running.
+    Drained,
+    /// The scope was withdrawn.
+    ScopeWithdrawn,
+    /// The store was closed.
+    StoreClosed,
+    /// The lease was released.
+    LeaseReleased,
+}
+
+/// Receives every [`Event`], synchronously, on the thread where it happens.
+pub type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// Records events of one or more authorities, each under a label, in the order they happened.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    events: Arc<Mutex<Vec<(String, Event)>>>,
+}
+
+impl Recorder {
+    /// An empty recorder.
+    pub fn new() -> Recorder {
+        Recorder::default()
+    }
+
+    /// An observer that records under `label`.
+    pub fn observer(&self, label: &str) -> Observer {
+        let events = self.events.clone();
+        let label = label.to_string();
+        Arc::new(move |e: &Event| lock(&events).push((label.clone(), e.clone())))
+    }
+
+    /// Everything recorded so far.
+    pub fn events(&self) -> Vec<(String, Event)> {
+        lock(&self.events).clone()
+    }
+}
+
+struct Core<G, R> {
+    state: State,
+    lease: Option<G>,
+    records: Arc<R>,
+    holders: Holders,
+    inflight: usize,
+    /// Bumped at every (re)publication: a mutation admitted under an older one never writes.
+    epoch: u64,
+}
+
+struct Writer<S> {
+    store: S,
+    open: bool,
+}
+
+/// The single-writer authority over one store (see the module docs for its lifecycle).
+///
+/// Lock order: `queue` → `writer` → `core`; `core` is only ever held briefly, so
+/// [`scope`](Self::scope) and [`state`](Self::state) never wait for a write.
+pub struct Authority<A: Arbiter, S: Store> {
+    arbiter: A,
+    observer: Option<Observer>,
+    disposed: AtomicBool,
+    /// The transition queue, shared by acquisition, refresh and teardown.
+    queue: Mutex<()>,
+    /// The store; held for a whole write, so that two keys never rewrite the file at once.
+    writer: Mutex<Writer<S>>,
+    core: Mutex<Core<A::Grant, S::Records>>,
+    idle: Condvar,
+    keys: Mutex<BTreeMap<S::Key, Arc<Mutex<()>>>>,
+    empty: Arc<S::Records>,
+}
+
+impl<A: Arbiter, S: Store> Authority<A, S> {
+    /// An authority that has not tried to acquire yet (state `Contended`, empty scope).
+    pub fn new(arbiter: A, store: S) -> Self {
+        Authority {
+            arbiter,
+            observer: None,
+            disposed: AtomicBool::new(false),
+            queue: Mutex::new(()),
+            writer: Mutex::new(Writer { store, open: false }),
+            core: Mutex::new(Core {
+                state: State::Contended,
+                lease: None,
+                records: Arc::default(),
+                holders: Holders::Unknown,
+                inflight: 0,
+                epoch: 0,
+            }),
+            idle: Condvar::new(),
+            keys: Mutex::new(BTreeMap::new()),
+            empty: Arc::default(),
+        }
+    }
+
+    /// Reports every lifecycle [`Event`] to `observer` (tests assert on the order).
+    pub fn with_observer(mut self, observer: Observer) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    fn emit(&self, e: Event) {
+        if let Some(o) = &self.observer {
+            o(&e);
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> State {
+        lock(&self.core).state.clone()
+    }
+
+    /// The published scope: the loaded records while active, empty otherwise (fail closed:
+    /// nothing read earlier is ever used to grant).
+    pub fn scope(&self) -> Arc<S::Records> {
+        let core = lock(&self.core);
+        if core.state == State::Active {
+            core.records.clone()
+        } else {
+            self.empty.clone()
+        }
+    }
+
+    /// `Ok` while active; otherwise the typed error every mutation would get now
+    /// (`StorageFailed` takes precedence over `Contended`).
+    pub fn ensure_active(&self) -> Result<(), AuthorityError> {
+        let core = lock(&self.core);
+        if core.state == State::Active && !self.is_disposed() {
+            Ok(())
+        } else {
+            Err(state_error(&core))
+        }
+    }
+
+    /// Whether [`teardown`](Self::teardown) has begun.
+    pub fn is_disposed(&self) -> bool {
+        self.disposed.load(Ordering::SeqCst)
+    }
+
+    /// Becomes the authority if it is not already: takes the lease within `budget` (kept if
+    /// already held and still valid), reopens the store from disk, loads and publishes.
+    ///
+    /// Used for the first acquisition and for `refresh` alike, so a contended process takes
+    /// over without a restart and sees the last durable write of its predecessor. A store
+    /// that fails to load leaves the authority in `StorageFailed` *holding the lease*.
+    pub fn acquire(&self, budget: &Budget) -> Result<(), AuthorityError> {
+        let _queue = lock(&self.queue);
+        if self.is_disposed() {
+            return Err(self.disposed_error());
+        }
+        let mut core = lock(&self.core);
+        if core.state == State::Active {
+            return Ok(());
+        }
+        // Mutations admitted under an earlier publication finish before the store reopens.
+        core = self.wait_idle(core);
+        let valid = core.lease.as_ref().is_some_and(|g| g.verify().is_ok());
+        if !valid {
+            let stale = core.lease.take();
+            drop(core);
+            if let Some(mut g) = stale {
+                g.release();
+                self.emit(Event::LeaseReleased);
+            }
+            match self.arbiter.acquire(budget) {
+                Ok(g) => {
+                    lock(&self.core).lease = Some(g);
+                    self.emit(Event::LeaseAcquired);
+                }
+                Err(e) if e.is_contended() => {
+                    let holders = e.holders().cloned().unwrap_or(Holders::Unknown);
+                    let mut core = lock(&self.core);
+                    core.state = State::Contended;
+                    core.holders = holders.clone();
+                    drop(core);
+                    self.emit(Event::LeaseContended);
+                    return Err(AuthorityError::Contended { holders });
+                }
+                Err(e) => {
+                    self.fail(&mut lock(&self.core), e.to_string());
+                    return Err(AuthorityError::Lease(e));
+                }
+            }
+        } else {
+            drop(core);
+        }
+        // A teardown that began meanwhile is queued behind us and releases what we took.
+        if self.is_disposed() {
+            return Err(self.disposed_error());
+        }
+        let mut w = lock(&self.writer);
+        if w.open {
+            w.store.close();
+            w.open = false;
+            self.emit(Event::StoreClosed);
+        }
+        let opened = w.store.open();
+        let mut core = lock(&self.core);
+        match opened {
+            Ok(records) => {
+                w.open = true;
+                self.emit(Event::StoreOpened);
+                core.records = Arc::new(records);
+                core.epoch += 1;
+                core.state = State::Active;
+                self.emit(Event::ScopePublished);
+                Ok(())
+            }
+            Err(StoreFailure(reason)) => {
+                self.fail(&mut core, reason.clone());
+                Err(AuthorityError::StorageFailed { reason })
+            }
+        }
+    }
+
+    /// Tries once more to become the authority ([`acquire`](Self::acquire) without waiting).
+    pub fn refresh(&self) -> Result<(), AuthorityError> {
+        self.acquire(&Budget::no_wait())
+    }
+
+    /// Applies `f` to a copy of the records and makes the result durable, then publishes it.
+    ///
+    /// Refused with a typed error, writing nothing, unless active. Mutations of one `key`
+    /// run one at a time in arrival order; the whole document is written by one mutation at
+    /// a time (two keys still rewrite one file). The lease is verified right before the
+    /// write; if it is lost the authority goes to `StorageFailed("lease lost")`.
+    pub fn mutate<T>(
+        &self,
+        key: &S::Key,
+        f: impl FnOnce(&mut S::Records) -> T,
+    ) -> Result<T, AuthorityError> {
+        let key_lock = self.key_lock(key);
+        let _key = lock(&key_lock);
+        let epoch = {
+            let mut core = lock(&self.core);
+            if self.is_disposed() {
+                return Err(self.disposed_error());
+            }
+            if core.state != State::Active {
+                return Err(state_error(&core));
+            }
+            core.inflight += 1;
+            core.epoch
+        };
+        let _admitted = Admitted(self);
+        self.emit(Event::MutationBegin);
+        let mut w = lock(&self.writer);
+        let mut next = {
+            let core = lock(&self.core);
+            if core.epoch != epoch || core.state != State::Active {
+                return Err(state_error(&core));
+            }
+            (*core.records).clone()
+        };
+        let out = f(&mut next);
+        let fence = {
+            let mut core = lock(&self.core);
+            let verified = match core.lease.as_ref() {
+                Some(g) => g.verify().map(|()| g.fencing_token()),
+                None => Err(Error::Released {
+                    path: PathBuf::new(),
+                }),
+            };
+            match verified {
+                Ok(fence) => fence,
+                Err(_) => {
+                    self.fail(&mut core, "lease lost".into());
+                    return Err(AuthorityError::StorageFailed {
+                        reason: "lease lost".into(),
+                    });
+                }
+            }
+        };
+        self.emit(Event::WriteBegin);
+        let written = w.store.commit(&next, fence);
+        self.emit(Event::WriteEnd);
+        let mut core = lock(&self.core);
+        match written {
+            Ok(()) => {
+                core.records = Arc::new(next);
+                Ok(out)
+            }
+            Err(StoreFailure(reason)) => {
+                self.fail(&mut core, reason.clone());
+                Err(AuthorityError::StorageFailed { reason })
+            }
+        }
+    }
+
+    /// Ends the authority: marks it disposed (no acquisition or new mutation after this),
+    /// drains every admitted mutation, withdraws the scope, closes the store and releases the
+    /// lease — last, so a successor never misses a write. Finishes an acquisition that
+    /// overlapped it. Idempotent; `Drop` calls it.
+    pub fn teardown(&self) {
+        if !self.disposed.swap(true, Ordering::SeqCst) {
+            self.emit(Event::Disposed);
+        }
+        let _queue = lock(&self.queue);
+        let core = lock(&self.core);
+        let had_work = core.inflight > 0;
+        let mut core = self.wait_idle(core);
+        if had_work {
+            self.emit(Event::Drained);
+        }
+        let was_active = core.state == State::Active;
+        core.state = State::Contended;
+        core.holders = Holders::Unknown;
+        core.records = self.empty.clone();
+        drop(core);
+        if was_active {
+            self.emit(Event::ScopeWithdrawn);
+        }
+        let mut w = lock(&self.writer);
+        if w.open {
+            w.store.close();
+            w.open = false;
+            self.emit(Event::StoreClosed);
+        }
+        drop(w);
+        let lease = lock(&self.core).lease.take();
+        if let Some(mut g) = lease {
+            g.release();
+            self.emit(Event::LeaseReleased);
+        }
+    }
+
+    fn fail(&self, core: &mut Core<A::Grant, S::Records>, reason: String) {
+        core.state = State::StorageFailed {
+            reason: reason.clone(),
+        };
+        self.emit(Event::StorageFailed(reason));
+    }
+
+    fn disposed_error(&self) -> AuthorityError {
+        AuthorityError::Contended {
+            holders: Holders::Unknown,
+        }
+    }
+
+    fn wait_idle<'a>(
+        &self,
+        core: MutexGuard<'a, Core<A::Grant, S::Records>>,
+    ) -> MutexGuard<'a, Core<A::Grant, S::Records>> {
+        self.idle
+            .wait_while(core, |c| c.inflight > 0)
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn key_lock(&self, key: &S::Key) -> Arc<Mutex<()>> {
+        let mut keys = lock(&self.keys);
+        // Forget locks nobody else holds, so the table stays as small as the keys in use.
+        keys.retain(|_, l| Arc::strong_count(l) > 1);
+        keys.entry(key.clone()).or_default().clone()
+    }
+}
+
+impl<A: Arbiter, S: Store> Drop for Authority<A, S> {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+/// An admitted mutation; dropping it (however the mutation ends) lets teardown proceed.
+struct Admitted<'a, A: Arbiter, S: Store>(&'a Authority<A, S>);
+
+impl<A: Arbiter, S: Store> Drop for Admitted<'_, A, S> {
+    fn drop(&mut self) {
+        lock(&self.0.core).inflight -= 1;
+        self.0.idle.notify_all();
+        self.0.emit(Event::MutationEnd);
+    }
+}
+
+fn state_error<G, R>(core: &Core<G, R>) -> AuthorityError {
+    match &core.state {
+        State::StorageFailed { reason } => AuthorityError::StorageFailed {
+            reason: reason.clone(),
+        },
+        _ => AuthorityError::Contended {
+            holders: core.holders.clone(),
+        },
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked (plain fields,
+/// updated in one step each).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::thread;
+
+    type Records = BTreeMap<String, u32>;
+
+    /// The "disk" both stacks share; `None` is a document that does not parse.
+    #[derive(Clone, Default)]
+    struct Disk(Arc<Mutex<Option<Records>>>);
+
+    struct MemStore {
+        disk: Disk,
+    }
+
+    impl Store for MemStore {
+        type Records = Records;
+        type Key = String;
+        fn open(&mut self) -> Result<Records, StoreFailure> {
+            lock(&self.disk.0)
+                .clone()
+                .ok_or_else(|| StoreFailure("document does not parse".into()))
+        }
+        fn commit(&mut self, r: &Records, _: Option<u64>) -> Result<(), StoreFailure> {
+            *lock(&self.disk.0) = Some(r.clone());
+            Ok(())
+        }
+        fn close(&mut self) {}
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        lock: PathBuf,
+        disk: Disk,
+        rec: Recorder,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let lock = dir.path().join("store.lock");
+            let disk = Disk(Arc::new(Mutex::new(Some(Records::new()))));
+            Fixture {
+                _dir: dir,
+                lock,
+                disk,
+                rec: Recorder::new(),
+            }
+        }
+        fn stack(&self, label: &str) -> Authority<KernelArbiter, MemStore> {
+            self.stack_observed(self.rec.observer(label))
+        }
+        fn stack_observed(&self, o: Observer) -> Authority<KernelArbiter, MemStore> {
+            let store = MemStore {
+                disk: self.disk.clone(),
+            };
+            Authority::new(KernelArbiter::new(&self.lock), store).with_observer(o)
+        }
+        fn events(&self, label: &str) -> Vec<Event> {
+            let all = self.rec.events();
+            all.into_iter()
+                .filter(|(l, _)| l == label)
+                .map(|(_, e)| e)
+                .collect()
+        }
+    }
+
+    fn set(k: &str, v: u32) -> impl FnOnce(&mut Records) {
+        let k = k.to_string();
+        move |r: &mut Records| {
+            r.insert(k, v);
+        }
+    }
+
+    fn pos(events: &[(String, Event)], label: &str, e: &Event) -> usize {
+        events
+            .iter()
+            .position(|(l, x)| l == label && x == e)
+            .unwrap_or_else(|| panic!("{label}: {e:?} not in {events:?}"))
+    }
+
+    #[test]
+    fn second_stack_is_contended_fails_closed_and_takes_over_by_refresh() {
+        let fx = Fixture::new();
+        let first = fx.stack("first");
+        first.acquire(&Budget::no_wait()).unwrap();
+        first.mutate(&"a".into(), set("a", 1)).unwrap();
+
+        let second = fx.stack("second");
+        let err = second.acquire(&Budget::no_wait()).unwrap_err();
+        assert!(matches!(err, AuthorityError::Contended { .. }), "{err:?}");
+        assert_eq!(second.state(), State::Contended);
+        assert!(second.scope().is_empty());
+        let err = second.mutate(&"b".into(), set("b", 2)).unwrap_err();
+        assert!(matches!(err, AuthorityError::Contended { .. }), "{err:?}");
+        assert!(
+            !fx.events("second").contains(&Event::StoreOpened),
+            "a contended stack must never open the store"
+        );
+        assert!(second.refresh().is_err(), "still held");
+
+        first.mutate(&"a".into(), set("a", 3)).unwrap();
+        first.teardown();
+        assert!(first.scope().is_empty());
+        second.refresh().unwrap();
+        assert_eq!(second.state(), State::Active);
+        assert_eq!(second.scope().get("a"), Some(&3), "the first's last write");
+        assert_eq!(
+            second.scope().get("b"),
+            None,
+            "the rejected mutation wrote nothing"
+        );
+    }
+
+    #[test]
+    fn teardown_drains_then_closes_then_releases_and_a_successor_follows() {
+        let fx = Fixture::new();
+        let (disposed_tx, disposed_rx) = mpsc::channel();
+        let disposed_tx = Mutex::new(disposed_tx);
+        let rec = fx.rec.observer("first");
+        let observer: Observer = Arc::new(move |e: &Event| {
+            rec(e);
+            if *e == Event::Disposed {
+                let _ = lock(&disposed_tx).send(());
+            }
+        });
+        let first = Arc::new(fx.stack_observed(observer));
+        first.acquire(&Budget::no_wait()).unwrap();
+
+        let (inside_tx, inside_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let writer = {
+            let first = first.clone();
+            thread::spawn(move || {
+                first.mutate(&"a".into(), move |r: &mut Records| {
+                    inside_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                    r.insert("a".into(), 7);
+                })
+            })
+        };
+        inside_rx.recv().unwrap(); // the mutation is running
+        let closer = {
+            let first = first.clone();
+            thread::spawn(move || first.teardown())
+        };
+        disposed_rx.recv().unwrap(); // teardown has begun
+        let err = first.mutate(&"b".into(), set("b", 1)).unwrap_err();
+        assert!(matches!(err, AuthorityError::Contended { .. }), "{err:?}");
+        go_tx.send(()).unwrap();
+        writer.join().unwrap().unwrap();
+        closer.join().unwrap();
+
+        let second = fx.stack("second");
+        second.acquire(&Budget::no_wait()).unwrap();
+        assert_eq!(second.scope().get("a"), Some(&7));
+        assert_eq!(second.scope().get("b"), None);
+
+        let ev = fx.rec.events();
+        let write_end = pos(&ev, "first", &Event::WriteEnd);
+        let mutation_end = pos(&ev, "first", &Event::MutationEnd);
+        let close = pos(&ev, "first", &Event::StoreClosed);
+        let release = pos(&ev, "first", &Event::LeaseReleased);
+        assert!(pos(&ev, "first", &Event::Disposed) < write_end, "{ev:?}");
+        assert!(write_end < close, "the write ends before close: {ev:?}");
+        assert!(
+            mutation_end < close,
+            "no close while a mutation runs: {ev:?}"
+        );
+        assert!(close < release, "close before release: {ev:?}");
+        assert!(
+            release < pos(&ev, "second", &Event::LeaseAcquired),
+            "{ev:?}"
+        );
+    }
+
+    #[test]
+    fn acquisition_overlapping_teardown_is_finished_by_it() {
+        let fx = Fixture::new();
+        let (acquired_tx, acquired_rx) = mpsc::channel();
+        let (disposed_tx, disposed_rx) = mpsc::channel();
+        let (gate_tx, gate_rx) = mpsc::channel::<()>();
+        let (acquired_tx, disposed_tx, gate_rx) = (
+            Mutex::new(acquired_tx),
+            Mutex::new(disposed_tx),
+            Mutex::new(gate_rx),
+        );
+        let rec = fx.rec.observer("first");
+        let observer: Observer = Arc::new(move |e: &Event| {
+            rec(e);
+            match e {
+                Event::LeaseAcquired => {
+                    lock(&acquired_tx).send(()).unwrap();
+                    lock(&gate_rx).recv().unwrap(); // park the acquisition here
+                }
+                Event::Disposed => lock(&disposed_tx).send(()).unwrap(),
+                _ => {}
+            }
+        });
+        let first = Arc::new(fx.stack_observed(observer));
+        let acquirer = {
+            let first = first.clone();
+            thread::spawn(move || first.acquire(&Budget::no_wait()))
+        };
+        acquired_rx.recv().unwrap(); // the acquisition holds the lease, store not yet open
+        let closer = {
+            let first = first.clone();
+            thread::spawn(move || first.teardown())
+        };
+        disposed_rx.recv().unwrap(); // teardown began and queues behind the acquisition
+        gate_tx.send(()).unwrap();
+        let got = acquirer.join().unwrap();
+        closer.join().unwrap();
+        assert!(
+            matches!(got, Err(AuthorityError::Contended { .. })),
+            "{got:?}"
+        );
+        assert_eq!(first.state(), State::Contended);
+        assert!(first.scope().is_empty());
+        let ev = fx.events("first");
+        assert!(!ev.contains(&Event::StoreOpened), "{ev:?}");
+        assert!(ev.contains(&Event::LeaseReleased), "{ev:?}");
+        Lease::try_acquire(&fx.lock).expect("nothing leaked: a successor gets the lease");
+    }
+
+    #[test]
+    fn lost_lease_fails_closed_before_writing() {
+        let fx = Fixture::new();
+        let a = fx.stack("a");
+        a.acquire(&Budget::no_wait()).unwrap();
+        a.mutate(&"k".into(), set("k", 1)).unwrap();
+        std::fs::remove_file(&fx.lock).unwrap();
+        let err = a.mutate(&"k".into(), set("k", 2)).unwrap_err();
+        assert!(
+            matches!(&err, AuthorityError::StorageFailed { reason } if reason == "lease lost"),
+            "{err:?}"
+        );
+        assert_eq!(
+            a.state(),
+            State::StorageFailed {
+                reason: "lease lost".into()
+            }
+        );
+        assert!(a.scope().is_empty());
+        assert_eq!(lock(&fx.disk.0).as_ref().unwrap().get("k"), Some(&1));
+        // A refresh takes a fresh lease on the new lock file and reopens.
+        a.refresh().unwrap();
+        assert_eq!(a.scope().get("k"), Some(&1));
+    }
+
+    #[test]
+    fn unloadable_store_keeps_the_lease_and_refresh_recovers() {
+        let fx = Fixture::new();
+        *lock(&fx.disk.0) = None;
+        let a = fx.stack("a");
+        let err = a.acquire(&Budget::no_wait()).unwrap_err();
+        assert!(
+            matches!(err, AuthorityError::StorageFailed { .. }),
+            "{err:?}"
+        );
+        assert!(a.scope().is_empty());
+        assert!(matches!(
+            a.mutate(&"k".into(), set("k", 1)),
+            Err(AuthorityError::StorageFailed { .. })
+        ));
+        assert!(lock(&fx.disk.0).is_none(), "never overwritten");
+        let b = fx.stack("b");
+        assert!(matches!(
+            b.acquire(&Budget::no_wait()),
+            Err(AuthorityError::Contended { .. })
+        ));
+        *lock(&fx.disk.0) = Some(Records::from([("k".into(), 9)]));
+        a.refresh().unwrap();
+        assert_eq!(a.scope().get("k"), Some(&9));
+    }
+
+    #[test]
+    fn concurrent_mutations_lose_no_update() {
+        let fx = Fixture::new();
+        let a = Arc::new(fx.stack("a"));
+        a.acquire(&Budget::no_wait()).unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let a = a.clone();
+                thread::spawn(move || {
+                    let key = format!("k{}", i % 2);
+                    for _ in 0..50 {
+                        a.mutate(&key, |r: &mut Records| {
+                            *r.entry(key.clone()).or_default() += 1
+                        })
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let disk = lock(&fx.disk.0).clone().unwrap();
+        assert_eq!(disk.get("k0"), Some(&200));
+        assert_eq!(disk.get("k1"), Some(&200));
+    }
+}
