@@ -2,3 +2,4 @@
 //! single-writer authority, per-key operation leases and an append-only log.
 
 pub mod durable;
+pub mod keyed;
