@@ -2,3 +2,5 @@
 //! and the isolated result store.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod results;
