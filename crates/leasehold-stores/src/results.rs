@@ -107,7 +107,9 @@ pub enum ResultError {
         root: PathBuf,
     },
     /// `stage` of an ID that already has a candidate or publication.
-    #[error("result-exists: result {id:?} already exists in {root}; discard it or choose another ID")]
+    #[error(
+        "result-exists: result {id:?} already exists in {root}; discard it or choose another ID"
+    )]
     Exists {
         /// The trimmed ID.
         id: String,
@@ -115,7 +117,9 @@ pub enum ResultError {
         root: PathBuf,
     },
     /// Another process holds the ID's operation lease; nothing was changed.
-    #[error("result {id:?} is busy: its operation lease {path} is held by another process{holders}; nothing was changed")]
+    #[error(
+        "result {id:?} is busy: its operation lease {path} is held by another process{holders}; nothing was changed"
+    )]
     Busy {
         /// The trimmed ID.
         id: String,
@@ -131,7 +135,9 @@ pub enum ResultError {
         id: String,
     },
     /// `finish` could not be admitted: nothing was published.
-    #[error("durability unavailable: result {id:?} was not published: {source}; retry finish with the same ID")]
+    #[error(
+        "durability unavailable: result {id:?} was not published: {source}; retry finish with the same ID"
+    )]
     NotPublished {
         /// The trimmed ID.
         id: String,
@@ -227,7 +233,9 @@ pub fn normalize_id(id: &str) -> Result<&str> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
     {
-        return Err(invalid("only letters, digits, '.', '_' and '-' are allowed"));
+        return Err(invalid(
+            "only letters, digits, '.', '_' and '-' are allowed",
+        ));
     }
     Ok(t)
 }
@@ -336,9 +344,9 @@ impl ResultStore {
                 path: self.lock_path(id),
                 holders: e.holders().cloned().unwrap_or(Holders::Unknown),
             },
-            KeyError::Lease(LeaseError::Cancelled { .. }) => ResultError::Cancelled {
-                id: id.to_string(),
-            },
+            KeyError::Lease(LeaseError::Cancelled { .. }) => {
+                ResultError::Cancelled { id: id.to_string() }
+            }
             KeyError::Lease(e) => ResultError::Lock(e),
             other => ResultError::Io {
                 op: "admit",
@@ -370,13 +378,15 @@ impl ResultStore {
     fn read_publication(&self, id: &str) -> Result<Option<Publication>> {
         let path = self.publication(id);
         match fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| ResultError::Corrupt {
-                    id: id.to_string(),
-                    path,
-                    reason: e.to_string(),
-                }),
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| ResultError::Corrupt {
+                        id: id.to_string(),
+                        path,
+                        reason: e.to_string(),
+                    })
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(ResultError::Io {
                 op: "read publication",
@@ -766,7 +776,10 @@ fn now_ms() -> u64 {
 
 fn create_dirs_io(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 fn create_dirs(dir: &Path) -> Result<()> {
