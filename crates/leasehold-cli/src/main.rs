@@ -24,6 +24,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Tell whether LOCKFILE is held, and by which pids, without touching it.
     Status(cmd::status::StatusArgs),
+    /// Stage, inspect, publish, apply, discard, abort and sweep isolated results.
+    Results(cmd::results::ResultsArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => cmd::run::main(args),
         Command::Status(args) => cmd::status::main(args),
+        Command::Results(args) => cmd::results::main(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
