@@ -10,7 +10,7 @@ use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Out, Proc, assert_one_line_error, hold, leasehold, release, run};
@@ -60,12 +60,9 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
-/// Runs `results ARGS` while another process holds `id`'s lease: proves that it parks (its
-/// "waiting" notice arrives on stderr) without changing anything under `watched`, then
-/// releases the holder and returns how the waiter finished.
-fn parks_until_released(root: &Path, id: &str, args: &[&OsStr], watched: &[&Path]) -> Out {
-    let holder = hold(&lock(root, id));
-    let before: Vec<_> = watched.iter().map(|d| snapshot(d)).collect();
+/// Starts `results ARGS` (waiting up to 60 s) and returns once it has announced on stderr
+/// that it is waiting for a busy ID.
+fn spawn_parked(root: &Path, args: &[&OsStr]) -> (Proc, BufReader<ChildStderr>) {
     let mut cmd = results(root);
     cmd.args(["--timeout", "60"])
         .args(args)
@@ -78,6 +75,16 @@ fn parks_until_released(root: &Path, id: &str, args: &[&OsStr], watched: &[&Path
         notice.starts_with("leasehold: waiting for result"),
         "{notice:?}"
     );
+    (waiter, stderr)
+}
+
+/// Runs `results ARGS` while another process holds `id`'s lease: proves that it parks
+/// without changing anything under `watched`, then releases the holder and returns how the
+/// waiter finished.
+fn parks_until_released(root: &Path, id: &str, args: &[&OsStr], watched: &[&Path]) -> Out {
+    let holder = hold(&lock(root, id));
+    let before: Vec<_> = watched.iter().map(|d| snapshot(d)).collect();
+    let (mut waiter, mut stderr) = spawn_parked(root, args);
     let during: Vec<_> = watched.iter().map(|d| snapshot(d)).collect();
     assert_eq!(before, during, "changed the store while parked");
     release(holder);
@@ -399,4 +406,21 @@ fn json_shapes_result_exists_and_default_root() {
     run(&mut in_home(&["finish", "r1"]));
     let out = run(&mut in_home(&["pending"]));
     assert_eq!(out.stdout, "r1\n");
+}
+
+#[test]
+fn sigterm_while_waiting_stops_promptly_with_nothing_changed() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path();
+    stage(root, "r1", &[("a", "1")]);
+    let holder = hold(&lock(root, "r1"));
+    let before = snapshot(root);
+    let (mut waiter, _stderr) = spawn_parked(root, &os(&["discard", "r1"]));
+    waiter.signal(rustix::process::Signal::TERM);
+    let status = waiter
+        .wait_timeout(Duration::from_secs(5))
+        .expect("stops promptly");
+    assert_eq!(status.code(), Some(143));
+    assert_eq!(snapshot(root), before);
+    release(holder);
 }
