@@ -315,8 +315,10 @@ impl ResultStore {
     fn admit(&self, id: &str, budget: &Budget, create: bool) -> Result<KeyLease> {
         let known = |k: &str| create || self.exists(k);
         if let Some((after, notice)) = &self.notice {
-            let first = Instant::now() + *after;
-            if budget.deadline().is_none_or(|d| d > first) {
+            let first = Instant::now().checked_add(*after);
+            if let Some(first) = first
+                && budget.deadline().is_none_or(|d| d > first)
+            {
                 let quick = match budget.cancel_token() {
                     Some(t) => Budget::until(first).with_cancel(t.clone()),
                     None => Budget::until(first),
@@ -462,20 +464,24 @@ impl ResultStore {
     pub fn paths(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
-        self.inspect(id, &lease, "paths")
+        Ok(self
+            .inspect(id, &lease, "paths")?
+            .map(|e| e.files)
+            .unwrap_or_default())
     }
 
     /// The inspection shared by `paths` and `finish`, under the lease.
-    fn inspect(&self, id: &str, lease: &KeyLease, op: &'static str) -> Result<Vec<String>> {
+    /// `None`: the result was empty and has been removed.
+    fn inspect(&self, id: &str, lease: &KeyLease, op: &'static str) -> Result<Option<Entry>> {
         let entry = self.entry(id)?;
         let published = self.read_publication(id)?;
         match (entry, published) {
             (None, None) => Err(self.unknown(id)),
-            (Some(e), _) if !e.files.is_empty() => Ok(e.files),
+            (Some(e), _) if !e.files.is_empty() => Ok(Some(e)),
             // No files (or a publication whose candidate is gone): nothing to apply.
             _ => {
                 self.remove(id, lease, op, Vec::new())?;
-                Ok(Vec::new())
+                Ok(None)
             }
         }
     }
@@ -493,11 +499,9 @@ impl ResultStore {
                 source: Box::new(e),
             },
         })?;
-        let files = self.inspect(id, &lease, "finish")?;
-        if files.is_empty() {
-            return Ok(files);
-        }
-        let entry = self.entry(id)?.ok_or_else(|| self.unknown(id))?;
+        let Some(entry) = self.inspect(id, &lease, "finish")? else {
+            return Ok(Vec::new());
+        };
         let publication = Publication {
             id: id.to_string(),
             created_ms: entry.created_ms,
