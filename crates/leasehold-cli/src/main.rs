@@ -26,6 +26,8 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// The multi-root workspace registry, under a store-wide single-writer authority.
     Registry(cmd::registry::RegistryArgs),
+    /// Stage, inspect, publish, apply, discard, abort and sweep isolated results.
+    Results(cmd::results::ResultsArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::main(args),
         Command::Status(args) => cmd::status::main(args),
         Command::Registry(args) => cmd::registry::main(args),
+        Command::Results(args) => cmd::results::main(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -5,3 +5,4 @@
 
 pub mod document;
 pub mod registry;
+pub mod results;

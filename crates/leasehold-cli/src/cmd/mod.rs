@@ -1,6 +1,7 @@
 //! One module per verb of the contract.
 
 pub mod registry;
+pub mod results;
 pub mod run;
 pub mod status;
 

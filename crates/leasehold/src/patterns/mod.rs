@@ -3,3 +3,4 @@
 
 pub mod authority;
 pub mod durable;
+pub mod keyed;

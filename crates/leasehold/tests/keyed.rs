@@ -1,0 +1,268 @@
+//! Library tests of `KeyedLeases` (multi-process behaviour is tested through the CLI).
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+use leasehold::patterns::keyed::{KeyError, KeyedLeases, RESULT_NAMESPACE, lock_name};
+use leasehold::{Budget, CancelToken, Error};
+
+fn keys(root: &Path) -> KeyedLeases {
+    KeyedLeases::new(root, RESULT_NAMESPACE)
+}
+
+fn contended(r: Result<impl std::fmt::Debug, KeyError>) -> bool {
+    matches!(r, Err(KeyError::Lease(e)) if e.is_contended())
+}
+
+/// Every entry under `dir`, recursively (sorted), to prove nothing was created.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            out.push(e.path().display().to_string());
+            if e.file_type().unwrap().is_dir() {
+                out.extend(tree(&e.path()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn lock_name_is_lowercase_hex_sha256_of_trimmed_key() {
+    assert_eq!(
+        lock_name(" abc\t"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad.lock"
+    );
+}
+
+#[test]
+fn empty_key_after_trimming_is_refused_and_creates_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    for k in ["", "   ", "\t\n"] {
+        let r = keys(root.path()).try_acquire(k, |_| true);
+        assert!(matches!(r, Err(KeyError::EmptyKey { .. })), "{k:?}: {r:?}");
+    }
+    assert!(tree(root.path()).is_empty());
+}
+
+/// A tiny deterministic generator (no extra dependency): xorshift64*.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn key(&mut self) -> String {
+        const ALPHABET: &[char] = &[
+            'a', 'Z', '0', '.', '/', '-', '_', ' ', '\t', '\n', '\0', 'é', '‽', '\\', ':', '*',
+        ];
+        let len = (self.next() % 300) as usize;
+        (0..len)
+            .map(|_| ALPHABET[(self.next() % ALPHABET.len() as u64) as usize])
+            .collect()
+    }
+}
+
+#[test]
+fn unknown_keys_allocate_no_lock_files_fuzzed() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    // Once with no namespace at all, once with a namespace holding another key's lock.
+    for round in 0..2 {
+        if round == 1 {
+            leases.try_acquire("known", |_| true).unwrap();
+        }
+        let before = tree(root.path());
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 + round);
+        for _ in 0..3000 {
+            let key = rng.key();
+            match leases.try_acquire(&key, |_| false) {
+                Err(KeyError::Unknown { .. } | KeyError::EmptyKey { .. }) => {}
+                other => panic!("{key:?}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            tree(root.path()),
+            before,
+            "an unknown key created something"
+        );
+    }
+}
+
+#[test]
+fn missing_root_is_unknown_and_not_created() {
+    let parent = tempfile::tempdir().unwrap();
+    let root = parent.path().join("absent");
+    let r = keys(&root).try_acquire("r1", |_| false);
+    assert!(matches!(r, Err(KeyError::Unknown { .. })), "{r:?}");
+    assert!(!root.exists());
+}
+
+#[test]
+fn whitespace_aliases_share_one_lease() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    let held = leases.try_acquire("r1", |_| true).unwrap();
+    assert_eq!(held.key(), "r1");
+    for alias in [" r1", "r1 ", "\tr1\n"] {
+        assert!(contended(leases.try_acquire(alias, |_| true)), "{alias:?}");
+    }
+    // Only one lock file exists for all of them.
+    let ns = root.path().join(RESULT_NAMESPACE);
+    assert_eq!(fs::read_dir(ns).unwrap().count(), 1);
+}
+
+#[test]
+fn disjoint_keys_proceed_in_parallel() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    let _a = leases.try_acquire("a", |_| true).unwrap();
+    let b = leases.try_acquire("b", |_| true).unwrap();
+    assert!(b.verify().is_ok());
+}
+
+#[test]
+fn repeated_release_is_harmless_and_lock_file_keeps_its_inode_bytes_and_mode() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    let mut lease = leases.try_acquire("r1", |_| true).unwrap();
+    let path = leases.lock_path("r1");
+    assert_eq!(lease.path(), path);
+    let ino = fs::metadata(&path).unwrap().ino();
+    assert_eq!(fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+    fs::write(&path, b"someone's bytes").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+    lease.release();
+    lease.release();
+    assert!(!lease.is_held());
+    drop(lease);
+    // The lock file stays, with the same inode, bytes and mode; a known key reuses it and an
+    // "unknown" one is admitted because its lock file exists.
+    let again = leases.try_acquire("r1", |_| false).unwrap();
+    let md = fs::metadata(&path).unwrap();
+    assert_eq!(md.ino(), ino);
+    assert_eq!(md.mode() & 0o777, 0o640);
+    assert_eq!(fs::read(&path).unwrap(), b"someone's bytes");
+    drop(again);
+}
+
+#[test]
+fn malformed_namespace_entries_are_refused_and_left_as_they_are() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    let ns = root.path().join(RESULT_NAMESPACE);
+    fs::create_dir(&ns).unwrap();
+    let lock = leases.lock_path("r1");
+    let target = root.path().join("victim");
+    fs::write(&target, b"victim").unwrap();
+
+    fs::create_dir(&lock).unwrap();
+    let r = leases.try_acquire("r1", |_| true);
+    assert!(
+        matches!(&r, Err(KeyError::Lease(e)) if e.is_unusable_path()),
+        "{r:?}"
+    );
+    assert!(fs::symlink_metadata(&lock).unwrap().is_dir());
+    fs::remove_dir(&lock).unwrap();
+
+    std::os::unix::fs::symlink(&target, &lock).unwrap();
+    let r = leases.try_acquire("r1", |_| true);
+    assert!(
+        matches!(&r, Err(KeyError::Lease(e)) if e.is_unusable_path()),
+        "{r:?}"
+    );
+    assert!(
+        fs::symlink_metadata(&lock)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(fs::read(&target).unwrap(), b"victim");
+    fs::remove_file(&lock).unwrap();
+
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &lock,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let r = leases.try_acquire("r1", |_| true);
+    assert!(
+        matches!(&r, Err(KeyError::Lease(e)) if e.is_unusable_path()),
+        "{r:?}"
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::symlink_metadata(&lock).unwrap().file_type().is_fifo());
+}
+
+#[test]
+fn namespace_that_is_a_symlink_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), root.path().join(RESULT_NAMESPACE)).unwrap();
+    let r = keys(root.path()).try_acquire("r1", |_| true);
+    assert!(
+        matches!(&r, Err(KeyError::Lease(e)) if e.is_unusable_path()),
+        "{r:?}"
+    );
+    assert!(
+        tree(elsewhere.path()).is_empty(),
+        "a lock was created through the symlink"
+    );
+}
+
+#[test]
+fn held_lease_keeps_working_after_the_root_is_renamed() {
+    let parent = tempfile::tempdir().unwrap();
+    let (old, new) = (parent.path().join("root"), parent.path().join("moved"));
+    fs::create_dir(&old).unwrap();
+    let mut lease = keys(&old).try_acquire("r1", |_| true).unwrap();
+    fs::rename(&old, &new).unwrap();
+    lease
+        .verify()
+        .expect("still the lock file, through the directory handle");
+    // The same lock, found at the new place, is still held.
+    assert!(contended(keys(&new).try_acquire("r1", |_| false)));
+    lease.release();
+    assert!(keys(&new).try_acquire("r1", |_| false).is_ok());
+}
+
+#[test]
+fn cancellation_while_waiting_stops_the_waiter_and_leaves_the_holder() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path()).max_wait(None);
+    let held = leases.try_acquire("r1", |_| true).unwrap();
+    let token = CancelToken::new().unwrap();
+    let budget = Budget::unlimited().with_cancel(token.clone());
+    let waiter = {
+        let leases = leases.clone();
+        std::thread::spawn(move || leases.acquire("r1", &budget, |_| false).map(|_| ()))
+    };
+    token.cancel();
+    let r = waiter.join().unwrap();
+    assert!(
+        matches!(r, Err(KeyError::Lease(Error::Cancelled { .. }))),
+        "{r:?}"
+    );
+    held.verify().expect("the holder is undisturbed");
+}
+
+#[test]
+fn default_cap_bounds_an_unlimited_budget() {
+    let root = tempfile::tempdir().unwrap();
+    let _held = keys(root.path()).try_acquire("r1", |_| true).unwrap();
+    let capped = keys(root.path()).max_wait(Some(Duration::from_millis(50)));
+    let r = capped.acquire("r1", &Budget::unlimited(), |_| true);
+    assert!(
+        matches!(r, Err(KeyError::Lease(Error::TimedOut { .. }))),
+        "{r:?}"
+    );
+}
