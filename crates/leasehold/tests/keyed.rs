@@ -266,3 +266,26 @@ fn default_cap_bounds_an_unlimited_budget() {
         "{r:?}"
     );
 }
+
+/// A cancellation delivered the way a signal handler delivers it — a byte on the token's pipe,
+/// without the in-memory flag — is not seen by the lock attempt itself, so the lease is
+/// granted; the re-check right before admission must still refuse to start the operation and
+/// leave the key free.
+#[test]
+fn cancellation_racing_the_grant_is_caught_right_before_admission() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    drop(leases.try_acquire("r2", |_| true).unwrap()); // the key is known now
+    let token = CancelToken::new().unwrap();
+    let pipe = token.write_end().unwrap();
+    std::io::Write::write_all(&mut std::fs::File::from(pipe), b"x").unwrap();
+    let budget = Budget::timeout(Duration::from_secs(5)).with_cancel(token);
+    let r = leases.acquire("r2", &budget, |_| true);
+    assert!(
+        matches!(r, Err(KeyError::Lease(Error::Cancelled { .. }))),
+        "{r:?}"
+    );
+    leases
+        .try_acquire("r2", |_| true)
+        .expect("nothing holds the key after the refused admission");
+}
