@@ -130,7 +130,6 @@ impl RegistryStore {
 
 impl Store for RegistryStore {
     type Records = Scope;
-    type Key = PathBuf;
 
     fn open(&mut self) -> Result<Scope, StoreFailure> {
         let doc = self.doc.load()?;
@@ -264,7 +263,7 @@ impl Registry {
     pub fn add(&self, primary: &Path, root: &Path) -> Result<(), RegistryError> {
         let primary = existing_dir(primary)?;
         let root = existing_dir(root)?;
-        self.authority.mutate(&primary.clone(), move |scope| {
+        self.authority.mutate(move |scope| {
             let roots = scope.entry(primary).or_default();
             if !roots.contains(&root) {
                 roots.push(root);
@@ -279,7 +278,7 @@ impl Registry {
     pub fn remove(&self, primary: &Path, root: &Path) -> Result<(), RegistryError> {
         let primary = resolve_for_removal(primary)?;
         let root = resolve_for_removal(root)?;
-        self.authority.mutate(&primary.clone(), move |scope| {
+        self.authority.mutate(move |scope| {
             if let Some(roots) = scope.get_mut(&primary) {
                 roots.retain(|r| *r != root);
                 if roots.is_empty() {

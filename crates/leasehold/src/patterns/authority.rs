@@ -26,7 +26,6 @@
 //! [`Lease`] through [`KernelArbiter`] today, a distributed lease with a fencing token later
 //! ([`Grant::fencing_token`] is handed to every [`Store::commit`]) — and over the store.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -104,8 +103,6 @@ pub struct StoreFailure(pub String);
 pub trait Store: Send {
     /// The loaded records; also the published scope. `Default` is the empty scope.
     type Records: Clone + Default + Send + Sync;
-    /// What mutations are serialized by inside the process.
-    type Key: Ord + Clone + Send;
     /// Opens the store and loads its records from durable storage. A document that cannot
     /// be read must be reported, never replaced.
     fn open(&mut self) -> Result<Self::Records, StoreFailure>;
@@ -241,7 +238,6 @@ pub struct Authority<A: Arbiter, S: Store> {
     writer: Mutex<Writer<S>>,
     core: Mutex<Core<A::Grant, S::Records>>,
     idle: Condvar,
-    keys: Mutex<BTreeMap<S::Key, Arc<Mutex<()>>>>,
     empty: Arc<S::Records>,
 }
 
@@ -263,7 +259,6 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
                 epoch: 0,
             }),
             idle: Condvar::new(),
-            keys: Mutex::new(BTreeMap::new()),
             empty: Arc::default(),
         }
     }
@@ -395,17 +390,12 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
 
     /// Applies `f` to a copy of the records and makes the result durable, then publishes it.
     ///
-    /// Refused with a typed error, writing nothing, unless active. Mutations of one `key`
-    /// run one at a time in arrival order; the whole document is written by one mutation at
-    /// a time (two keys still rewrite one file). The lease is verified right before the
-    /// write; if it is lost the authority goes to `StorageFailed("lease lost")`.
-    pub fn mutate<T>(
-        &self,
-        key: &S::Key,
-        f: impl FnOnce(&mut S::Records) -> T,
-    ) -> Result<T, AuthorityError> {
-        let key_lock = self.key_lock(key);
-        let _key = lock(&key_lock);
+    /// Refused with a typed error, writing nothing, unless active. Inside the process,
+    /// mutations run one at a time from reading the records to the end of the durable write
+    /// — per key and across keys alike, because every key rewrites the one document (the
+    /// lease does the same across processes; both are needed). The lease is verified right
+    /// before the write; if it is lost the authority goes to `StorageFailed("lease lost")`.
+    pub fn mutate<T>(&self, f: impl FnOnce(&mut S::Records) -> T) -> Result<T, AuthorityError> {
         let epoch = {
             let mut core = lock(&self.core);
             if self.is_disposed() {
@@ -520,13 +510,6 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
             .wait_while(core, |c| c.inflight > 0)
             .unwrap_or_else(PoisonError::into_inner)
     }
-
-    fn key_lock(&self, key: &S::Key) -> Arc<Mutex<()>> {
-        let mut keys = lock(&self.keys);
-        // Forget locks nobody else holds, so the table stays as small as the keys in use.
-        keys.retain(|_, l| Arc::strong_count(l) > 1);
-        keys.entry(key.clone()).or_default().clone()
-    }
 }
 
 impl<A: Arbiter, S: Store> Drop for Authority<A, S> {
@@ -566,6 +549,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
     use std::sync::mpsc;
     use std::thread;
 
@@ -581,7 +565,6 @@ mod tests {
 
     impl Store for MemStore {
         type Records = Records;
-        type Key = String;
         fn open(&mut self) -> Result<Records, StoreFailure> {
             lock(&self.disk.0)
                 .clone()
@@ -650,14 +633,14 @@ mod tests {
         let fx = Fixture::new();
         let first = fx.stack("first");
         first.acquire(&Budget::no_wait()).unwrap();
-        first.mutate(&"a".into(), set("a", 1)).unwrap();
+        first.mutate(set("a", 1)).unwrap();
 
         let second = fx.stack("second");
         let err = second.acquire(&Budget::no_wait()).unwrap_err();
         assert!(matches!(err, AuthorityError::Contended { .. }), "{err:?}");
         assert_eq!(second.state(), State::Contended);
         assert!(second.scope().is_empty());
-        let err = second.mutate(&"b".into(), set("b", 2)).unwrap_err();
+        let err = second.mutate(set("b", 2)).unwrap_err();
         assert!(matches!(err, AuthorityError::Contended { .. }), "{err:?}");
         assert!(
             !fx.events("second").contains(&Event::StoreOpened),
@@ -665,7 +648,7 @@ mod tests {
         );
         assert!(second.refresh().is_err(), "still held");
 
-        first.mutate(&"a".into(), set("a", 3)).unwrap();
+        first.mutate(set("a", 3)).unwrap();
         first.teardown();
         assert!(first.scope().is_empty());
         second.refresh().unwrap();
@@ -698,7 +681,7 @@ mod tests {
         let writer = {
             let first = first.clone();
             thread::spawn(move || {
-                first.mutate(&"a".into(), move |r: &mut Records| {
+                first.mutate(move |r: &mut Records| {
                     inside_tx.send(()).unwrap();
                     go_rx.recv().unwrap();
                     r.insert("a".into(), 7);
@@ -711,7 +694,7 @@ mod tests {
             thread::spawn(move || first.teardown())
         };
         disposed_rx.recv().unwrap(); // teardown has begun
-        let err = first.mutate(&"b".into(), set("b", 1)).unwrap_err();
+        let err = first.mutate(set("b", 1)).unwrap_err();
         assert!(matches!(err, AuthorityError::Contended { .. }), "{err:?}");
         go_tx.send(()).unwrap();
         writer.join().unwrap().unwrap();
@@ -794,9 +777,9 @@ mod tests {
         let fx = Fixture::new();
         let a = fx.stack("a");
         a.acquire(&Budget::no_wait()).unwrap();
-        a.mutate(&"k".into(), set("k", 1)).unwrap();
+        a.mutate(set("k", 1)).unwrap();
         std::fs::remove_file(&fx.lock).unwrap();
-        let err = a.mutate(&"k".into(), set("k", 2)).unwrap_err();
+        let err = a.mutate(set("k", 2)).unwrap_err();
         assert!(
             matches!(&err, AuthorityError::StorageFailed { reason } if reason == "lease lost"),
             "{err:?}"
@@ -826,7 +809,7 @@ mod tests {
         );
         assert!(a.scope().is_empty());
         assert!(matches!(
-            a.mutate(&"k".into(), set("k", 1)),
+            a.mutate(set("k", 1)),
             Err(AuthorityError::StorageFailed { .. })
         ));
         assert!(lock(&fx.disk.0).is_none(), "never overwritten");
@@ -851,10 +834,8 @@ mod tests {
                 thread::spawn(move || {
                     let key = format!("k{}", i % 2);
                     for _ in 0..50 {
-                        a.mutate(&key, |r: &mut Records| {
-                            *r.entry(key.clone()).or_default() += 1
-                        })
-                        .unwrap();
+                        a.mutate(|r: &mut Records| *r.entry(key.clone()).or_default() += 1)
+                            .unwrap();
                     }
                 })
             })
