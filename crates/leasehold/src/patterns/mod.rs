@@ -1,4 +1,5 @@
 //! Patterns built on the [`Lease`](crate::Lease) primitive: durable files, a store-wide
 //! single-writer authority, per-key operation leases and an append-only log.
 
+pub mod append;
 pub mod durable;
