@@ -2,3 +2,4 @@
 //! and the isolated result store.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+pub mod session;
