@@ -24,6 +24,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Tell whether LOCKFILE is held, and by which pids, without touching it.
     Status(cmd::status::StatusArgs),
+    /// Append to or read an append-only JSON-lines session log.
+    Session(cmd::session::SessionArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => cmd::run::main(args),
         Command::Status(args) => cmd::status::main(args),
+        Command::Session(args) => cmd::session::main(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -1,6 +1,7 @@
 //! One module per verb of the contract.
 
 pub mod run;
+pub mod session;
 pub mod status;
 
 use std::time::Duration;
