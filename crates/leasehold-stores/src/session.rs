@@ -532,6 +532,26 @@ mod tests {
     }
 
     #[test]
+    fn a_pending_writer_is_refused_at_its_first_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = SessionStore::new(tmp.path());
+        let mut late = store.open_writer(&id("s")).unwrap();
+        let mut owner = store.open_writer(&id("s")).unwrap();
+        owner.append_json("1").unwrap();
+        let e = late.append_json("2").unwrap_err();
+        assert!(matches!(e, SessionError::SessionAlreadyOwned { .. }), "{e}");
+        assert!(!late.holds_lease());
+        owner.release();
+        late.append_json("3").unwrap();
+        let records: Vec<Vec<u8>> = store
+            .reader(&id("s"))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(records, vec![b"1".to_vec(), b"3".to_vec()]);
+    }
+
+    #[test]
     fn modes_are_private() {
         use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::tempdir().unwrap();

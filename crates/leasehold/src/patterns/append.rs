@@ -664,30 +664,40 @@ mod tests {
     #[test]
     fn readers_see_a_prefix_of_whole_records_while_a_writer_appends() {
         let f = fixture();
-        let (mut log, _) =
-            AppendLog::open_at(&f.dir, "log.jsonl", &f.lease, Durability::None).unwrap();
-        // Records spanning several pages make partially visible writes likely.
-        let record =
-            |i: usize| format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(20_000 + i)).into_bytes();
-        let total = 200;
-        std::thread::scope(|s| {
-            let reader = s.spawn(|| {
-                let mut reads = 0;
-                loop {
-                    let (records, _) = read_all(&f);
-                    for (i, r) in records.iter().enumerate() {
-                        assert!(*r == record(i), "record {i} is not whole");
+        // Records of many pages each, and the reader released at the same moment as the
+        // writer, make a partially copied record visible to a reader that would return one.
+        let record = |i: usize| {
+            let pad = char::from(b'a' + (i % 26) as u8)
+                .to_string()
+                .repeat(1 << 20);
+            format!("{{\"i\":{i},\"pad\":\"{pad}\"}}").into_bytes()
+        };
+        let per_trial = 3;
+        for trial in 0..100 {
+            let name = format!("race{trial}.jsonl");
+            let (mut log, _) =
+                AppendLog::open_at(&f.dir, &name, &f.lease, Durability::None).unwrap();
+            let start = std::sync::Barrier::new(2);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    start.wait();
+                    for i in 0..per_trial {
+                        log.append(&f.lease, &record(i)).unwrap();
                     }
-                    reads += 1;
-                    if records.len() == total {
-                        return reads;
+                });
+                start.wait();
+                loop {
+                    let mut r = LogReader::open_at(&f.dir, &name).unwrap().unwrap();
+                    let records: Vec<Vec<u8>> = (&mut r).map(Result::unwrap).collect();
+                    for (i, got) in records.iter().enumerate() {
+                        assert!(*got == record(i), "trial {trial}: record {i} is not whole");
+                    }
+                    if records.len() == per_trial {
+                        break;
                     }
                 }
             });
-            for i in 0..total {
-                log.append(&f.lease, &record(i)).unwrap();
-            }
-            assert!(reader.join().unwrap() > 0);
-        });
+            std::fs::remove_file(f.dir.path().join(&name)).unwrap();
+        }
     }
 }
