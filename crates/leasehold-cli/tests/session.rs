@@ -319,27 +319,23 @@ fn hostile_lock_files_are_refused_and_left_unchanged() {
     let dir = tmp.path().join("sessions");
     let victim = tmp.path().join("victim");
     std::fs::write(&victim, b"precious bytes").unwrap();
-    let kinds: [(&str, &dyn Fn(&Path)); 3] = [
-        ("symlink", &|p| {
-            std::os::unix::fs::symlink(&victim, p).unwrap()
-        }),
-        ("fifo", &|p| {
-            rustix::fs::mknodat(
+    for kind in ["symlink", "fifo", "directory"] {
+        let id = format!("s-{kind}");
+        std::fs::create_dir_all(dir.join(&id)).unwrap();
+        std::fs::write(log_of(&dir, &id), b"{\"a\":1}\n").unwrap();
+        let lock = lock_of(&dir, &id);
+        match kind {
+            "symlink" => std::os::unix::fs::symlink(&victim, &lock).unwrap(),
+            "fifo" => rustix::fs::mknodat(
                 rustix::fs::CWD,
-                p,
+                &lock,
                 rustix::fs::FileType::Fifo,
                 rustix::fs::Mode::from_raw_mode(0o600),
                 0,
             )
-            .unwrap()
-        }),
-        ("directory", &|p| std::fs::create_dir(p).unwrap()),
-    ];
-    for (kind, make) in kinds {
-        let id = format!("s-{kind}");
-        std::fs::create_dir_all(dir.join(&id)).unwrap();
-        std::fs::write(log_of(&dir, &id), b"{\"a\":1}\n").unwrap();
-        make(&lock_of(&dir, &id));
+            .unwrap(),
+            _ => std::fs::create_dir(&lock).unwrap(),
+        }
         let before = tree(tmp.path());
         // `append` is bounded: a FIFO that hung the opener would fail the test.
         let out = append(&dir, &id, "{\"b\":2}\n");
