@@ -536,3 +536,31 @@ fn default_dir_is_leasehold_home_then_home() {
         .args(["session", "read", "--", "-u"]));
     assert_eq!(out.stdout, "2\n");
 }
+
+#[test]
+fn read_into_a_closed_pipe_is_not_a_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    // Far more than a pipe buffer holds, so `read` is still writing when the consumer leaves.
+    let input: String = (0..20_000)
+        .map(|i| format!("{{\"record\":{i}}}\n"))
+        .collect();
+    assert_eq!(append(&dir, "s", &input).code, 0);
+    let mut child = session(&dir)
+        .args(["read", "s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 12];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // dropped: pipe closed
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(&first, b"{\"record\":0}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stderr.is_empty());
+}

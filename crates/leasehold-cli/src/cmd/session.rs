@@ -97,19 +97,32 @@ fn append(store: &SessionStore, id: &SessionId) -> Outcome {
     Ok(OK)
 }
 
-/// Prints every whole record, one per line; never touches the lock.
+/// Prints every whole record, one per line; never touches the lock. A torn (or still being
+/// written) final line is not printed: the output is always a prefix of whole records.
 fn read(store: &SessionStore, id: &SessionId) -> Outcome {
     let reader = store.reader(id).map_err(failure)?;
     let mut out = BufWriter::new(std::io::stdout().lock());
-    let write_error =
-        |e: std::io::Error| Failure::failed(format!("session {id}: writing stdout: {e}"));
-    for record in reader {
-        let record = record.map_err(failure)?;
-        out.write_all(&record).map_err(write_error)?;
-        out.write_all(b"\n").map_err(write_error)?;
+    let printed = (|| -> std::io::Result<Result<(), SessionError>> {
+        for record in reader {
+            match record {
+                Ok(record) => {
+                    out.write_all(&record)?;
+                    out.write_all(b"\n")?;
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        out.flush()?;
+        Ok(Ok(()))
+    })();
+    match printed {
+        Ok(result) => result.map(|()| OK).map_err(failure),
+        // The consumer stopped reading (`read ID | head`): not our failure.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(OK),
+        Err(e) => Err(Failure::failed(format!(
+            "session {id}: writing stdout: {e}"
+        ))),
     }
-    out.flush().map_err(write_error)?;
-    Ok(OK)
 }
 
 /// The contract's status for a session error: unusable input 2, owned by another process 75,
