@@ -4,8 +4,7 @@
 //! Layout: a session `ID` is the directory `DIR/ID/` (mode 0700) holding
 //!
 //! * `session.jsonl` — the records, one JSON value per line (mode 0600), written through
-//!   [`AppendLog`]: one `write` per record, a torn tail
-//!   repaired before the next append;
+//!   [`AppendLog`]: one `write` per record, a torn tail repaired before the next append;
 //! * `session.lock` — the session's write lease (mode 0600), a kernel lease: a crashed writer
 //!   never blocks the next one, a live one is never expropriated. It is never removed (removing
 //!   a lock file under a holder lets a second writer lock a new inode beside it).
