@@ -100,10 +100,14 @@ pub struct LockDir {
 }
 
 impl LockDir {
-    /// Opens an existing directory. A final symlink is refused.
+    /// Opens an existing directory. The path is the caller's configuration, so symlinks in it
+    /// are followed, as for any path prefix (a home directory moved to another disk and linked
+    /// back keeps working); what lies *inside* is opened with [`child`](Self::child), which
+    /// never follows one.
     pub fn open(path: impl AsRef<Path>) -> Result<LockDir> {
         let path = path.as_ref();
-        let fd = sys::open_dir_at(sys::cwd(), path).map_err(|e| dir_error(path, e))?;
+        let fd = sys::open_dir_at(sys::cwd(), path, true)
+            .map_err(|e| dir_error(sys::cwd(), path, path, e))?;
         Ok(LockDir {
             fd: Arc::new(fd),
             path: path.to_path_buf(),
@@ -131,11 +135,11 @@ impl LockDir {
         if create {
             match sys::mkdir_at(self.fd.as_fd(), Path::new(name)) {
                 Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => return Err(dir_error(&path, e)),
+                Err(e) => return Err(dir_error(self.fd.as_fd(), Path::new(name), &path, e)),
             }
         }
-        let fd =
-            sys::open_dir_at(self.fd.as_fd(), Path::new(name)).map_err(|e| dir_error(&path, e))?;
+        let fd = sys::open_dir_at(self.fd.as_fd(), Path::new(name), false)
+            .map_err(|e| dir_error(self.fd.as_fd(), Path::new(name), &path, e))?;
         Ok(LockDir {
             fd: Arc::new(fd),
             path,
@@ -823,7 +827,7 @@ pub(crate) fn create_dirs(path: &Path) -> Result<()> {
         .map_err(|e| {
             let errno = e.raw_os_error().map(Errno::from_raw_os_error);
             match errno {
-                Some(errno) => dir_error(path, errno),
+                Some(errno) => dir_error(sys::cwd(), path, path, errno),
                 None => Error::Io {
                     op: "create directory",
                     path: path.to_path_buf(),
@@ -845,14 +849,22 @@ fn with_path(e: Error, path: &Path) -> Error {
     }
 }
 
-fn dir_error(path: &Path, e: Errno) -> Error {
+/// Explains a failed directory open: what stands at `name` (never following it) if it is not
+/// a directory, else a parent that is not one.
+fn dir_error(at: BorrowedFd<'_>, name: &Path, path: &Path, e: Errno) -> Error {
     match e {
-        Errno::LOOP => Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind: FileKind::Symlink,
-        },
-        Errno::NOTDIR => Error::ParentNotDirectory {
-            path: path.to_path_buf(),
+        Errno::LOOP | Errno::NOTDIR => match sys::entry_at(at, name) {
+            Ok(Entry::Other(kind)) if kind != FileKind::Directory => Error::NotDirectory {
+                path: path.to_path_buf(),
+                kind,
+            },
+            Ok(Entry::Regular(_)) => Error::NotDirectory {
+                path: path.to_path_buf(),
+                kind: FileKind::Regular,
+            },
+            _ => Error::ParentNotDirectory {
+                path: path.to_path_buf(),
+            },
         },
         other => path_error(path, "open directory", other),
     }
@@ -1220,6 +1232,39 @@ mod tests {
         assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
         drop(lease);
         assert_eq!(holders(&path).unwrap(), Holders::Free);
+    }
+
+    #[test]
+    fn lock_dir_follows_a_symlinked_root_but_never_a_symlinked_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir_all(real.join("sub")).unwrap();
+        std::fs::write(real.join("file"), b"x").unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("alias")).unwrap();
+        std::os::unix::fs::symlink(real.join("sub"), real.join("linked")).unwrap();
+        let root =
+            LockDir::open(dir.path().join("alias")).expect("a configured root may be a link");
+        root.child("sub", false).expect("a real child directory");
+        match root.child("linked", true) {
+            Err(Error::NotDirectory { kind, path }) => {
+                assert_eq!(kind, FileKind::Symlink);
+                assert!(path.ends_with("linked"));
+            }
+            other => panic!("a symlinked child must be refused, got {other:?}"),
+        }
+        assert!(matches!(
+            root.child("file", true),
+            Err(Error::NotDirectory {
+                kind: FileKind::Regular,
+                ..
+            })
+        ));
+        assert_eq!(std::fs::read(real.join("file")).unwrap(), b"x");
+        assert!(
+            std::fs::symlink_metadata(real.join("linked"))
+                .unwrap()
+                .is_symlink()
+        );
     }
 
     #[test]

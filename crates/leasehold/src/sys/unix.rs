@@ -114,14 +114,17 @@ pub(crate) fn open_data_file(
     rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))
 }
 
-/// Opens a directory handle without following a final symlink.
-pub(crate) fn open_dir_at(dir: BorrowedFd<'_>, name: &Path) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
+/// Opens a directory handle. With `follow == false` a final symlink is refused (`ELOOP`).
+pub(crate) fn open_dir_at(
+    dir: BorrowedFd<'_>,
+    name: &Path,
+    follow: bool,
+) -> Result<OwnedFd, Errno> {
+    let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if !follow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    rustix::fs::openat(dir, name, flags, Mode::empty())
 }
 
 /// Creates one directory with mode 0700 relative to `dir` (`EEXIST` is the caller's to judge).
