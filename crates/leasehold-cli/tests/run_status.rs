@@ -332,10 +332,17 @@ fn permission_denied_exits_2() {
     std::fs::create_dir(&locked).unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // The binary must be reachable by `nobody`: copy it somewhere world-readable.
+    // The binary must be reachable by `nobody`: copy it somewhere world-readable. The copy
+    // is made by cp(1), never by this process: a write descriptor open here would be
+    // inherited by children other tests fork meanwhile, and exec would fail with ETXTBSY.
     let exe = dir.path().join("leasehold");
-    std::fs::copy(bin(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copied = std::process::Command::new("install")
+        .args(["-m", "0755"])
+        .arg(bin())
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(copied.success());
     let lock = locked.join("x.lock");
     let is_root = rustix::process::geteuid().is_root();
     let mut cmd = if is_root {
