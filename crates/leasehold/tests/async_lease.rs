@@ -2,13 +2,13 @@
 //! executor thread, and takeover from a SIGKILLed holder process.
 #![cfg(feature = "tokio")]
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::{Canary, FlockHolder};
 use leasehold::{Budget, CancelToken, Error, Holders, Lease, holders};
 
 async fn many_waiters_take_turns_exclusively() {
@@ -88,19 +88,9 @@ async fn waiting_never_blocks_the_executor_thread() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("canary.lock");
     let _holder = Lease::try_acquire(&path).unwrap();
-    let ticks = Arc::new(AtomicUsize::new(0));
-    let canary = {
-        let ticks = ticks.clone();
-        tokio::spawn(async move {
-            loop {
-                ticks.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-    };
+    let canary = Canary::start();
     let res = Lease::acquire_async(&path, &Budget::timeout(Duration::from_millis(300))).await;
-    let seen = ticks.load(Ordering::SeqCst);
-    canary.abort();
+    let seen = canary.ticks();
     assert!(res.unwrap_err().is_contended());
     assert!(
         seen >= 10,
@@ -114,27 +104,13 @@ async fn waiting_never_blocks_the_executor_thread() {
 async fn sigkilled_holder_process_hands_over_to_an_async_waiter() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("killed.lock");
-    std::fs::File::create(&path).unwrap();
-    let mut child = Command::new("flock")
-        .arg(&path)
-        .args(["-c", "echo locked; exec sleep 600"])
-        .stdout(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .expect("util-linux flock");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "locked");
+    let holder = FlockHolder::hold(&path);
     assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
     let p = path.clone();
     let waiter = tokio::spawn(async move {
         Lease::acquire_async(&p, &Budget::timeout(Duration::from_secs(30))).await
     });
-    let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
-    rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL).unwrap();
-    child.wait().unwrap();
+    holder.kill();
     let lease = waiter.await.unwrap().expect("async waiter takes over");
     lease.verify().unwrap();
 }
