@@ -538,9 +538,11 @@ struct Admitted<'a, A: Arbiter, S: Store>(&'a Authority<A, S>);
 
 impl<A: Arbiter, S: Store> Drop for Admitted<'_, A, S> {
     fn drop(&mut self) {
+        // Reported before teardown can be woken, so an observer never sees the store closed
+        // ahead of the end of a mutation it drained.
+        self.0.emit(Event::MutationEnd);
         lock(&self.0.core).inflight -= 1;
         self.0.idle.notify_all();
-        self.0.emit(Event::MutationEnd);
     }
 }
 
