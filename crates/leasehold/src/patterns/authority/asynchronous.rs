@@ -55,6 +55,10 @@ where
     /// someone else and `budget` has time left does it wait, asynchronously, for a grant of
     /// its own — and then hands that grant to the same state machine, which opens, loads and
     /// publishes (or releases the grant at once if a teardown began meanwhile).
+    ///
+    /// If a blocking [`acquire`](Self::acquire) of this same authority succeeds while this one
+    /// waits, the wait cannot be granted (the lease is then held by this authority already);
+    /// it ends with `budget` and then reports the authority active. Use one of the two.
     pub async fn acquire_async(self: &Arc<Self>, budget: &Budget) -> Result<(), AuthorityError> {
         let this = self.clone();
         match offload(move || this.acquire(&Budget::no_wait())).await {
