@@ -21,6 +21,8 @@ use std::sync::Arc;
 use leasehold::patterns::authority::{
     Authority, AuthorityError, KernelArbiter, Observer, State, Store, StoreFailure,
 };
+#[cfg(feature = "tokio")]
+use leasehold::patterns::offload;
 use leasehold::{Budget, Holders};
 use serde_json::{Map, Value, json};
 
@@ -172,6 +174,8 @@ impl Store for RegistryStore {
     }
 }
 
+type RegistryAuthority = Authority<KernelArbiter, RegistryStore>;
+
 /// Where the registry's files are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistryPaths {
@@ -195,7 +199,8 @@ impl RegistryPaths {
 ///
 /// [`acquire`]: Registry::acquire
 pub struct Registry {
-    authority: Authority<KernelArbiter, RegistryStore>,
+    /// Shared so that the async faces can run a write or a teardown on the blocking pool.
+    authority: Arc<RegistryAuthority>,
     paths: RegistryPaths,
 }
 
@@ -217,7 +222,10 @@ impl Registry {
         if let Some(o) = observer {
             authority = authority.with_observer(o);
         }
-        Registry { authority, paths }
+        Registry {
+            authority: Arc::new(authority),
+            paths,
+        }
     }
 
     /// The files.
@@ -261,32 +269,14 @@ impl Registry {
     /// Records `root` as an additional root of `primary`. Both must be existing directories;
     /// they are stored canonicalized, and adding an existing pair changes nothing.
     pub fn add(&self, primary: &Path, root: &Path) -> Result<(), RegistryError> {
-        let primary = existing_dir(primary)?;
-        let root = existing_dir(root)?;
-        self.authority.mutate(move |scope| {
-            let roots = scope.entry(primary).or_default();
-            if !roots.contains(&root) {
-                roots.push(root);
-            }
-        })?;
-        Ok(())
+        add(&self.authority, primary, root)
     }
 
     /// Removes `root` from `primary`. Neither needs to exist any more: each is canonicalized
     /// if it exists, else taken as an absolute, lexically normalized path. Removing an
     /// absent entry succeeds; a primary left without roots is dropped.
     pub fn remove(&self, primary: &Path, root: &Path) -> Result<(), RegistryError> {
-        let primary = resolve_for_removal(primary)?;
-        let root = resolve_for_removal(root)?;
-        self.authority.mutate(move |scope| {
-            if let Some(roots) = scope.get_mut(&primary) {
-                roots.retain(|r| *r != root);
-                if roots.is_empty() {
-                    scope.remove(&primary);
-                }
-            }
-        })?;
-        Ok(())
+        remove(&self.authority, primary, root)
     }
 
     /// Whether a sandbox of `primary` may touch `path`: `path` lies inside `primary` or one of
@@ -313,6 +303,80 @@ impl Registry {
     pub fn teardown(&self) {
         self.authority.teardown();
     }
+}
+
+/// Async faces (feature `tokio`). No executor thread blocks: waiting for the lease is
+/// reactor-driven (no thread per waiter), and opening the document, every fsync'd write and
+/// the draining teardown run on tokio's blocking pool. See the `async_registry` example
+/// for a service that takes the registry at start and hands it over on shutdown.
+#[cfg(feature = "tokio")]
+impl Registry {
+    /// [`acquire`](Self::acquire) without blocking the executor: waits for another process
+    /// to hand the registry over within `budget`. Dropping the future while it waits takes
+    /// nothing (see [`Authority::acquire_async`]).
+    pub async fn acquire_async(&self, budget: &Budget) -> Result<(), RegistryError> {
+        Ok(self.authority.acquire_async(budget).await?)
+    }
+
+    /// [`refresh`](Self::refresh) without blocking the executor.
+    pub async fn refresh_async(&self) -> Result<(), RegistryError> {
+        Ok(self.authority.refresh_async().await?)
+    }
+
+    /// [`add`](Self::add) without blocking the executor (the canonicalization and the durable
+    /// write run on the blocking pool; once started, the write completes even if the future
+    /// is dropped).
+    pub async fn add_async(
+        &self,
+        primary: impl Into<PathBuf>,
+        root: impl Into<PathBuf>,
+    ) -> Result<(), RegistryError> {
+        let (authority, primary, root) = (self.authority.clone(), primary.into(), root.into());
+        offload(move || add(&authority, &primary, &root)).await
+    }
+
+    /// [`remove`](Self::remove) without blocking the executor (as [`add_async`](Self::add_async)).
+    pub async fn remove_async(
+        &self,
+        primary: impl Into<PathBuf>,
+        root: impl Into<PathBuf>,
+    ) -> Result<(), RegistryError> {
+        let (authority, primary, root) = (self.authority.clone(), primary.into(), root.into());
+        offload(move || remove(&authority, &primary, &root)).await
+    }
+
+    /// [`teardown`](Self::teardown) without blocking the executor: drains in-flight writes,
+    /// closes the document and releases the lease last, on the blocking pool. Call it before
+    /// dropping the registry in async code (`Drop` would tear down inline).
+    pub async fn teardown_async(&self) {
+        self.authority.teardown_async().await;
+    }
+}
+
+fn add(authority: &RegistryAuthority, primary: &Path, root: &Path) -> Result<(), RegistryError> {
+    let primary = existing_dir(primary)?;
+    let root = existing_dir(root)?;
+    authority.mutate(move |scope| {
+        let roots = scope.entry(primary).or_default();
+        if !roots.contains(&root) {
+            roots.push(root);
+        }
+    })?;
+    Ok(())
+}
+
+fn remove(authority: &RegistryAuthority, primary: &Path, root: &Path) -> Result<(), RegistryError> {
+    let primary = resolve_for_removal(primary)?;
+    let root = resolve_for_removal(root)?;
+    authority.mutate(move |scope| {
+        if let Some(roots) = scope.get_mut(&primary) {
+            roots.retain(|r| *r != root);
+            if roots.is_empty() {
+                scope.remove(&primary);
+            }
+        }
+    })?;
+    Ok(())
 }
 
 /// `path` canonicalized; it must be an existing directory with a UTF-8 name (the document

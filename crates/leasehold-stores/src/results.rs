@@ -27,10 +27,13 @@
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use leasehold::patterns::durable::replace_file;
 use leasehold::patterns::keyed::{KeyError, KeyLease, KeyedLeases, RESULT_NAMESPACE};
+#[cfg(feature = "tokio")]
+use leasehold::patterns::offload;
 use leasehold::{Budget, Error as LeaseError, Holders};
 use serde::{Deserialize, Serialize};
 
@@ -240,10 +243,12 @@ pub fn normalize_id(id: &str) -> Result<&str> {
     Ok(t)
 }
 
-/// A callback told when an operation starts waiting for a busy ID.
-type Notice = Box<dyn Fn(&str, &LeaseError) + Send + Sync>;
+/// A callback told when an operation starts waiting for a busy ID (shared by clones).
+type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
 
-/// A result store in one managed root (see the module documentation).
+/// A result store in one managed root (see the module documentation). Clones share the
+/// root, the wait policy and the notice.
+#[derive(Clone)]
 pub struct ResultStore {
     root: PathBuf,
     leases: KeyedLeases,
@@ -282,7 +287,7 @@ impl ResultStore {
         after: Duration,
         notice: impl Fn(&str, &LeaseError) + Send + Sync + 'static,
     ) -> ResultStore {
-        self.notice = Some((after, Box::new(notice)));
+        self.notice = Some((after, Arc::new(notice)));
         self
     }
 
@@ -314,24 +319,65 @@ impl ResultStore {
     /// new ID; otherwise only for an ID with a candidate or publication.
     fn admit(&self, id: &str, budget: &Budget, create: bool) -> Result<KeyLease> {
         let known = |k: &str| create || self.exists(k);
-        if let Some((after, notice)) = &self.notice {
-            let first = Instant::now().checked_add(*after);
-            if let Some(first) = first
-                && budget.deadline().is_none_or(|d| d > first)
-            {
-                let quick = match budget.cancel_token() {
-                    Some(t) => Budget::until(first).with_cancel(t.clone()),
-                    None => Budget::until(first),
-                };
-                match self.leases.acquire(id, &quick, known) {
-                    Err(KeyError::Lease(e)) if e.is_contended() => notice(id, &e),
-                    other => return other.map_err(|e| self.admission_error(id, e)),
-                }
+        if let Some((quick, notice)) = self.first_wait(budget) {
+            match self.leases.acquire(id, &quick, known) {
+                Err(KeyError::Lease(e)) if e.is_contended() => notice(id, &e),
+                other => return other.map_err(|e| self.admission_error(id, e)),
             }
         }
         self.leases
             .acquire(id, budget, known)
             .map_err(|e| self.admission_error(id, e))
+    }
+
+    /// [`admit`](Self::admit) for async code: the wait for the ID's lease is reactor-driven
+    /// ([`KeyedLeases::acquire_async`]), so it blocks no executor thread and no thread waits
+    /// for it; dropping the future abandons it and leaves the ID free.
+    #[cfg(feature = "tokio")]
+    async fn admit_async(&self, id: &str, budget: &Budget, create: bool) -> Result<KeyLease> {
+        let known = |k: &str| create || self.exists(k);
+        if let Some((quick, notice)) = self.first_wait(budget) {
+            match self.leases.acquire_async(id, &quick, known).await {
+                Err(KeyError::Lease(e)) if e.is_contended() => notice(id, &e),
+                other => return other.map_err(|e| self.admission_error(id, e)),
+            }
+        }
+        self.leases
+            .acquire_async(id, budget, known)
+            .await
+            .map_err(|e| self.admission_error(id, e))
+    }
+
+    /// With an [`on_wait`](Self::on_wait) notice that `budget` outlasts: the budget of the
+    /// first, quiet part of the wait, and the notice to give when it runs out.
+    fn first_wait(&self, budget: &Budget) -> Option<(Budget, &Notice)> {
+        let (after, notice) = self.notice.as_ref()?;
+        let first = Instant::now().checked_add(*after)?;
+        if budget.deadline().is_some_and(|d| d <= first) {
+            return None;
+        }
+        let quick = match budget.cancel_token() {
+            Some(t) => Budget::until(first).with_cancel(t.clone()),
+            None => Budget::until(first),
+        };
+        Some((quick, notice))
+    }
+
+    /// Admits `id` asynchronously, then runs `body` under its lease on the blocking pool
+    /// (the file work and its fsyncs). The lease is released when `body` ends — even if the
+    /// caller dropped the future meanwhile: an operation once admitted completes.
+    #[cfg(feature = "tokio")]
+    async fn admitted_async<T: Send + 'static>(
+        &self,
+        id: &str,
+        budget: &Budget,
+        create: bool,
+        body: impl FnOnce(&ResultStore, &str, &KeyLease) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let id = normalize_id(id)?.to_string();
+        let lease = self.admit_async(&id, budget, create).await?;
+        let store = self.clone();
+        offload(move || body(&store, &id, &lease)).await
     }
 
     fn admission_error(&self, id: &str, e: KeyError) -> ResultError {
@@ -410,12 +456,28 @@ impl ResultStore {
     /// publication is [`ResultError::Exists`]. Returns the record.
     pub fn stage(&self, id: &str, source: &Path, budget: &Budget) -> Result<Entry> {
         let id = normalize_id(id)?;
+        let files = self.stage_files(source)?;
+        let lease = self.admit(id, budget, true)?;
+        self.stage_admitted(id, source, files, &lease)
+    }
+
+    /// Before admission: the sorted regular files under `source`, and the results directory.
+    fn stage_files(&self, source: &Path) -> Result<Vec<String>> {
         let mut files = Vec::new();
         walk(source, source, &mut files)?;
         files.sort();
+        create_dirs(&self.root.join("results"))?;
+        Ok(files)
+    }
+
+    fn stage_admitted(
+        &self,
+        id: &str,
+        source: &Path,
+        files: Vec<String>,
+        lease: &KeyLease,
+    ) -> Result<Entry> {
         let results = self.root.join("results");
-        create_dirs(&results)?;
-        let lease = self.admit(id, budget, true)?;
         if self.exists(id) {
             return Err(ResultError::Exists {
                 id: id.to_string(),
@@ -443,7 +505,7 @@ impl ResultStore {
                 fs::set_permissions(&to, fs::metadata(&from)?.permissions())?;
             }
             let record = serde_json::to_vec_pretty(&entry).map_err(io::Error::other)?;
-            verify(&lease)?;
+            verify(lease)?;
             replace_file(&staging.join("entry.json"), &record)?;
             fs::rename(&staging, self.candidate(id))?;
             sync_dir(&results)
@@ -464,8 +526,12 @@ impl ResultStore {
     pub fn paths(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
+        self.paths_admitted(id, &lease)
+    }
+
+    fn paths_admitted(&self, id: &str, lease: &KeyLease) -> Result<Vec<String>> {
         Ok(self
-            .inspect(id, &lease, "paths")?
+            .inspect(id, lease, "paths")?
             .map(|e| e.files)
             .unwrap_or_default())
     }
@@ -492,14 +558,14 @@ impl ResultStore {
     /// retry with the same ID.
     pub fn finish(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
         let id = normalize_id(id)?;
-        let lease = self.admit(id, budget, false).map_err(|e| match e.class() {
-            ErrorClass::Usage => e,
-            _ => ResultError::NotPublished {
-                id: id.to_string(),
-                source: Box::new(e),
-            },
-        })?;
-        let Some(entry) = self.inspect(id, &lease, "finish")? else {
+        let lease = self
+            .admit(id, budget, false)
+            .map_err(|e| not_published(id, e))?;
+        self.finish_admitted(id, &lease)
+    }
+
+    fn finish_admitted(&self, id: &str, lease: &KeyLease) -> Result<Vec<String>> {
+        let Some(entry) = self.inspect(id, lease, "finish")? else {
             return Ok(Vec::new());
         };
         let publication = Publication {
@@ -512,7 +578,7 @@ impl ResultStore {
         let written = (|| {
             let doc = serde_json::to_vec_pretty(&publication).map_err(io::Error::other)?;
             create_dirs_io(&self.root.join("published"))?;
-            verify(&lease)?;
+            verify(lease)?;
             replace_file(&path, &doc)
         })();
         written.map_err(|source| ResultError::Io {
@@ -528,6 +594,10 @@ impl ResultStore {
     pub fn apply(&self, id: &str, target: &Path, budget: &Budget) -> Result<Vec<String>> {
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
+        self.apply_admitted(id, target, &lease)
+    }
+
+    fn apply_admitted(&self, id: &str, target: &Path, lease: &KeyLease) -> Result<Vec<String>> {
         let Some(entry) = self.entry(id)? else {
             // A publication whose candidate is gone has nothing to apply.
             return match self.read_publication(id)? {
@@ -543,7 +613,7 @@ impl ResultStore {
         let mut written: Vec<String> = Vec::new();
         for rel in &entry.files {
             let step = (|| {
-                verify(&lease)?;
+                verify(lease)?;
                 let from = files_dir.join(rel);
                 let to = target.join(rel);
                 if let Some(parent) = to.parent() {
@@ -567,7 +637,7 @@ impl ResultStore {
             written.push(rel.clone());
         }
         let done = vec![describe_files("wrote", &written, target)];
-        self.remove(id, &lease, "apply", done)?;
+        self.remove(id, lease, "apply", done)?;
         Ok(entry.files)
     }
 
@@ -586,10 +656,14 @@ impl ResultStore {
     fn remove_admitted(&self, id: &str, budget: &Budget, op: &'static str) -> Result<()> {
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
+        self.remove_existing(id, &lease, op)
+    }
+
+    fn remove_existing(&self, id: &str, lease: &KeyLease, op: &'static str) -> Result<()> {
         if !self.exists(id) {
             return Err(self.unknown(id));
         }
-        self.remove(id, &lease, op, Vec::new())
+        self.remove(id, lease, op, Vec::new())
     }
 
     /// Removes the publication, then the candidate, under `lease`; `done` is what the
@@ -688,6 +762,104 @@ impl ResultStore {
     /// nothing — an operation on a listed ID is admitted and reinspected like any other.
     pub fn pending(&self) -> Result<Vec<String>> {
         list_names(&self.root.join("published"), ".json")
+    }
+}
+
+/// Async faces of the result store (feature `tokio`).
+///
+/// Each operation waits for its ID's lease asynchronously — reactor-driven, so no executor
+/// thread blocks and no thread is parked per waiting operation; dropping the future while it
+/// waits abandons the operation with nothing changed. Once admitted, the file work (copies,
+/// fsyncs, renames, removals) runs on tokio's blocking pool under the lease and completes even
+/// if the future is dropped, so a result is never left half-applied by a cancellation. The
+/// admission rules, errors and results are those of the blocking operations.
+#[cfg(feature = "tokio")]
+impl ResultStore {
+    /// [`stage`](Self::stage) without blocking the executor (the source is walked on the
+    /// blocking pool before admission).
+    pub async fn stage_async(
+        &self,
+        id: &str,
+        source: impl Into<PathBuf>,
+        budget: &Budget,
+    ) -> Result<Entry> {
+        let source = source.into();
+        let id = normalize_id(id)?;
+        let files = {
+            let (store, source) = (self.clone(), source.clone());
+            offload(move || store.stage_files(&source)).await?
+        };
+        self.admitted_async(id, budget, true, move |store, id, lease| {
+            store.stage_admitted(id, &source, files, lease)
+        })
+        .await
+    }
+
+    /// [`paths`](Self::paths) without blocking the executor.
+    pub async fn paths_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        self.admitted_async(id, budget, false, |store, id, lease| {
+            store.paths_admitted(id, lease)
+        })
+        .await
+    }
+
+    /// [`finish`](Self::finish) without blocking the executor.
+    pub async fn finish_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        let id = normalize_id(id)?;
+        let lease = self
+            .admit_async(id, budget, false)
+            .await
+            .map_err(|e| not_published(id, e))?;
+        let (store, id) = (self.clone(), id.to_string());
+        offload(move || store.finish_admitted(&id, &lease)).await
+    }
+
+    /// [`apply`](Self::apply) without blocking the executor.
+    pub async fn apply_async(
+        &self,
+        id: &str,
+        target: impl Into<PathBuf>,
+        budget: &Budget,
+    ) -> Result<Vec<String>> {
+        let target = target.into();
+        self.admitted_async(id, budget, false, move |store, id, lease| {
+            store.apply_admitted(id, &target, lease)
+        })
+        .await
+    }
+
+    /// [`discard`](Self::discard) without blocking the executor.
+    pub async fn discard_async(&self, id: &str, budget: &Budget) -> Result<()> {
+        self.admitted_async(id, budget, false, |store, id, lease| {
+            store.remove_existing(id, lease, "discard")
+        })
+        .await
+    }
+
+    /// [`abort`](Self::abort) without blocking the executor.
+    pub async fn abort_async(&self, id: &str, budget: &Budget) -> Result<()> {
+        self.admitted_async(id, budget, false, |store, id, lease| {
+            store.remove_existing(id, lease, "abort")
+        })
+        .await
+    }
+
+    /// [`sweep`](Self::sweep) on the blocking pool (it never waits for a lease).
+    pub async fn sweep_async(&self, older_than: Duration) -> Result<SweepReport> {
+        let store = self.clone();
+        offload(move || store.sweep(older_than)).await
+    }
+}
+
+/// `finish`'s admission failures: unusable input stays as it is; anything else means the
+/// result was not published and the caller may retry with the same ID.
+fn not_published(id: &str, e: ResultError) -> ResultError {
+    match e.class() {
+        ErrorClass::Usage => e,
+        _ => ResultError::NotPublished {
+            id: id.to_string(),
+            source: Box::new(e),
+        },
     }
 }
 

@@ -30,6 +30,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use leasehold::patterns::append::{AppendError, AppendLog, Durability, LogReader, TornTail};
+#[cfg(feature = "tokio")]
+use leasehold::patterns::offload;
 use leasehold::{Error, Holders, Lease, LeaseOptions, LockDir};
 
 /// The log file inside a session directory.
@@ -410,6 +412,95 @@ impl SessionWriter {
             id: self.id.clone(),
             reason: e.to_string(),
         }
+    }
+}
+
+/// The async face of a [`SessionWriter`] (feature `tokio`), from
+/// [`SessionStore::open_writer_async`].
+///
+/// Appends `fsync` (with the default durability) and the first one creates the session, so
+/// every operation runs on tokio's blocking pool; the lease is never waited for (a session
+/// owned by another process is refused at once, as in the blocking API), so there is no wait
+/// to make asynchronous. The writer sits behind a mutex shared with those blocking steps:
+/// appends from several tasks are written one at a time, in the order they take the mutex,
+/// and an append whose future is dropped still completes whole — a record is never cut.
+#[cfg(feature = "tokio")]
+#[derive(Debug, Clone)]
+pub struct AsyncSessionWriter {
+    id: SessionId,
+    writer: std::sync::Arc<std::sync::Mutex<SessionWriter>>,
+}
+
+#[cfg(feature = "tokio")]
+impl SessionStore {
+    /// [`open_writer`](Self::open_writer) without blocking the executor (taking the lease of
+    /// an existing session and repairing its torn tail run on the blocking pool).
+    pub async fn open_writer_async(
+        &self,
+        id: &SessionId,
+    ) -> Result<AsyncSessionWriter, SessionError> {
+        let (store, id) = (self.clone(), id.clone());
+        let writer = offload({
+            let id = id.clone();
+            move || store.open_writer(&id)
+        })
+        .await?;
+        Ok(AsyncSessionWriter {
+            id,
+            writer: std::sync::Arc::new(std::sync::Mutex::new(writer)),
+        })
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl AsyncSessionWriter {
+    /// The session.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// [`SessionWriter::append_json`] on the blocking pool.
+    pub async fn append_json(&self, text: impl Into<String>) -> Result<(), SessionError> {
+        let text = text.into();
+        self.with(move |w| w.append_json(&text)).await
+    }
+
+    /// [`SessionWriter::append_value`] on the blocking pool.
+    pub async fn append_value(&self, value: serde_json::Value) -> Result<(), SessionError> {
+        self.with(move |w| w.append_value(&value)).await
+    }
+
+    /// [`SessionWriter::sync`] on the blocking pool.
+    pub async fn sync(&self) -> Result<(), SessionError> {
+        self.with(SessionWriter::sync).await
+    }
+
+    /// Whether the writer holds the session's write lease (asked after any running append).
+    pub async fn holds_lease(&self) -> bool {
+        self.with(|w| w.holds_lease()).await
+    }
+
+    /// [`SessionWriter::release`] after any running append, on the blocking pool (a batch is
+    /// synced first). Every clone of this handle is released with it.
+    pub async fn release(&self) {
+        self.with(SessionWriter::release).await
+    }
+
+    async fn with<T: Send + 'static>(
+        &self,
+        step: impl FnOnce(&mut SessionWriter) -> T + Send + 'static,
+    ) -> T {
+        let writer = self.writer.clone();
+        offload(move || {
+            // A panic in a step is resumed in its caller; later appends are still guarded by
+            // the writer's own checks (lease verified before each write, torn tail repaired),
+            // so a poisoned mutex is not fatal.
+            let mut w = writer
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            step(&mut w)
+        })
+        .await
     }
 }
 

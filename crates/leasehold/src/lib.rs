@@ -14,6 +14,12 @@
 //!   [`Budget`], release;
 //! * patterns built on it (store-wide authority, keyed leases, durable files).
 //!
+//! With the `tokio` feature (off by default, so the blocking library pulls in no runtime),
+//! `Lease::acquire_async`, `LeaseOptions::acquire_async`, `KeyedLeases::acquire_async` and
+//! the authority's async faces (`Authority::acquire_async`, `mutate_async`, `teardown_async`,
+//! over an `AsyncArbiter`) wait without blocking an executor thread and without a thread per
+//! waiter.
+//!
 //! ```
 //! use leasehold::{Budget, Lease};
 //! use std::time::Duration;

@@ -1,23 +1,18 @@
 //! Async acquisition (feature `tokio`): many waiters, cancel by drop, timeouts, no blocked
 //! executor thread, and takeover from a SIGKILLed holder process.
 #![cfg(feature = "tokio")]
+#![allow(clippy::await_holding_lock)] // `common::quiet()` guards are held across awaits on purpose
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::{Canary, FlockHolder};
 use leasehold::{Budget, CancelToken, Error, Holders, Lease, holders};
 
-/// A spawned child shares this process's descriptors — and so the locks on them — from fork
-/// until exec. Tests that assert "free right after release" hold this for reading; the test
-/// that spawns a process holds it for writing while it spawns.
-static SPAWNS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
-
 async fn many_waiters_take_turns_exclusively() {
-    let _no_spawn = SPAWNS.read().await;
     let dir = tempfile::tempdir().unwrap();
     let path = Arc::new(dir.path().join("many.lock"));
     let inside = Arc::new(AtomicBool::new(false));
@@ -45,17 +40,19 @@ async fn many_waiters_take_turns_exclusively() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiters_multi_thread() {
+    let _quiet = common::quiet();
     many_waiters_take_turns_exclusively().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn many_waiters_current_thread() {
+    let _quiet = common::quiet();
     many_waiters_take_turns_exclusively().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn dropping_the_future_cancels_and_leaves_nothing_held() {
-    let _no_spawn = SPAWNS.read().await;
+    let _quiet = common::quiet();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("drop.lock");
     let mut holder = Lease::try_acquire(&path).unwrap();
@@ -73,7 +70,7 @@ async fn dropping_the_future_cancels_and_leaves_nothing_held() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn budget_timeout_and_cancel_token_end_the_wait() {
-    let _no_spawn = SPAWNS.read().await;
+    let _quiet = common::quiet();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.lock");
     let _holder = Lease::try_acquire(&path).unwrap();
@@ -93,23 +90,13 @@ async fn budget_timeout_and_cancel_token_end_the_wait() {
 /// blocking wait would starve it completely.
 #[tokio::test(flavor = "current_thread")]
 async fn waiting_never_blocks_the_executor_thread() {
-    let _no_spawn = SPAWNS.read().await;
+    let _quiet = common::quiet();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("canary.lock");
     let _holder = Lease::try_acquire(&path).unwrap();
-    let ticks = Arc::new(AtomicUsize::new(0));
-    let canary = {
-        let ticks = ticks.clone();
-        tokio::spawn(async move {
-            loop {
-                ticks.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-    };
+    let canary = Canary::start();
     let res = Lease::acquire_async(&path, &Budget::timeout(Duration::from_millis(300))).await;
-    let seen = ticks.load(Ordering::SeqCst);
-    canary.abort();
+    let seen = canary.ticks();
     assert!(res.unwrap_err().is_contended());
     assert!(
         seen >= 10,
@@ -123,30 +110,13 @@ async fn waiting_never_blocks_the_executor_thread() {
 async fn sigkilled_holder_process_hands_over_to_an_async_waiter() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("killed.lock");
-    std::fs::File::create(&path).unwrap();
-    let mut child = {
-        let _spawning = SPAWNS.write().await;
-        Command::new("flock")
-            .arg(&path)
-            .args(["-c", "echo locked; exec sleep 600"])
-            .stdout(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("util-linux flock")
-    };
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "locked");
+    let holder = FlockHolder::hold(&path);
     assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
     let p = path.clone();
     let waiter = tokio::spawn(async move {
         Lease::acquire_async(&p, &Budget::timeout(Duration::from_secs(30))).await
     });
-    let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
-    rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL).unwrap();
-    child.wait().unwrap();
+    holder.kill();
     let lease = waiter.await.unwrap().expect("async waiter takes over");
     lease.verify().unwrap();
 }

@@ -32,6 +32,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::{Budget, Error, Holders, Lease, LeaseOptions};
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
+#[cfg(feature = "tokio")]
+pub use asynchronous::AsyncArbiter;
+
 /// A held right to be the single writer, as handed out by an [`Arbiter`].
 pub trait Grant: Send {
     /// Whether the right is still held. Called before every durable write; an error makes
@@ -314,6 +319,16 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
     /// over without a restart and sees the last durable write of its predecessor. A store
     /// that fails to load leaves the authority in `StorageFailed` *holding the lease*.
     pub fn acquire(&self, budget: &Budget) -> Result<(), AuthorityError> {
+        self.acquire_with(|| self.arbiter.acquire(budget))
+    }
+
+    /// The acquisition state machine; `take` gets a fresh grant when none is held (called at
+    /// most once, on the transition queue). A grant `take` would have handed over is dropped
+    /// — released — when it is not needed, so an authority never holds two.
+    fn acquire_with(
+        &self,
+        take: impl FnOnce() -> crate::Result<A::Grant>,
+    ) -> Result<(), AuthorityError> {
         let _queue = lock(&self.queue);
         if self.is_disposed() {
             return Err(self.disposed_error());
@@ -332,7 +347,7 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
                 g.release();
                 self.emit(Event::LeaseReleased);
             }
-            match self.arbiter.acquire(budget) {
+            match take() {
                 Ok(g) => {
                     lock(&self.core).lease = Some(g);
                     self.emit(Event::LeaseAcquired);

@@ -178,6 +178,45 @@ impl KeyedLeases {
         budget: &Budget,
         known: impl FnOnce(&str) -> bool,
     ) -> Result<KeyLease, KeyError> {
+        let (key, ns, name, create) = self.prepare(key, known)?;
+        let budget = self.capped(budget);
+        let lease = self
+            .options
+            .create(create)
+            .acquire_at(&ns, &name, &budget)?;
+        admit(key, lease, &budget)
+    }
+
+    /// [`acquire`](Self::acquire) for async code (feature `tokio`): the same admission rules
+    /// (unknown keys allocate nothing, the [`max_wait`](Self::max_wait) cap, the cancellation
+    /// re-check right before admission), but the wait never blocks an executor thread and
+    /// costs no thread of its own (see [`LeaseOptions::acquire_at_async`]). Dropping the
+    /// future abandons the wait and leaves the key free. `known` and the directory opens run
+    /// inline: they are a few local, non-blocking metadata calls.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async(
+        &self,
+        key: &str,
+        budget: &Budget,
+        known: impl FnOnce(&str) -> bool,
+    ) -> Result<KeyLease, KeyError> {
+        let (key, ns, name, create) = self.prepare(key, known)?;
+        let budget = self.capped(budget);
+        let lease = self
+            .options
+            .create(create)
+            .acquire_at_async(&ns, &name, &budget)
+            .await?;
+        admit(key, lease, &budget)
+    }
+
+    /// Admission before any wait: the trimmed key, its namespace directory, its lock name
+    /// and whether the lock file may be created. Creates nothing for an unknown key.
+    fn prepare<'k>(
+        &self,
+        key: &'k str,
+        known: impl FnOnce(&str) -> bool,
+    ) -> Result<(&'k str, LockDir, String, bool), KeyError> {
         let key = normalize(key)?;
         let name = lock_name(key);
         let unknown = || KeyError::Unknown {
@@ -195,28 +234,11 @@ impl KeyedLeases {
             Err(Error::NotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        let (ns, create) = match existing {
-            Some(ns) => (ns, false),
-            None if known(key) => (root.child(&self.namespace, true)?, true),
-            None => return Err(unknown()),
-        };
-        let budget = self.capped(budget);
-        let lease = self
-            .options
-            .create(create)
-            .acquire_at(&ns, &name, &budget)?;
-        // Checked again right before admission: a cancellation that raced with the lock being
-        // granted must still stop the operation from starting.
-        if budget.cancel_token().is_some_and(|t| t.is_cancelled()) {
-            return Err(Error::Cancelled {
-                path: lease.path().to_path_buf(),
-            }
-            .into());
+        match existing {
+            Some(ns) => Ok((key, ns, name, false)),
+            None if known(key) => Ok((key, root.child(&self.namespace, true)?, name, true)),
+            None => Err(unknown()),
         }
-        Ok(KeyLease {
-            key: key.to_string(),
-            lease,
-        })
     }
 
     fn capped(&self, budget: &Budget) -> Budget {
@@ -234,6 +256,22 @@ impl KeyedLeases {
             None => capped,
         }
     }
+}
+
+/// Admits the operation holding `lease`, unless the budget was cancelled meanwhile: a
+/// cancellation that raced with the lock being granted must still stop the operation from
+/// starting (the lease is then released by the drop).
+fn admit(key: &str, lease: Lease, budget: &Budget) -> Result<KeyLease, KeyError> {
+    if budget.cancel_token().is_some_and(|t| t.is_cancelled()) {
+        return Err(Error::Cancelled {
+            path: lease.path().to_path_buf(),
+        }
+        .into());
+    }
+    Ok(KeyLease {
+        key: key.to_string(),
+        lease,
+    })
 }
 
 /// The lease of one key: the holder is the key's only operation owner until it releases (or

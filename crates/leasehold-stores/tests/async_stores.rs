@@ -1,0 +1,291 @@
+//! Async faces of the stores (feature `tokio`), on multi-threaded and current-thread
+//! runtimes: result-store operations wait for their ID's lease without blocking an executor
+//! thread, are cancelled by drop and by their budget, take over from a SIGKILLed holder; the
+//! registry hands over asynchronously; the session writer appends off the executor; and the
+//! `async_registry` example runs.
+#![cfg(feature = "tokio")]
+#![allow(clippy::await_holding_lock)] // `common::quiet()` guards are held across awaits on purpose
+
+#[path = "../../leasehold/tests/common/mod.rs"]
+mod common;
+
+#[path = "../examples/async_registry.rs"]
+#[allow(dead_code)]
+mod example;
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Canary, FlockHolder};
+use leasehold::Budget;
+use leasehold::patterns::authority::{Event, State};
+use leasehold::patterns::keyed::{KeyLease, KeyedLeases, RESULT_NAMESPACE};
+use leasehold_stores::document::RealFiles;
+use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
+use leasehold_stores::results::{ErrorClass, ResultError, ResultStore};
+use leasehold_stores::session::{SessionId, SessionStore};
+
+fn long() -> Budget {
+    Budget::timeout(Duration::from_secs(30))
+}
+
+/// A managed root with result `r1` staged (one file), and its source directory.
+fn staged(home: &Path) -> ResultStore {
+    let src = home.join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a.txt"), "A").unwrap();
+    let store = ResultStore::new(home.join("managed"));
+    store.stage("r1", &src, &long()).unwrap();
+    store
+}
+
+/// Holds `r1`'s operation lease in this process (a second open file description, so the
+/// store's own attempts are contended exactly as across processes).
+fn hold_r1(store: &ResultStore) -> KeyLease {
+    KeyedLeases::new(store.root(), RESULT_NAMESPACE)
+        .try_acquire("r1", |_| true)
+        .unwrap()
+}
+
+/// The store, telling the returned channel each time an operation starts waiting for a busy
+/// ID (after 1 ms): the handshake that says "it is waiting now".
+fn announcing(store: ResultStore) -> (ResultStore, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let store = store.on_wait(Duration::from_millis(1), move |_, _| {
+        let _ = tx.send(());
+    });
+    (store, rx)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn results_round_trip_async() {
+    let _quiet = common::quiet();
+    let home = tempfile::tempdir().unwrap();
+    let src = home.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::write(src.join("sub/b.txt"), "B").unwrap();
+    let store = ResultStore::new(home.path().join("managed"));
+    let entry = store.stage_async(" r1 ", &src, &long()).await.unwrap();
+    assert_eq!(entry.files, ["sub/b.txt"]);
+    assert_eq!(
+        store.paths_async("r1", &long()).await.unwrap(),
+        ["sub/b.txt"]
+    );
+    assert_eq!(
+        store.finish_async("r1", &long()).await.unwrap(),
+        ["sub/b.txt"]
+    );
+    assert_eq!(store.pending().unwrap(), ["r1"]);
+    let target = home.path().join("target");
+    store.apply_async("r1", &target, &long()).await.unwrap();
+    assert_eq!(fs::read_to_string(target.join("sub/b.txt")).unwrap(), "B");
+    assert!(store.pending().unwrap().is_empty());
+    let gone = store.discard_async("r1", &long()).await.unwrap_err();
+    assert!(matches!(gone, ResultError::Unknown { .. }), "{gone}");
+    store.stage_async("r2", &src, &long()).await.unwrap();
+    store.abort_async("r2", &long()).await.unwrap();
+    let report = store.sweep_async(Duration::ZERO).await.unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+}
+
+/// While `r1` is busy, an async result operation waits without blocking the executor (a
+/// canary keeps ticking), then gives up as busy with nothing changed.
+async fn result_wait_does_not_block() {
+    let home = tempfile::tempdir().unwrap();
+    let store = staged(home.path());
+    let _held = hold_r1(&store);
+    let canary = Canary::start();
+    let r = store
+        .discard_async("r1", &Budget::timeout(Duration::from_millis(300)))
+        .await;
+    let seen = canary.ticks();
+    let err = r.unwrap_err();
+    assert_eq!(err.class(), ErrorClass::Contended, "{err}");
+    assert!(
+        seen >= 10,
+        "canary ticked only {seen} times during a 300 ms wait"
+    );
+    assert!(
+        store.root().join("results/r1/entry.json").is_file(),
+        "nothing changed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_wait_does_not_block_multi_thread() {
+    let _quiet = common::quiet();
+    result_wait_does_not_block().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn result_wait_does_not_block_current_thread() {
+    let _quiet = common::quiet();
+    result_wait_does_not_block().await;
+}
+
+/// A waiting async operation is admitted once the holder lets go, and does its work.
+async fn result_waiter_proceeds_after_release() {
+    let home = tempfile::tempdir().unwrap();
+    let (store, mut waiting) = announcing(staged(home.path()));
+    let mut held = hold_r1(&store);
+    let op = {
+        let store = store.clone();
+        tokio::spawn(async move { store.discard_async("r1", &long()).await })
+    };
+    waiting.recv().await.unwrap();
+    assert!(
+        store.root().join("results/r1").exists(),
+        "nothing done while busy"
+    );
+    held.release();
+    op.await.unwrap().expect("admitted after the release");
+    assert!(!store.root().join("results/r1").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_waiter_proceeds_after_release_multi_thread() {
+    let _quiet = common::quiet();
+    result_waiter_proceeds_after_release().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn result_waiter_proceeds_after_release_current_thread() {
+    let _quiet = common::quiet();
+    result_waiter_proceeds_after_release().await;
+}
+
+/// Dropping a waiting operation cancels it: nothing changes, and the ID is left free.
+#[tokio::test(flavor = "current_thread")]
+async fn result_drop_cancels_with_nothing_changed() {
+    let _quiet = common::quiet();
+    let home = tempfile::tempdir().unwrap();
+    let store = staged(home.path()).max_wait(None);
+    let mut held = hold_r1(&store);
+    let budget = Budget::unlimited();
+    let op = store.discard_async("r1", &budget);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), op)
+            .await
+            .is_err(),
+        "still busy, so the operation was abandoned by drop"
+    );
+    held.release();
+    assert!(store.root().join("results/r1/entry.json").is_file());
+    hold_r1(&store); // the abandoned waiter holds nothing
+    assert_eq!(store.paths("r1", &long()).unwrap(), ["a.txt"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_sigkilled_holder_hands_over_to_an_async_operation() {
+    let home = tempfile::tempdir().unwrap();
+    let (store, mut waiting) = announcing(staged(home.path()));
+    let holder = FlockHolder::hold(&store.lock_path("r1"));
+    let target = home.path().join("target");
+    let op = {
+        let (store, target) = (store.clone(), target.clone());
+        tokio::spawn(async move { store.apply_async("r1", &target, &long()).await })
+    };
+    waiting.recv().await.unwrap();
+    holder.kill();
+    assert_eq!(op.await.unwrap().expect("takes over"), ["a.txt"]);
+    assert_eq!(fs::read_to_string(target.join("a.txt")).unwrap(), "A");
+}
+
+// ---- registry ----
+
+/// A second registry waits asynchronously while the first serves,
+/// and takes over at the first's async teardown with its last write.
+async fn registry_hands_over_async() {
+    let home = tempfile::tempdir().unwrap();
+    let paths = RegistryPaths::in_home(home.path(), None);
+    let (workspace, extra) = (home.path().join("ws"), home.path().join("extra"));
+    fs::create_dir_all(&workspace).unwrap();
+    fs::create_dir_all(&extra).unwrap();
+    let first = Registry::new(paths.clone());
+    first.acquire_async(&Budget::no_wait()).await.unwrap();
+    let (tx, mut contended) = tokio::sync::mpsc::unbounded_channel();
+    let second = Arc::new(Registry::with_files(
+        paths,
+        Arc::new(RealFiles),
+        Some(Arc::new(move |e: &Event| {
+            if *e == Event::LeaseContended {
+                let _ = tx.send(());
+            }
+        })),
+    ));
+    let waiter = {
+        let second = second.clone();
+        tokio::spawn(async move { second.acquire_async(&long()).await })
+    };
+    contended.recv().await.unwrap();
+    first.add_async(&workspace, &extra).await.unwrap();
+    first.teardown_async().await;
+    waiter.await.unwrap().expect("takes over");
+    assert_eq!(second.state(), State::Active);
+    assert!(second.grants(&workspace, &extra.join("f")));
+    let refused = first.add_async(&workspace, &extra).await.unwrap_err();
+    assert!(
+        matches!(refused, RegistryError::Contended { .. }),
+        "{refused}"
+    );
+    second.remove_async(&workspace, &extra).await.unwrap();
+    assert!(!second.grants(&workspace, &extra.join("f")));
+    second.refresh_async().await.unwrap();
+    second.teardown_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_hands_over_async_multi_thread() {
+    let _quiet = common::quiet();
+    registry_hands_over_async().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn registry_hands_over_async_current_thread() {
+    let _quiet = common::quiet();
+    registry_hands_over_async().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_registry_example_runs() {
+    let _quiet = common::quiet();
+    let home = tempfile::tempdir().unwrap();
+    let ticks = example::run(home.path()).await.expect("example");
+    assert!(ticks > 0);
+}
+
+// ---- session ----
+
+#[tokio::test(flavor = "current_thread")]
+async fn session_writer_async_appends_and_stays_single_writer() {
+    let _quiet = common::quiet();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = SessionStore::new(tmp.path().join("sessions"));
+    let id = SessionId::new("s1").unwrap();
+    let writer = store.open_writer_async(&id).await.unwrap();
+    assert!(
+        !writer.holds_lease().await,
+        "nothing taken before the first write"
+    );
+    writer.append_json(" {\"a\": 1} ").await.unwrap();
+    let appends: Vec<_> = (0..8)
+        .map(|i| {
+            let w = writer.clone();
+            tokio::spawn(async move { w.append_value(serde_json::json!({ "n": i })).await })
+        })
+        .collect();
+    for a in appends {
+        a.await.unwrap().unwrap();
+    }
+    assert!(writer.holds_lease().await);
+    let other = store.open_writer_async(&id).await.unwrap_err();
+    assert!(other.is_contended(), "{other}");
+    writer.release().await;
+    let records: Vec<_> = store.reader(&id).unwrap().map(Result::unwrap).collect();
+    assert_eq!(records.len(), 9);
+    assert_eq!(records[0], b"{\"a\": 1}");
+    let next = store.open_writer_async(&id).await.unwrap();
+    assert!(next.holds_lease().await, "free again after release");
+}
