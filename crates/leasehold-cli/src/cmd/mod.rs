@@ -4,6 +4,7 @@ pub mod registry;
 pub mod results;
 pub mod run;
 pub mod status;
+pub mod torture;
 
 use std::time::Duration;
 
