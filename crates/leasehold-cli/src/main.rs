@@ -28,6 +28,8 @@ enum Command {
     Registry(cmd::registry::RegistryArgs),
     /// Stage, inspect, publish, apply, discard, abort and sweep isolated results.
     Results(cmd::results::ResultsArgs),
+    /// Append to or read an append-only JSON-lines session log.
+    Session(cmd::session::SessionArgs),
     /// Crash torture: workers mutate under leases while they are SIGKILLed; checks exclusion.
     Torture(cmd::torture::TortureArgs),
 }
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cmd::status::main(args),
         Command::Registry(args) => cmd::registry::main(args),
         Command::Results(args) => cmd::results::main(args),
+        Command::Session(args) => cmd::session::main(args),
         Command::Torture(args) => cmd::torture::main(args),
     };
     match outcome {

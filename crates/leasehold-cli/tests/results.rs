@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Out, Proc, assert_one_line_error, hold, leasehold, release, run};
+use common::{Out, Proc, assert_one_line_error, hold, leasehold, release, run, wait_until_free};
 use leasehold::patterns::keyed::lock_name;
 
 /// `leasehold results --root ROOT`.
@@ -230,6 +230,7 @@ fn lease_is_released_on_normal_exit_and_on_sigkill() {
     let mut holder = hold(&lock(root, "r1"));
     assert_eq!(no_wait("discard").code, 75);
     holder.kill_group();
+    wait_until_free(&lock(root, "r1"));
     let out = no_wait("discard");
     assert_eq!(out.code, 0, "{out:?}");
     assert!(!root.join("results/r1").exists());

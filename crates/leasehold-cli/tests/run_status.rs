@@ -88,6 +88,7 @@ fn release_on_sigkill_of_the_holder() {
     let mut holder = hold(&lock);
     assert_eq!(try_run(&lock).code, 75);
     holder.kill_group();
+    wait_until_free(&lock);
     assert_eq!(try_run(&lock).code, 0);
 }
 
@@ -126,15 +127,8 @@ fn command_keeps_the_lease_when_leasehold_itself_is_sigkilled() {
     // COMMAND ends (its stdin is our pipe): the lease goes with it.
     holder.send("go");
     assert_eq!(holder.line(), "done");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    // COMMAND prints "done" just before exiting; wait for its exit by retrying try-once.
-    loop {
-        let out = try_run(&lock);
-        if out.code == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "lease never released: {out:?}");
-    }
+    wait_until_free(&lock);
+    assert_eq!(try_run(&lock).code, 0);
 }
 
 #[test]
@@ -332,10 +326,17 @@ fn permission_denied_exits_2() {
     std::fs::create_dir(&locked).unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // The binary must be reachable by `nobody`: copy it somewhere world-readable.
+    // The binary must be reachable by `nobody`: copy it somewhere world-readable. The copy
+    // is made by cp(1), never by this process: a write descriptor open here would be
+    // inherited by children other tests fork meanwhile, and exec would fail with ETXTBSY.
     let exe = dir.path().join("leasehold");
-    std::fs::copy(bin(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copied = std::process::Command::new("install")
+        .args(["-m", "0755"])
+        .arg(bin())
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(copied.success());
     let lock = locked.join("x.lock");
     let is_root = rustix::process::geteuid().is_root();
     let mut cmd = if is_root {

@@ -6,3 +6,4 @@
 pub mod document;
 pub mod registry;
 pub mod results;
+pub mod session;

@@ -71,6 +71,8 @@ pub enum FileKind {
     BlockDevice,
     /// A directory.
     Directory,
+    /// A regular file (reported where a directory was expected).
+    Regular,
     /// Anything else the platform reports.
     Other,
 }
@@ -84,6 +86,7 @@ impl fmt::Display for FileKind {
             FileKind::CharDevice => "a character device",
             FileKind::BlockDevice => "a block device",
             FileKind::Directory => "a directory",
+            FileKind::Regular => "a regular file",
             FileKind::Other => "not a regular file",
         })
     }
@@ -123,6 +126,17 @@ pub enum Error {
     )]
     NotRegularFile {
         /// The lock path.
+        path: PathBuf,
+        /// What was found there.
+        kind: FileKind,
+    },
+    /// A directory that leases are kept in is something else (a symlink is never followed
+    /// inside a managed tree: it could redirect where locks are taken); it is left untouched.
+    #[error(
+        "{path}: is {kind}, not a directory; refusing to use it (symbolic links are not followed here; move it away)"
+    )]
+    NotDirectory {
+        /// The directory path.
         path: PathBuf,
         /// What was found there.
         kind: FileKind,
@@ -222,6 +236,7 @@ impl Error {
         matches!(
             self,
             Error::NotRegularFile { .. }
+                | Error::NotDirectory { .. }
                 | Error::ParentNotDirectory { .. }
                 | Error::PermissionDenied { .. }
                 | Error::NameTooLong { .. }

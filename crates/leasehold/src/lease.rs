@@ -100,10 +100,14 @@ pub struct LockDir {
 }
 
 impl LockDir {
-    /// Opens an existing directory. A final symlink is refused.
+    /// Opens an existing directory. The path is the caller's configuration, so symlinks in it
+    /// are followed, as for any path prefix (a home directory moved to another disk and linked
+    /// back keeps working); what lies *inside* is opened with [`child`](Self::child), which
+    /// never follows one.
     pub fn open(path: impl AsRef<Path>) -> Result<LockDir> {
         let path = path.as_ref();
-        let fd = sys::open_dir_at(sys::cwd(), path).map_err(|e| dir_error(path, e))?;
+        let fd = sys::open_dir_at(sys::cwd(), path, true)
+            .map_err(|e| dir_error(sys::cwd(), path, path, e))?;
         Ok(LockDir {
             fd: Arc::new(fd),
             path: path.to_path_buf(),
@@ -131,11 +135,11 @@ impl LockDir {
         if create {
             match sys::mkdir_at(self.fd.as_fd(), Path::new(name)) {
                 Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => return Err(dir_error(&path, e)),
+                Err(e) => return Err(dir_error(self.fd.as_fd(), Path::new(name), &path, e)),
             }
         }
-        let fd =
-            sys::open_dir_at(self.fd.as_fd(), Path::new(name)).map_err(|e| dir_error(&path, e))?;
+        let fd = sys::open_dir_at(self.fd.as_fd(), Path::new(name), false)
+            .map_err(|e| dir_error(self.fd.as_fd(), Path::new(name), &path, e))?;
         Ok(LockDir {
             fd: Arc::new(fd),
             path,
@@ -531,22 +535,9 @@ impl Waiter<'_> {
     /// Waits for the lease on an already opened file. `Ok(None)`: the file was replaced and
     /// must be reopened.
     fn wait(&self, mut opened: Opened, watch: Option<&sys::Watch>) -> Result<Option<Held>> {
-        let (min, max) = if watch.is_some() {
-            (WATCHED_MIN, WATCHED_MAX)
-        } else {
-            (POLL_MIN, POLL_MAX)
-        };
-        let mut interval = min;
+        let mut pace = Pacing::new(watch.is_some());
         loop {
-            match self.budget.exhausted() {
-                Some(Exhausted::Cancelled) => {
-                    return Err(Error::Cancelled {
-                        path: self.path().to_path_buf(),
-                    });
-                }
-                Some(Exhausted::Deadline) => return Err(self.timed_out(Some(opened.id))),
-                None => {}
-            }
+            self.check_budget(&opened)?;
             let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(2);
             if let Some(w) = watch {
                 fds.push(w.as_fd());
@@ -554,27 +545,16 @@ impl Waiter<'_> {
             if let Some(c) = self.budget.cancel_token() {
                 fds.push(c.fd());
             }
-            let timeout = match self.budget.remaining() {
-                Some(left) => left.min(interval),
-                None => interval,
-            };
-            let ready = sys::wait_readable(&fds, Some(timeout)).map_err(|source| Error::Io {
-                op: "wait for lock",
-                path: self.path().to_path_buf(),
-                source,
-            })?;
+            let ready =
+                sys::wait_readable(&fds, Some(pace.nap(self.budget))).map_err(|source| {
+                    Error::Io {
+                        op: "wait for lock",
+                        path: self.path().to_path_buf(),
+                        source,
+                    }
+                })?;
             let woke = watch.is_some() && ready & 1 == 1;
-            let schedule: &[Duration] = if woke {
-                if let Some(w) = watch {
-                    w.drain();
-                }
-                interval = min;
-                &AFTER_EVENT
-            } else {
-                interval = (interval * 2).min(max);
-                &AFTER_EVENT[..1]
-            };
-            for pause in schedule {
+            for pause in pace.tries(woke, watch) {
                 if self.budget.flagged() {
                     break;
                 }
@@ -587,12 +567,74 @@ impl Waiter<'_> {
                     Attempt::Busy(o) => opened = o,
                 }
             }
-            // Still busy: is the file we wait on still the one at the path? If it was
-            // replaced, the next holder locks the new file and we must follow it.
-            match sys::entry_at(self.target.dir(), self.target.name()) {
-                Ok(Entry::Regular(now)) if now == opened.id => {}
-                _ => return Ok(None),
+            if !self.still_at_path(&opened) {
+                return Ok(None);
             }
+        }
+    }
+
+    /// Ends a wait whose budget ran out: cancellation first, then the deadline.
+    fn check_budget(&self, opened: &Opened) -> Result<()> {
+        match self.budget.exhausted() {
+            Some(Exhausted::Cancelled) => Err(Error::Cancelled {
+                path: self.path().to_path_buf(),
+            }),
+            Some(Exhausted::Deadline) => Err(self.timed_out(Some(opened.id))),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the file we wait on is still the one at the path. If it was replaced, the
+    /// next holder locks the new file and the waiter must follow it.
+    fn still_at_path(&self, opened: &Opened) -> bool {
+        matches!(
+            sys::entry_at(self.target.dir(), self.target.name()),
+            Ok(Entry::Regular(now)) if now == opened.id
+        )
+    }
+}
+
+/// How a waiter paces itself: how long to sleep before the safety-net re-check, and which
+/// retries to make after waking. Shared by the blocking and the async waiter.
+struct Pacing {
+    min: Duration,
+    max: Duration,
+    interval: Duration,
+}
+
+impl Pacing {
+    fn new(watched: bool) -> Pacing {
+        let (min, max) = if watched {
+            (WATCHED_MIN, WATCHED_MAX)
+        } else {
+            (POLL_MIN, POLL_MAX)
+        };
+        Pacing {
+            min,
+            max,
+            interval: min,
+        }
+    }
+
+    /// The next sleep: the safety-net interval, cut short by the deadline.
+    fn nap(&self, budget: &Budget) -> Duration {
+        budget
+            .remaining()
+            .map_or(self.interval, |left| left.min(self.interval))
+    }
+
+    /// After a wake-up event: drain it and retry on the short schedule, and reset the
+    /// safety net; after a timeout: one retry, and back the safety net off.
+    fn tries(&mut self, woke: bool, watch: Option<&sys::Watch>) -> &'static [Duration] {
+        if woke {
+            if let Some(w) = watch {
+                w.drain();
+            }
+            self.interval = self.min;
+            &AFTER_EVENT
+        } else {
+            self.interval = (self.interval * 2).min(self.max);
+            &AFTER_EVENT[..1]
         }
     }
 }
@@ -823,7 +865,7 @@ pub(crate) fn create_dirs(path: &Path) -> Result<()> {
         .map_err(|e| {
             let errno = e.raw_os_error().map(Errno::from_raw_os_error);
             match errno {
-                Some(errno) => dir_error(path, errno),
+                Some(errno) => dir_error(sys::cwd(), path, path, errno),
                 None => Error::Io {
                     op: "create directory",
                     path: path.to_path_buf(),
@@ -845,14 +887,22 @@ fn with_path(e: Error, path: &Path) -> Error {
     }
 }
 
-fn dir_error(path: &Path, e: Errno) -> Error {
+/// Explains a failed directory open: what stands at `name` (never following it) if it is not
+/// a directory, else a parent that is not one.
+fn dir_error(at: BorrowedFd<'_>, name: &Path, path: &Path, e: Errno) -> Error {
     match e {
-        Errno::LOOP => Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind: FileKind::Symlink,
-        },
-        Errno::NOTDIR => Error::ParentNotDirectory {
-            path: path.to_path_buf(),
+        Errno::LOOP | Errno::NOTDIR => match sys::entry_at(at, name) {
+            Ok(Entry::Other(kind)) if kind != FileKind::Directory => Error::NotDirectory {
+                path: path.to_path_buf(),
+                kind,
+            },
+            Ok(Entry::Regular(_)) => Error::NotDirectory {
+                path: path.to_path_buf(),
+                kind: FileKind::Regular,
+            },
+            _ => Error::ParentNotDirectory {
+                path: path.to_path_buf(),
+            },
         },
         other => path_error(path, "open directory", other),
     }
@@ -1058,13 +1108,16 @@ mod tests {
         let dangling = dir.path().join("dangling.lock");
         std::os::unix::fs::symlink(dir.path().join("nothing"), &dangling).unwrap();
         let fifo = dir.path().join("fifo.lock");
-        assert!(
-            std::process::Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
+        // mknodat, not mkfifo(1): spawning a process here would fork this test process while
+        // other tests hold leases, and a forked child shares their descriptors until it execs.
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         let sock = dir.path().join("sock.lock");
         let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         let subdir = dir.path().join("dir.lock");
@@ -1220,6 +1273,39 @@ mod tests {
         assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
         drop(lease);
         assert_eq!(holders(&path).unwrap(), Holders::Free);
+    }
+
+    #[test]
+    fn lock_dir_follows_a_symlinked_root_but_never_a_symlinked_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir_all(real.join("sub")).unwrap();
+        std::fs::write(real.join("file"), b"x").unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("alias")).unwrap();
+        std::os::unix::fs::symlink(real.join("sub"), real.join("linked")).unwrap();
+        let root =
+            LockDir::open(dir.path().join("alias")).expect("a configured root may be a link");
+        root.child("sub", false).expect("a real child directory");
+        match root.child("linked", true) {
+            Err(Error::NotDirectory { kind, path }) => {
+                assert_eq!(kind, FileKind::Symlink);
+                assert!(path.ends_with("linked"));
+            }
+            other => panic!("a symlinked child must be refused, got {other:?}"),
+        }
+        assert!(matches!(
+            root.child("file", true),
+            Err(Error::NotDirectory {
+                kind: FileKind::Regular,
+                ..
+            })
+        ));
+        assert_eq!(std::fs::read(real.join("file")).unwrap(), b"x");
+        assert!(
+            std::fs::symlink_metadata(real.join("linked"))
+                .unwrap()
+                .is_symlink()
+        );
     }
 
     #[test]

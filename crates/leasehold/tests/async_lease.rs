@@ -11,7 +11,13 @@ use std::time::Duration;
 
 use leasehold::{Budget, CancelToken, Error, Holders, Lease, holders};
 
+/// A spawned child shares this process's descriptors — and so the locks on them — from fork
+/// until exec. Tests that assert "free right after release" hold this for reading; the test
+/// that spawns a process holds it for writing while it spawns.
+static SPAWNS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 async fn many_waiters_take_turns_exclusively() {
+    let _no_spawn = SPAWNS.read().await;
     let dir = tempfile::tempdir().unwrap();
     let path = Arc::new(dir.path().join("many.lock"));
     let inside = Arc::new(AtomicBool::new(false));
@@ -49,6 +55,7 @@ async fn many_waiters_current_thread() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn dropping_the_future_cancels_and_leaves_nothing_held() {
+    let _no_spawn = SPAWNS.read().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("drop.lock");
     let mut holder = Lease::try_acquire(&path).unwrap();
@@ -66,6 +73,7 @@ async fn dropping_the_future_cancels_and_leaves_nothing_held() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn budget_timeout_and_cancel_token_end_the_wait() {
+    let _no_spawn = SPAWNS.read().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.lock");
     let _holder = Lease::try_acquire(&path).unwrap();
@@ -85,6 +93,7 @@ async fn budget_timeout_and_cancel_token_end_the_wait() {
 /// blocking wait would starve it completely.
 #[tokio::test(flavor = "current_thread")]
 async fn waiting_never_blocks_the_executor_thread() {
+    let _no_spawn = SPAWNS.read().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("canary.lock");
     let _holder = Lease::try_acquire(&path).unwrap();
@@ -115,13 +124,16 @@ async fn sigkilled_holder_process_hands_over_to_an_async_waiter() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("killed.lock");
     std::fs::File::create(&path).unwrap();
-    let mut child = Command::new("flock")
-        .arg(&path)
-        .args(["-c", "echo locked; exec sleep 600"])
-        .stdout(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .expect("util-linux flock");
+    let mut child = {
+        let _spawning = SPAWNS.write().await;
+        Command::new("flock")
+            .arg(&path)
+            .args(["-c", "echo locked; exec sleep 600"])
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("util-linux flock")
+    };
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)

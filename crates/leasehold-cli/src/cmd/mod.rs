@@ -3,6 +3,7 @@
 pub mod registry;
 pub mod results;
 pub mod run;
+pub mod session;
 pub mod status;
 pub mod torture;
 

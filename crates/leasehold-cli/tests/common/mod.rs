@@ -160,6 +160,24 @@ pub fn hold(lock: &Path) -> Proc {
     p
 }
 
+/// Waits (at most 10 s) until `leasehold status` reports `lock` free. After SIGKILLing a
+/// [`hold`] group, `wait()` reaps only `leasehold`; its COMMAND, which shares the lease, dies
+/// a moment later, so the release is observed rather than assumed.
+pub fn wait_until_free(lock: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = run(leasehold().arg("status").arg(lock));
+        if out.stdout == "free\n" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never became free: {out:?}",
+            lock.display()
+        );
+    }
+}
+
 /// Releases a holder started by [`hold`] and waits for it to exit cleanly.
 pub fn release(mut p: Proc) {
     p.send("go");

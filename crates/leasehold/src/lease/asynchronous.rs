@@ -11,18 +11,15 @@
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-use super::{
-    AFTER_EVENT, Attempt, Held, Lease, LeaseOptions, LockDir, Opened, POLL_MAX, POLL_MIN, Step,
-    Target, WATCHED_MAX, WATCHED_MIN, Waiter,
-};
-use crate::budget::{Budget, Exhausted};
-use crate::error::{Error, Result};
-use crate::sys::{self, Entry};
+use super::{Attempt, Held, Lease, LeaseOptions, LockDir, Opened, Pacing, Step, Target, Waiter};
+use crate::budget::Budget;
+use crate::error::Result;
+use crate::sys;
 
 impl LeaseOptions {
     /// Takes the lease on `path`, waiting within `budget` without blocking the executor.
@@ -115,40 +112,15 @@ impl Waiter<'_> {
     ) -> Result<Option<Held>> {
         let events = watch.and_then(|w| register(w.as_fd()));
         let cancel = self.budget.cancel_token().and_then(|c| register(c.fd()));
-        let (min, max) = match events {
-            Some(_) => (WATCHED_MIN, WATCHED_MAX),
-            None => (POLL_MIN, POLL_MAX),
-        };
-        let mut interval = min;
+        let mut pace = Pacing::new(events.is_some());
         loop {
-            match self.budget.exhausted() {
-                Some(Exhausted::Cancelled) => {
-                    return Err(Error::Cancelled {
-                        path: self.path().to_path_buf(),
-                    });
-                }
-                Some(Exhausted::Deadline) => return Err(self.timed_out(Some(opened.id))),
-                None => {}
-            }
-            let nap = self
-                .budget
-                .remaining()
-                .map_or(interval, |left| left.min(interval));
+            self.check_budget(&opened)?;
             let woke = tokio::select! {
                 _ = readable(events.as_ref()) => true,
                 _ = readable(cancel.as_ref()) => false,
-                _ = tokio::time::sleep(nap) => false,
+                _ = tokio::time::sleep(pace.nap(self.budget)) => false,
             };
-            let tries: &[Duration] = if woke {
-                if let Some(w) = watch {
-                    w.drain();
-                }
-                interval = min;
-                &AFTER_EVENT
-            } else {
-                interval = (interval * 2).min(max);
-                &AFTER_EVENT[..1]
-            };
+            let tries = pace.tries(woke, watch);
             for pause in tries {
                 if self.budget.flagged() {
                     break;
@@ -163,9 +135,8 @@ impl Waiter<'_> {
                     Attempt::Busy(o) => opened = o,
                 }
             }
-            match sys::entry_at(self.target.dir(), self.target.name()) {
-                Ok(Entry::Regular(now)) if now == opened.id => {}
-                _ => return Ok(None),
+            if !self.still_at_path(&opened) {
+                return Ok(None);
             }
         }
     }

@@ -523,9 +523,11 @@ struct Admitted<'a, A: Arbiter, S: Store>(&'a Authority<A, S>);
 
 impl<A: Arbiter, S: Store> Drop for Admitted<'_, A, S> {
     fn drop(&mut self) {
+        // Report the end before teardown can see the count reach zero, so that observers
+        // never see the store closed while a mutation is still reported running.
+        self.0.emit(Event::MutationEnd);
         lock(&self.0.core).inflight -= 1;
         self.0.idle.notify_all();
-        self.0.emit(Event::MutationEnd);
     }
 }
 

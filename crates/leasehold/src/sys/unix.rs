@@ -89,14 +89,42 @@ pub(crate) fn open_lock_file(
     rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))
 }
 
-/// Opens a directory handle without following a final symlink.
-pub(crate) fn open_dir_at(dir: BorrowedFd<'_>, name: &Path) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
+/// Opens a data file (an append-only log) relative to `dir`.
+///
+/// Like [`open_lock_file`] it never follows a final symlink (`O_NOFOLLOW`: a log swapped for
+/// a link to a victim file is refused with `ELOOP`, never written through), never blocks on a
+/// FIFO (`O_NONBLOCK`; no effect on regular files), is close-on-exec and never becomes a
+/// controlling terminal. With `write` it is opened read-write with `O_APPEND`, so every write
+/// lands at the current end of file; with `create` a missing file is created with mode 0600.
+pub(crate) fn open_data_file(
+    dir: BorrowedFd<'_>,
+    name: &Path,
+    write: bool,
+    create: bool,
+) -> Result<OwnedFd, Errno> {
+    let mut flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    if write {
+        flags |= OFlags::RDWR | OFlags::APPEND;
+    } else {
+        flags |= OFlags::RDONLY;
+    }
+    if create {
+        flags |= OFlags::CREATE;
+    }
+    rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))
+}
+
+/// Opens a directory handle. With `follow == false` a final symlink is refused (`ELOOP`).
+pub(crate) fn open_dir_at(
+    dir: BorrowedFd<'_>,
+    name: &Path,
+    follow: bool,
+) -> Result<OwnedFd, Errno> {
+    let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if !follow {
+        flags |= OFlags::NOFOLLOW;
+    }
+    rustix::fs::openat(dir, name, flags, Mode::empty())
 }
 
 /// Creates one directory with mode 0700 relative to `dir` (`EEXIST` is the caller's to judge).

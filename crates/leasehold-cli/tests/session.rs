@@ -1,0 +1,566 @@
+//! Black-box tests of `leasehold session` (cli-contract.md, "session"), with real processes.
+//! Synchronisation is by observation, never by sleeping: a test that needs an appender to have
+//! written a record runs `session read` until the record is there.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Out, Proc, assert_one_line_error, leasehold, run};
+
+/// Generous bound for "promptly" and for observing a record another process wrote.
+const BOUND: Duration = Duration::from_secs(10);
+
+fn session(dir: &Path) -> Command {
+    let mut c = leasehold();
+    c.arg("session").arg("--dir").arg(dir);
+    c
+}
+
+/// `session read ID`.
+fn read(dir: &Path, id: &str) -> Out {
+    run(session(dir).args(["read", "--", id]))
+}
+
+/// The records `read` prints, asserting success.
+fn records(dir: &Path, id: &str) -> Vec<String> {
+    let out = read(dir, id);
+    assert_eq!(out.code, 0, "read failed: {out:?}");
+    out.stdout.lines().map(str::to_string).collect()
+}
+
+/// Runs `session append ID` with `input` on stdin, to completion (bounded: a hang fails).
+fn append(dir: &Path, id: &str, input: &str) -> Out {
+    let mut p = appender(dir, id);
+    if let Some(mut stdin) = p.stdin.take() {
+        // A writer refused at open exits before reading: a broken pipe is then expected.
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    finish(p)
+}
+
+/// A long-running `session append ID` fed line by line through [`Proc::send`].
+fn appender(dir: &Path, id: &str) -> Proc {
+    Proc::spawn(
+        session(dir)
+            .args(["append", "--", id])
+            .stderr(Stdio::piped()),
+    )
+}
+
+/// Closes the appender's stdin and collects its exit status and output, failing the test if
+/// it does not exit promptly.
+fn finish(mut p: Proc) -> Out {
+    p.close_stdin();
+    let st = p.wait_timeout(BOUND).expect("append did not exit promptly");
+    let mut stdout = String::new();
+    p.stdout.read_to_string(&mut stdout).unwrap();
+    let mut stderr = String::new();
+    if let Some(e) = p.child.stderr.as_mut() {
+        e.read_to_string(&mut stderr).unwrap();
+    }
+    Out {
+        code: st.code().unwrap_or(-1),
+        stdout,
+        stderr,
+    }
+}
+
+/// Runs `read` until it shows `n` records (the handshake with an appender), then returns them.
+fn wait_for_records(dir: &Path, id: &str, n: usize) -> Vec<String> {
+    let end = Instant::now() + BOUND;
+    loop {
+        let out = read(dir, id);
+        if out.code == 0 {
+            let got: Vec<String> = out.stdout.lines().map(str::to_string).collect();
+            if got.len() >= n {
+                return got;
+            }
+        }
+        assert!(
+            Instant::now() < end,
+            "never saw {n} records in {id}: {out:?}"
+        );
+    }
+}
+
+/// Every entry under `dir`, recursively (to prove that nothing was created).
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            out.push(e.path());
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(tree(&e.path()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn lock_of(dir: &Path, id: &str) -> PathBuf {
+    dir.join(id).join("session.lock")
+}
+
+fn log_of(dir: &Path, id: &str) -> PathBuf {
+    dir.join(id).join("session.jsonl")
+}
+
+fn status(lock: &Path) -> String {
+    let out = run(leasehold().arg("status").arg(lock));
+    assert_eq!(out.code, 0, "{out:?}");
+    out.stdout.trim().to_string()
+}
+
+#[test]
+fn appends_each_line_as_it_arrives_and_holds_the_lease_until_exit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    let mut a = appender(&dir, "s1");
+    a.send(r#"{"n":1}"#);
+    // Seen while stdin is still open: the line was appended on arrival, not at EOF.
+    assert_eq!(wait_for_records(&dir, "s1", 1), [r#"{"n":1}"#]);
+    assert_eq!(
+        status(&lock_of(&dir, "s1")),
+        format!("held by pid {}", a.pid())
+    );
+    a.send("");
+    a.send(r#"  {"n": 2}  "#);
+    assert_eq!(
+        wait_for_records(&dir, "s1", 2),
+        [r#"{"n":1}"#, r#"{"n": 2}"#]
+    );
+    a.close_stdin();
+    assert!(a.wait().success());
+    assert_eq!(status(&lock_of(&dir, "s1")), "free");
+    assert!(
+        lock_of(&dir, "s1").is_file(),
+        "the lock file is never removed"
+    );
+}
+
+#[test]
+fn second_writer_is_refused_with_the_holders_pid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    // B is started before the session exists, so it usually takes the lease only at its first
+    // write (whether it opened before A's first write is not observable from outside: either
+    // way it must be refused; the store's unit tests pin the pending path down).
+    let mut b = appender(&dir, "s");
+    let mut a = appender(&dir, "s");
+    a.send(r#"{"from":"a"}"#);
+    wait_for_records(&dir, "s", 1);
+
+    let owned = format!("session s is owned by another process (pid {})", a.pid());
+    // A writer started now finds an existing session and is refused at once.
+    let c = append(&dir, "s", "{\"from\":\"c\"}\n");
+    assert_eq!(c.code, 75, "{c:?}");
+    assert_one_line_error(&c, &owned);
+    // B, pending until now, is refused at its first materializing write.
+    if let Some(mut stdin) = b.stdin.take() {
+        let _ = writeln!(stdin, r#"{{"from":"b"}}"#);
+    }
+    let b = finish(b);
+    assert_eq!(b.code, 75, "{b:?}");
+    assert_one_line_error(&b, &owned);
+
+    // Readers work while the writer holds the lease and see only the owner's records.
+    assert_eq!(records(&dir, "s"), [r#"{"from":"a"}"#]);
+    a.send(r#"{"from":"a2"}"#);
+    a.close_stdin();
+    assert!(a.wait().success());
+    assert_eq!(records(&dir, "s"), [r#"{"from":"a"}"#, r#"{"from":"a2"}"#]);
+}
+
+#[test]
+fn takeover_after_clean_exit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    let a = append(&dir, "s", "1\n");
+    assert_eq!(a.code, 0, "{a:?}");
+    let b = append(&dir, "s", "2\n");
+    assert_eq!(b.code, 0, "{b:?}");
+    assert_eq!(records(&dir, "s"), ["1", "2"]);
+}
+
+#[test]
+fn takeover_after_sigkill_of_the_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    let mut a = appender(&dir, "s");
+    a.send("1");
+    wait_for_records(&dir, "s", 1);
+    a.kill_group();
+    let started = Instant::now();
+    let b = append(&dir, "s", "2\n");
+    assert_eq!(b.code, 0, "a crashed writer must not block the next: {b:?}");
+    assert!(started.elapsed() < BOUND);
+    assert_eq!(records(&dir, "s"), ["1", "2"]);
+}
+
+#[test]
+fn a_session_that_never_writes_leaves_no_footprint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    for input in ["", "\n\n", "   \n\t\n", "not json\n{\"a\":1}\n"] {
+        let out = append(&dir, "s", input);
+        let want = if input.contains("not json") { 2 } else { 0 };
+        assert_eq!(out.code, want, "{input:?}: {out:?}");
+        assert!(!dir.exists(), "{input:?} created {:?}", tree(tmp.path()));
+    }
+    let out = read(&dir, "s");
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "unknown-session");
+    assert!(!dir.exists(), "read created {:?}", tree(tmp.path()));
+}
+
+#[test]
+fn append_stops_at_the_first_non_json_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    let out = append(&dir, "s", "1\n{\"a\":2}\n\n{\"broken\":\n{\"after\":3}\n");
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "not JSON");
+    assert_eq!(records(&dir, "s"), ["1", r#"{"a":2}"#]);
+    // Invalid UTF-8 is not JSON either.
+    let mut child = session(&dir)
+        .args(["append", "s"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"3\n\"\xff\"\n4\n")
+        .unwrap();
+    let res = child.wait_with_output().unwrap();
+    assert_eq!(res.status.code(), Some(2));
+    assert_eq!(records(&dir, "s"), ["1", r#"{"a":2}"#, "3"]);
+}
+
+#[test]
+fn read_prints_whole_records_one_per_line_and_skips_a_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    assert_eq!(append(&dir, "s", "{\"a\":1}\n[2]\n\"three\"\n").code, 0);
+    assert_eq!(read(&dir, "s").stdout, "{\"a\":1}\n[2]\n\"three\"\n");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log_of(&dir, "s"))
+        .unwrap();
+    f.write_all(b"{\"torn\":").unwrap();
+    let out = read(&dir, "s");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, "{\"a\":1}\n[2]\n\"three\"\n");
+}
+
+#[test]
+fn append_repairs_a_torn_tail_before_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    std::fs::create_dir_all(dir.join("s")).unwrap();
+    std::fs::write(log_of(&dir, "s"), b"{\"a\":1}\n{\"b\":2,\"tor").unwrap();
+    let out = append(&dir, "s", "{\"c\":3}\n");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        std::fs::read(log_of(&dir, "s")).unwrap(),
+        b"{\"a\":1}\n{\"c\":3}\n"
+    );
+    assert_eq!(records(&dir, "s"), [r#"{"a":1}"#, r#"{"c":3}"#]);
+}
+
+#[test]
+fn readers_during_appends_see_whole_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    const N: usize = 300;
+    // Records of several pages each make a partially visible write likely if reads could
+    // return one.
+    let record = |i: usize| format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(12_000 + i));
+    let mut a = appender(&dir, "s");
+    a.send(&record(0));
+    wait_for_records(&dir, "s", 1);
+    let mut stdin = a.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        for i in 1..N {
+            writeln!(stdin, "{}", record(i)).unwrap();
+        }
+    });
+    let end = Instant::now() + Duration::from_secs(60);
+    let mut reads = 0;
+    loop {
+        let got = records(&dir, "s");
+        for (i, line) in got.iter().enumerate() {
+            assert!(*line == record(i), "read {reads}: record {i} is not whole");
+        }
+        reads += 1;
+        if got.len() == N {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "appender stalled at {} records",
+            got.len()
+        );
+    }
+    feeder.join().unwrap();
+    assert!(a.wait().success());
+}
+
+#[test]
+fn hostile_lock_files_are_refused_and_left_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"precious bytes").unwrap();
+    for kind in ["symlink", "fifo", "directory"] {
+        let id = format!("s-{kind}");
+        std::fs::create_dir_all(dir.join(&id)).unwrap();
+        std::fs::write(log_of(&dir, &id), b"{\"a\":1}\n").unwrap();
+        let lock = lock_of(&dir, &id);
+        match kind {
+            "symlink" => std::os::unix::fs::symlink(&victim, &lock).unwrap(),
+            "fifo" => rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &lock,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap(),
+            _ => std::fs::create_dir(&lock).unwrap(),
+        }
+        let before = tree(tmp.path());
+        // `append` is bounded: a FIFO that hung the opener would fail the test.
+        let out = append(&dir, &id, "{\"b\":2}\n");
+        assert_eq!(out.code, 2, "{kind}: {out:?}");
+        assert_one_line_error(&out, "session.lock");
+        assert_eq!(
+            tree(tmp.path()),
+            before,
+            "{kind}: something was created or removed"
+        );
+        assert_eq!(
+            std::fs::read(log_of(&dir, &id)).unwrap(),
+            b"{\"a\":1}\n",
+            "{kind}"
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious bytes", "{kind}");
+        // `read` never touches the lock, hostile or not.
+        assert_eq!(records(&dir, &id), [r#"{"a":1}"#], "{kind}");
+    }
+    let lock = lock_of(&dir, "s-symlink");
+    assert!(
+        std::fs::symlink_metadata(&lock)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        std::fs::symlink_metadata(lock_of(&dir, "s-directory"))
+            .unwrap()
+            .is_dir()
+    );
+}
+
+#[test]
+fn hostile_error_is_one_line_naming_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    std::fs::create_dir_all(dir.join("s")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", lock_of(&dir, "s")).unwrap();
+    let out = append(&dir, "s", "1\n");
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "session.lock");
+}
+
+#[test]
+fn hostile_session_paths_are_refused_and_left_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"precious\n").unwrap();
+    // The log itself a symlink to a victim file.
+    std::fs::create_dir_all(dir.join("log-link")).unwrap();
+    std::os::unix::fs::symlink(&victim, log_of(&dir, "log-link")).unwrap();
+    // The session directory a symlink to a victim directory.
+    let victim_dir = tmp.path().join("victim-dir");
+    std::fs::create_dir(&victim_dir).unwrap();
+    std::os::unix::fs::symlink(&victim_dir, dir.join("dir-link")).unwrap();
+    let before = tree(tmp.path());
+    for id in ["log-link", "dir-link"] {
+        let out = append(&dir, id, "{\"b\":2}\n");
+        assert_eq!(out.code, 2, "{id}: {out:?}");
+        assert_one_line_error(&out, id);
+        let out = read(&dir, id);
+        assert_eq!(out.code, 2, "{id}: {out:?}");
+        assert_one_line_error(&out, id);
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+    // The refused append may have taken (and created) the lease file inside the real
+    // session directory of "log-link" before opening the log; nothing else may appear.
+    let after: Vec<PathBuf> = tree(tmp.path())
+        .into_iter()
+        .filter(|p| *p != lock_of(&dir, "log-link"))
+        .collect();
+    assert_eq!(after, before);
+    assert!(tree(&victim_dir).is_empty());
+}
+
+/// The session ID rule of the contract, written independently of the implementation.
+fn is_safe_id(id: &str) -> bool {
+    (1..=128).contains(&id.chars().count())
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+}
+
+#[test]
+fn unsafe_ids_are_refused_and_safe_ids_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    std::fs::create_dir(&dir).unwrap();
+    let mut ids: Vec<String> = [
+        "", ".", "..", ".x", "../x", "x/y", "/abs", "a b", "é", "a\tb", "-", "-x", "--", "x.",
+        "x..y", "_", "a:b", "a\\b", "*",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        "a".repeat(128),
+        "a".repeat(129),
+        format!(".{}", "a".repeat(10)),
+    ])
+    .collect();
+    // A deterministic generator: a few hundred IDs over safe and unsafe characters.
+    let alphabet: Vec<char> = "aZ09._-/ \\:*?é\u{7f}~'\"$\n".chars().collect();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..300 {
+        let len = match next() % 10 {
+            0 => 120 + (next() % 15) as usize,
+            _ => (next() % 12) as usize,
+        };
+        let safe_only = next() % 2 == 0;
+        let id: String = (0..len)
+            .map(|_| {
+                let pool = if safe_only { 7 } else { alphabet.len() };
+                alphabet[(next() % pool as u64) as usize]
+            })
+            .collect();
+        ids.push(id);
+    }
+    let (mut accepted, mut refused) = (0, 0);
+    for id in &ids {
+        let before = tree(tmp.path());
+        let out = append(&dir, id, "{\"x\":1}\n");
+        if is_safe_id(id) {
+            assert_eq!(out.code, 0, "{id:?} refused: {out:?}");
+            assert!(log_of(&dir, id).is_file(), "{id:?}");
+            accepted += 1;
+        } else {
+            assert_eq!(out.code, 2, "{id:?} accepted: {out:?}");
+            assert_one_line_error(&out, "invalid session ID");
+            assert_eq!(tree(tmp.path()), before, "{id:?} created something");
+            let out = read(&dir, id);
+            assert_eq!(out.code, 2, "read {id:?}: {out:?}");
+            assert_one_line_error(&out, "invalid session ID");
+            refused += 1;
+        }
+    }
+    assert!(
+        accepted > 50 && refused > 50,
+        "{accepted} accepted, {refused} refused"
+    );
+    assert_eq!(records(&dir, "-x"), [r#"{"x":1}"#]);
+}
+
+#[test]
+fn files_and_directories_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a").join("sessions");
+    assert_eq!(append(&dir, "s", "1\n").code, 0);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&dir.join("s")), 0o700);
+    assert_eq!(mode(&log_of(&dir, "s")), 0o600);
+    assert_eq!(mode(&lock_of(&dir, "s")), 0o600);
+}
+
+#[test]
+fn default_dir_is_leasehold_home_then_home() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("lh");
+    let out = run(leasehold()
+        .env("LEASEHOLD_HOME", &home)
+        .args(["session", "read", "s"]));
+    assert_eq!(out.code, 2);
+    assert_one_line_error(&out, "unknown-session");
+    let mut c = leasehold();
+    c.env("LEASEHOLD_HOME", &home)
+        .args(["session", "append", "s"]);
+    let mut p = Proc::spawn(&mut c);
+    p.send("1");
+    assert_eq!(finish(p).code, 0);
+    assert_eq!(
+        std::fs::read(log_of(&home.join("sessions"), "s")).unwrap(),
+        b"1\n"
+    );
+
+    let user = tmp.path().join("user");
+    let mut c = leasehold();
+    c.env_remove("LEASEHOLD_HOME")
+        .env("HOME", &user)
+        .args(["session", "append", "--", "-u"]);
+    let mut p = Proc::spawn(&mut c);
+    p.send("2");
+    assert_eq!(finish(p).code, 0);
+    let sessions = user.join(".leasehold").join("sessions");
+    assert_eq!(std::fs::read(log_of(&sessions, "-u")).unwrap(), b"2\n");
+    let out = run(leasehold()
+        .env_remove("LEASEHOLD_HOME")
+        .env("HOME", &user)
+        .args(["session", "read", "--", "-u"]));
+    assert_eq!(out.stdout, "2\n");
+}
+
+#[test]
+fn read_into_a_closed_pipe_is_not_a_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    // Far more than a pipe buffer holds, so `read` is still writing when the consumer leaves.
+    let input: String = (0..20_000)
+        .map(|i| format!("{{\"record\":{i}}}\n"))
+        .collect();
+    assert_eq!(append(&dir, "s", &input).code, 0);
+    let mut child = session(&dir)
+        .args(["read", "s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 12];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap(); // dropped: pipe closed
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(&first, b"{\"record\":0}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stderr.is_empty());
+}
