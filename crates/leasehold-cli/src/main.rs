@@ -30,6 +30,8 @@ enum Command {
     Results(cmd::results::ResultsArgs),
     /// Append to or read an append-only JSON-lines session log.
     Session(cmd::session::SessionArgs),
+    /// Crash torture: workers mutate under leases while they are SIGKILLed; checks exclusion.
+    Torture(cmd::torture::TortureArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Command::Registry(args) => cmd::registry::main(args),
         Command::Results(args) => cmd::results::main(args),
         Command::Session(args) => cmd::session::main(args),
+        Command::Torture(args) => cmd::torture::main(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

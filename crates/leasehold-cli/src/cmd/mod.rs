@@ -5,6 +5,7 @@ pub mod results;
 pub mod run;
 pub mod session;
 pub mod status;
+pub mod torture;
 
 use std::time::Duration;
 

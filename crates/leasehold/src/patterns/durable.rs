@@ -65,6 +65,57 @@ pub fn replace_file_observed(
     bytes: &[u8],
     after_step: &mut dyn FnMut(Step, &Path) -> io::Result<()>,
 ) -> io::Result<()> {
+    replace_file_with(path, bytes, &mut RealIo, after_step)
+}
+
+/// The system calls of a durable rewrite, one method each, in the order they are made.
+///
+/// [`RealIo`] makes the real calls. A test substitutes one that fails a chosen call (with
+/// ENOSPC, EIO, EDQUOT, EROFS…) or writes only part of a buffer, to prove what a full disk or
+/// a failing device does to a store: before the rename the old file is untouched; a failed
+/// directory fsync leaves the new file in place but not known to be durable, and the caller
+/// must not acknowledge the write.
+pub trait DurableIo {
+    /// Creates the temporary file exclusively (mode 0600, final component not followed).
+    fn create(&mut self, tmp: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(tmp)
+    }
+    /// Writes some of `buf` (a short count is retried with the rest, as `write(2)` allows).
+    fn write(&mut self, file: &mut File, buf: &[u8]) -> io::Result<usize> {
+        file.write(buf)
+    }
+    /// Flushes the temporary file's data and metadata to the device.
+    fn sync(&mut self, file: &File) -> io::Result<()> {
+        file.sync_all()
+    }
+    /// Renames the temporary file over the target.
+    fn rename(&mut self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    /// Flushes the directory, making the rename durable.
+    fn sync_dir(&mut self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+/// The real system calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealIo;
+
+impl DurableIo for RealIo {}
+
+/// [`replace_file_observed`] with every system call going through `io` (fault injection).
+pub fn replace_file_with(
+    path: &Path,
+    bytes: &[u8],
+    io: &mut dyn DurableIo,
+    after_step: &mut dyn FnMut(Step, &Path) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -72,22 +123,25 @@ pub fn replace_file_observed(
     let tmp = temp_name(path);
     let mut renamed = false;
     let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&tmp)?;
+        let mut f = io.create(&tmp)?;
         after_step(Step::Created, &tmp)?;
-        f.write_all(bytes)?;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            match io.write(&mut f, rest) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
         after_step(Step::Written, &tmp)?;
-        f.sync_all()?;
+        io.sync(&f)?;
         drop(f);
         after_step(Step::Synced, &tmp)?;
-        std::fs::rename(&tmp, path)?;
+        io.rename(&tmp, path)?;
         renamed = true;
         after_step(Step::Renamed, &tmp)?;
-        File::open(dir)?.sync_all()?;
+        io.sync_dir(dir)?;
         after_step(Step::DirSynced, &tmp)
     })();
     if result.is_err() && !renamed {

@@ -1,0 +1,200 @@
+//! `leasehold torture`: crash torture of the lease, the registry authority and `run`.
+//!
+//! N worker processes (this binary, re-executed with a hidden `--worker` flag) loop forever
+//! doing acknowledged mutations: registry adds/removes through the library [`Registry`]
+//! authority, and increments of a shared counter file through `leasehold run` (whose command
+//! is this binary again, with a hidden `--increment` flag). Meanwhile the supervisor SIGKILLs
+//! the process group of a random worker — at random moments, and on purpose while a worker
+//! holds a lease or is in the middle of a durable rewrite (workers announce each phase on
+//! stdout and wait for a `go` on stdin, so a kill can land exactly there).
+//!
+//! Every lease holder appends `enter`/`exit` records with CLOCK_MONOTONIC timestamps to an
+//! O_APPEND audit log, one `write` per record; the supervisor appends a `kill` record taken
+//! *before* each kill. [`check`] then proves that no two holders of one lock overlapped, that
+//! every acknowledged mutation is in the final store, and that no store was ever torn.
+//!
+//! The run is bounded by `--kills` and `--seconds`, stops by itself and removes its directory
+//! (kept, and named, when a violation was found). Exit status: 0 with no violation, 1 otherwise.
+//!
+//! [`Registry`]: leasehold_stores::registry::Registry
+
+mod check;
+mod supervisor;
+mod worker;
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use leasehold_stores::registry::RegistryPaths;
+
+use crate::exit::{Failure, Outcome};
+
+/// How many roots the registry workers add and remove (per primary).
+const ROOT_POOL: usize = 6;
+
+#[derive(Args, Debug)]
+pub struct TortureArgs {
+    /// Worker processes.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    workers: u32,
+    /// Stop after K kills.
+    #[arg(long, value_name = "K", default_value_t = 100)]
+    kills: u64,
+    /// Stop after S seconds, whatever the number of kills.
+    #[arg(long, value_name = "S", default_value_t = 60.0, value_parser = parse_seconds)]
+    seconds: f64,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Directory to work in (a fresh subdirectory is created and removed; default: the
+    /// system's temporary directory).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Internal: run as worker SLOT:GEN in DIR.
+    #[arg(long, hide = true, value_name = "SLOT:GEN", requires = "dir")]
+    worker: Option<String>,
+    /// Internal: increment the counter under `run`, as worker SLOT:GEN in DIR.
+    #[arg(
+        long,
+        hide = true,
+        value_name = "SLOT:GEN",
+        requires = "dir",
+        conflicts_with = "worker"
+    )]
+    increment: Option<String>,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    super::parse_secs(s).map(|d| d.as_secs_f64())
+}
+
+pub fn main(args: TortureArgs) -> Outcome {
+    if let Some(id) = &args.worker {
+        let (slot, generation) = parse_id(id)?;
+        return worker::work(&Layout::new(dir_of(&args)?), slot, generation);
+    }
+    if let Some(id) = &args.increment {
+        let (slot, generation) = parse_id(id)?;
+        return worker::increment(&Layout::new(dir_of(&args)?), slot, generation);
+    }
+    supervisor::run(&supervisor::Settings {
+        workers: args.workers,
+        kills: args.kills,
+        seconds: args.seconds,
+        json: args.json,
+        dir: args.dir,
+    })
+}
+
+fn dir_of(args: &TortureArgs) -> Result<&Path, Failure> {
+    args.dir
+        .as_deref()
+        .ok_or_else(|| Failure::usage("torture: an internal worker needs --dir"))
+}
+
+fn parse_id(id: &str) -> Result<(u32, u32), Failure> {
+    let bad = || Failure::usage(format!("torture: {id:?} is not SLOT:GEN"));
+    let (s, g) = id.split_once(':').ok_or_else(bad)?;
+    Ok((s.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
+}
+
+/// The files of one torture run, all under one directory.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    dir: PathBuf,
+}
+
+impl Layout {
+    fn new(dir: &Path) -> Layout {
+        Layout {
+            dir: dir.to_path_buf(),
+        }
+    }
+    /// Lease enter/exit and kill records.
+    fn audit(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+    /// Mutation intents, acknowledgements and violations seen by workers.
+    fn ops(&self) -> PathBuf {
+        self.dir.join("ops.log")
+    }
+    /// Workers' stderr.
+    fn stderr(&self) -> PathBuf {
+        self.dir.join("stderr.log")
+    }
+    fn registry(&self) -> RegistryPaths {
+        RegistryPaths::in_home(&self.dir.join("home"), None)
+    }
+    fn counter(&self) -> PathBuf {
+        self.dir.join("counter")
+    }
+    fn counter_lock(&self) -> PathBuf {
+        self.dir.join("counter.lock")
+    }
+    fn primary(&self, slot: u32) -> PathBuf {
+        self.dir.join("primaries").join(format!("p{slot}"))
+    }
+    fn root(&self, index: usize) -> PathBuf {
+        self.dir.join("roots").join(format!("r{index}"))
+    }
+}
+
+/// An O_APPEND log written one `write` per record, so records of concurrent processes never
+/// interleave and a killed writer leaves whole records only.
+struct AppendLog(File);
+
+impl AppendLog {
+    fn open(path: &Path) -> io::Result<AppendLog> {
+        OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)
+            .map(AppendLog)
+    }
+
+    /// Appends `line` and a newline in a single `write`.
+    fn record(&self, line: &str) -> io::Result<()> {
+        let buf = format!("{line}\n");
+        let n = (&self.0).write(buf.as_bytes())?;
+        if n != buf.len() {
+            return Err(io::Error::other(format!(
+                "short append ({n} of {} bytes)",
+                buf.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine.
+fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+/// A small xorshift generator: the schedule only needs to be varied, not unpredictable.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Rng {
+        let seed = now_ns() ^ (u64::from(std::process::id()) << 32) ^ 0x9e37_79b9_7f4a_7c15;
+        Rng(seed | 1)
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+}

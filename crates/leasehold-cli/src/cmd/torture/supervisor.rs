@@ -1,0 +1,429 @@
+//! The supervisor: starts and restarts workers, kills them, then checks and reports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::Budget;
+use leasehold_stores::registry::Registry;
+use rustix::process::{Pid, Signal, kill_process_group};
+use serde_json::json;
+
+use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
+use crate::exit::{Failure, OK, Outcome};
+
+/// The phases a hunting kill aims at: holding a lease, and every step of a durable rewrite.
+const HUNTED: [&str; 6] = [
+    "holding",
+    "write-Created",
+    "write-Written",
+    "write-Synced",
+    "write-Renamed",
+    "write-DirSynced",
+];
+
+/// How long a hunt waits for a worker to reach its phase before giving up on it.
+const HUNT_PATIENCE: Duration = Duration::from_secs(2);
+
+/// What the user asked for.
+pub struct Settings {
+    pub workers: u32,
+    pub kills: u64,
+    pub seconds: f64,
+    pub json: bool,
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct Slot {
+    pid: Option<i32>,
+    generation: u32,
+    killed: bool,
+}
+
+#[derive(Default)]
+struct State {
+    slots: Vec<Slot>,
+    /// The phase a hunting kill waits for.
+    hunt: Option<&'static str>,
+    stopping: bool,
+    kills: u64,
+    /// Kills by where they landed: a hunted phase, or "random".
+    landed: BTreeMap<String, u64>,
+    violations: Vec<String>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    hunted: Condvar,
+    audit: AppendLog,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// SIGKILLs the process group of `slot`'s current worker (the worker, and the `run` and
+    /// incrementer it started), once per incarnation. The kill record's timestamp is taken
+    /// before the signal is sent, so it precedes the death (see `check`).
+    fn kill(&self, st: &mut State, slot: usize, landed: &str) -> bool {
+        let s = &mut st.slots[slot];
+        let Some(pid) = s.pid.filter(|_| !s.killed).and_then(Pid::from_raw) else {
+            return false;
+        };
+        let t = now_ns();
+        if kill_process_group(pid, Signal::KILL).is_err() {
+            return false;
+        }
+        s.killed = true;
+        let record = format!("kill {slot} {} {t}", s.generation);
+        if let Err(e) = self.audit.record(&record) {
+            st.violations.push(format!("cannot record a kill: {e}"));
+        }
+        if !st.stopping {
+            st.kills += 1;
+            *st.landed.entry(landed.to_string()).or_default() += 1;
+        }
+        true
+    }
+}
+
+pub fn run(settings: &Settings) -> Outcome {
+    let started = Instant::now();
+    let layout = prepare(settings)?;
+    let audit = AppendLog::open(&layout.audit()).map_err(|e| io_failure(&layout.audit(), e))?;
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            slots: (0..settings.workers).map(|_| Slot::default()).collect(),
+            ..State::default()
+        }),
+        hunted: Condvar::new(),
+        audit,
+    });
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    let threads: Vec<_> = (0..settings.workers as usize)
+        .map(|slot| {
+            let (shared, layout, exe) = (shared.clone(), layout.clone(), exe.clone());
+            thread::spawn(move || tend(&shared, &layout, &exe, slot))
+        })
+        .collect();
+
+    let deadline = started + Duration::from_secs_f64(settings.seconds);
+    kill_loop(&shared, settings, deadline);
+
+    {
+        let mut st = shared.lock();
+        st.stopping = true;
+        st.hunt = None;
+        for slot in 0..st.slots.len() {
+            shared.kill(&mut st, slot, "shutdown");
+        }
+    }
+    for t in threads {
+        if t.join().is_err() {
+            shared
+                .lock()
+                .violations
+                .push("a worker thread panicked".into());
+        }
+    }
+    let elapsed = started.elapsed();
+    let report = verify(&layout, &shared)?;
+    let violations = report.violations.len();
+    print_report(settings, &shared.lock(), &report, elapsed);
+    if violations == 0 {
+        let _ = std::fs::remove_dir_all(&layout.dir);
+        Ok(OK)
+    } else {
+        Err(Failure::failed(format!(
+            "torture: {violations} violation(s) found, first: {}; evidence kept in {}",
+            report.violations[0],
+            layout.dir.display()
+        )))
+    }
+}
+
+/// Creates a fresh run directory with the registry's home, the roots, one primary per
+/// worker, and the counter at 0.
+fn prepare(settings: &Settings) -> Result<Layout, Failure> {
+    let base = settings.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!(
+        "leasehold-torture-{}-{}",
+        std::process::id(),
+        now_ns()
+    ));
+    let mkdir = |p: &Path| std::fs::create_dir_all(p).map_err(|e| io_failure(p, e));
+    mkdir(&dir)?;
+    let dir = dir.canonicalize().map_err(|e| io_failure(&dir, e))?;
+    let layout = Layout::new(&dir);
+    for slot in 0..settings.workers {
+        mkdir(&layout.primary(slot))?;
+    }
+    for r in 0..ROOT_POOL {
+        mkdir(&layout.root(r))?;
+    }
+    if let Some(storages) = layout.registry().document.parent() {
+        mkdir(storages)?;
+    }
+    std::fs::write(layout.counter(), "0\n").map_err(|e| io_failure(&layout.counter(), e))?;
+    Ok(layout)
+}
+
+fn io_failure(path: &Path, e: std::io::Error) -> Failure {
+    Failure::failed(format!("torture: {}: {e}", path.display()))
+}
+
+/// Kills until the count or the time is reached: a third of the kills at a random moment,
+/// the rest in a chosen phase (a hunt that no worker reaches in time is abandoned).
+fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
+    let mut rng = Rng::seeded();
+    loop {
+        if shared.lock().kills >= settings.kills || Instant::now() >= deadline {
+            return;
+        }
+        // Let the survivors and the restarted worker make progress between kills.
+        thread::sleep(Duration::from_millis(rng.below(12)));
+        if rng.below(3) == 0 {
+            let mut st = shared.lock();
+            let slot = rng.below(st.slots.len() as u64) as usize;
+            shared.kill(&mut st, slot, "random");
+            continue;
+        }
+        let phase = HUNTED[rng.below(HUNTED.len() as u64) as usize];
+        let mut st = shared.lock();
+        st.hunt = Some(phase);
+        let patience = HUNT_PATIENCE.min(deadline.saturating_duration_since(Instant::now()));
+        let (mut st, _) = shared
+            .hunted
+            .wait_timeout_while(st, patience, |st| st.hunt.is_some())
+            .unwrap_or_else(PoisonError::into_inner);
+        st.hunt = None;
+    }
+}
+
+/// Keeps one worker slot busy: starts an incarnation, answers its phases (or kills it in
+/// the hunted one), reaps it, and starts the next until the run stops.
+fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize) {
+    for generation in 0u32.. {
+        if shared.lock().stopping {
+            return;
+        }
+        let stderr = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(layout.stderr());
+        let mut child = match stderr.and_then(|err| {
+            Command::new(exe)
+                .arg("torture")
+                .arg("--worker")
+                .arg(format!("{slot}:{generation}"))
+                .arg("--dir")
+                .arg(&layout.dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(err)
+                .process_group(0)
+                .spawn()
+        }) {
+            Ok(c) => c,
+            Err(e) => {
+                shared
+                    .lock()
+                    .violations
+                    .push(format!("cannot start worker {slot}: {e}"));
+                return;
+            }
+        };
+        {
+            let mut st = shared.lock();
+            st.slots[slot] = Slot {
+                pid: Some(child.id() as i32),
+                generation,
+                killed: false,
+            };
+            if st.stopping {
+                shared.kill(&mut st, slot, "shutdown");
+            }
+        }
+        let mut stdin = child.stdin.take();
+        if let Some(out) = child.stdout.take() {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let mut st = shared.lock();
+                if st.hunt.is_some_and(|h| h == line) && shared.kill(&mut st, slot, &line) {
+                    st.hunt = None;
+                    shared.hunted.notify_all();
+                    continue;
+                }
+                drop(st);
+                if let Some(w) = stdin.as_mut() {
+                    let _ = writeln!(w, "go").and_then(|()| w.flush());
+                }
+            }
+        }
+        drop(stdin);
+        // Still unreaped, so its pid (and group) cannot be reused while a kill is possible.
+        let killed = {
+            let mut st = shared.lock();
+            st.slots[slot].pid = None;
+            st.slots[slot].killed
+        };
+        let status = child.wait();
+        let by_sigkill = status.as_ref().is_ok_and(|s| s.signal() == Some(9));
+        if !(killed && by_sigkill) {
+            shared.lock().violations.push(format!(
+                "worker {slot}:{generation} ended by itself: {status:?} (see {})",
+                layout.stderr().display()
+            ));
+        }
+    }
+}
+
+/// Everything the run found wrong, with the figures the checkers computed.
+struct Report {
+    audit: check::AuditReport,
+    ops: check::OpsReport,
+    violations: Vec<String>,
+    temporaries: usize,
+}
+
+/// Checks the audit log, loads the final registry through the authority (a torn document
+/// fails to load) and the counter, and checks the acknowledged mutations against them.
+fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| io_failure(p, e));
+    let mut violations = std::mem::take(&mut shared.lock().violations);
+    let audit = check::audit(&read(&layout.audit())?);
+    violations.extend(audit.violations.iter().cloned());
+
+    let mut present = BTreeSet::new();
+    let registry = Registry::new(layout.registry());
+    match registry.acquire(&Budget::no_wait()) {
+        Ok(()) => {
+            let primaries: BTreeMap<PathBuf, u32> = (0..shared.lock().slots.len() as u32)
+                .map(|s| (layout.primary(s), s))
+                .collect();
+            let roots: BTreeMap<PathBuf, u32> =
+                (0..ROOT_POOL).map(|r| (layout.root(r), r as u32)).collect();
+            for (p, rs) in registry.scope().iter() {
+                for r in rs {
+                    match (primaries.get(p), roots.get(r)) {
+                        (Some(&s), Some(&r)) => {
+                            present.insert((s, r));
+                        }
+                        _ => violations.push(format!(
+                            "registry holds an entry no worker wrote: {} → {}",
+                            p.display(),
+                            r.display()
+                        )),
+                    }
+                }
+            }
+        }
+        Err(e) => violations.push(format!("registry at the end: {e}")),
+    }
+    registry.teardown();
+    let counter_text = read(&layout.counter())?;
+    let counter = counter_text.trim().parse::<u64>().unwrap_or_else(|_| {
+        violations.push(format!("counter torn at the end: {counter_text:?}"));
+        0
+    });
+    let ops = check::ops(&read(&layout.ops())?, &present, counter);
+    violations.extend(ops.violations.iter().cloned());
+    let temporaries = count_temporaries(layout);
+    Ok(Report {
+        audit,
+        ops,
+        violations,
+        temporaries,
+    })
+}
+
+/// Temporary files that killed rewrites left behind (harmless: never read as the store).
+fn count_temporaries(layout: &Layout) -> usize {
+    let dirs = [
+        layout.dir.clone(),
+        layout
+            .registry()
+            .document
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+    ];
+    dirs.iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+        .count()
+}
+
+/// Nearest-rank percentile of sorted values, in milliseconds.
+fn percentile_ms(sorted: &[u64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    let i = rank.clamp(1, sorted.len()) - 1;
+    Some(sorted[i] as f64 / 1e6)
+}
+
+fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) {
+    let mut lat = r.audit.takeover_ns.clone();
+    lat.sort_unstable();
+    let pct = |p: f64| percentile_ms(&lat, p);
+    let operations = r.ops.registry_acked + r.ops.counter_acked;
+    if settings.json {
+        let v = json!({
+            "workers": settings.workers,
+            "seconds": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+            "kills": st.kills,
+            "kills_by_phase": st.landed,
+            "operations": operations,
+            "registry_operations": r.ops.registry_acked,
+            "counter_operations": r.ops.counter_acked,
+            "lease_intervals": r.audit.intervals,
+            "takeovers": lat.len(),
+            "takeover_latency_ms": {
+                "p50": pct(50.0), "p90": pct(90.0), "p99": pct(99.0), "max": pct(100.0),
+            },
+            "temporaries_left": r.temporaries,
+            "violations": r.violations.len(),
+            "violation_details": r.violations,
+        });
+        println!("{v}");
+        return;
+    }
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2} ms"));
+    let landed: Vec<String> = st.landed.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    println!(
+        "torture: {} workers, {:.1} s",
+        settings.workers,
+        elapsed.as_secs_f64()
+    );
+    println!("kills: {} ({})", st.kills, landed.join(", "));
+    println!(
+        "operations: {operations} acknowledged (registry {}, counter {})",
+        r.ops.registry_acked, r.ops.counter_acked
+    );
+    println!(
+        "takeovers: {} (latency kill → next acquisition: p50 {}, p90 {}, p99 {}, max {})",
+        lat.len(),
+        ms(pct(50.0)),
+        ms(pct(90.0)),
+        ms(pct(99.0)),
+        ms(pct(100.0))
+    );
+    println!("lease intervals checked: {}", r.audit.intervals);
+    println!("temporaries left by killed rewrites: {}", r.temporaries);
+    println!("violations: {}", r.violations.len());
+    for v in &r.violations {
+        println!("  {v}");
+    }
+}

@@ -1,0 +1,183 @@
+//! The worker side of the torture: acknowledged mutations, announcing every phase.
+//!
+//! Before each phase in which a kill is interesting (holding a lease, and after every step
+//! of a durable rewrite) the worker prints the phase's name and waits for a line on stdin.
+//! The supervisor answers `go`, or SIGKILLs the worker's process group instead, so the kill
+//! lands exactly in that phase. A closed stdin means the supervisor is gone: exit.
+
+use std::io::{self, BufRead, Write};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::Budget;
+use leasehold::patterns::durable::replace_file_observed;
+use leasehold_stores::document::{DocumentFiles, RealFiles};
+use leasehold_stores::registry::{Registry, RegistryError};
+
+use super::{AppendLog, Layout, ROOT_POOL, Rng, now_ns};
+use crate::exit::{Failure, Outcome};
+
+/// How long a worker waits for a lease before giving up on that operation (unacknowledged).
+const ACQUIRE_WAIT: Duration = Duration::from_secs(10);
+
+/// Announces `name` and waits for the supervisor's `go`.
+fn phase(name: &str) {
+    let mut out = io::stdout().lock();
+    if writeln!(out, "{name}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(0);
+    }
+    drop(out);
+    let mut line = String::new();
+    match io::stdin().lock().read_line(&mut line) {
+        Ok(n) if n > 0 => {}
+        _ => std::process::exit(0),
+    }
+}
+
+/// Real file operations whose durable rewrite announces each step as a phase.
+struct PhasedFiles;
+
+impl DocumentFiles for PhasedFiles {
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        RealFiles.read(path)
+    }
+    fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        phased_replace(path, bytes)
+    }
+}
+
+fn phased_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace_file_observed(path, bytes, &mut |step, _| {
+        phase(&format!("write-{step:?}"));
+        Ok(())
+    })
+}
+
+struct Logs {
+    audit: AppendLog,
+    ops: AppendLog,
+    slot: u32,
+    generation: u32,
+}
+
+impl Logs {
+    fn open(layout: &Layout, slot: u32, generation: u32) -> Result<Logs, Failure> {
+        let open = |p: &Path| {
+            AppendLog::open(p).map_err(|e| Failure::failed(format!("{}: {e}", p.display())))
+        };
+        Ok(Logs {
+            audit: open(&layout.audit())?,
+            ops: open(&layout.ops())?,
+            slot,
+            generation,
+        })
+    }
+    fn audit(&self, what: &str, lock: &str) -> Result<(), Failure> {
+        let line = format!(
+            "{what} {lock} {} {} {}",
+            self.slot,
+            self.generation,
+            now_ns()
+        );
+        self.audit
+            .record(&line)
+            .map_err(|e| Failure::failed(format!("audit log: {e}")))
+    }
+    fn op(&self, what: &str, rest: &str) -> Result<(), Failure> {
+        let line = format!("{what} {} {} {rest}", self.slot, self.generation);
+        self.ops
+            .record(&line)
+            .map_err(|e| Failure::failed(format!("ops log: {e}")))
+    }
+}
+
+/// A worker's endless loop (it ends by SIGKILL, or when the supervisor closes stdin).
+pub fn work(layout: &Layout, slot: u32, generation: u32) -> Outcome {
+    let logs = Logs::open(layout, slot, generation)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    let mut rng = Rng::seeded();
+    for seq in 1u64.. {
+        if rng.below(2) == 0 {
+            registry_op(layout, &logs, &mut rng, seq)?;
+        } else {
+            counter_op(layout, &logs, &exe, seq)?;
+        }
+    }
+    Ok(0)
+}
+
+fn registry_op(layout: &Layout, logs: &Logs, rng: &mut Rng, seq: u64) -> Result<(), Failure> {
+    let root = rng.below(ROOT_POOL as u64) as usize;
+    let remove = rng.below(3) == 0;
+    let verb = if remove { "remove" } else { "add" };
+    logs.op("intent", &format!("{seq} reg {verb} {root}"))?;
+    let registry = Registry::with_files(layout.registry(), Arc::new(PhasedFiles), None);
+    match registry.acquire(&Budget::timeout(ACQUIRE_WAIT)) {
+        Ok(()) => {}
+        Err(RegistryError::Contended { .. }) => return Ok(()),
+        Err(e) => return logs.op("violation", &format!("registry did not load: {e}")),
+    }
+    logs.audit("enter", "registry")?;
+    phase("holding");
+    let (primary, root) = (layout.primary(logs.slot), layout.root(root));
+    let done = if remove {
+        registry.remove(&primary, &root)
+    } else {
+        registry.add(&primary, &root)
+    };
+    // Recorded before the release: the recorded interval lies within the real one.
+    logs.audit("exit", "registry")?;
+    registry.teardown();
+    match done {
+        Ok(()) => logs.op("ack", &seq.to_string()),
+        Err(e) => logs.op("violation", &format!("registry {verb} failed: {e}")),
+    }
+}
+
+fn counter_op(layout: &Layout, logs: &Logs, exe: &Path, seq: u64) -> Result<(), Failure> {
+    logs.op("intent", &format!("{seq} counter"))?;
+    let status = Command::new(exe)
+        .arg("run")
+        .arg("--timeout")
+        .arg(ACQUIRE_WAIT.as_secs().to_string())
+        .arg(layout.counter_lock())
+        .arg("--")
+        .arg(exe)
+        .arg("torture")
+        .arg("--increment")
+        .arg(format!("{}:{}", logs.slot, logs.generation))
+        .arg("--dir")
+        .arg(&layout.dir)
+        .status()
+        .map_err(|e| Failure::failed(format!("cannot start leasehold run: {e}")))?;
+    match status.code() {
+        Some(0) => logs.op("ack", &seq.to_string()),
+        Some(75) => Ok(()),
+        _ => logs.op(
+            "violation",
+            &format!("counter increment ended with {status}"),
+        ),
+    }
+}
+
+/// The command `run` executes under the counter lease: read, increment, durably rewrite.
+pub fn increment(layout: &Layout, slot: u32, generation: u32) -> Outcome {
+    let logs = Logs::open(layout, slot, generation)?;
+    logs.audit("enter", "counter")?;
+    phase("holding");
+    let path = layout.counter();
+    let bytes = std::fs::read(&path)
+        .map_err(|e| Failure::failed(format!("{}: cannot read: {e}", path.display())))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let Ok(n) = text.trim().parse::<u64>() else {
+        logs.op("violation", &format!("counter torn: {text:?}"))?;
+        return Err(Failure::failed("counter torn"));
+    };
+    phased_replace(&path, format!("{}\n", n + 1).as_bytes())
+        .map_err(|e| Failure::failed(format!("{}: cannot write: {e}", path.display())))?;
+    logs.audit("exit", "counter")?;
+    Ok(0)
+}

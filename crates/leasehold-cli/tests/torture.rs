@@ -1,0 +1,53 @@
+//! Black-box test of `leasehold torture`: a short real run (workers are SIGKILLed while
+//! holding leases and mid-rewrite) completes with zero violations, reports its figures,
+//! stops by itself and cleans up.
+
+mod common;
+
+use common::{leasehold, run};
+use serde_json::Value;
+
+#[test]
+fn a_short_torture_run_finds_no_violation_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .arg("torture")
+        .args([
+            "--workers",
+            "3",
+            "--kills",
+            "30",
+            "--seconds",
+            "60",
+            "--json",
+            "--dir",
+        ])
+        .arg(dir.path()));
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["kills"], 30, "{v}");
+    assert!(v["operations"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["lease_intervals"].as_u64().unwrap() > 0, "{v}");
+    let landed = v["kills_by_phase"].as_object().unwrap();
+    let total: u64 = landed.values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(total, 30, "{v}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "the run directory is removed"
+    );
+}
+
+#[test]
+fn the_worker_flags_are_hidden_and_bad_arguments_are_usage_errors() {
+    let help = run(leasehold().args(["torture", "--help"]));
+    assert_eq!(help.code, 0);
+    assert!(help.stdout.contains("--kills"), "{}", help.stdout);
+    assert!(!help.stdout.contains("--worker "), "{}", help.stdout);
+    assert!(!help.stdout.contains("--increment"), "{}", help.stdout);
+    let bad = run(leasehold().args(["torture", "--workers", "0"]));
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    let bad = run(leasehold().args(["torture", "--seconds", "-1"]));
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+}
