@@ -148,10 +148,9 @@ fn appends_each_line_as_it_arrives_and_holds_the_lease_until_exit() {
 fn second_writer_is_refused_with_the_holders_pid() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("sessions");
-    // B is started before the session exists, so it usually takes the lease only at its first
-    // write (whether it opened before A's first write is not observable from outside: either
-    // way it must be refused; the store's unit tests pin the pending path down).
-    let mut b = appender(&dir, "s");
+    // A owns the session once its first record is visible. (Which of two writers started
+    // together wins is up to the kernel; a writer that opened before the session existed and
+    // is refused at its first write is pinned down by the store's unit tests.)
     let mut a = appender(&dir, "s");
     a.send(r#"{"from":"a"}"#);
     wait_for_records(&dir, "s", 1);
@@ -161,7 +160,8 @@ fn second_writer_is_refused_with_the_holders_pid() {
     let c = append(&dir, "s", "{\"from\":\"c\"}\n");
     assert_eq!(c.code, 75, "{c:?}");
     assert_one_line_error(&c, &owned);
-    // B, pending until now, is refused at its first materializing write.
+    // A long-running writer started now is refused too, before it reads anything.
+    let mut b = appender(&dir, "s");
     if let Some(mut stdin) = b.stdin.take() {
         let _ = writeln!(stdin, r#"{{"from":"b"}}"#);
     }
