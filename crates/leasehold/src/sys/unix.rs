@@ -81,12 +81,7 @@ pub(crate) fn open_lock_file(
     name: &Path,
     create: bool,
 ) -> Result<OwnedFd, Errno> {
-    let mut flags =
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-    if create {
-        flags |= OFlags::CREATE;
-    }
-    rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))
+    open_data_file(dir, name, false, create)
 }
 
 /// Opens a data file (an append-only log) relative to `dir`.
