@@ -24,6 +24,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Tell whether LOCKFILE is held, and by which pids, without touching it.
     Status(cmd::status::StatusArgs),
+    /// Measure lease costs and waiter latencies against kernel floors, on this machine.
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => cmd::run::main(args),
         Command::Status(args) => cmd::status::main(args),
+        Command::Bench(args) => cmd::bench::main(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
