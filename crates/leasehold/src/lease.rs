@@ -535,16 +535,13 @@ impl Waiter<'_> {
             })?;
             let woke = watch.is_some() && ready & 1 == 1;
             let schedule: &[Duration] = if woke {
-                if let Some(w) = watch {
-                    w.drain();
-                }
                 interval = min;
                 &AFTER_EVENT
             } else {
                 interval = (interval * 2).min(max);
                 &AFTER_EVENT[..1]
             };
-            for pause in schedule {
+            for (i, pause) in schedule.iter().enumerate() {
                 if self.budget.flagged() {
                     break;
                 }
@@ -555,6 +552,13 @@ impl Waiter<'_> {
                     Attempt::Acquired(held) => return Ok(Some(held)),
                     Attempt::Replaced => return Ok(None),
                     Attempt::Busy(o) => opened = o,
+                }
+                // Events are consumed only after the first try failed, so the likely path
+                // (the event was the holder's release) pays no read. A release that raced
+                // the drain is still seen: later tries of this schedule follow the drain,
+                // and any event after it leaves the watch readable for the next poll.
+                if let Some(w) = watch.filter(|_| i == 0 && woke) {
+                    w.drain();
                 }
             }
             // Still busy: is the file we wait on still the one at the path? If it was

@@ -98,7 +98,7 @@ impl Plan {
                 quick,
                 repeats: 21,
                 batch: 2000,
-                handoffs: 1000,
+                handoffs: 2000,
                 cpu_hold_ms: 1000,
                 takeovers: 15,
                 cancels: 30,
@@ -139,7 +139,12 @@ pub(crate) struct Row {
 }
 
 impl Row {
+    /// The figure over its floor. None for CPU shares: a kernel-blocked waiter's share is
+    /// ~0, so the quotient says nothing; that target is absolute.
     pub fn ratio(&self) -> Option<f64> {
+        if self.unit == Unit::Percent {
+            return None;
+        }
         let (floor, _) = self.floor?;
         (floor > 0.0).then(|| self.median / floor)
     }

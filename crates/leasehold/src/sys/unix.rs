@@ -253,17 +253,21 @@ pub(crate) struct Watch {
     wd: i32,
 }
 
-/// Idle inotify instances, kept for the next wait instead of being closed.
+/// Idle inotify instances, kept for the next wait instead of being closed, each with the
+/// watch descriptor it still carries.
 ///
 /// Why: closing an inotify instance makes the kernel wait for an SRCU grace period
 /// (`fsnotify_destroy_group` flushes the mark reaper, which calls `synchronize_srcu`), which
 /// measured 5–20 ms on a loaded 2-core machine (`leasehold bench`, strace -T on `close`).
 /// A waiter that closed its watch before returning paid that after every contended
 /// acquisition, every takeover and every cancellation. Removing the watch
-/// (`inotify_rm_watch`) defers that work to a kernel worker, so a waiter keeps its instance
-/// here and the next waiter reuses it. At most [`IDLE_MAX`] are kept.
+/// (`inotify_rm_watch`) is cheaper but still measured ~8 µs — as much as the whole kernel
+/// handoff — so it is not done on the way out of a wait either: the instance goes back here
+/// with its watch, and the next waiter removes that watch before adding its own. Meanwhile
+/// the idle watch may queue events nobody reads; inotify merges identical consecutive events,
+/// so that queue stays tiny, and the next waiter drains it. At most [`IDLE_MAX`] are kept.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-static IDLE: std::sync::Mutex<Vec<OwnedFd>> = std::sync::Mutex::new(Vec::new());
+static IDLE: std::sync::Mutex<Vec<(OwnedFd, i32)>> = std::sync::Mutex::new(Vec::new());
 #[cfg(any(target_os = "linux", target_os = "android"))]
 const IDLE_MAX: usize = 4;
 
@@ -278,7 +282,11 @@ impl Watch {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .pop();
         let fd = match idle {
-            Some(fd) => fd,
+            Some((fd, stale)) => {
+                // Removed before adding: re-adding the same inode would return `stale` again.
+                let _ = inotify::remove_watch(&fd, stale);
+                fd
+            }
             None => inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?,
         };
         let mask = WatchFlags::CLOSE
@@ -337,14 +345,12 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         let Some(fd) = self.fd.take() else { return };
-        // A watch the kernel already removed (its inode is gone) answers EINVAL: no matter.
-        let _ = rustix::fs::inotify::remove_watch(&fd, self.wd);
         let surplus = {
             let mut idle = IDLE
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if idle.len() < IDLE_MAX {
-                idle.push(fd);
+                idle.push((fd, self.wd));
                 None
             } else {
                 Some(fd)
@@ -485,7 +491,7 @@ mod tests {
                 .lock()
                 .unwrap()
                 .iter()
-                .any(|fd| fd.as_raw_fd() == raw),
+                .any(|(fd, _)| fd.as_raw_fd() == raw),
             "a dropped watch's instance is kept, not closed (closing waits for SRCU)"
         );
         let second = super::Watch::new(file.as_fd(), &path).expect("inotify");
