@@ -1032,13 +1032,17 @@ mod tests {
         let dangling = dir.path().join("dangling.lock");
         std::os::unix::fs::symlink(dir.path().join("nothing"), &dangling).unwrap();
         let fifo = dir.path().join("fifo.lock");
-        assert!(
-            std::process::Command::new("mkfifo")
-                .arg(&fifo)
-                .status()
-                .unwrap()
-                .success()
-        );
+        // mknod, not a spawned mkfifo: a child forked from this multi-threaded test process
+        // shares every open lock file until it execs, so other tests' released leases
+        // would look held for that moment (flock belongs to the open file description).
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         let sock = dir.path().join("sock.lock");
         let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         let subdir = dir.path().join("dir.lock");

@@ -372,7 +372,7 @@ impl Drop for Watch {
 /// still hold the descriptor shows pid 0: it is reported held with no pid.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn holders(id: FileId) -> Holders {
-    let Ok(text) = std::fs::read_to_string("/proc/locks") else {
+    let Ok(text) = read_proc_locks() else {
         return Holders::Unknown;
     };
     let major = rustix::fs::major(id.dev as _) as u64;
@@ -432,6 +432,29 @@ pub(crate) fn holders(id: FileId) -> Holders {
     pids.sort_unstable();
     pids.dedup();
     Holders::Held { pids }
+}
+
+/// `/proc/locks` in one `read`, so that the listing is one consistent snapshot.
+///
+/// The kernel walks the lock list afresh for every `read` call (seq_file), so reading in
+/// small chunks — as `read_to_string` starts out doing, with 32-byte probes — can skip or
+/// repeat entries while other processes lock and unlock: the core tests saw their own held
+/// lease missing. Each call also takes the global `file_rwsem` for writing, stalling every
+/// lock operation on the machine. A buffer that came back full is retried twice as large.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn read_proc_locks() -> io::Result<String> {
+    use std::io::Read;
+    let mut size = 1 << 16;
+    loop {
+        let mut buf = vec![0u8; size];
+        let n = std::fs::File::open("/proc/locks")?.read(&mut buf)?;
+        if n < size || size >= 1 << 26 {
+            buf.truncate(n);
+            return String::from_utf8(buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        size *= 2;
+    }
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
