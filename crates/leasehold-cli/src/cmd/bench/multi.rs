@@ -1,22 +1,23 @@
 //! Figures that need waiters: handoff between processes, CPU burnt while waiting, takeover
 //! after SIGKILL, and cancellation / deadline latency.
 //!
-//! Workers are this binary re-executed with the hidden `--worker ROLE`. They talk to the
-//! parent in lines on stdin/stdout:
+//! Workers are this binary re-executed with the hidden `--worker ROLE`. They report to the
+//! parent in lines on stdout:
 //!
-//! * `handoff`: on each `g` byte in its turn FIFO, acquire (leasehold: `Lease::acquire` with
-//!   an unlimited budget; kernel: blocking `flock(LOCK_EX)`), read the previous holder's
-//!   release stamp, cue the previous holder (`g` into its FIFO), print
-//!   `A <release→acquire ns> <1 if it was already waiting at the release>`, hold 100 µs
-//!   (asleep), write its own release stamp, release (close). An `s` byte ends it.
+//! * `handoff`: on each `g` cue in its turn FIFO, answer `a` to whoever cued it, acquire
+//!   (leasehold: `Lease::acquire` with an unlimited budget; kernel: blocking
+//!   `flock(LOCK_EX)`), read the previous holder's release stamp, cue the previous holder and
+//!   wait for its answer, print `A <release→acquire ns> <1 if it was already waiting at the
+//!   release>`, hold 100 µs (asleep), write its own release stamp, release (close). An `s`
+//!   cue ends it.
 //! * `hold`: take the lease, print `H`, hold until stdin closes (or SIGKILL).
 //! * `wait`: print `W`, wait for the lease, print `A <acquired at ns> <cpu ns> <wall ns>` where
 //!   cpu is the process CPU time spent in the wait, then release and exit.
 //!
-//! A `handoff` worker contends again only when the worker that took the lease after it cues it
-//! (during that holder's 100 µs hold), so every release has the other N−1 workers waiting:
-//! each handoff measured is a real handoff to a waiter, never a holder re-taking its own
-//! lease. The cue does not go through the parent, to keep it well inside the hold.
+//! A `handoff` worker contends again only when the worker that took the lease after it cues it,
+//! and that holder starts its hold only once the cue is answered, so every release has the
+//! other N−1 workers waiting: each handoff measured is a real handoff to a waiter, never a
+//! holder re-taking its own lease. Cues go worker to worker, not through the parent.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
