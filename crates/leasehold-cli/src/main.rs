@@ -24,6 +24,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Tell whether LOCKFILE is held, and by which pids, without touching it.
     Status(cmd::status::StatusArgs),
+    /// Measure lease costs and waiter latencies against kernel floors, on this machine.
+    Bench(cmd::bench::BenchArgs),
     /// The multi-root workspace registry, under a store-wide single-writer authority.
     Registry(cmd::registry::RegistryArgs),
     /// Stage, inspect, publish, apply, discard, abort and sweep isolated results.
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => cmd::run::main(args),
         Command::Status(args) => cmd::status::main(args),
+        Command::Bench(args) => cmd::bench::main(args),
         Command::Registry(args) => cmd::registry::main(args),
         Command::Results(args) => cmd::results::main(args),
         Command::Session(args) => cmd::session::main(args),

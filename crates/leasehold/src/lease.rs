@@ -554,7 +554,7 @@ impl Waiter<'_> {
                     }
                 })?;
             let woke = watch.is_some() && ready & 1 == 1;
-            for pause in pace.tries(woke, watch) {
+            for (i, pause) in pace.tries(woke).iter().enumerate() {
                 if self.budget.flagged() {
                     break;
                 }
@@ -565,6 +565,13 @@ impl Waiter<'_> {
                     Attempt::Acquired(held) => return Ok(Some(held)),
                     Attempt::Replaced => return Ok(None),
                     Attempt::Busy(o) => opened = o,
+                }
+                // Events are consumed only after the first try failed, so the likely path
+                // (the event was the holder's release) pays no read. A release that raced
+                // the drain is still seen: later tries of this schedule follow the drain,
+                // and any event after it leaves the watch readable for the next poll.
+                if let Some(w) = watch.filter(|_| i == 0 && woke) {
+                    w.drain();
                 }
             }
             if !self.still_at_path(&opened) {
@@ -623,13 +630,11 @@ impl Pacing {
             .map_or(self.interval, |left| left.min(self.interval))
     }
 
-    /// After a wake-up event: drain it and retry on the short schedule, and reset the
-    /// safety net; after a timeout: one retry, and back the safety net off.
-    fn tries(&mut self, woke: bool, watch: Option<&sys::Watch>) -> &'static [Duration] {
+    /// After a wake-up event: retry on the short schedule and reset the safety net (the
+    /// caller drains the event after its first failed try); after a timeout: one retry, and
+    /// back the safety net off.
+    fn tries(&mut self, woke: bool) -> &'static [Duration] {
         if woke {
-            if let Some(w) = watch {
-                w.drain();
-            }
             self.interval = self.min;
             &AFTER_EVENT
         } else {
@@ -1108,8 +1113,9 @@ mod tests {
         let dangling = dir.path().join("dangling.lock");
         std::os::unix::fs::symlink(dir.path().join("nothing"), &dangling).unwrap();
         let fifo = dir.path().join("fifo.lock");
-        // mknodat, not mkfifo(1): spawning a process here would fork this test process while
-        // other tests hold leases, and a forked child shares their descriptors until it execs.
+        // mknod, not a spawned mkfifo: a child forked from this multi-threaded test process
+        // shares every open lock file until it execs, so other tests' released leases
+        // would look held for that moment (flock belongs to the open file description).
         rustix::fs::mknodat(
             rustix::fs::CWD,
             &fifo,

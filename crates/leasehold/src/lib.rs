@@ -41,4 +41,6 @@ mod sys;
 
 pub use budget::{Budget, CancelToken};
 pub use error::{Error, FileKind, Holders, Result};
-pub use lease::{FileId, Lease, LeaseOptions, LockDir, MAX_REOPENS, holders};
+pub use lease::{
+    FileId, HandleLease, Lease, LeaseHandle, LeaseOptions, LockDir, MAX_REOPENS, holders,
+};

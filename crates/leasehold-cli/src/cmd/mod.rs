@@ -1,5 +1,6 @@
 //! One module per verb of the contract.
 
+pub mod bench;
 pub mod registry;
 pub mod results;
 pub mod run;

@@ -120,8 +120,7 @@ impl Waiter<'_> {
                 _ = readable(cancel.as_ref()) => false,
                 _ = tokio::time::sleep(pace.nap(self.budget)) => false,
             };
-            let tries = pace.tries(woke, watch);
-            for pause in tries {
+            for (i, pause) in pace.tries(woke).iter().enumerate() {
                 if self.budget.flagged() {
                     break;
                 }
@@ -133,6 +132,10 @@ impl Waiter<'_> {
                     Attempt::Acquired(held) => return Ok(Some(held)),
                     Attempt::Replaced => return Ok(None),
                     Attempt::Busy(o) => opened = o,
+                }
+                // As in the blocking waiter: consume events only once the first try failed.
+                if let Some(w) = watch.filter(|_| i == 0 && woke) {
+                    w.drain();
                 }
             }
             if !self.still_at_path(&opened) {

@@ -1,0 +1,198 @@
+//! In-process figures: the uncontended cost of a lease next to the same system calls issued
+//! directly.
+//!
+//! Variants are timed in batches and interleaved (one batch of each per repeat), so that a
+//! noisy neighbour on a shared machine hurts library and floor alike; each figure is the
+//! median over repeats of the mean time per operation within a batch.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use leasehold::{Lease, LeaseHandle, LeaseOptions};
+use rustix::fs::{AtFlags, CWD, FlockOperation, Mode, OFlags};
+
+use super::{Plan, Row, Unit, median};
+use crate::exit::Failure;
+
+type Op<'a> = Box<dyn FnMut() -> Result<(), Failure> + 'a>;
+
+fn lease_err(e: leasehold::Error) -> Failure {
+    Failure::from_lease(&e)
+}
+
+fn sys_err<'a>(what: &'static str, path: &'a Path) -> impl Fn(rustix::io::Errno) -> Failure + 'a {
+    move |e| Failure::failed(format!("{what} {}: {e}", path.display()))
+}
+
+/// The system calls of `Lease::try_acquire` + drop, issued directly (see `open` and
+/// `attempt` in the library's lease.rs, confirmed with strace): look before opening
+/// (`statat` no-follow), open no-follow/non-blocking/close-on-exec/no-ctty creating 0600,
+/// `fstat` for the identity and kind, `fstatfs` to refuse network file systems,
+/// `flock(LOCK_EX|LOCK_NB)`, `statat` to verify the locked inode is the one at the path,
+/// `close`.
+fn cold_floor(path: &Path) -> Result<(), Failure> {
+    rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW).map_err(sys_err("stat", path))?;
+    let fd: OwnedFd = rustix::fs::openat(
+        CWD,
+        path,
+        OFlags::RDONLY
+            | OFlags::CREATE
+            | OFlags::NOFOLLOW
+            | OFlags::NONBLOCK
+            | OFlags::CLOEXEC
+            | OFlags::NOCTTY,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(sys_err("open", path))?;
+    rustix::fs::fstat(&fd).map_err(sys_err("fstat", path))?;
+    rustix::fs::fstatfs(&fd).map_err(sys_err("fstatfs", path))?;
+    rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
+        .map_err(sys_err("flock", path))?;
+    rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW).map_err(sys_err("stat", path))?;
+    drop(fd);
+    Ok(())
+}
+
+/// What fs4 / std `File::try_lock` users pay per use: open (read-write, create), lock,
+/// unlock, close — no look before opening, no verification, no network check.
+fn fs4_cycle(path: &Path) -> Result<(), Failure> {
+    let fd: OwnedFd = rustix::fs::openat(
+        CWD,
+        path,
+        OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(sys_err("open", path))?;
+    rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
+        .map_err(sys_err("flock", path))?;
+    rustix::fs::flock(&fd, FlockOperation::Unlock).map_err(sys_err("unlock", path))?;
+    drop(fd);
+    Ok(())
+}
+
+/// Times `batch` calls of each op per repeat, interleaved; returns ns/op per repeat per op.
+fn measure(ops: &mut [Op<'_>], plan: &Plan) -> Result<Vec<Vec<f64>>, Failure> {
+    let mut per_op = vec![Vec::with_capacity(plan.repeats); ops.len()];
+    // One untimed batch each: page cache, dentries and allocator warm.
+    for op in ops.iter_mut() {
+        for _ in 0..plan.batch / 4 + 1 {
+            op()?;
+        }
+    }
+    let n = ops.len();
+    for rep in 0..plan.repeats {
+        // Forward on even repeats, backward on odd ones: no variant always goes first.
+        for k in 0..n {
+            let i = if rep % 2 == 0 { k } else { n - 1 - k };
+            let op = &mut ops[i];
+            let t = Instant::now();
+            for _ in 0..plan.batch {
+                op()?;
+            }
+            per_op[i].push(t.elapsed().as_nanos() as f64 / plan.batch as f64);
+        }
+    }
+    Ok(per_op)
+}
+
+/// Cold cycle, fs4-style cycle, warm re-acquire and `verify()`, each with its floor.
+pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
+    let cold: PathBuf = dir.join("cold.lock");
+    let fs4: PathBuf = dir.join("fs4.lock");
+    let warm: PathBuf = dir.join("warm.lock");
+    let held: PathBuf = dir.join("held.lock");
+
+    let mut handle: LeaseHandle = LeaseOptions::new().open_handle(&warm).map_err(lease_err)?;
+    let warm_fd: OwnedFd = rustix::fs::openat(
+        CWD,
+        &warm,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .map_err(sys_err("open", &warm))?;
+    let lease = Lease::try_acquire(&held).map_err(lease_err)?;
+
+    let mut ops: Vec<Op<'_>> = vec![
+        // 0: the library's cold cycle: open, lock, verify the inode, close.
+        Box::new(|| {
+            drop(Lease::try_acquire(&cold).map_err(lease_err)?);
+            Ok(())
+        }),
+        // 1: its floor.
+        Box::new(|| cold_floor(&cold)),
+        // 2: fs4-style cold cycle (no verification).
+        Box::new(|| fs4_cycle(&fs4)),
+        // 3: warm re-acquire on a kept-open handle: lock (which verifies) and release.
+        Box::new(|| {
+            handle.try_lock().map_err(lease_err)?.release();
+            Ok(())
+        }),
+        // 4: its floor: flock + fstatat + unlock on a kept-open descriptor. The warm handle's
+        // file is locked and unlocked by both, never at once (one runs after the other).
+        Box::new(|| {
+            let fd = warm_fd.as_fd();
+            rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive)
+                .map_err(sys_err("flock", &warm))?;
+            rustix::fs::statat(CWD, &warm, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(sys_err("stat", &warm))?;
+            rustix::fs::flock(fd, FlockOperation::Unlock).map_err(sys_err("unlock", &warm))?;
+            Ok(())
+        }),
+        // 5: verify() on a held lease.
+        Box::new(|| lease.verify().map_err(lease_err)),
+        // 6: its floor: one fstatat.
+        Box::new(|| {
+            rustix::fs::statat(CWD, &held, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(sys_err("stat", &held))?;
+            Ok(())
+        }),
+    ];
+    let t = measure(&mut ops, plan)?;
+    drop(ops);
+    let m: Vec<f64> = t.iter().map(|v| median(v)).collect();
+    let samples = plan.repeats * plan.batch;
+    let row = |key, name: &str, i: usize, floor: Option<(usize, &'static str)>| Row {
+        key,
+        name: name.into(),
+        unit: Unit::Nanos,
+        median: m[i],
+        dist: None,
+        floor: floor.map(|(f, what)| (m[f], what)),
+        floor_dist: None,
+        target: None,
+        samples,
+    };
+    let mut cold_row = row(
+        "cold_cycle",
+        "cold cycle (try_acquire: open, lock, verify; drop)",
+        0,
+        Some((1, "same syscalls")),
+    );
+    let r = cold_row.ratio().unwrap_or(f64::INFINITY);
+    cold_row.target = Some(("≤ 1.15× floor".into(), r <= 1.15));
+    let fs4_row = row(
+        "fs4_cold_cycle",
+        "fs4-style cold cycle (open, lock, unlock, close; no verify)",
+        2,
+        None,
+    );
+    let mut warm_row = row(
+        "warm_reacquire",
+        "warm re-acquire (LeaseHandle: lock + verify, unlock)",
+        3,
+        Some((4, "flock+fstatat+unlock")),
+    );
+    let r = warm_row.ratio().unwrap_or(f64::INFINITY);
+    warm_row.target = Some((
+        "≤ 1.3× floor, < fs4-style cycle".into(),
+        r <= 1.3 && m[3] < m[2],
+    ));
+    let verify_row = row(
+        "verify",
+        "verify() on a held lease",
+        5,
+        Some((6, "one fstatat")),
+    );
+    Ok(vec![cold_row, fs4_row, warm_row, verify_row])
+}

@@ -1,0 +1,51 @@
+//! Smoke test of `leasehold bench`: it runs, stops by itself, prints well-formed JSON with
+//! every figure, and cleans up. Figures are printed, never asserted: no timed assertions.
+
+mod common;
+
+use common::{leasehold, run};
+
+#[test]
+fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .args(["bench", "--quick", "--json", "--dir"])
+        .arg(dir.path()));
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON document");
+    for key in ["quick", "repeats", "elapsed_s", "machine", "figures"] {
+        assert!(doc.get(key).is_some(), "missing {key}: {doc}");
+    }
+    let figures = doc["figures"].as_array().expect("figures array");
+    let keys: Vec<&str> = figures.iter().filter_map(|f| f["key"].as_str()).collect();
+    for want in [
+        "cold_cycle",
+        "fs4_cold_cycle",
+        "warm_reacquire",
+        "verify",
+        "handoff_2",
+        "handoff_4",
+        "waiting_cpu",
+        "takeover_after_sigkill",
+        "cancel_latency",
+        "deadline_latency",
+    ] {
+        assert!(keys.contains(&want), "missing figure {want}: {keys:?}");
+    }
+    for f in figures {
+        assert!(f["median"].as_f64().is_some_and(|m| m >= 0.0), "{f}");
+        for field in ["floor", "ratio", "target", "met", "dist", "unit", "samples"] {
+            assert!(f.get(field).is_some(), "figure lacks {field}: {f}");
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "bench left files behind: {left:?}");
+}
+
+#[test]
+fn bench_workers_are_hidden_from_help() {
+    let out = run(leasehold().args(["bench", "--help"]));
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.contains("--quick") && out.stdout.contains("--json"));
+    assert!(!out.stdout.contains("--worker"), "{}", out.stdout);
+}
