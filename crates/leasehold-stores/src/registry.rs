@@ -23,7 +23,7 @@ use leasehold::patterns::authority::{
 };
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Budget, Holders};
+use leasehold::{Budget, HolderInfo};
 use serde_json::{Map, Value, json};
 
 use crate::document::{DocumentFiles, JsonDocument, RealFiles};
@@ -52,7 +52,7 @@ pub enum RegistryError {
     #[error("registry is held by another process{holders}")]
     Contended {
         /// Holder pids where the OS revealed them.
-        holders: Holders,
+        holders: HolderInfo,
     },
     /// The registry document cannot be read or written (it is left untouched).
     #[error("registry storage failed: {reason}")]
@@ -255,7 +255,7 @@ impl Registry {
         match self.authority.ensure_active() {
             Ok(()) => Ok(()),
             Err(AuthorityError::Contended { .. }) => Err(RegistryError::Contended {
-                holders: leasehold::holders(&self.paths.lease).unwrap_or(Holders::Unknown),
+                holders: HolderInfo::of_path(&self.paths.lease),
             }),
             Err(e) => Err(e.into()),
         }

@@ -34,7 +34,7 @@ use leasehold::patterns::durable::replace_file;
 use leasehold::patterns::keyed::{KeyError, KeyLease, KeyedLeases, RESULT_NAMESPACE};
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Budget, Error as LeaseError, Holders};
+use leasehold::{Budget, Error as LeaseError, HolderInfo};
 use serde::{Deserialize, Serialize};
 
 /// The longest ID accepted (bytes after trimming).
@@ -129,7 +129,7 @@ pub enum ResultError {
         /// The lock file.
         path: PathBuf,
         /// Holders the OS revealed.
-        holders: Holders,
+        holders: HolderInfo,
     },
     /// The wait for the ID's lease was cancelled; nothing was changed.
     #[error("result {id:?}: waiting for its operation lease was cancelled; nothing was changed")]
@@ -390,7 +390,7 @@ impl ResultStore {
             KeyError::Lease(e) if e.is_contended() => ResultError::Busy {
                 id: id.to_string(),
                 path: self.lock_path(id),
-                holders: e.holders().cloned().unwrap_or(Holders::Unknown),
+                holders: e.holders().cloned().unwrap_or_default(),
             },
             KeyError::Lease(LeaseError::Cancelled { .. }) => {
                 ResultError::Cancelled { id: id.to_string() }

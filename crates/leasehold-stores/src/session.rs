@@ -32,7 +32,7 @@ use std::str::FromStr;
 use leasehold::patterns::append::{AppendError, AppendLog, Durability, LogReader, TornTail};
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Error, Holders, Lease, LeaseOptions, LockDir};
+use leasehold::{Error, HolderInfo, Lease, LeaseOptions, LockDir};
 
 /// The log file inside a session directory.
 pub const LOG_NAME: &str = "session.jsonl";
@@ -139,7 +139,7 @@ pub enum SessionError {
         /// The session.
         id: SessionId,
         /// The holder pid(s), where the OS reveals them.
-        holders: Holders,
+        holders: HolderInfo,
     },
     /// A record is not one JSON value; nothing of it was written.
     #[error("session {id}: record is not JSON: {reason}")]
@@ -395,7 +395,7 @@ impl SessionWriter {
                 if e.is_contended() {
                     SessionError::SessionAlreadyOwned {
                         id: self.id.clone(),
-                        holders: e.holders().cloned().unwrap_or(Holders::Unknown),
+                        holders: e.holders().cloned().unwrap_or_default(),
                     }
                 } else {
                     SessionError::Lease(e)

@@ -3,8 +3,11 @@
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use crate::sys::FileId;
 
 /// Who holds a lease, as far as the operating system tells.
 ///
@@ -56,6 +59,87 @@ impl fmt::Display for Holders {
     }
 }
 
+/// The holders of a contended lock, looked up when first asked for.
+///
+/// Why lazily: reading `/proc/locks` takes the kernel's file-lock semaphore for writing, which
+/// after a quiet spell waits for an RCU grace period (about 10 ms measured here) and stalls
+/// every `flock` on the machine meanwhile. A contended try or a deadline must return at once,
+/// and most callers never print who the holder was; those that do (error messages, the CLI)
+/// pay for the lookup then, and it reflects the holder at that moment (a pid shown is right).
+#[derive(Clone, Default)]
+pub struct HolderInfo {
+    source: Source,
+    resolved: Arc<OnceLock<Holders>>,
+}
+
+#[derive(Clone, Default)]
+enum Source {
+    #[default]
+    Nothing,
+    Inode(FileId),
+    Path(PathBuf),
+}
+
+impl HolderInfo {
+    /// Holders of the lock on this inode, looked up on first use.
+    pub(crate) fn of_inode(id: FileId) -> HolderInfo {
+        HolderInfo {
+            source: Source::Inode(id),
+            resolved: Arc::default(),
+        }
+    }
+
+    /// Holders of the lock file at `path` (never following a final symlink), looked up on
+    /// first use; an unusable path resolves to [`Holders::Unknown`].
+    pub fn of_path(path: impl AsRef<Path>) -> HolderInfo {
+        HolderInfo {
+            source: Source::Path(path.as_ref().to_path_buf()),
+            resolved: Arc::default(),
+        }
+    }
+
+    /// Already-known holders.
+    pub fn known(holders: Holders) -> HolderInfo {
+        let resolved = OnceLock::new();
+        let _ = resolved.set(holders);
+        HolderInfo {
+            source: Source::Nothing,
+            resolved: Arc::new(resolved),
+        }
+    }
+
+    /// The holders, looked up now if they were not yet (and then remembered).
+    pub fn get(&self) -> &Holders {
+        self.resolved.get_or_init(|| match &self.source {
+            Source::Nothing => Holders::Unknown,
+            Source::Inode(id) => crate::sys::holders(*id),
+            Source::Path(p) => crate::lease::holders(p).unwrap_or(Holders::Unknown),
+        })
+    }
+
+    /// The holder pids the OS reveals (looked up now if needed).
+    pub fn pids(&self) -> &[u32] {
+        self.get().pids()
+    }
+}
+
+impl fmt::Display for HolderInfo {
+    /// As [`Holders`]' display: ` (pid N)` when known, nothing otherwise.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl fmt::Debug for HolderInfo {
+    /// Shows what is known without triggering a lookup.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.resolved.get() {
+            Some(h) => write!(f, "{h:?}"),
+            None => f.write_str("HolderInfo(not looked up)"),
+        }
+    }
+}
+
 /// What was found at a lock path that is not a regular file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileKind {
@@ -101,16 +185,16 @@ pub enum Error {
     Contended {
         /// The lock file.
         path: PathBuf,
-        /// Holder pids where the OS reveals them.
-        holders: Holders,
+        /// Holder pids where the OS reveals them (looked up when first asked for).
+        holders: HolderInfo,
     },
     /// The wait budget's deadline passed before the lease could be had.
     #[error("{path}: lock is held by another process{holders}; gave up after {waited:.1?}")]
     TimedOut {
         /// The lock file.
         path: PathBuf,
-        /// Holder pids where the OS reveals them, read when the wait gave up.
-        holders: Holders,
+        /// Holder pids where the OS reveals them (looked up when first asked for).
+        holders: HolderInfo,
         /// How long the waiter waited.
         waited: Duration,
     },
@@ -245,7 +329,7 @@ impl Error {
     }
 
     /// The holders recorded in a contention error.
-    pub fn holders(&self) -> Option<&Holders> {
+    pub fn holders(&self) -> Option<&HolderInfo> {
         match self {
             Error::Contended { holders, .. } | Error::TimedOut { holders, .. } => Some(holders),
             _ => None,

@@ -31,7 +31,7 @@ use rustix::io::Errno;
 #[cfg(test)]
 use crate::budget::CancelToken;
 use crate::budget::{Budget, Exhausted};
-use crate::error::{Error, FileKind, Holders, Result};
+use crate::error::{Error, FileKind, HolderInfo, Holders, Result};
 use crate::sys::{self, Entry};
 
 pub use crate::sys::FileId;
@@ -406,7 +406,7 @@ impl Waiter<'_> {
                     Attempt::Replaced => Step::Reopen,
                 }
             }
-            Attempt::Busy(opened) => return Err(self.timed_out(Some(opened.id))),
+            Attempt::Busy(opened) => return Err(self.timed_out(opened.id)),
             Attempt::Acquired(held) => Step::Done(held),
             Attempt::Replaced => Step::Reopen,
         })
@@ -423,11 +423,10 @@ impl Waiter<'_> {
         Ok(())
     }
 
-    fn timed_out(&self, id: Option<FileId>) -> Error {
-        let holders = match id {
-            Some(id) => sys::holders(id),
-            None => self.current_holders(),
-        };
+    /// Contention (try-once) or a passed deadline, naming the inode waited on; its holders
+    /// are looked up only if someone asks (see [`HolderInfo`]).
+    fn timed_out(&self, id: FileId) -> Error {
+        let holders = HolderInfo::of_inode(id);
         if self.budget.deadline().is_some_and(|d| d <= self.started) {
             return Error::Contended {
                 path: self.path().to_path_buf(),
@@ -438,13 +437,6 @@ impl Waiter<'_> {
             path: self.path().to_path_buf(),
             holders,
             waited: self.started.elapsed(),
-        }
-    }
-
-    fn current_holders(&self) -> Holders {
-        match sys::entry_at(self.target.dir(), self.target.name()) {
-            Ok(Entry::Regular(id)) => sys::holders(id),
-            _ => Holders::Free,
         }
     }
 
@@ -586,7 +578,7 @@ impl Waiter<'_> {
             Some(Exhausted::Cancelled) => Err(Error::Cancelled {
                 path: self.path().to_path_buf(),
             }),
-            Some(Exhausted::Deadline) => Err(self.timed_out(Some(opened.id))),
+            Some(Exhausted::Deadline) => Err(self.timed_out(opened.id)),
             None => Ok(()),
         }
     }
@@ -1055,6 +1047,28 @@ mod tests {
         }
         drop(first);
         Lease::try_acquire(&path).unwrap();
+    }
+
+    #[test]
+    fn contention_errors_look_holders_up_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lazy.lock");
+        let holder = Lease::try_acquire(&path).unwrap();
+        let err = Lease::try_acquire(&path).unwrap_err();
+        let info = err.holders().expect("contention names its holders").clone();
+        // Returning the error read nothing: /proc/locks is costly and stalls other lockers.
+        assert_eq!(format!("{info:?}"), "HolderInfo(not looked up)");
+        drop(holder);
+        // Asked after the release, the answer is the truth at that moment.
+        assert_eq!(info.get(), &Holders::Free);
+        let again = Lease::try_acquire(&path).unwrap();
+        let err = Lease::try_acquire(&path).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with(&format!("(pid {})", std::process::id())),
+            "{err}"
+        );
+        drop(again);
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub mod patterns;
 mod sys;
 
 pub use budget::{Budget, CancelToken};
-pub use error::{Error, FileKind, Holders, Result};
+pub use error::{Error, FileKind, HolderInfo, Holders, Result};
 pub use lease::{
     FileId, HandleLease, Lease, LeaseHandle, LeaseOptions, LockDir, MAX_REOPENS, holders,
 };

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use crate::{Budget, Error, Holders, Lease, LeaseOptions};
+use crate::{Budget, Error, HolderInfo, Lease, LeaseOptions};
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
@@ -139,7 +139,7 @@ pub enum AuthorityError {
     #[error("the store is held by another process{holders}")]
     Contended {
         /// Holder pids, where the OS revealed them at the last attempt.
-        holders: Holders,
+        holders: HolderInfo,
     },
     /// The store cannot be used; the scope is withdrawn until a successful refresh.
     #[error("storage failed: {reason}")]
@@ -218,7 +218,7 @@ struct Core<G, R> {
     state: State,
     lease: Option<G>,
     records: Arc<R>,
-    holders: Holders,
+    holders: HolderInfo,
     inflight: usize,
     /// Bumped at every (re)publication: a mutation admitted under an older one never writes.
     epoch: u64,
@@ -259,7 +259,7 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
                 state: State::Contended,
                 lease: None,
                 records: Arc::default(),
-                holders: Holders::Unknown,
+                holders: HolderInfo::default(),
                 inflight: 0,
                 epoch: 0,
             }),
@@ -353,7 +353,7 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
                     self.emit(Event::LeaseAcquired);
                 }
                 Err(e) if e.is_contended() => {
-                    let holders = e.holders().cloned().unwrap_or(Holders::Unknown);
+                    let holders = e.holders().cloned().unwrap_or_default();
                     let mut core = lock(&self.core);
                     core.state = State::Contended;
                     core.holders = holders.clone();
@@ -484,7 +484,7 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
         }
         let was_active = core.state == State::Active;
         core.state = State::Contended;
-        core.holders = Holders::Unknown;
+        core.holders = HolderInfo::default();
         core.records = self.empty.clone();
         drop(core);
         if was_active {
@@ -513,7 +513,7 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
 
     fn disposed_error(&self) -> AuthorityError {
         AuthorityError::Contended {
-            holders: Holders::Unknown,
+            holders: HolderInfo::default(),
         }
     }
 
