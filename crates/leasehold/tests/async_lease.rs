@@ -1,6 +1,6 @@
 //! Async acquisition (feature `tokio`): many waiters, cancel by drop, timeouts, no blocked
 //! executor thread, and takeover from a SIGKILLed holder process.
-#![cfg(feature = "tokio")]
+#![cfg(all(unix, feature = "tokio"))]
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;

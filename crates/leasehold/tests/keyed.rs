@@ -1,4 +1,5 @@
 //! Library tests of `KeyedLeases` (multi-process behaviour is tested through the CLI).
+#![cfg(unix)] // POSIX lock files (modes, FIFOs, symlinks); Windows keyed leases: tests/windows.rs
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

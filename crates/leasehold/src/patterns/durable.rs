@@ -13,8 +13,9 @@
 //!
 //! If any step fails the temporary file is removed and the old document is untouched.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, Write};
+#[cfg(unix)]
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,12 +73,13 @@ pub fn replace_file_observed(
     let tmp = temp_name(path);
     let mut renamed = false;
     let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        options
             .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&tmp)?;
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        let mut f = options.open(&tmp)?;
         after_step(Step::Created, &tmp)?;
         f.write_all(bytes)?;
         after_step(Step::Written, &tmp)?;
@@ -87,13 +89,26 @@ pub fn replace_file_observed(
         std::fs::rename(&tmp, path)?;
         renamed = true;
         after_step(Step::Renamed, &tmp)?;
-        File::open(dir)?.sync_all()?;
+        sync_dir(dir)?;
         after_step(Step::DirSynced, &tmp)
     })();
     if result.is_err() && !renamed {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Makes a rename in `dir` durable: `fsync` of the directory (POSIX).
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Windows cannot `fsync` a directory (a directory handle needs backup semantics and write
+/// access); NTFS records the rename in its metadata journal instead.
+#[cfg(windows)]
+fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
 }
 
 /// A temporary name beside `path`, unique within this process and across processes.
