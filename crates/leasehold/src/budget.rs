@@ -28,7 +28,11 @@ pub struct CancelToken {
 }
 
 struct CancelInner {
+    #[cfg(unix)]
     cancelled: AtomicBool,
+    /// Shared with signal handlers on Windows (see [`CancelToken::flag`]).
+    #[cfg(windows)]
+    cancelled: Arc<AtomicBool>,
     #[cfg(unix)]
     read: OwnedFd,
     #[cfg(unix)]
@@ -66,7 +70,7 @@ impl CancelToken {
     pub fn new() -> Result<CancelToken> {
         Ok(CancelToken {
             inner: Arc::new(CancelInner {
-                cancelled: AtomicBool::new(false),
+                cancelled: Arc::new(AtomicBool::new(false)),
             }),
         })
     }
@@ -96,6 +100,15 @@ impl CancelToken {
             path: "<cancel token>".into(),
             source,
         })
+    }
+
+    /// The token's flag (Windows, where there is no pipe to write to): setting it to `true`
+    /// cancels the token. This is how a signal or console-control handler cancels a wait
+    /// (`signal_hook::flag::register(SIGINT, token.flag())`); waiters notice it on their next
+    /// poll, within 16 ms.
+    #[cfg(windows)]
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.inner.cancelled.clone()
     }
 
     #[cfg(unix)]

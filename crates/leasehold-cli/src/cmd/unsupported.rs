@@ -1,0 +1,34 @@
+//! A verb that needs POSIX facilities, on Windows: it parses any arguments and fails with one
+//! clear line (exit 2) instead of the binary not building there.
+//!
+//! `registry` (its `serve` waits on POSIX signals through `signal_hook::iterator`) and
+//! `session` (the append-only log opens files relative to directory descriptors with
+//! `O_APPEND`) are included from this file on Windows; `cmd/mod.rs` says which.
+
+use std::ffi::OsString;
+
+use clap::Args;
+
+use crate::exit::{Failure, Outcome};
+
+/// Accepts whatever follows the verb; nothing of it is used.
+#[derive(Args, Debug)]
+pub struct Unsupported {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    _args: Vec<OsString>,
+}
+
+/// The arguments of `registry` on this platform.
+#[allow(dead_code)] // each inclusion of this file uses one of the aliases
+pub type RegistryArgs = Unsupported;
+/// The arguments of `session` on this platform.
+#[allow(dead_code)]
+pub type SessionArgs = Unsupported;
+
+/// Fails with a one-line explanation naming the verb (this module's name).
+pub fn main(_args: Unsupported) -> Outcome {
+    let verb = module_path!().rsplit("::").next().unwrap_or("this verb");
+    Err(Failure::usage(format!(
+        "{verb}: not available on Windows (it needs POSIX facilities); use `run` and `status` there, or run it on Linux or macOS"
+    )))
+}
