@@ -21,9 +21,17 @@ impl Interrupts {
         let token = CancelToken::new().map_err(|e| Failure::failed(&e))?;
         let which = Arc::new(AtomicUsize::new(0));
         for sig in [SIGINT, SIGTERM] {
+            #[cfg(unix)]
             let fd = token.write_end().map_err(|e| Failure::failed(&e))?;
             signal_hook::flag::register_usize(sig, which.clone(), sig as usize)
-                .and_then(|_| signal_hook::low_level::pipe::register(sig, fd))
+                .and_then(|_| {
+                    #[cfg(unix)]
+                    let registered = signal_hook::low_level::pipe::register(sig, fd);
+                    // Windows: no pipe; the waiter polls the token's flag.
+                    #[cfg(windows)]
+                    let registered = signal_hook::flag::register(sig, token.flag());
+                    registered
+                })
                 .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
         }
         Ok(Interrupts { token, which })

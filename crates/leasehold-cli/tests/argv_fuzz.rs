@@ -2,6 +2,7 @@
 //! the contract's statuses (0, 1, 2, 75) — never 101 (a panic) — and stderr never says
 //! "panicked". Runs in a private home and working directory; the words are chosen so that
 //! no case can wait without limit, copy outside the sandbox, or start a torture run.
+#![cfg(unix)]
 
 mod common;
 

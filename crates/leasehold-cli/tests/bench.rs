@@ -1,5 +1,6 @@
 //! Smoke test of `leasehold bench`: it runs, stops by itself, prints well-formed JSON with
 //! every figure, and cleans up. Figures are printed, never asserted: no timed assertions.
+#![cfg(unix)]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Resource limits through the CLI: an overlong lock path is unusable input (exit 2, one
 //! line); a store on a really read-only file system is storage-failed with the reason, the
 //! document untouched, and `refresh` recovers once the file system is writable again.
+#![cfg(unix)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Black-box tests of `leasehold registry`: real processes, synchronised through the serve
 //! protocol's request/answer lines (an answer is the handshake), never through sleeps.
+#![cfg(unix)] // POSIX processes, signals and lock files; Windows: crates/leasehold/tests/windows.rs
 
 mod common;
 

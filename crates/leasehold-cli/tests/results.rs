@@ -1,6 +1,7 @@
 //! Black-box tests of `leasehold results`: real processes hold an ID's operation lease (through
 //! `leasehold run` on its lock file) while real `results` verbs run; synchronisation is by
 //! pipes only.
+#![cfg(unix)] // POSIX processes, signals and lock files; Windows: crates/leasehold/tests/windows.rs
 
 mod common;
 

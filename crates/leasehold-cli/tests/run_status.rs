@@ -1,5 +1,6 @@
 //! Black-box tests of `leasehold run` and `leasehold status` against the contract, with real
 //! processes synchronised through pipes.
+#![cfg(unix)] // POSIX processes, signals and lock files; Windows: crates/leasehold/tests/windows.rs
 
 mod common;
 

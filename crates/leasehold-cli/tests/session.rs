@@ -1,6 +1,7 @@
 //! Black-box tests of `leasehold session` (cli-contract.md, "session"), with real processes.
 //! Synchronisation is by observation, never by sleeping: a test that needs an appender to have
 //! written a record runs `session read` until the record is there.
+#![cfg(unix)] // POSIX processes, signals and lock files; Windows: crates/leasehold/tests/windows.rs
 
 mod common;
 
@@ -327,14 +328,13 @@ fn hostile_lock_files_are_refused_and_left_unchanged() {
         let lock = lock_of(&dir, &id);
         match kind {
             "symlink" => std::os::unix::fs::symlink(&victim, &lock).unwrap(),
-            "fifo" => rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &lock,
-                rustix::fs::FileType::Fifo,
-                rustix::fs::Mode::from_raw_mode(0o600),
-                0,
-            )
-            .unwrap(),
+            "fifo" => assert!(
+                std::process::Command::new("mkfifo")
+                    .arg(&lock)
+                    .status()
+                    .unwrap()
+                    .success()
+            ),
             _ => std::fs::create_dir(&lock).unwrap(),
         }
         let before = tree(tmp.path());

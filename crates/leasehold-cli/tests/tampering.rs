@@ -1,6 +1,7 @@
 //! `leasehold registry serve` whose lock file is unlinked or replaced while it is the
 //! authority: it fails closed before its next write (storage-failed "lease lost", document
 //! unchanged), while a newcomer that locks the new file becomes the one writer.
+#![cfg(unix)]
 
 mod common;
 

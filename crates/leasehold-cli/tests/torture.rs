@@ -1,6 +1,7 @@
 //! Black-box test of `leasehold torture`: a short real run (workers are SIGKILLed while
 //! holding leases and mid-rewrite) completes with zero violations, reports its figures,
 //! stops by itself and cleans up.
+#![cfg(unix)]
 
 mod common;
 

@@ -3,7 +3,7 @@
 //! thread, are cancelled by drop and by their budget, take over from a SIGKILLed holder; the
 //! registry hands over asynchronously; the session writer appends off the executor; and the
 //! `async_registry` example runs.
-#![cfg(feature = "tokio")]
+#![cfg(all(unix, feature = "tokio"))]
 #![allow(clippy::await_holding_lock)] // `common::quiet()` guards are held across awaits on purpose
 
 #[path = "../../leasehold/tests/common/mod.rs"]

@@ -1,5 +1,6 @@
 //! The multi-root workspace registry through its public API (in-process; the CLI's
 //! black-box tests drive real processes).
+#![cfg(unix)] // uses POSIX symlinks
 
 use std::io;
 use std::os::unix::fs::symlink;

@@ -2,6 +2,7 @@
 //! exactly the safe names and stay one directory below DIR; the reader yields exactly the
 //! newline-terminated lines of any byte content, never panics, and reports a torn tail; a
 //! writer opening such a log repairs the tail and appends after the whole records.
+#![cfg(unix)]
 
 use std::path::Path;
 

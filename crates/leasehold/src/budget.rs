@@ -6,27 +6,36 @@
 //! an unlock, and nothing of ours holds the lease afterwards.
 
 use std::fmt;
+#[cfg(unix)]
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-use crate::sys;
+use crate::error::Result;
+#[cfg(unix)]
+use crate::{error::Error, sys};
 
 /// A cancellation signal that any thread (or a signal handler) can trigger.
 ///
 /// Cloning shares the token. Once cancelled it stays cancelled. Internally it is a flag plus a
 /// self-pipe, so a waiter blocked in the kernel wakes at once instead of noticing on its next
-/// poll: cancellation takes effect in microseconds.
+/// poll: cancellation takes effect in microseconds. On Windows it is the flag alone, which the
+/// polling waiter checks at least every 16 ms.
 #[derive(Clone)]
 pub struct CancelToken {
     inner: Arc<CancelInner>,
 }
 
 struct CancelInner {
+    #[cfg(unix)]
     cancelled: AtomicBool,
+    /// Shared with signal handlers on Windows (see [`CancelToken::flag`]).
+    #[cfg(windows)]
+    cancelled: Arc<AtomicBool>,
+    #[cfg(unix)]
     read: OwnedFd,
+    #[cfg(unix)]
     write: OwnedFd,
 }
 
@@ -40,6 +49,7 @@ impl fmt::Debug for CancelToken {
 
 impl CancelToken {
     /// Creates a token. Fails only when the process is out of file descriptors.
+    #[cfg(unix)]
     pub fn new() -> Result<CancelToken> {
         let (read, write) = sys::pipe().map_err(|e| Error::Io {
             op: "create cancellation pipe",
@@ -55,20 +65,35 @@ impl CancelToken {
         })
     }
 
+    /// Creates a token (on Windows it cannot fail; the `Result` keeps one signature).
+    #[cfg(windows)]
+    pub fn new() -> Result<CancelToken> {
+        Ok(CancelToken {
+            inner: Arc::new(CancelInner {
+                cancelled: Arc::new(AtomicBool::new(false)),
+            }),
+        })
+    }
+
     /// Cancels every wait using this token, now and later.
     pub fn cancel(&self) {
         self.inner.cancelled.store(true, Ordering::SeqCst);
+        #[cfg(unix)]
         sys::poke(self.inner.write.as_fd());
     }
 
-    /// Whether [`cancel`](Self::cancel) was called, or a byte was written to the pipe
+    /// Whether [`cancel`](Self::cancel) was called, or (POSIX) a byte was written to the pipe
     /// returned by [`write_end`](Self::write_end) (for example by a signal handler).
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancelled.load(Ordering::SeqCst) || sys::is_readable(self.inner.read.as_fd())
+        let cancelled = self.inner.cancelled.load(Ordering::SeqCst);
+        #[cfg(unix)]
+        let cancelled = cancelled || sys::is_readable(self.inner.read.as_fd());
+        cancelled
     }
 
     /// A duplicate of the token's write end. Writing any byte to it cancels the token; this is
     /// how an async-signal-safe handler (such as `signal_hook::low_level::pipe`) cancels a wait.
+    #[cfg(unix)]
     pub fn write_end(&self) -> Result<OwnedFd> {
         self.inner.write.try_clone().map_err(|source| Error::Io {
             op: "duplicate cancellation pipe",
@@ -77,6 +102,16 @@ impl CancelToken {
         })
     }
 
+    /// The token's flag (Windows, where there is no pipe to write to): setting it to `true`
+    /// cancels the token. This is how a signal or console-control handler cancels a wait
+    /// (`signal_hook::flag::register(SIGINT, token.flag())`); waiters notice it on their next
+    /// poll, within 16 ms.
+    #[cfg(windows)]
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.inner.cancelled.clone()
+    }
+
+    #[cfg(unix)]
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.inner.read.as_fd()
     }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+#[cfg(unix)]
 use crate::sys::FileId;
 
 /// Who holds a lease, as far as the operating system tells.
@@ -76,12 +77,14 @@ pub struct HolderInfo {
 enum Source {
     #[default]
     Nothing,
+    #[cfg(unix)]
     Inode(FileId),
     Path(PathBuf),
 }
 
 impl HolderInfo {
     /// Holders of the lock on this inode, looked up on first use.
+    #[cfg(unix)]
     pub(crate) fn of_inode(id: FileId) -> HolderInfo {
         HolderInfo {
             source: Source::Inode(id),
@@ -112,6 +115,7 @@ impl HolderInfo {
     pub fn get(&self) -> &Holders {
         self.resolved.get_or_init(|| match &self.source {
             Source::Nothing => Holders::Unknown,
+            #[cfg(unix)]
             Source::Inode(id) => crate::sys::holders(*id),
             Source::Path(p) => crate::lease::holders(p).unwrap_or(Holders::Unknown),
         })

@@ -938,7 +938,7 @@ pub(crate) fn path_error(path: &Path, op: &'static str, e: Errno) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::cell::RefCell;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -956,6 +956,30 @@ mod tests {
                 f();
             }
         });
+    }
+
+    /// Makes a FIFO without spawning a process where the platform allows: a child forked
+    /// from this multi-threaded test process shares every open lock file until it execs, so
+    /// other tests' released leases would look held for that moment (flock belongs to the
+    /// open file description). rustix has no `mknodat` on macOS; there mkfifo(1) is used.
+    pub(crate) fn make_fifo(path: &Path) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(path)
+                .status()
+                .unwrap()
+                .success()
+        );
     }
 
     fn set_hook(f: impl FnMut() + 'static) {
@@ -1127,17 +1151,7 @@ mod tests {
         let dangling = dir.path().join("dangling.lock");
         std::os::unix::fs::symlink(dir.path().join("nothing"), &dangling).unwrap();
         let fifo = dir.path().join("fifo.lock");
-        // mknod, not a spawned mkfifo: a child forked from this multi-threaded test process
-        // shares every open lock file until it execs, so other tests' released leases
-        // would look held for that moment (flock belongs to the open file description).
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        make_fifo(&fifo);
         let sock = dir.path().join("sock.lock");
         let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         let subdir = dir.path().join("dir.lock");

@@ -20,6 +20,22 @@
 //! over an `AsyncArbiter`) wait without blocking an executor thread and without a thread per
 //! waiter.
 //!
+//! ## Platforms
+//!
+//! Linux, macOS and the BSDs share the POSIX primitive (`flock` on a lock file; Linux adds
+//! `/proc/locks` for holders and inotify for prompt wake-ups). On Windows a lease is a named
+//! kernel semaphore, `Local\leasehold-<hex sha256(real path, case-folded)>`, whose existence is
+//! the lock: no lock file is created or held, the kernel destroys the object when its holder
+//! closes it or dies, and [`holders`] answers [`Holders::Unknown`]. The public names are the
+//! same; POSIX-only pieces (descriptor inheritance, the append-only log) are `cfg(unix)`.
+//!
+//! ## `unsafe`
+//!
+//! On Unix the crate forbids `unsafe` code: every system call goes through `rustix`. Windows
+//! has no such safe wrapper for named semaphores, so there `unsafe` is denied everywhere except
+//! the one platform module that calls `CreateSemaphoreW` through `windows-sys`, where each
+//! block carries a `// SAFETY:` argument.
+//!
 //! ```
 //! use leasehold::{Budget, Lease};
 //! use std::time::Duration;
@@ -30,17 +46,22 @@
 //! lease.verify().expect("still the file at the path");
 //! ```
 
-#![forbid(unsafe_code)]
+#![cfg_attr(unix, forbid(unsafe_code))]
+#![cfg_attr(windows, deny(unsafe_code))]
 #![warn(missing_docs)]
 
 mod budget;
 mod error;
+#[cfg(unix)]
+mod lease;
+#[cfg(windows)]
+#[path = "lease_windows.rs"]
 mod lease;
 pub mod patterns;
 mod sys;
 
 pub use budget::{Budget, CancelToken};
 pub use error::{Error, FileKind, HolderInfo, Holders, Result};
-pub use lease::{
-    FileId, HandleLease, Lease, LeaseHandle, LeaseOptions, LockDir, MAX_REOPENS, holders,
-};
+#[cfg(unix)]
+pub use lease::{FileId, HandleLease, LeaseHandle, MAX_REOPENS};
+pub use lease::{Lease, LeaseOptions, LockDir, holders};

@@ -1,6 +1,6 @@
 //! Async acquisition (feature `tokio`): many waiters, cancel by drop, timeouts, no blocked
 //! executor thread, and takeover from a SIGKILLed holder process.
-#![cfg(feature = "tokio")]
+#![cfg(all(unix, feature = "tokio"))]
 #![allow(clippy::await_holding_lock)] // `common::quiet()` guards are held across awaits on purpose
 
 mod common;

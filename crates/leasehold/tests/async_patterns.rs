@@ -1,7 +1,7 @@
 //! Async faces of the patterns (feature `tokio`): keyed leases and the authority, each on a
 //! multi-threaded and a current-thread runtime — many waiters, cancel by drop, timeouts, no
 //! blocked executor thread, orderly async teardown, and takeover from a SIGKILLed holder.
-#![cfg(feature = "tokio")]
+#![cfg(all(unix, feature = "tokio"))]
 #![allow(clippy::await_holding_lock)] // `common::quiet()` guards are held across awaits on purpose
 
 mod common;

@@ -1,5 +1,6 @@
 //! Resource limits: more leases than the descriptor limit allows, and paths longer than the
 //! OS allows, end in typed errors — never a panic — and leak nothing.
+#![cfg(unix)]
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,6 +3,10 @@
 //! The lease's descriptor is inherited by COMMAND (as with `flock(1)`), so the kernel keeps
 //! the lock for as long as COMMAND or any descendant holding the descriptor lives — even when
 //! this process is SIGKILLed. COMMAND is spawned only after the lease is held.
+//!
+//! On Windows the lease is a kernel object handle that is not inherited: it lasts while this
+//! process waits for COMMAND, and ends if this process is killed first (COMMAND keeps
+//! running unprotected). Termination signals are not forwarded there.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -10,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use leasehold::{Budget, Error, Lease};
+#[cfg(unix)]
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use crate::exit::{CONTENDED, Failure, Outcome};
@@ -50,6 +55,7 @@ pub fn main(args: RunArgs) -> Outcome {
         // Interrupted in the instant the lease arrived: COMMAND must not start.
         return Ok(interrupts.exit_code());
     }
+    #[cfg(unix)]
     lease
         .share_with_children(true)
         .map_err(|e| Failure::failed(&e))?;
@@ -68,7 +74,9 @@ pub fn main(args: RunArgs) -> Outcome {
         )
     })?;
     // Our own copy is no longer needed for inheritance; keep it held until COMMAND ends.
+    #[cfg(unix)]
     let _ = lease.share_with_children(false);
+    #[cfg(unix)]
     forward_signals(child.id());
     let status = child
         .wait()
@@ -108,6 +116,7 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> leasehold::Result<Lease> 
     }
 }
 
+#[cfg(unix)]
 /// Passes termination signals sent to us on to COMMAND, so a supervisor stopping `run`
 /// stops COMMAND too; we then exit with COMMAND's status.
 fn forward_signals(pid: u32) {
@@ -128,6 +137,7 @@ fn forward_signals(pid: u32) {
 }
 
 /// COMMAND's exit status, or 128+N when a signal N killed it.
+#[cfg(unix)]
 fn exit_status(status: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
@@ -135,4 +145,10 @@ fn exit_status(status: std::process::ExitStatus) -> u8 {
         (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
         _ => 1,
     }
+}
+
+/// COMMAND's exit status (its low byte, as a POSIX shell would report it).
+#[cfg(windows)]
+fn exit_status(status: std::process::ExitStatus) -> u8 {
+    status.code().map_or(1, |code| code as u8)
 }

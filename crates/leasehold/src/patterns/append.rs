@@ -609,14 +609,7 @@ mod tests {
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
 
         std::fs::remove_file(&log).unwrap();
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &log,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
+        crate::lease::tests::make_fifo(&log);
         // Would hang in open(2) if the FIFO were opened blocking.
         assert!(
             AppendLog::open_at(&f.dir, "log.jsonl", &f.lease, Durability::default())

@@ -15,6 +15,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+#[cfg(unix)]
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,12 +79,13 @@ pub fn replace_file_observed(
 pub trait DurableIo {
     /// Creates the temporary file exclusively (mode 0600, final component not followed).
     fn create(&mut self, tmp: &Path) -> io::Result<File> {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        options
             .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(tmp)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        options.open(tmp)
     }
     /// Writes some of `buf` (a short count is retried with the rest, as `write(2)` allows).
     fn write(&mut self, file: &mut File, buf: &[u8]) -> io::Result<usize> {
@@ -99,7 +101,7 @@ pub trait DurableIo {
     }
     /// Flushes the directory, making the rename durable.
     fn sync_dir(&mut self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
+        sync_dir(dir)
     }
 }
 
@@ -148,6 +150,19 @@ pub fn replace_file_with(
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Makes a rename in `dir` durable: `fsync` of the directory (POSIX).
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Windows cannot `fsync` a directory (a directory handle needs backup semantics and write
+/// access); NTFS records the rename in its metadata journal instead.
+#[cfg(windows)]
+fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
 }
 
 /// A temporary name beside `path`, unique within this process and across processes.

@@ -4,6 +4,9 @@
 //! blocking", "try an exclusive lock", "what is the identity of this file", "who holds it" and
 //! "wait until something changes". Linux and the BSDs/macOS share the POSIX implementation
 //! (`flock`); Linux adds `/proc/locks` for holders and inotify for prompt, cheap wake-ups.
+//! Windows has no equivalent of these calls that leasehold could use safely; its leases are
+//! named kernel semaphores (see `windows.rs`), named by [`naming`] on every platform so that
+//! the naming rules are tested everywhere.
 
 #[cfg(unix)]
 mod unix;
@@ -12,5 +15,13 @@ pub use unix::FileId;
 #[cfg(unix)]
 pub(crate) use unix::*;
 
-#[cfg(not(unix))]
-compile_error!("leasehold supports Unix-like systems (Linux, macOS, BSD) so far");
+#[cfg(windows)]
+#[allow(unsafe_code)] // the only module with `unsafe`: raw Win32 calls (see its docs)
+mod windows;
+#[cfg(windows)]
+pub(crate) use windows::*;
+
+pub(crate) mod naming;
+
+#[cfg(not(any(unix, windows)))]
+compile_error!("leasehold supports Unix-like systems (Linux, macOS, BSD) and Windows");
