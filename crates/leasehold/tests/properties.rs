@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use leasehold::patterns::keyed::{KeyedLeases, RESULT_NAMESPACE, lock_name};
+use leasehold::patterns::keyed::{RESULT_NAMESPACE, lock_name};
 use proptest::prelude::*;
 
 /// Whitespace that `str::trim` removes (ASCII and Unicode White_Space).
@@ -66,21 +66,29 @@ proptest! {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+/// POSIX keyed leases are lock files in the namespace (on Windows a lease is a named kernel
+/// object and no file is created; tests/windows.rs covers that).
+#[cfg(unix)]
+mod on_disk {
+    use super::*;
+    use leasehold::patterns::keyed::KeyedLeases;
 
-    #[test]
-    fn a_keyed_lease_for_any_key_creates_only_its_lock_file_in_the_namespace(k in key()) {
-        prop_assume!(!k.trim().is_empty());
-        let root = tempfile::tempdir().unwrap();
-        let leases = KeyedLeases::new(root.path(), RESULT_NAMESPACE);
-        let lease = leases.try_acquire(&k, |_| true).unwrap();
-        let ns = root.path().join(RESULT_NAMESPACE);
-        let expected = ns.join(lock_name(&k));
-        prop_assert_eq!(lease.path(), expected.as_path());
-        let top: Vec<_> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-        prop_assert_eq!(top, vec![std::ffi::OsString::from(RESULT_NAMESPACE)]);
-        let inside: Vec<_> = std::fs::read_dir(&ns).unwrap().map(|e| e.unwrap().file_name()).collect();
-        prop_assert_eq!(inside, vec![std::ffi::OsString::from(lock_name(&k))]);
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn a_keyed_lease_for_any_key_creates_only_its_lock_file_in_the_namespace(k in key()) {
+            prop_assume!(!k.trim().is_empty());
+            let root = tempfile::tempdir().unwrap();
+            let leases = KeyedLeases::new(root.path(), RESULT_NAMESPACE);
+            let lease = leases.try_acquire(&k, |_| true).unwrap();
+            let ns = root.path().join(RESULT_NAMESPACE);
+            let expected = ns.join(lock_name(&k));
+            prop_assert_eq!(lease.path(), expected.as_path());
+            let top: Vec<_> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+            prop_assert_eq!(top, vec![std::ffi::OsString::from(RESULT_NAMESPACE)]);
+            let inside: Vec<_> = std::fs::read_dir(&ns).unwrap().map(|e| e.unwrap().file_name()).collect();
+            prop_assert_eq!(inside, vec![std::ffi::OsString::from(lock_name(&k))]);
+        }
     }
 }
