@@ -13,10 +13,10 @@
 //! scenarios' own holds (a 100 µs hold, the ~1 s hold while waiters' CPU is measured,
 //! and a deadline whose overshoot is the measured quantity).
 //!
-//! Scenarios are plain functions returning [`Row`]s, run in order by [`main`]. Store figures
-//! (registry mutation vs raw durable rewrite, session append vs raw write+fdatasync, keyed
-//! lease cost at 10 vs 100,000 IDs) will be added as further scenario functions when the
-//! stores land; until then they are absent rather than faked.
+//! Scenarios are plain functions returning [`Row`]s, run in order by [`main`]: in-process
+//! lease costs (`micro`), figures that need waiters, including async (`acquire_async`) ones
+//! (`multi`), and the stores' figures: registry mutation vs a raw durable rewrite, session
+//! append vs raw write+fdatasync, keyed lease cost at 10 vs 100,000 IDs (`stores`).
 
 mod micro;
 mod multi;
@@ -84,13 +84,11 @@ pub(crate) struct Plan {
     takeovers: usize,
     /// Repeats of cancellation and deadline measurements.
     cancels: usize,
-    /// Rounds of the durable (fsync-bound) store figures.
-    durable_repeats: usize,
-    /// Operations per timed batch of a durable store figure (registry mutations; session
-    /// appends with fsync per record are twice as many).
-    durable_batch: usize,
-    /// Syncs per timed batch of the batched session figure.
-    session_syncs: usize,
+    /// Samples of each durable (fsync-bound) store figure: each sample is one durable unit
+    /// (a registry mutation, a record and its fsync, or a batch and its sync), timed alone
+    /// and interleaved one by one with its floor, so that a stall from other I/O on the
+    /// machine spoils one sample, not a whole figure.
+    durable_samples: usize,
     /// Distinct IDs (lock files) of the many-IDs keyed-lease figure.
     keyed_ids: usize,
     /// Repeats of the thread-count measurement (each starts two worker processes).
@@ -108,9 +106,7 @@ impl Plan {
                 cpu_hold_ms: 250,
                 takeovers: 3,
                 cancels: 5,
-                durable_repeats: 5,
-                durable_batch: 4,
-                session_syncs: 1,
+                durable_samples: 9,
                 keyed_ids: 10_000,
                 crowds: 1,
             }
@@ -123,9 +119,7 @@ impl Plan {
                 cpu_hold_ms: 1000,
                 takeovers: 15,
                 cancels: 30,
-                durable_repeats: 11,
-                durable_batch: 10,
-                session_syncs: 4,
+                durable_samples: 81,
                 keyed_ids: 100_000,
                 crowds: 3,
             }

@@ -1,18 +1,23 @@
-//! Figures that need waiters: handoff between processes, CPU burnt while waiting, takeover
-//! after SIGKILL, and cancellation / deadline latency.
+//! Figures that need waiters: handoff between processes (sync and async waiters), threads
+//! used by 100 async waiters, CPU burnt while waiting, takeover after SIGKILL, and
+//! cancellation / deadline latency.
 //!
-//! Workers are this binary re-executed with the hidden `--worker ROLE`. They report to the
-//! parent in lines on stdout:
+//! Workers are this binary re-executed with the hidden `--worker ROLE`; `--kernel` and
+//! `--async` choose how they wait (see [`Wait`]). They report to the parent in lines on
+//! stdout:
 //!
 //! * `handoff`: on each `g` cue in its turn FIFO, answer `a` to whoever cued it, acquire
-//!   (leasehold: `Lease::acquire` with an unlimited budget; kernel: blocking
-//!   `flock(LOCK_EX)`), read the previous holder's release stamp, cue the previous holder and
+//!   (leasehold: `Lease::acquire` with an unlimited budget, or an `acquire_async` task on the
+//!   worker's current-thread runtime; kernel: blocking `flock(LOCK_EX)`), read the previous
+//!   holder's release stamp, cue the previous holder and
 //!   wait for its answer, print `A <release→acquire ns> <1 if it was already waiting at the
 //!   release>`, hold 100 µs (asleep), write its own release stamp, release (close). An `s`
 //!   cue ends it.
 //! * `hold`: take the lease, print `H`, hold until stdin closes (or SIGKILL).
 //! * `wait`: print `W`, wait for the lease, print `A <acquired at ns> <cpu ns> <wall ns>` where
 //!   cpu is the process CPU time spent in the wait, then release and exit.
+//! * `crowd`: start `--of` waiters on a lease held elsewhere, print `T <threads before>
+//!   <threads while all wait>`, then wait until stdin closes (the waiters die with it).
 //!
 //! A `handoff` worker contends again only when the worker that took the lease after it cues it,
 //! and that holder starts its hold only once the cue is answered, so every release has the

@@ -8,9 +8,10 @@
 //! * **Keyed lease cost** ([`KeyedLeases::try_acquire`] + release) with 10 and with 100,000
 //!   lock files in the namespace directory, keys drawn pseudo-randomly among them.
 //!
-//! Each figure is timed in batches interleaved with its floor (see `micro::measure_batches`),
-//! so a noisy neighbour hurts both alike; throughputs are the reciprocal of the median time
-//! per operation.
+//! Each durable unit (a mutation; a record and its fsync; a batch and its sync) is timed
+//! alone, interleaved one by one with its floor (see `micro::measure_batches`), so a noisy
+//! neighbour hurts both alike and an fsync stalled by other I/O on the machine spoils one
+//! sample, not the figure; a throughput is the reciprocal of the median time per unit.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -173,7 +174,7 @@ fn registry(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
             raw.rewrite(if n_raw % 2 == 1 { &with } else { &without })
         }),
     ];
-    let t = measure_batches(&mut ops, plan.durable_repeats, plan.durable_batch)?;
+    let t = measure_batches(&mut ops, plan.durable_samples, 1)?;
     drop(ops);
     reg.teardown();
     Ok(throughput_row(
@@ -235,7 +236,6 @@ fn session(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         }
         Ok(())
     };
-    let (mut n_lib, mut n_raw) = (0usize, 0usize);
     let mut ops: Vec<Op<'_>> = vec![
         Box::new(|| w_every.append_json(&rec).map_err(session_err)),
         Box::new(|| {
@@ -243,31 +243,23 @@ fn session(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             rustix::fs::fdatasync(&raw_every).map_err(errno_fail("fdatasync raw log"))
         }),
     ];
-    let t_every = measure_batches(&mut ops, plan.durable_repeats, plan.durable_batch * 2)?;
+    let t_every = measure_batches(&mut ops, plan.durable_samples, 1)?;
     drop(ops);
     let mut ops: Vec<Op<'_>> = vec![
         Box::new(|| {
-            w_batch.append_json(&rec).map_err(session_err)?;
-            n_lib += 1;
-            if n_lib % SESSION_BATCH == 0 {
-                w_batch.sync().map_err(session_err)?;
+            for _ in 0..SESSION_BATCH {
+                w_batch.append_json(&rec).map_err(session_err)?;
             }
-            Ok(())
+            w_batch.sync().map_err(session_err)
         }),
         Box::new(|| {
-            write(&raw_batch)?;
-            n_raw += 1;
-            if n_raw % SESSION_BATCH == 0 {
-                rustix::fs::fdatasync(&raw_batch).map_err(errno_fail("fdatasync raw log"))?;
+            for _ in 0..SESSION_BATCH {
+                write(&raw_batch)?;
             }
-            Ok(())
+            rustix::fs::fdatasync(&raw_batch).map_err(errno_fail("fdatasync raw log"))
         }),
     ];
-    let t_batch = measure_batches(
-        &mut ops,
-        plan.durable_repeats,
-        SESSION_BATCH * plan.session_syncs,
-    )?;
+    let t_batch = measure_batches(&mut ops, plan.durable_samples / 2 + 1, 1)?;
     drop(ops);
     w_every.release();
     w_batch.release();
@@ -288,7 +280,7 @@ fn session(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             format!("session append, batched: sync every {SESSION_BATCH} records (records/s)"),
             &t_batch[0],
             &t_batch[1],
-            1.0,
+            SESSION_BATCH as f64,
             "raw writes, one fdatasync per batch",
         ),
     ])
@@ -316,14 +308,14 @@ fn populate(root: &Path, count: usize) -> Result<usize, Failure> {
     drop(keys.try_acquire(&key(0), |_| true).map_err(key_err)?);
     let ns = rustix::fs::openat(
         CWD,
-        &root.join(NAMESPACE),
+        root.join(NAMESPACE),
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(errno_fail("open key namespace"))?;
     let end = Instant::now() + KEY_SETUP_LIMIT;
     for i in 1..count {
-        if i % 1024 == 0 && Instant::now() > end {
+        if i.is_multiple_of(1024) && Instant::now() > end {
             return Ok(i);
         }
         rustix::fs::openat(
@@ -418,7 +410,7 @@ fn thousands(n: usize) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
