@@ -30,6 +30,13 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "takeover_after_sigkill",
         "cancel_latency",
         "deadline_latency",
+        "async_handoff_4",
+        "async_waiter_threads",
+        "registry_mutation",
+        "session_append_fsync",
+        "session_append_batched",
+        "keyed_10_ids",
+        "keyed_many_ids",
     ] {
         assert!(keys.contains(&want), "missing figure {want}: {keys:?}");
     }

@@ -13,13 +13,14 @@
 //! scenarios' own holds (a 100 µs hold, the ~1 s hold while waiters' CPU is measured,
 //! and a deadline whose overshoot is the measured quantity).
 //!
-//! Scenarios are plain functions returning [`Row`]s, run in order by [`main`]. Store figures
-//! (registry mutation vs raw durable rewrite, session append vs raw write+fdatasync, keyed
-//! lease cost at 10 vs 100,000 IDs) will be added as further scenario functions when the
-//! stores land; until then they are absent rather than faked.
+//! Scenarios are plain functions returning [`Row`]s, run in order by [`main`]: in-process
+//! lease costs (`micro`), figures that need waiters, including async (`acquire_async`) ones
+//! (`multi`), and the stores' figures: registry mutation vs a raw durable rewrite, session
+//! append vs raw write+fdatasync, keyed lease cost at 10 vs 100,000 IDs (`stores`).
 
 mod micro;
 mod multi;
+mod stores;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -61,6 +62,10 @@ pub struct BenchArgs {
     /// Internal: the worker waits in kernel `flock(LOCK_EX)` instead of `Lease::acquire`.
     #[arg(long, hide = true)]
     kernel: bool,
+    /// Internal: the worker's waiters are `Lease::acquire_async` tasks on a current-thread
+    /// tokio runtime instead of threads in `Lease::acquire`.
+    #[arg(long = "async", hide = true)]
+    async_wait: bool,
 }
 
 /// How much work each scenario does.
@@ -79,6 +84,15 @@ pub(crate) struct Plan {
     takeovers: usize,
     /// Repeats of cancellation and deadline measurements.
     cancels: usize,
+    /// Samples of each durable (fsync-bound) store figure: each sample is one durable unit
+    /// (a registry mutation, a record and its fsync, or a batch and its sync), timed alone
+    /// and interleaved one by one with its floor, so that a stall from other I/O on the
+    /// machine spoils one sample, not a whole figure.
+    durable_samples: usize,
+    /// Distinct IDs (lock files) of the many-IDs keyed-lease figure.
+    keyed_ids: usize,
+    /// Repeats of the thread-count measurement (each starts two worker processes).
+    crowds: usize,
 }
 
 impl Plan {
@@ -92,6 +106,9 @@ impl Plan {
                 cpu_hold_ms: 250,
                 takeovers: 3,
                 cancels: 5,
+                durable_samples: 9,
+                keyed_ids: 10_000,
+                crowds: 1,
             }
         } else {
             Plan {
@@ -102,6 +119,9 @@ impl Plan {
                 cpu_hold_ms: 1000,
                 takeovers: 15,
                 cancels: 30,
+                durable_samples: 81,
+                keyed_ids: 100_000,
+                crowds: 3,
             }
         }
     }
@@ -114,6 +134,10 @@ pub(crate) enum Unit {
     Nanos,
     /// Percent of one core.
     Percent,
+    /// Operations (mutations, records) per second: higher is better.
+    PerSecond,
+    /// A plain count (threads).
+    Count,
 }
 
 /// One line of the table: a figure, its floor and whether its target is met.
@@ -231,7 +255,7 @@ pub fn main(args: BenchArgs) -> Outcome {
     let started = Instant::now();
     let mut rows = micro::run(tmp.path(), &plan)?;
     rows.extend(multi::run(tmp.path(), &plan)?);
-    // Store scenarios (registry, session, keyed leases) go here as they land.
+    rows.extend(stores::run(tmp.path(), &plan)?);
     let elapsed = started.elapsed().as_secs_f64();
     let machine = machine(tmp.path());
     let out = if args.json {
@@ -310,6 +334,8 @@ fn fmt_value(v: f64, unit: Unit) -> String {
         Unit::Nanos if v >= 100_000.0 => format!("{:.0} µs", v / 1000.0),
         Unit::Nanos => format!("{:.2} µs", v / 1000.0),
         Unit::Percent => format!("{v:.3} %"),
+        Unit::PerSecond => format!("{v:.0} /s"),
+        Unit::Count => format!("{v:.0}"),
     }
 }
 
@@ -391,7 +417,12 @@ fn json_report(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> Value {
             json!({
                 "key": r.key,
                 "name": r.name,
-                "unit": match r.unit { Unit::Nanos => "ns", Unit::Percent => "percent" },
+                "unit": match r.unit {
+                    Unit::Nanos => "ns",
+                    Unit::Percent => "percent",
+                    Unit::PerSecond => "per_s",
+                    Unit::Count => "count",
+                },
                 "median": r.median,
                 "dist": dist(&r.dist),
                 "floor": r.floor.map(|(f, _)| f),

@@ -15,7 +15,7 @@ use rustix::fs::{AtFlags, CWD, FlockOperation, Mode, OFlags};
 use super::{Plan, Row, Unit, median};
 use crate::exit::Failure;
 
-type Op<'a> = Box<dyn FnMut() -> Result<(), Failure> + 'a>;
+pub(super) type Op<'a> = Box<dyn FnMut() -> Result<(), Failure> + 'a>;
 
 fn lease_err(e: leasehold::Error) -> Failure {
     Failure::from_lease(&e)
@@ -71,26 +71,36 @@ fn fs4_cycle(path: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Times `batch` calls of each op per repeat, interleaved; returns ns/op per repeat per op.
+/// Times `plan.batch` calls of each op per repeat, interleaved; returns ns/op per repeat per op.
 fn measure(ops: &mut [Op<'_>], plan: &Plan) -> Result<Vec<Vec<f64>>, Failure> {
-    let mut per_op = vec![Vec::with_capacity(plan.repeats); ops.len()];
+    measure_batches(ops, plan.repeats, plan.batch)
+}
+
+/// Times `batch` calls of each op in each of `repeats` rounds, interleaved (one batch of
+/// every op per round); returns ns/op per round, per op.
+pub(super) fn measure_batches(
+    ops: &mut [Op<'_>],
+    repeats: usize,
+    batch: usize,
+) -> Result<Vec<Vec<f64>>, Failure> {
+    let mut per_op = vec![Vec::with_capacity(repeats); ops.len()];
     // One untimed batch each: page cache, dentries and allocator warm.
     for op in ops.iter_mut() {
-        for _ in 0..plan.batch / 4 + 1 {
+        for _ in 0..batch / 4 + 1 {
             op()?;
         }
     }
     let n = ops.len();
-    for rep in 0..plan.repeats {
+    for rep in 0..repeats {
         // Forward on even repeats, backward on odd ones: no variant always goes first.
         for k in 0..n {
             let i = if rep % 2 == 0 { k } else { n - 1 - k };
             let op = &mut ops[i];
             let t = Instant::now();
-            for _ in 0..plan.batch {
+            for _ in 0..batch {
                 op()?;
             }
-            per_op[i].push(t.elapsed().as_nanos() as f64 / plan.batch as f64);
+            per_op[i].push(t.elapsed().as_nanos() as f64 / batch as f64);
         }
     }
     Ok(per_op)

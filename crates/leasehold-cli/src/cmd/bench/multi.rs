@@ -1,18 +1,23 @@
-//! Figures that need waiters: handoff between processes, CPU burnt while waiting, takeover
-//! after SIGKILL, and cancellation / deadline latency.
+//! Figures that need waiters: handoff between processes (sync and async waiters), threads
+//! used by 100 async waiters, CPU burnt while waiting, takeover after SIGKILL, and
+//! cancellation / deadline latency.
 //!
-//! Workers are this binary re-executed with the hidden `--worker ROLE`. They report to the
-//! parent in lines on stdout:
+//! Workers are this binary re-executed with the hidden `--worker ROLE`; `--kernel` and
+//! `--async` choose how they wait (see [`Wait`]). They report to the parent in lines on
+//! stdout:
 //!
 //! * `handoff`: on each `g` cue in its turn FIFO, answer `a` to whoever cued it, acquire
-//!   (leasehold: `Lease::acquire` with an unlimited budget; kernel: blocking
-//!   `flock(LOCK_EX)`), read the previous holder's release stamp, cue the previous holder and
+//!   (leasehold: `Lease::acquire` with an unlimited budget, or an `acquire_async` task on the
+//!   worker's current-thread runtime; kernel: blocking `flock(LOCK_EX)`), read the previous
+//!   holder's release stamp, cue the previous holder and
 //!   wait for its answer, print `A <release→acquire ns> <1 if it was already waiting at the
 //!   release>`, hold 100 µs (asleep), write its own release stamp, release (close). An `s`
 //!   cue ends it.
 //! * `hold`: take the lease, print `H`, hold until stdin closes (or SIGKILL).
 //! * `wait`: print `W`, wait for the lease, print `A <acquired at ns> <cpu ns> <wall ns>` where
 //!   cpu is the process CPU time spent in the wait, then release and exit.
+//! * `crowd`: start `--of` waiters on a lease held elsewhere, print `T <threads before>
+//!   <threads while all wait>`, then wait until stdin closes (the waiters die with it).
 //!
 //! A `handoff` worker contends again only when the worker that took the lease after it cues it,
 //! and that holder starts its hold only once the cue is answered, so every release has the
@@ -23,7 +28,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use leasehold::{Budget, CancelToken, Lease};
@@ -68,23 +74,139 @@ fn open_kernel(path: &Path) -> Result<OwnedFd, Failure> {
     .map_err(errno_fail("open lock file"))
 }
 
-/// Waits for the lease: leasehold's `Lease::acquire` with an unlimited budget, or (`kernel`)
-/// a blocking `flock(LOCK_EX)` on a freshly opened file, the floor. Neither probes first: a
-/// failed `try_acquire` would read `/proc/locks` to name the holder (see BENCHMARKS.md).
-fn acquire(path: &Path, kernel: bool) -> Result<Held, Failure> {
-    if kernel {
-        let fd = open_kernel(path)?;
-        loop {
-            match rustix::fs::flock(&fd, FlockOperation::LockExclusive) {
-                Ok(()) => return Ok(Held::Kernel(fd)),
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(errno_fail("flock")(e)),
-            }
+/// How a worker waits for the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// A blocking `flock(LOCK_EX)` on a freshly opened file: the floor (not cancellable).
+    Kernel,
+    /// `Lease::acquire` with an unlimited budget, on a thread of its own.
+    Lease,
+    /// A `Lease::acquire_async` task on the worker's one current-thread tokio runtime.
+    Async,
+}
+
+impl Wait {
+    fn of(args: &BenchArgs) -> Wait {
+        if args.kernel {
+            Wait::Kernel
+        } else if args.async_wait {
+            Wait::Async
+        } else {
+            Wait::Lease
         }
     }
-    Lease::acquire(path, &Budget::unlimited())
-        .map(Held::Lease)
-        .map_err(|e| Failure::from_lease(&e))
+
+    /// The worker flag selecting this way of waiting.
+    fn flag(self) -> Option<&'static str> {
+        match self {
+            Wait::Kernel => Some("--kernel"),
+            Wait::Lease => None,
+            Wait::Async => Some("--async"),
+        }
+    }
+}
+
+/// A current-thread tokio runtime: the one an async worker drives all its waiters on. It
+/// starts no thread of its own (the reactor and timers run on the calling thread).
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io_fail("start a tokio runtime"))
+}
+
+/// Waits for the lease as `wait` says (`rt`: the worker's runtime, for [`Wait::Async`]);
+/// returns it and the `CLOCK_MONOTONIC` time it was acquired at. None probes first: a failed
+/// `try_acquire` would read `/proc/locks` to name the holder (see BENCHMARKS.md).
+fn acquire(
+    path: &Path,
+    wait: Wait,
+    rt: Option<&tokio::runtime::Runtime>,
+) -> Result<(Held, u64), Failure> {
+    match (wait, rt) {
+        (Wait::Kernel, _) => {
+            let fd = open_kernel(path)?;
+            loop {
+                match rustix::fs::flock(&fd, FlockOperation::LockExclusive) {
+                    Ok(()) => return Ok((Held::Kernel(fd), mono_ns())),
+                    Err(Errno::INTR) => continue,
+                    Err(e) => return Err(errno_fail("flock")(e)),
+                }
+            }
+        }
+        (Wait::Async, Some(rt)) => {
+            let path = path.to_path_buf();
+            // A spawned task, as in an async service; it stamps the acquisition itself so
+            // the task's join is not counted.
+            let task = rt.spawn(async move {
+                let lease = Lease::acquire_async(&path, &Budget::unlimited()).await;
+                (lease, mono_ns())
+            });
+            let joined = rt.block_on(task);
+            match joined {
+                Ok((Ok(lease), at)) => Ok((Held::Lease(lease), at)),
+                Ok((Err(e), _)) => Err(Failure::from_lease(&e)),
+                Err(e) => Err(Failure::failed(format!("bench: async waiter task: {e}"))),
+            }
+        }
+        _ => Lease::acquire(path, &Budget::unlimited())
+            .map(|l| (Held::Lease(l), mono_ns()))
+            .map_err(|e| Failure::from_lease(&e)),
+    }
+}
+
+/// This process's thread count (`Threads:` in `/proc/self/status`).
+fn threads() -> Result<u64, Failure> {
+    std::fs::read_to_string("/proc/self/status")
+        .map_err(io_fail("read /proc/self/status"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| Failure::failed("bench: no thread count in /proc/self/status"))
+}
+
+/// Starts `n` waiters for the lease on `lock` (held by another process) in this process and
+/// returns once every one of them is waiting. Async waiters are tasks on `rt`: on one thread,
+/// a task that has started has also been polled until it parked in its wait. Sync waiters
+/// are threads, each seen asleep in the kernel. What the waiters hold if they ever acquire
+/// is dropped with the process (or the runtime).
+fn start_waiters(
+    lock: &Path,
+    n: usize,
+    wait: Wait,
+    rt: Option<&tokio::runtime::Runtime>,
+) -> Result<(), Failure> {
+    if let (Wait::Async, Some(rt)) = (wait, rt) {
+        let started = Arc::new(AtomicUsize::new(0));
+        rt.block_on(async {
+            for _ in 0..n {
+                let (path, started) = (lock.to_path_buf(), started.clone());
+                tokio::spawn(async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    Lease::acquire_async(&path, &Budget::unlimited()).await
+                });
+            }
+            while started.load(Ordering::SeqCst) < n {
+                tokio::task::yield_now().await;
+            }
+        });
+        return Ok(());
+    }
+    let (tx, rx) = mpsc::channel();
+    for _ in 0..n {
+        let (path, tx) = (lock.to_path_buf(), tx.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(rustix::thread::gettid().as_raw_nonzero().get());
+            Lease::acquire(&path, &Budget::unlimited())
+        });
+    }
+    for _ in 0..n {
+        let tid = rx
+            .recv()
+            .map_err(|_| Failure::failed("bench: a waiter thread died"))?;
+        until_asleep(&format!("/proc/self/task/{tid}/stat"))?;
+    }
+    Ok(())
 }
 
 /// Runs one worker role until its parent ends it.
@@ -95,6 +217,11 @@ pub(super) fn worker(role: &str, args: &BenchArgs) -> Outcome {
         .ok_or_else(|| Failure::usage("bench worker needs --lock"))?;
     let mut out = std::io::stdout().lock();
     let mut lines = std::io::stdin().lock().lines();
+    let wait = Wait::of(args);
+    let rt = match wait {
+        Wait::Async => Some(runtime()?),
+        _ => None,
+    };
     match role {
         "handoff" => {
             let stamp_path = args
@@ -136,8 +263,7 @@ pub(super) fn worker(role: &str, args: &BenchArgs) -> Outcome {
                         .map_err(errno_fail("cue a worker"))?;
                 }
                 let asked = mono_ns();
-                let held = acquire(lock, args.kernel)?;
-                let acquired = mono_ns();
+                let (held, acquired) = acquire(lock, wait, rt.as_ref())?;
                 let mut buf = [0u8; 16];
                 rustix::io::pread(&stamp, &mut buf, 0).map_err(errno_fail("read stamp"))?;
                 let (released, prev) = split_stamp(&buf);
@@ -169,7 +295,7 @@ pub(super) fn worker(role: &str, args: &BenchArgs) -> Outcome {
             }
         }
         "hold" => {
-            let _held = acquire(lock, args.kernel)?;
+            let _held = acquire(lock, wait, rt.as_ref())?;
             writeln!(out, "H")
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
@@ -183,13 +309,23 @@ pub(super) fn worker(role: &str, args: &BenchArgs) -> Outcome {
             let cpu_ns =
                 |t: rustix::time::Timespec| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
             let (c0, t0) = (cpu_ns(cpu()), mono_ns());
-            let held = acquire(lock, args.kernel)?;
-            let acquired = mono_ns();
+            let (held, acquired) = acquire(lock, wait, rt.as_ref())?;
             let c1 = cpu_ns(cpu());
             writeln!(out, "A {acquired} {} {}", c1 - c0, acquired - t0)
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
             drop(held);
+        }
+        "crowd" => {
+            // Threads before any waiter exists (the runtime, if any, already built), and
+            // while `--of` waiters all wait.
+            let before = threads()?;
+            start_waiters(lock, args.of.max(1), wait, rt.as_ref())?;
+            let during = threads()?;
+            writeln!(out, "T {before} {during}")
+                .and_then(|()| out.flush())
+                .map_err(io_fail("report"))?;
+            for _ in lines.by_ref() {}
         }
         other => {
             return Err(Failure::usage(format!(
@@ -250,25 +386,24 @@ impl Crew {
         }
     }
 
-    /// Starts a worker; returns its index.
+    /// Starts a worker (`index` of `of`, for handoff workers and crowds); returns its index.
     fn spawn(
         &mut self,
         role: &str,
         lock: &Path,
-        stamp: Option<(&Path, usize, usize)>,
-        kernel: bool,
+        stamp: Option<&Path>,
+        (index, of): (usize, usize),
+        wait: Wait,
     ) -> Result<usize, Failure> {
         let exe = std::env::current_exe().map_err(io_fail("locate the leasehold binary"))?;
         let mut cmd = Command::new(exe);
         cmd.args(["bench", "--worker", role, "--lock"]).arg(lock);
-        if let Some((s, index, of)) = stamp {
+        if let Some(s) = stamp {
             cmd.arg("--stamp").arg(s);
-            cmd.arg(format!("--index={index}"));
-            cmd.arg(format!("--of={of}"));
         }
-        if kernel {
-            cmd.arg("--kernel");
-        }
+        cmd.arg(format!("--index={index}"));
+        cmd.arg(format!("--of={of}"));
+        cmd.args(wait.flag());
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -379,6 +514,7 @@ fn until_asleep(stat_path: &str) -> Result<(), Failure> {
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let mut rows = Vec::new();
     rows.extend(handoff(dir, plan)?);
+    rows.push(waiter_threads(dir, plan)?);
     rows.push(waiting_cpu(dir, plan)?);
     rows.push(takeover(dir, plan)?);
     rows.extend(cancellation(dir, plan)?);
@@ -390,7 +526,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
 fn handoff_run(
     dir: &Path,
     n: usize,
-    kernel: bool,
+    wait: Wait,
     count: usize,
     tag: &str,
 ) -> Result<Vec<f64>, Failure> {
@@ -411,7 +547,7 @@ fn handoff_run(
     }
     let mut crew = Crew::new();
     for i in 0..n {
-        crew.spawn("handoff", &lock, Some((&stamp, i, n)), kernel)?;
+        crew.spawn("handoff", &lock, Some(&stamp), (i, n), wait)?;
     }
     for t in &turns {
         rustix::io::write(t, &[b'g', PARENT]).map_err(errno_fail("cue a worker"))?;
@@ -454,27 +590,26 @@ fn handoff_run(
 fn handoff(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let mut rows = Vec::new();
     for n in [2usize, 4] {
-        let (mut lib, mut ker) = (Vec::new(), Vec::new());
-        let mut lib_n = 0;
+        // With 4 processes, async waiters join: their figure is read against the sync one.
+        let kinds: &[Wait] = if n == 4 {
+            &[Wait::Kernel, Wait::Lease, Wait::Async]
+        } else {
+            &[Wait::Kernel, Wait::Lease]
+        };
+        let mut dists = vec![Vec::new(); kinds.len()];
+        let mut counts = vec![0usize; kinds.len()];
         for rep in 0..plan.repeats.min(5) {
-            // Alternate which goes first, so neither always runs on a warmer machine.
-            for kernel in [rep % 2 == 1, rep % 2 == 0] {
-                let s = handoff_run(
-                    dir,
-                    n,
-                    kernel,
-                    plan.handoffs,
-                    &format!("{n}-{rep}-{kernel}"),
-                )?;
-                if kernel {
-                    ker.push(Dist::of(&s));
-                } else {
-                    lib_n += s.len();
-                    lib.push(Dist::of(&s));
-                }
+            // Rotate which goes first, so none always runs on a warmer machine.
+            for k in 0..kinds.len() {
+                let i = (k + rep) % kinds.len();
+                let wait = kinds[i];
+                let s = handoff_run(dir, n, wait, plan.handoffs, &format!("{n}-{rep}-{wait:?}"))?;
+                counts[i] += s.len();
+                dists[i].push(Dist::of(&s));
             }
         }
-        let (l, k) = (Dist::median_of(&lib), Dist::median_of(&ker));
+        let d: Vec<Dist> = dists.iter().map(|v| Dist::median_of(v)).collect();
+        let (k, l) = (d[0], d[1]);
         let ratio = if k.p50 > 0.0 {
             l.p50 / k.p50
         } else {
@@ -494,10 +629,69 @@ fn handoff(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             floor: Some((k.p50, "waiters in flock(LOCK_EX)")),
             floor_dist: Some(k),
             target: Some((target.into(), met)),
-            samples: lib_n,
+            samples: counts[1],
         });
+        if let Some(a) = d.get(2) {
+            let met = l.p50 > 0.0 && a.p50 <= 2.0 * l.p50;
+            rows.push(Row {
+                key: "async_handoff_4",
+                name: format!(
+                    "async handoff, {n} processes (acquire_async tasks, current-thread runtime)"
+                ),
+                unit: Unit::Nanos,
+                median: a.p50,
+                dist: Some(*a),
+                floor: Some((l.p50, "sync Lease::acquire waiters")),
+                floor_dist: Some(l),
+                target: Some(("p50 ≤ 2× sync".into(), met)),
+                samples: counts[2],
+            });
+        }
     }
     Ok(rows)
+}
+
+/// Threads of one process while 100 waiters wait on one lease held by another process:
+/// `acquire_async` tasks on a current-thread runtime (and, to show the count does not grow
+/// with the waiters, just one such task) next to 100 sync waiters, which need a thread each.
+fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
+    const WAITERS: usize = 100;
+    let lock = dir.join("crowd.lock");
+    let held = Lease::try_acquire(&lock).map_err(|e| Failure::from_lease(&e))?;
+    let (mut one, mut many, mut sync) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..plan.crowds {
+        for (wait, n) in [
+            (Wait::Async, 1),
+            (Wait::Async, WAITERS),
+            (Wait::Lease, WAITERS),
+        ] {
+            let mut crew = Crew::new();
+            let idx = crew.spawn("crowd", &lock, None, (0, n), wait)?;
+            let during = crew.expect(idx, "T")?.get(1).copied().unwrap_or(0) as f64;
+            // The worker exits while its waiters still wait; the lease stays ours.
+            crew.finish(idx);
+            match (wait, n) {
+                (Wait::Async, 1) => one.push(during),
+                (Wait::Async, _) => many.push(during),
+                _ => sync.push(during),
+            }
+        }
+    }
+    drop(held);
+    let (one, many, sync) = (median(&one), median(&many), median(&sync));
+    Ok(Row {
+        key: "async_waiter_threads",
+        name: format!(
+            "threads of a process while {WAITERS} async waiters wait (with 1 waiter: {one:.0})"
+        ),
+        unit: Unit::Count,
+        median: many,
+        dist: None,
+        floor: Some((sync, "100 sync waiters, a thread each")),
+        floor_dist: None,
+        target: Some(("independent of the number of waiters".into(), many <= one)),
+        samples: plan.crowds,
+    })
 }
 
 /// CPU used by waiters during a ~1 s wait, leasehold and kernel-blocked side by side.
@@ -512,12 +706,12 @@ fn waiting_cpu(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     let mut crew = Crew::new();
     for i in 0..2 * WAITERS {
         let kernel = i >= WAITERS;
-        let idx = crew.spawn(
-            "wait",
-            if kernel { &ker_lock } else { &lib_lock },
-            None,
-            kernel,
-        )?;
+        let (lock, wait) = if kernel {
+            (&ker_lock, Wait::Kernel)
+        } else {
+            (&lib_lock, Wait::Lease)
+        };
+        let idx = crew.spawn("wait", lock, None, (0, 0), wait)?;
         crew.expect(idx, "W")?;
         until_asleep(&format!("/proc/{}/stat", crew.pid(idx)))?;
     }
@@ -572,9 +766,10 @@ fn takeover(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
         for kernel in [rep % 2 == 1, rep % 2 == 0] {
             let lock = dir.join(format!("takeover-{rep}-{kernel}.lock"));
             let mut crew = Crew::new();
-            let holder = crew.spawn("hold", &lock, None, false)?;
+            let holder = crew.spawn("hold", &lock, None, (0, 0), Wait::Lease)?;
             crew.expect(holder, "H")?;
-            let waiter = crew.spawn("wait", &lock, None, kernel)?;
+            let wait = if kernel { Wait::Kernel } else { Wait::Lease };
+            let waiter = crew.spawn("wait", &lock, None, (0, 0), wait)?;
             crew.expect(waiter, "W")?;
             until_asleep(&format!("/proc/{}/stat", crew.pid(waiter)))?;
             let killed = mono_ns();
@@ -608,7 +803,7 @@ fn takeover(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
 fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let lock = dir.join("cancel.lock");
     let mut crew = Crew::new();
-    let holder = crew.spawn("hold", &lock, None, false)?;
+    let holder = crew.spawn("hold", &lock, None, (0, 0), Wait::Lease)?;
     crew.expect(holder, "H")?;
     let (mut cancel, mut cancel_floor, mut late, mut late_floor) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
