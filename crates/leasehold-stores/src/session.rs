@@ -333,6 +333,47 @@ impl SessionWriter {
         self.append_record(record.as_bytes())
     }
 
+    /// Appends several JSON texts as one batch (see [`AppendLog::append_batch`]): every text
+    /// is checked first — one that is not JSON fails the batch and nothing of it is written —
+    /// then the lease is verified once, the records go out in one `write` and, unless the
+    /// durability is [`Durability::None`], one `fdatasync` follows. Returns how many records
+    /// were appended.
+    pub fn append_batch<'a>(
+        &mut self,
+        texts: impl IntoIterator<Item = &'a str>,
+    ) -> Result<usize, SessionError> {
+        let mut records = Vec::new();
+        for text in texts {
+            records.push(self.compact_json(text)?);
+        }
+        if records.is_empty() {
+            return Ok(0);
+        }
+        if matches!(self.state, State::Pending) {
+            self.materialize()?;
+        }
+        match &mut self.state {
+            State::Open { lease, log } => Ok(log.append_batch(lease, &records)?),
+            State::Released => Err(SessionError::Released {
+                id: self.id.clone(),
+            }),
+            State::Pending => unreachable!("materialize opens the session or fails"),
+        }
+    }
+
+    /// Checks that `text` is one JSON value and returns it as a single line.
+    fn compact_json(&self, text: &str) -> Result<String, SessionError> {
+        let text = text.trim();
+        if text.contains(['\n', '\r']) {
+            let value: serde_json::Value =
+                serde_json::from_str(text).map_err(|e| self.not_json(e))?;
+            Ok(value.to_string())
+        } else {
+            serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| self.not_json(e))?;
+            Ok(text.to_string())
+        }
+    }
+
     /// Appends one JSON value.
     pub fn append_value(&mut self, value: &serde_json::Value) -> Result<(), SessionError> {
         self.append_record(value.to_string().as_bytes())
@@ -576,6 +617,28 @@ mod tests {
             store.reader(&id("s1")),
             Err(SessionError::UnknownSession { .. })
         ));
+    }
+
+    #[test]
+    fn a_batch_with_a_non_json_text_writes_and_creates_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sessions");
+        let store = SessionStore::new(&dir).with_durability(Durability::Batch);
+        let mut w = store.open_writer(&id("b")).unwrap();
+        let err = w.append_batch(["{\"a\":1}", "nope"]).unwrap_err();
+        assert!(err.is_unusable_input(), "{err:?}");
+        assert!(!dir.exists(), "a refused first batch materializes nothing");
+        assert_eq!(
+            w.append_batch(["{\"a\":1}", " [2] ", "{\n\"b\": 3\n}"])
+                .unwrap(),
+            3
+        );
+        let records: Vec<String> = store
+            .reader(&id("b"))
+            .unwrap()
+            .map(|r| String::from_utf8(r.unwrap()).unwrap())
+            .collect();
+        assert_eq!(records, ["{\"a\":1}", "[2]", "{\"b\":3}"]);
     }
 
     #[test]
