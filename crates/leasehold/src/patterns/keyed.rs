@@ -178,13 +178,24 @@ impl KeyedLeases {
         budget: &Budget,
         known: impl FnOnce(&str) -> bool,
     ) -> Result<KeyLease, KeyError> {
-        let (key, ns, name, create) = self.prepare(key, known)?;
+        let adm = self.prepare(key)?;
         let budget = self.capped(budget);
+        if let Some(ns) = adm.existing()? {
+            match self
+                .options
+                .create(false)
+                .acquire_at(ns, &adm.name, &budget)
+            {
+                Err(Error::NotFound { .. }) => {} // no lock file yet: ask `known`
+                other => return admit(adm.key, other?, &budget),
+            }
+        }
+        let ns = self.allocate(&adm, known)?;
         let lease = self
             .options
-            .create(create)
-            .acquire_at(&ns, &name, &budget)?;
-        admit(key, lease, &budget)
+            .create(true)
+            .acquire_at(&ns, &adm.name, &budget)?;
+        admit(adm.key, lease, &budget)
     }
 
     /// [`acquire`](Self::acquire) for async code (feature `tokio`): the same admission rules
@@ -200,25 +211,28 @@ impl KeyedLeases {
         budget: &Budget,
         known: impl FnOnce(&str) -> bool,
     ) -> Result<KeyLease, KeyError> {
-        let (key, ns, name, create) = self.prepare(key, known)?;
+        let adm = self.prepare(key)?;
         let budget = self.capped(budget);
+        if let Some(ns) = adm.existing()? {
+            let options = self.options.create(false);
+            match options.acquire_at_async(ns, &adm.name, &budget).await {
+                Err(Error::NotFound { .. }) => {} // no lock file yet: ask `known`
+                other => return admit(adm.key, other?, &budget),
+            }
+        }
+        let ns = self.allocate(&adm, known)?;
         let lease = self
             .options
-            .create(create)
-            .acquire_at_async(&ns, &name, &budget)
+            .create(true)
+            .acquire_at_async(&ns, &adm.name, &budget)
             .await?;
-        admit(key, lease, &budget)
+        admit(adm.key, lease, &budget)
     }
 
-    /// Admission before any wait: the trimmed key, its namespace directory, its lock name
-    /// and whether the lock file may be created. Creates nothing for an unknown key.
-    fn prepare<'k>(
-        &self,
-        key: &'k str,
-        known: impl FnOnce(&str) -> bool,
-    ) -> Result<(&'k str, LockDir, String, bool), KeyError> {
+    /// Admission before any wait: the trimmed key, its lock name, the managed root and the
+    /// namespace directory if it exists. Creates nothing.
+    fn prepare<'k>(&self, key: &'k str) -> Result<Admission<'k>, KeyError> {
         let key = normalize(key)?;
-        let name = lock_name(key);
         let unknown = || KeyError::Unknown {
             key: key.to_string(),
             root: self.root.clone(),
@@ -228,17 +242,33 @@ impl KeyedLeases {
             Err(Error::NotFound { .. }) => return Err(unknown()),
             Err(e) => return Err(e.into()),
         };
-        // Look without creating anything: the namespace may not exist yet.
-        let existing = match root.child(&self.namespace, false) {
-            Ok(ns) => ns.has_lock_file(&name)?.then_some(ns),
+        let ns = match root.child(&self.namespace, false) {
+            Ok(ns) => Some(ns),
             Err(Error::NotFound { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        match existing {
-            Some(ns) => Ok((key, ns, name, false)),
-            None if known(key) => Ok((key, root.child(&self.namespace, true)?, name, true)),
-            None => Err(unknown()),
+        Ok(Admission {
+            key,
+            name: lock_name(key),
+            root,
+            ns,
+        })
+    }
+
+    /// The path for a key with no lock file yet: only a key `known` vouches for may create
+    /// its lock file (and the namespace directory).
+    fn allocate(
+        &self,
+        adm: &Admission<'_>,
+        known: impl FnOnce(&str) -> bool,
+    ) -> Result<LockDir, KeyError> {
+        if !known(adm.key) {
+            return Err(KeyError::Unknown {
+                key: adm.key.to_string(),
+                root: self.root.clone(),
+            });
         }
+        Ok(adm.root.child(&self.namespace, true)?)
     }
 
     fn capped(&self, budget: &Budget) -> Budget {
@@ -261,6 +291,29 @@ impl KeyedLeases {
 /// Admits the operation holding `lease`, unless the budget was cancelled meanwhile: a
 /// cancellation that raced with the lock being granted must still stop the operation from
 /// starting (the lease is then released by the drop).
+/// A key admitted to try for its lease.
+struct Admission<'k> {
+    key: &'k str,
+    name: String,
+    root: LockDir,
+    ns: Option<LockDir>,
+}
+
+impl Admission<'_> {
+    /// The namespace to try the existing lock file in. On POSIX the open itself answers
+    /// whether the file exists (without creating it), which saves a lookup in a directory
+    /// that may hold a lock file for every key ever seen; Windows keeps no lock files, so
+    /// there a key counts as existing only if someone left a file of that name.
+    fn existing(&self) -> Result<Option<&LockDir>, KeyError> {
+        let Some(ns) = &self.ns else { return Ok(None) };
+        if cfg!(unix) || ns.has_lock_file(&self.name)? {
+            Ok(Some(ns))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
 fn admit(key: &str, lease: Lease, budget: &Budget) -> Result<KeyLease, KeyError> {
     if budget.cancel_token().is_some_and(|t| t.is_cancelled()) {
         return Err(Error::Cancelled {
