@@ -3,7 +3,7 @@
 //! takeover, cancellation, waiting CPU) live in `leasehold bench`, which needs real processes.
 //!
 //! Each library path is benchmarked next to its floor: the same system calls issued directly.
-//! Keyed name hashing joins this file when the keyed-lease module lands.
+//! Keyed lease names (SHA-256 of the trimmed ID) are timed on their own.
 
 // The floors are Linux system calls (criterion is a Linux-only dev-dependency).
 #[cfg(target_os = "linux")]
@@ -81,7 +81,16 @@ mod posix {
         g.finish();
     }
 
-    criterion::criterion_group!(benches, cold, warm, verify);
+    /// Keyed lock names: trim + SHA-256 + lowercase hex, per acquisition.
+    fn keyed_name(c: &mut Criterion) {
+        let mut g = c.benchmark_group("keyed");
+        g.bench_function("lock_name", |b| {
+            b.iter(|| leasehold::patterns::keyed::lock_name(black_box("  run-0042-candidate  ")))
+        });
+        g.finish();
+    }
+
+    criterion::criterion_group!(benches, cold, warm, verify, keyed_name);
 }
 
 #[cfg(target_os = "linux")]
