@@ -32,6 +32,7 @@ use rustix::io::Errno;
 use crate::budget::CancelToken;
 use crate::budget::{Budget, Exhausted};
 use crate::error::{Error, FileKind, HolderInfo, Holders, Result};
+use crate::options::LeaseOptions;
 use crate::sys::{self, Entry};
 
 pub use crate::sys::FileId;
@@ -202,52 +203,7 @@ impl Target {
     }
 }
 
-/// Options for taking a lease. `LeaseOptions::default()` creates a missing lock file (and its
-/// parents) and refuses network file systems.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseOptions {
-    create: bool,
-    create_parents: bool,
-    allow_network_fs: bool,
-}
-
-impl Default for LeaseOptions {
-    fn default() -> Self {
-        LeaseOptions {
-            create: true,
-            create_parents: true,
-            allow_network_fs: false,
-        }
-    }
-}
-
 impl LeaseOptions {
-    /// The defaults: create missing files and parents, refuse network file systems.
-    pub fn new() -> LeaseOptions {
-        LeaseOptions::default()
-    }
-
-    /// Whether a missing lock file is created (mode 0600). Without it a missing file is
-    /// [`Error::NotFound`] — used where only a known key may allocate a lock file.
-    pub fn create(mut self, create: bool) -> LeaseOptions {
-        self.create = create;
-        self
-    }
-
-    /// Whether missing parent directories of a path are created (mode 0700).
-    pub fn create_parents(mut self, create: bool) -> LeaseOptions {
-        self.create_parents = create;
-        self
-    }
-
-    /// Allows lock files on network file systems (NFS, SMB/CIFS, AFS). Off by default:
-    /// `flock` there may block forever even with `LOCK_NB`, or fail to exclude other clients.
-    /// Opting in is your statement that your mount's locking is sound.
-    pub fn allow_network_filesystem(mut self, allow: bool) -> LeaseOptions {
-        self.allow_network_fs = allow;
-        self
-    }
-
     /// Takes the lease on `path` if it is free right now.
     pub fn try_acquire(&self, path: impl AsRef<Path>) -> Result<Lease> {
         self.acquire_target(

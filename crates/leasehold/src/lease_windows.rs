@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::budget::{Budget, Exhausted};
 use crate::error::{Error, FileKind, HolderInfo, Holders, Result};
+use crate::options::LeaseOptions;
 use crate::sys::{self, Created, naming};
 
 /// Back-off of a waiting acquisition: no event exists for "object destroyed".
@@ -170,54 +171,7 @@ impl Target {
     }
 }
 
-/// Options for taking a lease. `LeaseOptions::default()` accepts a missing lock file,
-/// creates missing parents and refuses network shares.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseOptions {
-    create: bool,
-    create_parents: bool,
-    allow_network_fs: bool,
-}
-
-impl Default for LeaseOptions {
-    fn default() -> Self {
-        LeaseOptions {
-            create: true,
-            create_parents: true,
-            allow_network_fs: false,
-        }
-    }
-}
-
 impl LeaseOptions {
-    /// The defaults: accept a missing lock file, create missing parents, refuse network shares.
-    pub fn new() -> LeaseOptions {
-        LeaseOptions::default()
-    }
-
-    /// With `false`, a missing lock file is [`Error::NotFound`] (used where only a known key
-    /// may be leased). With `true` (the default) a missing file is fine: on Windows the lock
-    /// file is never created, because the lease is a kernel object, not the file.
-    pub fn create(mut self, create: bool) -> LeaseOptions {
-        self.create = create;
-        self
-    }
-
-    /// Whether missing parent directories of a path are created. The parent must exist:
-    /// its real path is part of the lock's name.
-    pub fn create_parents(mut self, create: bool) -> LeaseOptions {
-        self.create_parents = create;
-        self
-    }
-
-    /// Allows lock paths on network shares (UNC paths, mapped drives). Off by default: a
-    /// named kernel object excludes only processes on this machine, so two machines sharing
-    /// the directory would both get the lease.
-    pub fn allow_network_filesystem(mut self, allow: bool) -> LeaseOptions {
-        self.allow_network_fs = allow;
-        self
-    }
-
     /// Takes the lease on `path` if it is free right now.
     pub fn try_acquire(&self, path: impl AsRef<Path>) -> Result<Lease> {
         self.acquire(path, &Budget::no_wait())

@@ -57,6 +57,7 @@ mod lease;
 #[cfg(windows)]
 #[path = "lease_windows.rs"]
 mod lease;
+mod options;
 pub mod patterns;
 mod sys;
 
@@ -64,4 +65,5 @@ pub use budget::{Budget, CancelToken};
 pub use error::{Error, FileKind, HolderInfo, Holders, Result};
 #[cfg(unix)]
 pub use lease::{FileId, HandleLease, LeaseHandle, MAX_REOPENS};
-pub use lease::{Lease, LeaseOptions, LockDir, holders};
+pub use lease::{Lease, LockDir, holders};
+pub use options::LeaseOptions;
