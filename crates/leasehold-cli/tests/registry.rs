@@ -408,3 +408,34 @@ fn an_unusable_lease_path_is_refused_with_status_2() {
     assert_one_line_error(&out, &not_a_file);
     assert!(!h.document().exists(), "no lease, no store");
 }
+
+/// A one-shot verb waiting longer than about a second says so once, naming the holder, and
+/// takes over as soon as the holder hands over.
+#[test]
+fn a_waiting_one_shot_says_so_and_takes_over_after_the_holder_exits() {
+    let h = Home::new();
+    let (p, r) = (h.dir("p"), h.dir("r"));
+    let mut a = h.serve();
+    assert_eq!(a.add(&p, &r)["ok"], true);
+    let mut cmd = h.reg(&["--timeout", "30", "list", "--json"]);
+    cmd.stderr(std::process::Stdio::piped());
+    let mut waiter = Proc::spawn(&mut cmd);
+    let mut notice = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(waiter.child.stderr.take().unwrap()),
+        &mut notice,
+    )
+    .unwrap();
+    assert!(
+        notice.starts_with("leasehold: waiting for the registry"),
+        "{notice:?}"
+    );
+    assert!(
+        notice.contains(&format!("(pid {})", a.0.pid())),
+        "{notice:?}"
+    );
+    a.finish();
+    let answer: Value = serde_json::from_str(&waiter.line()).unwrap();
+    assert_eq!(answer, json!({"state": "active", "scope": {&p: [&r]}}));
+    assert_eq!(waiter.wait().code(), Some(0));
+}

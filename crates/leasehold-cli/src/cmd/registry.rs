@@ -11,10 +11,12 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use leasehold::Budget;
+
+use super::NOTICE_AFTER;
 use leasehold::patterns::authority::State;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths, Scope, existing_dir};
 use serde_json::{Map, Value, json};
@@ -86,12 +88,7 @@ fn one_shot(registry: &Registry, timeout: Option<Duration>, op: Op) -> Outcome {
         }
     }
     let interrupts = Interrupts::install()?;
-    let budget = match timeout {
-        Some(t) => Budget::timeout(t),
-        None => Budget::no_wait(),
-    }
-    .with_cancel(interrupts.token().clone());
-    if let Err(e) = registry.acquire(&budget) {
+    if let Err(e) = acquire(registry, timeout, &interrupts) {
         if let RegistryError::Lease(leasehold::Error::Cancelled { .. }) = e {
             return Ok(interrupts.exit_code());
         }
@@ -115,6 +112,35 @@ fn one_shot(registry: &Registry, timeout: Option<Duration>, op: Op) -> Outcome {
     };
     registry.teardown();
     done.map(|()| OK).map_err(|e| failure(&e))
+}
+
+/// Acquires the authority within `--timeout` (default: try once), saying once on stderr,
+/// after about a second, that it is waiting and for whom — as every waiting verb does, so a
+/// wait is never mistaken for a hang.
+fn acquire(
+    registry: &Registry,
+    timeout: Option<Duration>,
+    interrupts: &Interrupts,
+) -> Result<(), RegistryError> {
+    let budget = |deadline: Option<Instant>| {
+        let b = match deadline {
+            Some(d) => Budget::until(d),
+            None => Budget::no_wait(),
+        };
+        b.with_cancel(interrupts.token().clone())
+    };
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let notice_at = Instant::now() + NOTICE_AFTER;
+    let Some(deadline) = deadline.filter(|d| *d > notice_at) else {
+        return registry.acquire(&budget(deadline));
+    };
+    match registry.acquire(&budget(Some(notice_at))) {
+        Err(RegistryError::Contended { holders }) => {
+            eprintln!("leasehold: waiting for the registry, held by another process{holders}");
+            registry.acquire(&budget(Some(deadline)))
+        }
+        other => other,
+    }
 }
 
 /// The contract's exit status for a registry error: invalid input 2, contention 75,

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::NOTICE_AFTER;
 use clap::{Args, Subcommand};
 use leasehold::Budget;
 use leasehold_stores::results::{ErrorClass, ResultError, ResultStore};
@@ -17,9 +18,6 @@ use crate::signals::Interrupts;
 
 /// The wait for an ID's lease when `--timeout` is not given.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// After this long, a waiting verb says once on stderr what it is waiting for (as `run` does).
-const NOTICE_AFTER: Duration = Duration::from_secs(1);
 
 #[derive(Args, Debug)]
 pub struct ResultsArgs {

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::NOTICE_AFTER;
 use clap::Args;
 use leasehold::{Budget, Error, Lease};
 #[cfg(unix)]
@@ -19,9 +20,6 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use crate::exit::{CONTENDED, Failure, Outcome};
 use crate::signals::Interrupts;
-
-/// After this long, a waiting `run` says once on stderr what it is waiting for.
-const NOTICE_AFTER: Duration = Duration::from_secs(1);
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
