@@ -11,8 +11,9 @@
 //!
 //! * [`sys`](crate) — the platform boundary (flock, `/proc/locks`, inotify);
 //! * [`Lease`] — the primitive: open safely, lock, verify the inode, wait within a
-//!   [`Budget`], release;
-//! * patterns built on it (store-wide authority, keyed leases, durable files).
+//!   [`Budget`], release (and, on POSIX, `LeaseHandle` for cheap re-acquisition of one file);
+//! * [`patterns`] built on it: durable files, the store-wide authority, keyed leases and the
+//!   append-only log — the stores of `leasehold-stores` are made of these.
 //!
 //! With the `tokio` feature (off by default, so the blocking library pulls in no runtime),
 //! `Lease::acquire_async`, `LeaseOptions::acquire_async`, `KeyedLeases::acquire_async` and
