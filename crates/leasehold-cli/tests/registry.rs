@@ -52,6 +52,22 @@ impl Home {
 /// A running `leasehold registry serve`.
 struct Server(Proc);
 
+/// A serving authority on a fresh home that has been sent `n` add requests at once (one
+/// primary, the `n` roots returned in order), none of whose answers has been read yet.
+fn serve_with_queued_adds(n: usize) -> (Home, String, Vec<String>, Server) {
+    let h = Home::new();
+    let p = h.dir("p");
+    let roots: Vec<String> = (0..n).map(|i| h.dir(&format!("r{i}"))).collect();
+    let mut a = h.serve();
+    assert_eq!(a.list()["ok"], true);
+    let batch: String = roots
+        .iter()
+        .map(|r| format!("{}\n", json!({"op": "add", "primary": &p, "root": r})))
+        .collect();
+    a.0.send(batch.trim_end());
+    (h, p, roots, a)
+}
+
 impl Server {
     /// Sends one request and reads its one-line answer.
     fn ask(&mut self, request: Value) -> Value {
@@ -270,17 +286,8 @@ fn sigterm_drains_closes_and_releases_then_exits_0() {
 
 #[test]
 fn sigkill_in_the_middle_of_a_stream_of_writes_never_tears_the_document() {
-    let h = Home::new();
-    let p = h.dir("p");
-    let roots: Vec<String> = (0..120).map(|i| h.dir(&format!("r{i}"))).collect();
-    let mut a = h.serve();
-    assert_eq!(a.list()["ok"], true);
     // Queue every request at once, read some answers, then kill while writes are running.
-    let batch: String = roots
-        .iter()
-        .map(|r| format!("{}\n", json!({"op": "add", "primary": &p, "root": r})))
-        .collect();
-    a.0.send(batch.trim_end());
+    let (h, p, roots, mut a) = serve_with_queued_adds(120);
     let acked = 40;
     for _ in 0..acked {
         let answer: Value = serde_json::from_str(&a.0.line()).unwrap();
@@ -361,16 +368,7 @@ fn serve_answers_every_request_with_exactly_one_line() {
 
 #[test]
 fn sigterm_in_the_middle_of_a_stream_of_writes_finishes_the_write_and_exits_0() {
-    let h = Home::new();
-    let p = h.dir("p");
-    let roots: Vec<String> = (0..120).map(|i| h.dir(&format!("r{i}"))).collect();
-    let mut a = h.serve();
-    assert_eq!(a.list()["ok"], true);
-    let batch: String = roots
-        .iter()
-        .map(|r| format!("{}\n", json!({"op": "add", "primary": &p, "root": r})))
-        .collect();
-    a.0.send(batch.trim_end());
+    let (h, p, _roots, mut a) = serve_with_queued_adds(120);
     let first: Value = serde_json::from_str(&a.0.line()).unwrap();
     assert_eq!(first["ok"], true);
     a.0.signal(rustix::process::Signal::TERM);
