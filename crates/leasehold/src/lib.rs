@@ -49,22 +49,21 @@
 
 #![cfg_attr(unix, forbid(unsafe_code))]
 #![cfg_attr(windows, deny(unsafe_code))]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
-mod budget;
-mod error;
-#[cfg(unix)]
-mod lease;
-#[cfg(windows)]
-#[path = "lease_windows.rs"]
-mod lease;
-mod options;
+// Layers, lowest first; each module imports only from those above it in this list.
+mod budget; // Budget, CancelToken: sys + error
+mod error; // Error: kind + holders
+mod holders; // HolderInfo and holder look-ups: kind + sys
+mod kind; // FileId, FileKind, Holders: depend on nothing
+mod lease; // the primitive: all of the above
+mod options; // LeaseOptions: nothing
 pub mod patterns;
-mod sys;
+mod sys; // the platform boundary: kind only // built on the primitive
 
 pub use budget::{Budget, CancelToken};
-pub use error::{Error, FileKind, HolderInfo, Holders, Result};
-#[cfg(unix)]
-pub use lease::{FileId, HandleLease, LeaseHandle, MAX_REOPENS};
-pub use lease::{Lease, LockDir, holders};
+pub use error::{Error, Result};
+pub use holders::HolderInfo;
+pub use kind::{FileId, FileKind, Holders};
+pub use lease::{HandleLease, Lease, LeaseHandle, LockDir, MAX_REOPENS, holders};
 pub use options::LeaseOptions;

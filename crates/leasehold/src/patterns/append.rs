@@ -31,15 +31,11 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use rustix::io::Errno;
-
 use crate::error::Error;
-use crate::lease::{Lease, LockDir, path_error};
-use crate::sys::{self, Entry};
+use crate::lease::{Lease, LockDir};
 
 /// How far an append is pushed to stable storage before it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -131,10 +127,9 @@ impl AppendLog {
     ) -> Result<(AppendLog, Option<TornTail>), AppendError> {
         lease.verify()?;
         let path = dir.path().join(name);
-        let existed = inspect(dir, name, &path)?;
-        let fd = sys::open_data_file(dir.as_fd(), Path::new(name), true, true)
-            .map_err(|e| path_error(&path, "open log", e))?;
-        let file = regular(fd, &path)?;
+        let Some((file, existed)) = dir.open_file(name, true, true)? else {
+            return Err(Error::NotFound { path }.into());
+        };
         let len = file
             .metadata()
             .map_err(|e| io_error(&path, "stat log", e))?
@@ -367,15 +362,9 @@ impl LogReader {
     /// A symlink, FIFO, directory or other non-regular file is refused untouched.
     pub fn open_at(dir: &LockDir, name: &str) -> Result<Option<LogReader>, Error> {
         let path = dir.path().join(name);
-        if !inspect(dir, name, &path)? {
+        let Some((file, _)) = dir.open_file(name, false, false)? else {
             return Ok(None);
-        }
-        let fd = match sys::open_data_file(dir.as_fd(), Path::new(name), false, false) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(path_error(&path, "open log", e)),
         };
-        let file = regular(fd, &path)?;
         Ok(Some(LogReader {
             inner: BufReader::new(file),
             path,
@@ -426,44 +415,6 @@ impl Iterator for LogReader {
     }
 }
 
-/// What stands at `name`: `Ok(true)` a regular file, `Ok(false)` nothing; anything else is
-/// refused before it is opened (a device node is never opened at all).
-fn inspect(dir: &LockDir, name: &str, path: &Path) -> Result<bool, Error> {
-    if !sys::is_plain_name(std::ffi::OsStr::new(name)) {
-        return Err(Error::Io {
-            op: "open log",
-            path: path.to_path_buf(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "log name must be a single plain file name",
-            ),
-        });
-    }
-    match sys::entry_at(dir.as_fd(), Path::new(name)) {
-        Ok(Entry::Regular(_)) => Ok(true),
-        Ok(Entry::Missing) => Ok(false),
-        Ok(Entry::Other(kind)) => Err(Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind,
-        }),
-        Err(e) => Err(path_error(path, "inspect log", e)),
-    }
-}
-
-/// Checks that an opened descriptor is a regular file (something may have been swapped in
-/// between the look and the open).
-fn regular(fd: std::os::fd::OwnedFd, path: &Path) -> Result<File, Error> {
-    match sys::fd_entry(fd.as_fd()) {
-        Ok(Entry::Regular(_)) => Ok(File::from(fd)),
-        Ok(Entry::Other(kind)) => Err(Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind,
-        }),
-        Ok(Entry::Missing) => Err(path_error(path, "stat log", Errno::NOENT)),
-        Err(e) => Err(path_error(path, "stat log", e)),
-    }
-}
-
 /// Offset of the last `\n` in the first `end` bytes of `file`, scanning backwards.
 fn last_newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
     const CHUNK: u64 = 64 * 1024;
@@ -482,7 +433,7 @@ fn last_newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
 }
 
 fn sync_dir(dir: &LockDir) -> std::io::Result<()> {
-    File::from(dir.as_fd().try_clone_to_owned()?).sync_all()
+    dir.sync()
 }
 
 fn io_error(path: &Path, op: &'static str, source: std::io::Error) -> Error {

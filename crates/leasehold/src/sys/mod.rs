@@ -11,8 +11,6 @@
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
-pub use unix::FileId;
-#[cfg(unix)]
 pub(crate) use unix::*;
 
 #[cfg(windows)]

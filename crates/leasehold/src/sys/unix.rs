@@ -11,17 +11,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::error::{FileKind, Holders};
-
-/// Identity of an inode: what a lock is really taken on. Two paths with equal identity are
-/// the same lock; a path whose identity changed is a different lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FileId {
-    /// Device number (`st_dev`).
-    pub dev: u64,
-    /// Inode number (`st_ino`).
-    pub ino: u64,
-}
+use crate::kind::{FileId, FileKind, Holders};
 
 /// The directory a relative name is resolved against: the working directory for plain
 /// paths, or an opened directory handle for rooted leases (`openat`).
@@ -136,10 +126,16 @@ pub(crate) fn fd_entry(fd: BorrowedFd<'_>) -> Result<Entry, Errno> {
     })
 }
 
-/// `flock(LOCK_EX|LOCK_NB)`. `Ok(false)` means another open file description holds it.
-pub(crate) fn try_lock_exclusive(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
+/// `flock(LOCK_EX|LOCK_NB)` (or `LOCK_SH|LOCK_NB` with `shared`). `Ok(false)` means another
+/// open file description holds a conflicting lock.
+pub(crate) fn try_lock(fd: BorrowedFd<'_>, shared: bool) -> Result<bool, Errno> {
+    let op = if shared {
+        FlockOperation::NonBlockingLockShared
+    } else {
+        FlockOperation::NonBlockingLockExclusive
+    };
     loop {
-        match rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive) {
+        match rustix::fs::flock(fd, op) {
             Ok(()) => return Ok(true),
             Err(Errno::WOULDBLOCK) => return Ok(false),
             Err(Errno::INTR) => continue,
@@ -148,9 +144,70 @@ pub(crate) fn try_lock_exclusive(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
     }
 }
 
+/// `flock(LOCK_EX)` (or `LOCK_SH`): sleeps in the kernel's queue until the lock is granted.
+/// Only the kernel-wait helper threads call this (see `lease/posix.rs`); `EINTR` is retried.
+pub(crate) fn lock_blocking(fd: BorrowedFd<'_>, shared: bool) -> Result<(), Errno> {
+    let op = if shared {
+        FlockOperation::LockShared
+    } else {
+        FlockOperation::LockExclusive
+    };
+    loop {
+        match rustix::fs::flock(fd, op) {
+            Err(Errno::INTR) => continue,
+            other => return other,
+        }
+    }
+}
+
 /// `flock(LOCK_UN)`: used only by handles that keep their file open between leases.
 pub(crate) fn unlock(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     rustix::fs::flock(fd, FlockOperation::Unlock)
+}
+
+/// Marks this process as waiting for the flock on `fd`'s file: a whole-file POSIX read lock
+/// (`fcntl(F_SETLK, F_RDLCK)`), which Linux keeps entirely apart from flock locks.
+///
+/// Why: a releaser that keeps its descriptor open (a `LeaseHandle`) re-locks with one cheap
+/// system call, long before a waiter woken by the kernel has been scheduled, so without a
+/// sign of waiters it takes the lock back every time (measured: 1 handoff in 24,530). Only
+/// Linux: on the BSDs and macOS flock and fcntl locks share one lock list and would conflict.
+/// Best effort: a failure only costs fairness, never exclusion.
+#[cfg(target_os = "linux")]
+pub(crate) fn mark_waiting(fd: BorrowedFd<'_>) {
+    let _ = rustix::fs::fcntl_lock(fd, FlockOperation::NonBlockingLockShared);
+}
+
+/// Ends [`mark_waiting`] (all of this process's POSIX locks on the file go: fine, in-process
+/// leases on one file are serialized by the claim table and never wait in the kernel at once).
+#[cfg(target_os = "linux")]
+pub(crate) fn unmark_waiting(fd: BorrowedFd<'_>) {
+    let _ = rustix::fs::fcntl_lock(fd, FlockOperation::NonBlockingUnlock);
+}
+
+/// Whether another process has marked itself waiting ([`mark_waiting`]) on the file `probe`
+/// (opened read-write: a write-lock test needs write access) is open on. One `F_SETLK`
+/// write-lock try, undone at once when it succeeds.
+#[cfg(target_os = "linux")]
+pub(crate) fn others_waiting(probe: BorrowedFd<'_>) -> bool {
+    match rustix::fs::fcntl_lock(probe, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {
+            let _ = rustix::fs::fcntl_lock(probe, FlockOperation::NonBlockingUnlock);
+            false
+        }
+        Err(Errno::AGAIN) | Err(Errno::ACCESS) => true,
+        Err(_) => false,
+    }
+}
+
+/// Opens `name` read-write for [`others_waiting`] only (never written); `None` when the file
+/// may not be opened for writing, which only costs the fairness aid.
+#[cfg(target_os = "linux")]
+pub(crate) fn open_probe(dir: BorrowedFd<'_>, name: &Path) -> Option<OwnedFd> {
+    let flags =
+        OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::empty()).ok()?;
+    matches!(fd_entry(fd.as_fd()), Ok(Entry::Regular(_))).then_some(fd)
 }
 
 /// Marks a descriptor inheritable (clears `FD_CLOEXEC`) or not.
@@ -258,129 +315,79 @@ pub(crate) fn is_readable(fd: BorrowedFd<'_>) -> bool {
     matches!(wait_readable(&[fd], Some(Duration::ZERO)), Ok(m) if m & 1 == 1)
 }
 
-/// A source of wake-ups for a waiter: something happened to the lock file that may mean the
-/// lease was released.
-///
-/// On Linux this is an inotify watch on the *inode* the waiter has open (through
-/// `/proc/self/fd/N`, so renames do not matter): the kernel raises `IN_CLOSE_*` when an open
-/// file description of it is finally closed — which is exactly when a flock on it is dropped,
-/// including at the death of its holder — and `IN_ATTRIB`/`IN_MOVE_SELF` when it is unlinked
-/// or renamed. Note the kernel emits the close event a moment *before* it removes the lock
-/// (`__fput` calls `fsnotify_close` before `locks_remove_file`), so a waiter retries briefly
-/// after each event. Elsewhere (or when inotify is exhausted) there is no source and waiters
-/// fall back to bounded back-off.
-pub(crate) struct Watch {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    fd: Option<OwnedFd>,
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    wd: i32,
+/// A wake-up a helper thread sends to one waiter: readable once poked, until drained.
+/// Linux: an eventfd (one descriptor, one 8-byte write); elsewhere a self-pipe.
+#[derive(Debug)]
+pub(crate) struct Notifier {
+    read: OwnedFd,
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    write: OwnedFd,
 }
 
-/// Idle inotify instances, kept for the next wait instead of being closed, each with the
-/// watch descriptor it still carries.
-///
-/// Why: closing an inotify instance makes the kernel wait for an SRCU grace period
-/// (`fsnotify_destroy_group` flushes the mark reaper, which calls `synchronize_srcu`), which
-/// measured 5–20 ms on a loaded 2-core machine (`leasehold bench`, strace -T on `close`).
-/// A waiter that closed its watch before returning paid that after every contended
-/// acquisition, every takeover and every cancellation. Removing the watch
-/// (`inotify_rm_watch`) is cheaper but still measured ~8 µs — as much as the whole kernel
-/// handoff — so it is not done on the way out of a wait either: the instance goes back here
-/// with its watch, and the next waiter removes that watch before adding its own. Meanwhile
-/// the idle watch may queue events nobody reads; inotify merges identical consecutive events,
-/// so that queue stays tiny, and the next waiter drains it. At most [`IDLE_MAX`] are kept.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-static IDLE: std::sync::Mutex<Vec<(OwnedFd, i32)>> = std::sync::Mutex::new(Vec::new());
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const IDLE_MAX: usize = 4;
-
-impl Watch {
-    /// Starts watching the inode open at `lock`; `None` when no event source is available.
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    pub(crate) fn new(lock: BorrowedFd<'_>, path: &Path) -> Option<Watch> {
-        use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
-        use std::os::fd::AsRawFd;
-        let idle = IDLE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
-        let fd = match idle {
-            Some((fd, stale)) => {
-                // Removed before adding: re-adding the same inode would return `stale` again.
-                let _ = inotify::remove_watch(&fd, stale);
-                fd
-            }
-            None => inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?,
-        };
-        let mask = WatchFlags::CLOSE
-            | WatchFlags::ATTRIB
-            | WatchFlags::MOVE_SELF
-            | WatchFlags::DELETE_SELF;
-        let magic = format!("/proc/self/fd/{}", lock.as_raw_fd());
-        let wd = match inotify::add_watch(&fd, magic.as_str(), mask) {
-            Ok(wd) => wd,
-            // No /proc: watch by name, refusing to follow a symlink.
-            Err(_) => inotify::add_watch(&fd, path, mask | WatchFlags::DONT_FOLLOW).ok()?,
-        };
-        let watch = Watch { fd: Some(fd), wd };
-        // A reused instance may hold events of an earlier watch (at least its IN_IGNORED).
-        watch.drain();
-        Some(watch)
-    }
-
-    /// No event source on this platform.
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    pub(crate) fn new(_lock: BorrowedFd<'_>, _path: &Path) -> Option<Watch> {
-        None
-    }
-
-    /// The descriptor to poll for readability.
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
-        match &self.fd {
-            Some(fd) => fd.as_fd(),
-            None => unreachable!("a watch keeps its descriptor until dropped"),
-        }
-    }
-
-    /// The descriptor to poll for readability.
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
-        unreachable!("no watch exists on this platform")
-    }
-
-    /// Consumes pending events so the descriptor stops being readable.
-    ///
-    /// One `read` (it sits on a waiter's wake-up path, where every system call shows in the
-    /// handoff latency): it takes every queued event that fits in the buffer — 256 of the
-    /// 16-byte events a watch by descriptor produces. Should more remain, the descriptor
-    /// stays readable and the next poll returns at once: one harmless extra retry.
-    pub(crate) fn drain(&self) {
+impl Notifier {
+    pub(crate) fn new() -> Result<Notifier, Errno> {
         #[cfg(any(target_os = "linux", target_os = "android"))]
-        if let Some(fd) = &self.fd {
-            let mut buf = [0u8; 4096];
-            let _ = rustix::io::read(fd, &mut buf);
+        {
+            use rustix::event::EventfdFlags;
+            let read = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+            Ok(Notifier { read })
         }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            let (read, write) = pipe()?;
+            Ok(Notifier { read, write })
+        }
+    }
+
+    /// Makes the notifier readable (async-signal-safe, never blocks).
+    pub(crate) fn poke(&self) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let _ = rustix::io::write(&self.read, &1u64.to_ne_bytes());
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        poke(self.write.as_fd());
+    }
+
+    /// Consumes pokes so the descriptor stops being readable.
+    pub(crate) fn drain(&self) {
+        let mut buf = [0u8; 64];
+        let _ = rustix::io::read(&self.read, &mut buf);
+    }
+
+    /// The descriptor to wait on.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.read.as_fd()
     }
 }
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let Some(fd) = self.fd.take() else { return };
-        let surplus = {
-            let mut idle = IDLE
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if idle.len() < IDLE_MAX {
-                idle.push((fd, self.wd));
-                None
-            } else {
-                Some(fd)
-            }
-        };
-        // Closed (slowly) outside the lock, if the pool was full.
-        drop(surplus);
+/// Creates `path` and its missing parents with mode 0700 (`std::fs::DirBuilder`, which
+/// handles the races of concurrent creators).
+pub(crate) fn create_dirs(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+/// `fsync` of an open directory: makes its entries (creations, renames) durable.
+pub(crate) fn sync_dir_fd(dir: BorrowedFd<'_>) -> io::Result<()> {
+    rustix::fs::fsync(dir).map_err(io::Error::from)
+}
+
+/// What stands at a path, for the holder look-up (never following a final symlink).
+pub(crate) enum Looked {
+    Missing,
+    Regular(Option<FileId>),
+    Other(FileKind),
+}
+
+/// Looks at `path` without following a final symlink; a missing parent is `Missing`.
+pub(crate) fn lookup(path: &Path) -> io::Result<Looked> {
+    match entry_at(cwd(), path) {
+        Ok(Entry::Missing) => Ok(Looked::Missing),
+        Ok(Entry::Regular(id)) => Ok(Looked::Regular(Some(id))),
+        Ok(Entry::Other(kind)) => Ok(Looked::Other(kind)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -518,39 +525,5 @@ mod tests {
         }
         assert_eq!(super::network_fs_magic(0xef53), None, "ext4 is local");
         assert_eq!(super::network_fs_magic(0x0102_1994), None, "tmpfs is local");
-    }
-
-    #[test]
-    fn a_dropped_watch_is_kept_for_reuse_and_a_reused_one_reports_only_new_events() {
-        use std::os::fd::AsFd;
-        use std::os::fd::AsRawFd;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("w.lock");
-        let file = std::fs::File::create(&path).unwrap();
-        let first = super::Watch::new(file.as_fd(), &path).expect("inotify");
-        let raw = first.as_fd().as_raw_fd();
-        // An event the first watch never consumes.
-        drop(std::fs::File::open(&path).unwrap());
-        drop(first);
-        assert!(
-            super::IDLE
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|(fd, _)| fd.as_raw_fd() == raw),
-            "a dropped watch's instance is kept, not closed (closing waits for SRCU)"
-        );
-        let second = super::Watch::new(file.as_fd(), &path).expect("inotify");
-        assert!(
-            !super::is_readable(second.as_fd()),
-            "stale events of an earlier watch are drained"
-        );
-        drop(std::fs::File::open(&path).unwrap());
-        assert_eq!(
-            super::wait_readable(&[second.as_fd()], Some(std::time::Duration::from_secs(5)))
-                .unwrap(),
-            1,
-            "a reused instance reports the close of the watched file"
-        );
     }
 }

@@ -68,3 +68,146 @@ pub(crate) fn create_named(name: &str) -> io::Result<Created> {
     }
     Ok(Created::Held(handle))
 }
+
+// ---------------------------------------------------------------------------------------
+// File-system look-ups of the Windows lease (safe `std::fs` calls, kept here so that every
+// system call of the primitive is made under `sys/`).
+// ---------------------------------------------------------------------------------------
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::kind::{FileId, FileKind, Holders};
+
+/// `ERROR_PATH_NOT_FOUND`: a directory on the way is missing.
+const ERROR_PATH_NOT_FOUND: i32 = 3;
+
+/// What stands at a path, never following a final link or junction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stood {
+    Missing,
+    Regular,
+    Directory,
+    Other(FileKind),
+}
+
+/// Looks at `path` (`symlink_metadata`: links and junctions are reported, not followed).
+pub(crate) fn stat_nofollow(path: &Path) -> io::Result<Stood> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => {
+            let ft = m.file_type();
+            Ok(if ft.is_symlink() {
+                Stood::Other(FileKind::Symlink)
+            } else if ft.is_dir() {
+                Stood::Directory
+            } else if ft.is_file() {
+                Stood::Regular
+            } else {
+                Stood::Other(FileKind::Other)
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Stood::Missing),
+        Err(e) if e.raw_os_error() == Some(ERROR_PATH_NOT_FOUND) => Ok(Stood::Missing),
+        Err(e) => Err(e),
+    }
+}
+
+/// Looks at `path` following links (a configured directory may be reached through one).
+pub(crate) fn stat_follow(path: &Path) -> io::Result<Stood> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(Stood::Directory),
+        Ok(m) if m.is_file() => Ok(Stood::Regular),
+        Ok(_) => Ok(Stood::Other(FileKind::Other)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The real path of an existing directory (junctions, links and 8.3 names resolved).
+pub(crate) fn real_path(path: &Path) -> io::Result<PathBuf> {
+    std::fs::canonicalize(path)
+}
+
+/// Creates one directory (`AlreadyExists` is the caller's to judge).
+pub(crate) fn create_dir(path: &Path) -> io::Result<()> {
+    std::fs::create_dir(path)
+}
+
+/// Creates a directory and its missing parents.
+pub(crate) fn create_dirs(path: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(path)
+}
+
+/// Opens a data file (a log) for reading or appending; `create` creates a missing one. Never
+/// follows a final link: `FILE_FLAG_OPEN_REPARSE_POINT` opens a link itself, which the
+/// caller's type check then refuses.
+#[allow(dead_code)] // the append-only log is POSIX-only so far
+pub(crate) fn open_data_file(path: &Path, write: bool, create: bool) -> io::Result<std::fs::File> {
+    use std::os::windows::fs::OpenOptionsExt;
+    /// `FILE_FLAG_OPEN_REPARSE_POINT`.
+    const OPEN_REPARSE_POINT: u32 = 0x0020_0000;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).custom_flags(OPEN_REPARSE_POINT);
+    if write {
+        o.append(true);
+    }
+    if create {
+        o.create(true);
+    }
+    let file = o.open(path)?;
+    let ft = file.metadata()?.file_type();
+    if ft.is_symlink() || !ft.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file (a link, junction or directory)",
+        ));
+    }
+    Ok(file)
+}
+
+/// Sleeps (Windows waiters poll: no kernel event announces a destroyed named object).
+pub(crate) fn sleep(d: Duration) {
+    std::thread::sleep(d)
+}
+
+/// What stands at a path, for the holder look-up.
+pub(crate) enum Looked {
+    Missing,
+    Regular(Option<FileId>),
+    Other(FileKind),
+}
+
+/// Looks at `path` without following a final link.
+pub(crate) fn lookup(path: &Path) -> io::Result<Looked> {
+    Ok(match stat_nofollow(path)? {
+        Stood::Missing => Looked::Missing,
+        Stood::Regular => Looked::Regular(None),
+        Stood::Directory => Looked::Other(FileKind::Directory),
+        Stood::Other(k) => Looked::Other(k),
+    })
+}
+
+/// Windows cannot tell who holds a named object.
+pub(crate) fn holders(_id: FileId) -> Holders {
+    Holders::Unknown
+}
+
+/// A waiter's wake-up on Windows: waiters poll, so there is nothing to poke or wait on.
+#[derive(Debug)]
+pub(crate) struct Notifier;
+
+impl Notifier {
+    pub(crate) fn new() -> io::Result<Notifier> {
+        Ok(Notifier)
+    }
+    pub(crate) fn poke(&self) {}
+    pub(crate) fn drain(&self) {}
+}
+
+/// Whether a name is one plain path component: not empty, `.` or `..`, no separator
+/// (`\` or `/`), no drive colon and no NUL.
+pub(crate) fn is_plain_name(name: &std::ffi::OsStr) -> bool {
+    let Some(s) = name.to_str() else {
+        return false;
+    };
+    !s.is_empty() && s != "." && s != ".." && !s.contains(['\\', '/', ':', '\0'])
+}

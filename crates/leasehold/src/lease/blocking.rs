@@ -1,0 +1,41 @@
+//! The blocking driver of a wait: sleeps in `poll(2)` on the waiter's notifier and its
+//! budget's cancellation pipe (Windows: a plain sleep; its waits poll) until
+//! [`Acquisition::next`] has the lease. The decisions are all in `wait.rs`.
+
+use std::time::Duration;
+
+use super::imp::Held;
+use super::wait::{Acquisition, Next};
+use crate::error::{Error, Result};
+use crate::sys;
+
+pub(crate) fn run(mut acq: Acquisition<'_>) -> Result<Held> {
+    loop {
+        match acq.next()? {
+            Next::Acquired(held) => return Ok(held),
+            Next::Wait(timeout) => sleep(&acq, timeout).map_err(|source| Error::Io {
+                op: "wait for lock",
+                path: acq.path().to_path_buf(),
+                source,
+            })?,
+        }
+    }
+}
+
+#[cfg(unix)]
+fn sleep(acq: &Acquisition<'_>, timeout: Option<Duration>) -> std::io::Result<()> {
+    let mut fds = Vec::with_capacity(2);
+    if let Some(n) = acq.notifier() {
+        fds.push(n.fd());
+    }
+    if let Some(c) = acq.budget().cancel_token() {
+        fds.push(c.fd());
+    }
+    sys::wait_readable(&fds, timeout).map(|_| ())
+}
+
+#[cfg(windows)]
+fn sleep(_acq: &Acquisition<'_>, timeout: Option<Duration>) -> std::io::Result<()> {
+    sys::sleep(timeout.unwrap_or(Duration::from_millis(16)));
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! The in-process claim table: two leases on one lock in one process exclude each other on
+//! every file system, and in-process waiters are served first come, first served.
+//!
+//! Why a table at all: where `flock` is emulated with per-process POSIX locks (NFS, some FUSE
+//! file systems) the kernel would grant a second lock on the same file to the same process,
+//! and on every platform it is the cheapest way to tell "this process holds it" from
+//! "another process holds it".
+//!
+//! Why a queue: a thread that releases and re-acquires at once would otherwise take the
+//! claim back before a woken waiter runs (barging). A release therefore hands the claim
+//! straight to the first queued waiter — it is never free in between — and pokes that
+//! waiter's notifier. Only the claim's holder ever waits in the kernel, so a process has at
+//! most one kernel wait per lock.
+//!
+//! Shared claims coexist; an exclusive claim excludes everything. A newcomer is granted at
+//! once only when nobody is queued, so a queued exclusive waiter is never starved by shared
+//! claims that keep overlapping (the in-process half of the turnstile).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::sys::Notifier;
+
+/// What a claim is keyed by: the identity of the lock (POSIX: `(dev, ino)`; Windows: the
+/// leading bytes of the kernel object's name hash).
+pub(crate) type Key = (u64, u64);
+
+/// Whether a lease excludes everyone (`Exclusive`) or only exclusive holders (`Shared`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // `Shared`: the waiter and the table support it; public shared leases come next
+pub(crate) enum Mode {
+    Exclusive,
+    Shared,
+}
+
+#[derive(Default)]
+struct Entry {
+    exclusive: bool,
+    shared: usize,
+    queue: VecDeque<Arc<Ticket>>,
+}
+
+impl Entry {
+    fn admits(&self, mode: Mode) -> bool {
+        match mode {
+            Mode::Exclusive => !self.exclusive && self.shared == 0,
+            Mode::Shared => !self.exclusive,
+        }
+    }
+
+    fn grant(&mut self, mode: Mode) {
+        match mode {
+            Mode::Exclusive => self.exclusive = true,
+            Mode::Shared => self.shared += 1,
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        !self.exclusive && self.shared == 0 && self.queue.is_empty()
+    }
+}
+
+struct Ticket {
+    mode: Mode,
+    state: Mutex<TicketState>,
+    notifier: Arc<Notifier>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TicketState {
+    Waiting,
+    Granted,
+    Taken,
+}
+
+static TABLE: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
+
+fn table() -> MutexGuard<'static, Option<HashMap<Key, Entry>>> {
+    // Plain data: a panic elsewhere cannot leave it inconsistent.
+    TABLE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A granted claim; dropping it releases it (and hands it to the next queued waiter).
+#[derive(Debug)]
+pub(crate) struct Claim {
+    key: Key,
+    mode: Mode,
+}
+
+/// A place in the queue for a claim; dropping it leaves the queue (or passes on a claim that
+/// was granted but never taken).
+pub(crate) struct Queued {
+    key: Key,
+    ticket: Arc<Ticket>,
+}
+
+/// The outcome of [`take`].
+pub(crate) enum Taken {
+    Claim(Claim),
+    Queued(Queued),
+    Busy,
+}
+
+/// Claims `key` in `mode` if nobody in this process is in the way; otherwise queues behind
+/// them when `queue_with` gives a notifier to poke on grant, or answers `Busy`.
+pub(crate) fn take(key: Key, mode: Mode, queue_with: Option<&Arc<Notifier>>) -> Taken {
+    let mut guard = table();
+    let entry = guard
+        .get_or_insert_with(HashMap::new)
+        .entry(key)
+        .or_default();
+    if entry.queue.is_empty() && entry.admits(mode) {
+        entry.grant(mode);
+        return Taken::Claim(Claim { key, mode });
+    }
+    match queue_with {
+        Some(notifier) => {
+            let ticket = Arc::new(Ticket {
+                mode,
+                state: Mutex::new(TicketState::Waiting),
+                notifier: notifier.clone(),
+            });
+            entry.queue.push_back(ticket.clone());
+            Taken::Queued(Queued { key, ticket })
+        }
+        None => {
+            if entry.is_idle() {
+                guard.as_mut().map(|t| t.remove(&key));
+            }
+            Taken::Busy
+        }
+    }
+}
+
+impl Queued {
+    /// The claim, once a release handed it to this waiter.
+    pub(crate) fn granted(&self) -> Option<Claim> {
+        let mut state = lock(&self.ticket.state);
+        if *state != TicketState::Granted {
+            return None;
+        }
+        *state = TicketState::Taken;
+        Some(Claim {
+            key: self.key,
+            mode: self.ticket.mode,
+        })
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let mut guard = table();
+        let Some(entry) = guard.as_mut().and_then(|t| t.get_mut(&self.key)) else {
+            return;
+        };
+        let state = *lock(&self.ticket.state);
+        match state {
+            TicketState::Waiting => entry.queue.retain(|t| !Arc::ptr_eq(t, &self.ticket)),
+            // Granted while we gave up: pass the claim on as its holder would.
+            TicketState::Granted => release(&mut guard, self.key, self.ticket.mode),
+            TicketState::Taken => {}
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        release(&mut table(), self.key, self.mode);
+    }
+}
+
+/// Releases one claim and grants queued waiters in order for as long as they are admitted.
+fn release(guard: &mut MutexGuard<'static, Option<HashMap<Key, Entry>>>, key: Key, mode: Mode) {
+    let Some(map) = guard.as_mut() else { return };
+    let Some(entry) = map.get_mut(&key) else {
+        return;
+    };
+    match mode {
+        Mode::Exclusive => entry.exclusive = false,
+        Mode::Shared => entry.shared = entry.shared.saturating_sub(1),
+    }
+    while let Some(next) = entry.queue.front() {
+        if !entry.admits(next.mode) {
+            break;
+        }
+        let next = entry.queue.pop_front().expect("front exists");
+        entry.grant(next.mode);
+        *lock(&next.state) = TicketState::Granted;
+        next.notifier.poke();
+    }
+    if entry.is_idle() {
+        map.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notifier() -> Arc<Notifier> {
+        Arc::new(Notifier::new().expect("notifier"))
+    }
+
+    #[test]
+    fn a_second_exclusive_claim_is_refused_until_the_first_is_dropped() {
+        let key = (u64::MAX, 42);
+        let Taken::Claim(first) = take(key, Mode::Exclusive, None) else {
+            panic!("first claim")
+        };
+        assert!(matches!(take(key, Mode::Exclusive, None), Taken::Busy));
+        assert!(matches!(take(key, Mode::Shared, None), Taken::Busy));
+        drop(first);
+        assert!(matches!(take(key, Mode::Exclusive, None), Taken::Claim(_)));
+    }
+
+    #[test]
+    fn a_release_hands_the_claim_to_the_queued_waiter_before_a_newcomer() {
+        let key = (u64::MAX, 43);
+        let Taken::Claim(first) = take(key, Mode::Exclusive, None) else {
+            panic!("first claim")
+        };
+        let n = notifier();
+        let Taken::Queued(queued) = take(key, Mode::Exclusive, Some(&n)) else {
+            panic!("queued")
+        };
+        assert!(queued.granted().is_none());
+        drop(first);
+        // The claim went to the waiter: a newcomer (the releaser coming back) is refused.
+        assert!(matches!(take(key, Mode::Exclusive, None), Taken::Busy));
+        #[cfg(unix)]
+        assert!(crate::sys::is_readable(n.fd()), "the waiter was poked");
+        let claim = queued.granted().expect("granted");
+        drop(queued);
+        assert!(matches!(take(key, Mode::Exclusive, None), Taken::Busy));
+        drop(claim);
+        assert!(matches!(take(key, Mode::Exclusive, None), Taken::Claim(_)));
+    }
+
+    #[test]
+    fn shared_claims_coexist_but_queue_behind_a_waiting_exclusive_one() {
+        let key = (u64::MAX, 44);
+        let Taken::Claim(s1) = take(key, Mode::Shared, None) else {
+            panic!("s1")
+        };
+        let Taken::Claim(s2) = take(key, Mode::Shared, None) else {
+            panic!("s2")
+        };
+        let n = notifier();
+        let Taken::Queued(x) = take(key, Mode::Exclusive, Some(&n)) else {
+            panic!("exclusive queues")
+        };
+        // A newcomer in shared mode waits behind the exclusive waiter (turnstile).
+        assert!(matches!(take(key, Mode::Shared, None), Taken::Busy));
+        let n2 = notifier();
+        let Taken::Queued(s3) = take(key, Mode::Shared, Some(&n2)) else {
+            panic!("shared queues")
+        };
+        drop(s1);
+        assert!(x.granted().is_none());
+        drop(s2);
+        let xc = x
+            .granted()
+            .expect("exclusive granted once the shared holders left");
+        assert!(s3.granted().is_none());
+        drop(xc);
+        assert!(s3.granted().is_some());
+    }
+
+    #[test]
+    fn an_abandoned_grant_is_passed_on() {
+        let key = (u64::MAX, 45);
+        let Taken::Claim(first) = take(key, Mode::Exclusive, None) else {
+            panic!("first")
+        };
+        let (n1, n2) = (notifier(), notifier());
+        let Taken::Queued(a) = take(key, Mode::Exclusive, Some(&n1)) else {
+            panic!("a")
+        };
+        let Taken::Queued(b) = take(key, Mode::Exclusive, Some(&n2)) else {
+            panic!("b")
+        };
+        drop(first); // granted to a
+        drop(a); // a gave up without taking it: b gets it
+        assert!(b.granted().is_some());
+    }
+}

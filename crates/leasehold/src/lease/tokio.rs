@@ -1,0 +1,75 @@
+//! The tokio driver of a wait (feature `tokio`): the same decisions as the blocking driver
+//! (`wait.rs`), slept on tokio's reactor instead of `poll(2)`.
+//!
+//! The waiter's notifier (poked by the helper that waits in the kernel's queue, or by a
+//! releasing lease of this process) and its budget's cancellation pipe are registered with
+//! the reactor, so no executor thread is ever parked and no thread is spent per waiter (the
+//! kernel-wait helper is per inode and process, shared by every waiter there). Dropping the
+//! future drops the acquisition, which abandons its wait: nothing of ours holds the lease
+//! afterwards (see `posix.rs`, `KernelWait`).
+
+use super::imp::Held;
+use super::wait::{Acquisition, Next};
+use crate::error::Result;
+
+#[cfg(unix)]
+use std::os::fd::{BorrowedFd, OwnedFd};
+#[cfg(unix)]
+use tokio::io::{Interest, unix::AsyncFd};
+
+pub(crate) async fn run(mut acq: Acquisition<'_>) -> Result<Held> {
+    #[cfg(unix)]
+    let cancel = acq.budget().cancel_token().and_then(|c| register(c.fd()));
+    #[cfg(unix)]
+    let mut notifier: Option<AsyncFd<OwnedFd>> = None;
+    loop {
+        match acq.next()? {
+            Next::Acquired(held) => return Ok(held),
+            Next::Wait(timeout) => {
+                let nap = async {
+                    match timeout {
+                        Some(t) => tokio::time::sleep(t).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                #[cfg(unix)]
+                {
+                    if notifier.is_none() {
+                        notifier = acq.notifier().and_then(|n| register(n.fd()));
+                    }
+                    tokio::select! {
+                        _ = readable(notifier.as_ref()) => {}
+                        _ = readable(cancel.as_ref()) => {}
+                        _ = nap => {}
+                    }
+                }
+                #[cfg(windows)]
+                nap.await;
+            }
+        }
+    }
+}
+
+/// Registers a borrowed descriptor with the reactor. A duplicate is registered, because one
+/// descriptor (a shared cancellation pipe) cannot be registered twice with epoll.
+///
+/// The safe constructor is deprecated only because an arbitrary `AsRawFd` could report a
+/// different descriptor over time; an `OwnedFd` owned by the `AsyncFd` cannot, so the use is
+/// sound, and it keeps this crate free of `unsafe`.
+#[cfg(unix)]
+#[allow(deprecated)]
+fn register(fd: BorrowedFd<'_>) -> Option<AsyncFd<OwnedFd>> {
+    let owned = fd.try_clone_to_owned().ok()?;
+    AsyncFd::with_interest(owned, Interest::READABLE).ok()
+}
+
+#[cfg(unix)]
+async fn readable(fd: Option<&AsyncFd<OwnedFd>>) {
+    match fd {
+        Some(fd) => match fd.readable().await {
+            Ok(mut guard) => guard.clear_ready(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,549 @@
+//! The primitive on Windows: a named kernel semaphore whose existence is the lock.
+//!
+//! The same fixed set of functions as `posix.rs`, and the same contract where it makes sense;
+//! the differences, and why:
+//!
+//! * **No lock file is opened, created or held.** The lease is the kernel object named
+//!   `Local\leasehold-<hex sha256(key)>` (see `sys/naming.rs`), where the key is the real path
+//!   of the lock file's parent directory joined with its name, case-folded. Readers, searches,
+//!   antivirus scanners and directory removal are never blocked by a lease, and nothing can
+//!   delete or replace the lock under its holder.
+//! * **Lock.** `CreateSemaphoreW` creates the object (the lease is ours) or reports that it
+//!   exists (contention: the extra handle is closed at once). The kernel destroys the object
+//!   when the holder's handle closes — on release, and when the holder dies, even by
+//!   `TerminateProcess` — so a crashed holder never blocks a successor, and a live but wedged
+//!   holder is never expropriated.
+//! * **Wait.** No kernel event announces that a named object was destroyed, so a waiter polls
+//!   with bounded back-off (1 ms doubling to 16 ms; `wait.rs`): a release is noticed within
+//!   ~16 ms, a cancellation too. There is no kernel queue ([`KernelWait`] cannot be started).
+//! * **Verify.** Nobody can take a held object away, so `verify` only asks whether the path
+//!   still names the same object: when a directory on the way was re-pointed (a junction
+//!   changed), newcomers would lock another object, and the lease is reported lost.
+//! * **Holders.** Windows cannot tell who holds a named object, and even looking (opening it)
+//!   would keep a released object alive for a moment and make a newcomer fail: `holders`
+//!   answers `Unknown`.
+//! * The object lives in the session namespace (`Local\`): processes in different logon
+//!   sessions (a service and a desktop app) do not exclude each other.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::windows::io::OwnedHandle;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use super::claim::{Claim, Key, Mode};
+use crate::error::{Error, Result};
+use crate::holders::Unusable;
+use crate::kind::{FileId, FileKind};
+use crate::options::LeaseOptions;
+use crate::sys::{self, Created, Notifier, Stood, naming};
+
+/// Whether waiters here are woken by a notifier (else they poll: here).
+pub(crate) const NOTIFIES: bool = false;
+
+/// `ERROR_DIRECTORY`: "the directory name is invalid" (a file where a directory was expected).
+const ERROR_DIRECTORY: i32 = 267;
+/// `ERROR_FILENAME_EXCED_RANGE`.
+const ERROR_FILENAME_EXCED_RANGE: i32 = 206;
+/// `ERROR_TOO_MANY_OPEN_FILES`.
+const ERROR_TOO_MANY_OPEN_FILES: i32 = 4;
+
+/// A directory that leases are taken in, resolved once to its real path.
+#[derive(Debug, Clone)]
+pub(crate) struct Dir {
+    path: PathBuf,
+    real: PathBuf,
+}
+
+impl Dir {
+    pub(crate) fn open(path: &Path) -> Result<Dir> {
+        match sys::stat_follow(path) {
+            Ok(Stood::Directory) => {}
+            Ok(Stood::Regular) => {
+                return Err(Error::NotDirectory {
+                    path: path.to_path_buf(),
+                    kind: FileKind::Regular,
+                });
+            }
+            Ok(Stood::Other(kind)) => {
+                return Err(Error::NotDirectory {
+                    path: path.to_path_buf(),
+                    kind,
+                });
+            }
+            Ok(Stood::Missing) => {
+                return Err(Error::NotFound {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(dir_error(path, "open directory", e)),
+        }
+        let real = sys::real_path(path).map_err(|e| dir_error(path, "resolve directory", e))?;
+        Ok(Dir {
+            path: path.to_path_buf(),
+            real,
+        })
+    }
+
+    pub(crate) fn create(path: &Path) -> Result<Dir> {
+        create_dirs(path)?;
+        Dir::open(path)
+    }
+
+    pub(crate) fn child(&self, name: &str, create: bool) -> Result<Dir> {
+        let path = self.path.join(name);
+        if !sys::is_plain_name(OsStr::new(name)) {
+            return Err(not_plain(path, "open directory"));
+        }
+        let inside = self.real.join(name);
+        if create {
+            match sys::create_dir(&inside) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(dir_error(&path, "create directory", e)),
+            }
+        }
+        // Links and junctions are reported as links: neither is followed here.
+        match sys::stat_nofollow(&inside) {
+            Ok(Stood::Directory) => {}
+            Ok(Stood::Regular) => {
+                return Err(Error::NotDirectory {
+                    path,
+                    kind: FileKind::Regular,
+                });
+            }
+            Ok(Stood::Other(kind)) => return Err(Error::NotDirectory { path, kind }),
+            Ok(Stood::Missing) => return Err(Error::NotFound { path }),
+            Err(e) => return Err(dir_error(&path, "open directory", e)),
+        }
+        // Resolved again for the name's stored case.
+        let real = sys::real_path(&inside).map_err(|e| dir_error(&path, "resolve directory", e))?;
+        Ok(Dir { path, real })
+    }
+
+    pub(crate) fn has_lock_file(&self, name: &str) -> Result<bool> {
+        let path = self.path.join(name);
+        if !sys::is_plain_name(OsStr::new(name)) {
+            return Err(not_plain(path, "inspect lock file"));
+        }
+        match sys::stat_nofollow(&self.real.join(name)) {
+            Ok(Stood::Missing) => Ok(false),
+            Ok(Stood::Regular) => Ok(true),
+            Ok(Stood::Directory) => Err(Error::NotRegularFile {
+                path,
+                kind: FileKind::Directory,
+            }),
+            Ok(Stood::Other(kind)) => Err(Error::NotRegularFile { path, kind }),
+            Err(e) => Err(io_error(&path, "inspect lock file", e)),
+        }
+    }
+
+    #[allow(dead_code)] // the append-only log is POSIX-only so far
+    /// Opens a data file `name` (never following a final link): the file and whether it
+    /// existed before; `Ok(None)` when missing and `create` is false.
+    pub(crate) fn open_file(
+        &self,
+        name: &str,
+        write: bool,
+        create: bool,
+    ) -> Result<Option<(std::fs::File, bool)>> {
+        let path = self.path.join(name);
+        if !sys::is_plain_name(OsStr::new(name)) {
+            return Err(not_plain(path, "open file"));
+        }
+        let inside = self.real.join(name);
+        let existed = match sys::stat_nofollow(&inside) {
+            Ok(Stood::Missing) if !create => return Ok(None),
+            Ok(Stood::Missing) => false,
+            Ok(Stood::Regular) => true,
+            Ok(Stood::Directory) => {
+                return Err(Error::NotRegularFile {
+                    path,
+                    kind: FileKind::Directory,
+                });
+            }
+            Ok(Stood::Other(kind)) => return Err(Error::NotRegularFile { path, kind }),
+            Err(e) => return Err(io_error(&path, "inspect file", e)),
+        };
+        match sys::open_data_file(&inside, write, create) {
+            Ok(f) => Ok(Some((f, existed))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => Err(Error::NotRegularFile {
+                path,
+                kind: FileKind::Other,
+            }),
+            Err(e) => Err(io_error(&path, "open file", e)),
+        }
+    }
+
+    /// Windows cannot `fsync` a directory; NTFS journals the entry itself.
+    #[allow(dead_code)] // the append-only log is POSIX-only so far
+    pub(crate) fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn real_path(&self) -> &Path {
+        &self.real
+    }
+}
+
+/// Where a lock is: a path resolved at acquisition, or a name inside a [`Dir`].
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    kind: TargetKind,
+    display: PathBuf,
+    /// The object name, once resolved by [`open`].
+    name: Arc<std::sync::OnceLock<String>>,
+}
+
+#[derive(Debug, Clone)]
+enum TargetKind {
+    Path(PathBuf),
+    At { dir: PathBuf, name: String },
+}
+
+impl Target {
+    pub(crate) fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
+        Ok(Target {
+            kind: TargetKind::Path(path.to_path_buf()),
+            display: path.to_path_buf(),
+            name: Arc::default(),
+        })
+    }
+
+    pub(crate) fn at(dir: &Dir, name: &str) -> Result<Target> {
+        let display = dir.path.join(name);
+        if !sys::is_plain_name(OsStr::new(name)) {
+            return Err(not_plain(display, "open lock file"));
+        }
+        Ok(Target {
+            kind: TargetKind::At {
+                dir: dir.real.clone(),
+                name: name.to_string(),
+            },
+            display,
+            name: Arc::default(),
+        })
+    }
+
+    pub(crate) fn display(&self) -> &Path {
+        &self.display
+    }
+
+    pub(crate) fn object_name(&self) -> &str {
+        self.name.get().map_or("", String::as_str)
+    }
+}
+
+/// A resolved lock: its kernel object's name.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    name: String,
+}
+
+impl Opened {
+    pub(crate) fn key(&self) -> Key {
+        key_of(&self.name)
+    }
+    pub(crate) fn file_id(&self) -> Option<FileId> {
+        None
+    }
+}
+
+/// The claim key of an object name: its leading 16 hex digits of the SHA-256 (already in
+/// the name) as two numbers.
+fn key_of(name: &str) -> Key {
+    let hex = name.strip_prefix(naming::PREFIX).unwrap_or(name);
+    let half = |s: &str| u64::from_str_radix(s, 16).unwrap_or(0);
+    let a = hex.get(0..16).map_or(0, half);
+    let b = hex.get(16..32).map_or(0, half);
+    (a, b)
+}
+
+/// The object's handle and the in-process claim. Field order: the handle closes (destroying
+/// the object) before the claim leaves the table.
+#[derive(Debug)]
+pub(crate) struct Held {
+    _handle: OwnedHandle,
+    name: String,
+    _claim: Claim,
+}
+
+impl Held {
+    pub(crate) fn file_id(&self) -> Option<FileId> {
+        None
+    }
+    /// Releases and gives back the resolved lock for the next try.
+    pub(crate) fn unlock_keep(self) -> Option<Opened> {
+        let Held {
+            _handle,
+            name,
+            _claim,
+        } = self;
+        drop(_handle);
+        drop(_claim);
+        Some(Opened { name })
+    }
+}
+
+/// Never exists on Windows: there is no kernel queue to wait in.
+pub(crate) enum Granted {}
+
+/// The outcome of one non-blocking try.
+pub(crate) enum Attempt {
+    Acquired(Held),
+    Busy(Opened, Claim),
+    #[allow(dead_code)] // a Windows lock object cannot be replaced under us
+    Replaced,
+}
+
+/// Checks the target and computes its object name (creating missing parents if allowed).
+pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
+    let path = target.display();
+    let (parent, file_name) = match &target.kind {
+        TargetKind::At { dir, name } => (dir.clone(), name.clone()),
+        TargetKind::Path(p) => {
+            let Some(file_name) = p.file_name().and_then(OsStr::to_str) else {
+                return Err(Error::Io {
+                    op: "open lock file",
+                    path: p.clone(),
+                    source: io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "a lock path must end in a file name (valid Unicode)",
+                    ),
+                });
+            };
+            if matches!(p.components().next_back(), Some(Component::ParentDir)) {
+                return Err(not_plain(p.clone(), "open lock file"));
+            }
+            let parent = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            if opts.create_parents {
+                create_dirs(&parent).map_err(|e| with_path(e, p))?;
+            }
+            (parent, file_name.to_string())
+        }
+    };
+    // Like the POSIX lease, refuse anything but a regular file (a directory or a link there
+    // is a configuration mistake).
+    match sys::stat_nofollow(&parent.join(&file_name)) {
+        Ok(Stood::Missing) if !opts.create => {
+            return Err(Error::NotFound {
+                path: path.to_path_buf(),
+            });
+        }
+        Ok(Stood::Directory) => {
+            return Err(Error::NotRegularFile {
+                path: path.to_path_buf(),
+                kind: FileKind::Directory,
+            });
+        }
+        Ok(Stood::Other(kind)) => {
+            return Err(Error::NotRegularFile {
+                path: path.to_path_buf(),
+                kind,
+            });
+        }
+        Ok(_) => {}
+        Err(e) => return Err(io_error(path, "inspect lock file", e)),
+    }
+    let key = match &target.kind {
+        TargetKind::At { dir, .. } => naming::lock_key(
+            &dir.to_string_lossy(),
+            &file_name,
+            std::path::MAIN_SEPARATOR,
+        ),
+        TargetKind::Path(_) => naming::resolve_key(&parent, &file_name)
+            .map_err(|e| with_path(dir_error(&parent, "resolve directory", e), path))?,
+    };
+    if !opts.allow_network_fs && is_network_path(&key) {
+        return Err(Error::NetworkFilesystem {
+            path: path.to_path_buf(),
+            fs: "network share",
+        });
+    }
+    let name = naming::object_name(&key);
+    let _ = target.name.set(name.clone());
+    Ok(Opened { name })
+}
+
+/// One try under a granted claim: create the named object.
+pub(crate) fn try_lock(
+    target: &Target,
+    opened: Opened,
+    claim: Claim,
+    _mode: Mode,
+) -> Result<Attempt> {
+    match sys::create_named(&opened.name) {
+        Ok(Created::Held(handle)) => Ok(Attempt::Acquired(Held {
+            _handle: handle,
+            name: opened.name,
+            _claim: claim,
+        })),
+        Ok(Created::Exists) => Ok(Attempt::Busy(opened, claim)),
+        Err(e) => Err(io_error(target.display(), "create lock object", e)),
+    }
+}
+
+/// Never granted (no kernel queue).
+pub(crate) fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
+    match granted {}
+}
+
+/// A held object cannot be replaced under us.
+pub(crate) fn still_at_path(_target: &Target, _id: Option<FileId>) -> bool {
+    true
+}
+
+/// No kernel queue on Windows: [`start`](Self::start) always gives the lock back, and the
+/// waiter polls.
+pub(crate) enum KernelWait {}
+
+impl KernelWait {
+    pub(crate) fn start(
+        opened: Opened,
+        _mode: Mode,
+        _notifier: Arc<Notifier>,
+    ) -> std::result::Result<KernelWait, Opened> {
+        Err(opened)
+    }
+
+    pub(crate) fn poll(&self, _target: &Target) -> Option<Result<Granted>> {
+        match *self {}
+    }
+}
+
+impl Drop for KernelWait {
+    fn drop(&mut self) {
+        match *self {}
+    }
+}
+
+/// Nothing to probe: Windows handles never keep an object between leases.
+#[derive(Debug)]
+pub(crate) struct Probe;
+
+impl Probe {
+    pub(crate) fn open(_target: &Target) -> Probe {
+        Probe
+    }
+    pub(crate) fn others_waiting(&self) -> bool {
+        false
+    }
+}
+
+/// Checks that the lease still stands for its path.
+///
+/// Nobody can destroy or replace a named object while we hold a handle to it, so a held
+/// lease is only lost when the *path* now resolves to another object — a directory on the
+/// way was re-pointed (a junction changed), and newcomers would lock elsewhere. A path that
+/// no longer resolves at all (its directory was removed) keeps the lease: whoever recreates
+/// the directory at that path resolves the same name. Leases taken in a `LockDir` are bound
+/// to the directory resolved when it was opened.
+pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
+    let TargetKind::Path(p) = &target.kind else {
+        return Ok(());
+    };
+    let (Some(parent), Some(file_name)) = (p.parent(), p.file_name().and_then(OsStr::to_str))
+    else {
+        return Ok(());
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    match naming::resolve_key(parent, file_name) {
+        Ok(key) if naming::object_name(&key) != held.name => {
+            Err(Error::LeaseLost { path: p.clone() })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Maps a failed holder look-up to the error naming `path`.
+pub(crate) fn holders_error(path: &Path, u: Unusable) -> Error {
+    match u {
+        Unusable::NotRegular(kind) => Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind,
+        },
+        Unusable::Os(e) => io_error(path, "inspect lock file", e),
+    }
+}
+
+/// A resolved key on a network share: `\\?\UNC\server\share\...` (what the file system
+/// reports for UNC paths and mapped drives alike). Keys are case-folded.
+fn is_network_path(key: &str) -> bool {
+    key.starts_with(r"\\?\unc\") || (key.starts_with(r"\\") && !key.starts_with(r"\\?\"))
+}
+
+fn not_plain(path: PathBuf, op: &'static str) -> Error {
+    Error::Io {
+        op,
+        path,
+        source: io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "lock name must be a single plain file name",
+        ),
+    }
+}
+
+/// Creates `path` and its missing parents.
+pub(crate) fn create_dirs(path: &Path) -> Result<()> {
+    sys::create_dirs(path).map_err(|e| dir_error(path, "create directory", e))
+}
+
+/// Explains a failed directory operation: a component that is a file, else the I/O error.
+fn dir_error(path: &Path, op: &'static str, e: io::Error) -> Error {
+    let file_in_the_way = path
+        .ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .any(|a| matches!(sys::stat_nofollow(a), Ok(Stood::Regular)));
+    if file_in_the_way || e.raw_os_error() == Some(ERROR_DIRECTORY) {
+        return Error::ParentNotDirectory {
+            path: path.to_path_buf(),
+        };
+    }
+    io_error(path, op, e)
+}
+
+fn with_path(e: Error, path: &Path) -> Error {
+    match e {
+        Error::ParentNotDirectory { .. } => Error::ParentNotDirectory {
+            path: path.to_path_buf(),
+        },
+        Error::PermissionDenied { .. } => Error::PermissionDenied {
+            path: path.to_path_buf(),
+        },
+        other => other,
+    }
+}
+
+/// Maps an I/O error to the typed error a user can act on.
+pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
+    let path = path.to_path_buf();
+    match (e.kind(), e.raw_os_error()) {
+        (io::ErrorKind::PermissionDenied, _) => Error::PermissionDenied { path },
+        (io::ErrorKind::NotFound, _) => Error::NotFound { path },
+        (_, Some(ERROR_DIRECTORY)) => Error::ParentNotDirectory { path },
+        (_, Some(ERROR_FILENAME_EXCED_RANGE)) => Error::NameTooLong { path },
+        (_, Some(ERROR_TOO_MANY_OPEN_FILES)) => Error::TooManyOpenFiles { path, limit: 0 },
+        _ => Error::Io {
+            op,
+            path,
+            source: e,
+        },
+    }
+}
+
+/// Maps a failure to set up a wait.
+pub(crate) fn wait_error(path: &Path, e: io::Error) -> Error {
+    io_error(path, "set up wait", e)
+}
