@@ -9,10 +9,16 @@ use super::wait::{Acquisition, Next};
 use crate::error::{Error, Result};
 use crate::sys;
 
-pub(crate) fn run(mut acq: Acquisition<'_>) -> Result<Held> {
+pub(crate) fn run(acq: Acquisition<'_>) -> Result<Held> {
+    let mut acq = acq.may_block();
     loop {
         match acq.next()? {
             Next::Acquired(held) => return Ok(held),
+            Next::Block => {
+                if let Some(held) = acq.block()? {
+                    return Ok(held);
+                }
+            }
             Next::Wait(timeout) => sleep(&acq, timeout).map_err(|source| Error::Io {
                 op: "wait for lock",
                 path: acq.path().to_path_buf(),

@@ -25,6 +25,8 @@ pub(crate) async fn run(mut acq: Acquisition<'_>) -> Result<Held> {
     loop {
         match acq.next()? {
             Next::Acquired(held) => return Ok(held),
+            // Never asked of this driver (it does not call `may_block`); go round again.
+            Next::Block => {}
             Next::Wait(timeout) => {
                 let nap = async {
                     match timeout {

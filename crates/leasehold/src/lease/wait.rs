@@ -51,6 +51,9 @@ pub(crate) enum Next {
     /// Sleep until the notifier or the cancellation token is readable, or this long passes
     /// (`None`: no limit).
     Wait(Option<Duration>),
+    /// Block this thread in the kernel's lock queue ([`Acquisition::block`]): nothing but a
+    /// grant can end this wait, and only the blocking driver is ever told to.
+    Block,
 }
 
 enum State {
@@ -62,6 +65,8 @@ enum State {
     Kernel(imp::KernelWait, Claim, Option<FileId>),
     /// Polling (no kernel queue) under our claim.
     Polling(Opened, Claim),
+    /// About to block this very thread in the kernel's queue, under our claim.
+    Inline(Opened, Claim),
     /// Transient, while a step runs.
     Done,
 }
@@ -80,6 +85,8 @@ pub(crate) struct Acquisition<'a> {
     next_check: Instant,
     /// The current back-off of a polling waiter (no notifier can wake it).
     poll: Duration,
+    /// Whether the driver may block its thread in the kernel (the blocking driver).
+    may_block: bool,
 }
 
 impl<'a> Acquisition<'a> {
@@ -104,6 +111,30 @@ impl<'a> Acquisition<'a> {
             interval: CHECK_MIN,
             next_check: started,
             poll: Duration::ZERO,
+            may_block: false,
+        }
+    }
+
+    /// Lets this acquisition block its thread in the kernel's queue when nothing but a grant
+    /// could end the wait (no deadline, no token): the blocking driver's choice.
+    pub(crate) fn may_block(mut self) -> Self {
+        self.may_block = true;
+        self
+    }
+
+    /// Blocks in the kernel's queue as [`Next::Block`] asked; `Ok(Some)` is the lease,
+    /// `Ok(None)` means go on with [`next`](Self::next) (the file was replaced).
+    pub(crate) fn block(&mut self) -> Result<Option<Held>> {
+        let State::Inline(opened, claim) = std::mem::replace(&mut self.state, State::Done) else {
+            return Ok(None);
+        };
+        let granted = imp::lock_inline(self.target, opened, self.mode)?;
+        match imp::accept(self.target, granted, claim)? {
+            Some(held) => Ok(Some(held)),
+            None => {
+                self.reopen()?;
+                Ok(None)
+            }
         }
     }
 
@@ -219,6 +250,10 @@ impl<'a> Acquisition<'a> {
                         return Ok(next);
                     }
                 }
+                State::Inline(opened, claim) => {
+                    self.state = State::Inline(opened, claim);
+                    return Ok(Next::Block);
+                }
                 State::Done => unreachable!("an acquisition is never re-entered mid-step"),
             }
         }
@@ -238,6 +273,14 @@ impl<'a> Acquisition<'a> {
                     return Err(self.contended(opened.file_id()));
                 }
                 self.judge_budget(opened.file_id())?;
+                if self.may_block
+                    && imp::NOTIFIES
+                    && self.budget.deadline().is_none()
+                    && self.budget.cancel_token().is_none()
+                {
+                    self.state = State::Inline(opened, claim);
+                    return Ok(Some(Next::Block));
+                }
                 let id = opened.file_id();
                 let n = self.ensure_notifier()?;
                 match imp::KernelWait::start(opened, self.mode, n) {

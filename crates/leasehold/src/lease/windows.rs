@@ -396,6 +396,18 @@ pub(crate) fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Resul
     match granted {}
 }
 
+/// Never called on Windows (its waits poll).
+pub(crate) fn lock_inline(_target: &Target, opened: Opened, _mode: Mode) -> Result<Granted> {
+    Err(Error::Io {
+        op: "lock",
+        path: PathBuf::from(opened.name),
+        source: io::Error::new(
+            io::ErrorKind::Unsupported,
+            "no kernel lock queue on Windows",
+        ),
+    })
+}
+
 /// A held object cannot be replaced under us.
 pub(crate) fn still_at_path(_target: &Target, _id: Option<FileId>) -> bool {
     true

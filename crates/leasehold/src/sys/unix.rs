@@ -178,8 +178,10 @@ pub(crate) fn mark_waiting(fd: BorrowedFd<'_>) {
     let _ = rustix::fs::fcntl_lock(fd, FlockOperation::NonBlockingLockShared);
 }
 
-/// Ends [`mark_waiting`] (all of this process's POSIX locks on the file go: fine, in-process
-/// leases on one file are serialized by the claim table and never wait in the kernel at once).
+/// Ends [`mark_waiting`]: all of this process's POSIX locks on the file go, as they do when
+/// any descriptor of the file is closed (POSIX lock semantics), which is how a cold lease's
+/// mark goes at release. Fine: in-process leases on one file are serialized by the claim
+/// table, and a mark only ever costs fairness, never exclusion.
 #[cfg(target_os = "linux")]
 pub(crate) fn unmark_waiting(fd: BorrowedFd<'_>) {
     let _ = rustix::fs::fcntl_lock(fd, FlockOperation::NonBlockingUnlock);
