@@ -300,17 +300,12 @@ struct Admission<'k> {
 }
 
 impl Admission<'_> {
-    /// The namespace to try the existing lock file in. On POSIX the open itself answers
-    /// whether the file exists (without creating it), which saves a lookup in a directory
-    /// that may hold a lock file for every key ever seen; Windows keeps no lock files, so
-    /// there a key counts as existing only if someone left a file of that name.
+    /// The namespace to try the existing lock file in: the open itself (with
+    /// `create(false)`) answers whether the key's lock file exists, which saves a lookup in a
+    /// directory that may hold a lock file for every key ever seen. (On Windows, which keeps
+    /// no lock files, that answer is "no" unless someone left a file of that name.)
     fn existing(&self) -> Result<Option<&LockDir>, KeyError> {
-        let Some(ns) = &self.ns else { return Ok(None) };
-        if cfg!(unix) || ns.has_lock_file(&self.name)? {
-            Ok(Some(ns))
-        } else {
-            Ok(None)
-        }
+        Ok(self.ns.as_ref())
     }
 }
 
