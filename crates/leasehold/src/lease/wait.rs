@@ -358,7 +358,11 @@ impl<'a> Acquisition<'a> {
     /// Contention (try-once) or a passed deadline, naming the inode waited on; its holders
     /// are looked up only if someone asks (see [`HolderInfo`]).
     fn contended(&self, id: Option<FileId>) -> Error {
-        let holders = HolderInfo::of_inode(id);
+        // Without an inode to look up (Windows), what is known is that it is held.
+        let holders = match id {
+            Some(_) => HolderInfo::of_inode(id),
+            None => HolderInfo::known(crate::kind::Holders::Held { pids: Vec::new() }),
+        };
         if self.try_once() {
             return Error::Contended {
                 path: self.path().to_path_buf(),

@@ -171,15 +171,17 @@ pub(crate) fn sleep(d: Duration) {
 
 /// What stands at a path, for the holder look-up.
 pub(crate) enum Looked {
+    #[allow(dead_code)] // absence proves nothing on Windows (see `lookup`)
     Missing,
     Regular(Option<FileId>),
     Other(FileKind),
 }
 
-/// Looks at `path` without following a final link.
+/// Looks at `path` without following a final link. A missing file says nothing here (leases
+/// create no lock files on Windows), so it is looked at as an unknown lock, not a free one.
 pub(crate) fn lookup(path: &Path) -> io::Result<Looked> {
     Ok(match stat_nofollow(path)? {
-        Stood::Missing => Looked::Missing,
+        Stood::Missing => Looked::Regular(None),
         Stood::Regular => Looked::Regular(None),
         Stood::Directory => Looked::Other(FileKind::Directory),
         Stood::Other(k) => Looked::Other(k),
