@@ -13,12 +13,16 @@ use std::time::Duration;
 
 use leasehold::Budget;
 use leasehold::patterns::authority::{Event, State};
-use leasehold::patterns::keyed::{KeyLease, KeyedLeases, RESULT_NAMESPACE};
+use leasehold::patterns::keyed::{KeyLease, KeyedLeases};
 use leasehold_stores::document::RealFiles;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
 use leasehold_stores::results::{ErrorClass, ResultError, ResultStore};
 use leasehold_stores::session::{SessionId, SessionStore};
 use testkit::{Canary, FlockHolder};
+
+/// The result store's lock namespace, as its on-disk format names it: holding a key here
+/// must contend with the store, which proves the store uses this directory.
+const RESULT_LOCKS: &str = ".result-locks-v1";
 
 fn long() -> Budget {
     Budget::timeout(Duration::from_secs(30))
@@ -37,7 +41,7 @@ fn staged(home: &Path) -> ResultStore {
 /// Holds `r1`'s operation lease in this process (a second open file description, so the
 /// store's own attempts are contended exactly as across processes).
 fn hold_r1(store: &ResultStore) -> KeyLease {
-    KeyedLeases::new(store.root(), RESULT_NAMESPACE)
+    KeyedLeases::new(store.root(), RESULT_LOCKS)
         .try_acquire("r1", |_| true)
         .unwrap()
 }

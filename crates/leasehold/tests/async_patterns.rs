@@ -13,12 +13,16 @@ use std::time::Duration;
 use leasehold::patterns::authority::{
     Authority, AuthorityError, Event, KernelArbiter, Recorder, State, Store, StoreFailure,
 };
-use leasehold::patterns::keyed::{KeyError, KeyedLeases, RESULT_NAMESPACE};
+use leasehold::patterns::keyed::{KeyError, KeyedLeases};
 use leasehold::{Budget, CancelToken, Error, Lease};
 use testkit::{Canary, FlockHolder};
 
+/// The keyed-lease namespace directory these tests use (the library takes it from its
+/// caller; the result store names its own).
+const NAMESPACE: &str = ".test-locks-v1";
+
 fn keys(root: &Path) -> KeyedLeases {
-    KeyedLeases::new(root, RESULT_NAMESPACE)
+    KeyedLeases::new(root, NAMESPACE)
 }
 
 fn long() -> Budget {
