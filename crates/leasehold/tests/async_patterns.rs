@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use leasehold::patterns::authority::{
-    Authority, AuthorityError, Event, KernelArbiter, Recorder, State, Store, StoreFailure,
+    Authority, AuthorityError, Event, KernelArbiter, State, Store, StoreFailure,
 };
 use leasehold::patterns::keyed::{KeyError, KeyedLeases};
 use leasehold::{Budget, CancelToken, Error, Lease};
-use testkit::{Canary, FlockHolder};
+use testkit::{Canary, FlockHolder, Recorder};
 
 /// The keyed-lease namespace directory these tests use (the library takes it from its
 /// caller; the result store names its own).

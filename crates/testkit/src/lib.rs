@@ -12,6 +12,7 @@
 //!   its group when dropped; [`run`] and [`Out`] for commands run to completion, and
 //!   [`assert_one_line_error`] for the CLI's error contract.
 //! * [`Canary`]: a tokio task whose ticks prove that no executor thread was blocked.
+//! * [`Recorder`]: the labelled, ordered events of one or more authorities.
 //!
 //! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
 //! tests compile) stay in that crate's `tests/common`.
@@ -21,9 +22,11 @@
 mod canary;
 #[cfg(unix)]
 mod process;
+mod recorder;
 mod spawns;
 
 pub use canary::Canary;
 #[cfg(unix)]
 pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run};
+pub use recorder::Recorder;
 pub use spawns::quiet;

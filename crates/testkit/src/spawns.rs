@@ -12,8 +12,9 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// this process's descriptors.
 static SPAWNS: RwLock<()> = RwLock::new(());
 
-/// Keeps this test binary's testkit helpers from spawning processes while the guard lives
-/// (see [`SPAWNS`]). A test holding it must not spawn through testkit itself: that would
+/// Keeps this test binary's testkit helpers from spawning processes while the guard lives:
+/// a child shares this process's lock descriptors from fork until exec, so a lease released
+/// meanwhile could look held. A test holding it must not spawn through testkit itself: that would
 /// wait for its own guard.
 pub fn quiet() -> RwLockReadGuard<'static, ()> {
     SPAWNS.read().unwrap_or_else(PoisonError::into_inner)
