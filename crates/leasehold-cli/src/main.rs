@@ -1,6 +1,28 @@
-//! The `leasehold` command-line tool. Its surface is specified in `cli-contract.md`; every
-//! error is one line on stderr starting with `leasehold: `, and the exit statuses are the
-//! contract's (0, 1, 2, 75).
+//! The `leasehold` command-line tool: leasehold's kernel leases and stores for shell scripts
+//! and operators.
+//!
+//! Its surface is the black-box contract in `cli-contract.md`, which the tests under `tests/`
+//! drive through the real binary. Every error is one line on stderr starting with
+//! `leasehold: ` that names the path or ID and says what to do, and the exit statuses are the
+//! contract's: 0 success, 1 failure, 2 usage error or unusable path/input, 75 (EX_TEMPFAIL)
+//! contended; 130/143 when SIGINT/SIGTERM end a wait.
+//!
+//! The verbs, one module each under `cmd/`:
+//!
+//! * `run` — run a command while holding an exclusive lease; the command inherits the
+//!   lease's descriptor (as with `flock(1)`), so the lease lasts while it lives.
+//! * `status` — who holds a lock file, without creating, taking or changing anything.
+//! * `registry`, `session`, `results` — the stores of `leasehold-stores`: the multi-root
+//!   workspace registry under a store-wide authority, append-only session logs, and
+//!   isolated results under per-ID leases.
+//! * `torture`, `bench` — measure the claims: crash torture with SIGKILLed workers, and
+//!   latencies and costs against kernel floors measured in the same run.
+//!
+//! `exit` maps errors to the contract's statuses and prints them; `signals` turns SIGINT and
+//! SIGTERM into cancellation of a wait. Where a verb needs what the platform lacks (POSIX
+//! processes and logs, Linux's `/proc`), it says it is not available (`cmd/unsupported.rs`). Being a binary, this crate has no public
+//! API: the library is `leasehold`, the stores are `leasehold-stores`.
+#![forbid(unsafe_code)]
 
 mod cmd;
 mod exit;

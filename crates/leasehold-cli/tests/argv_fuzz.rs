@@ -8,8 +8,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Proc, leasehold};
+use common::leasehold;
 use proptest::prelude::*;
+use testkit::Proc;
 
 const WORDS: &[&str] = &[
     "run",

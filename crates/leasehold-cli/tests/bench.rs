@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{leasehold, run};
+use common::leasehold;
+use testkit::run;
 
 #[test]
 fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {

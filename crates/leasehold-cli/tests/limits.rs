@@ -8,8 +8,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Proc, assert_one_line_error, leasehold, run};
+use common::leasehold;
 use serde_json::{Value, json};
+use testkit::{Proc, assert_one_line_error, run};
 
 #[test]
 fn an_overlong_lock_path_exits_2_with_one_line() {

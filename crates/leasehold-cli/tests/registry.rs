@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Proc, assert_one_line_error, hold, leasehold, release, run};
+use common::{hold, leasehold, release};
 use serde_json::{Value, json};
+use testkit::{Proc, assert_one_line_error, run};
 
 struct Home {
     dir: tempfile::TempDir,

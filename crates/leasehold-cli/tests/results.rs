@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Out, Proc, assert_one_line_error, hold, leasehold, release, run, wait_until_free};
+use common::{hold, leasehold, release, wait_until_free};
 use leasehold::patterns::keyed::lock_name;
+use testkit::{Out, Proc, assert_one_line_error, run};
 
 /// `leasehold results --root ROOT`.
 fn results(root: &Path) -> Command {

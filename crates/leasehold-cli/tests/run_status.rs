@@ -10,8 +10,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::*;
+use common::{bin, hold, leasehold, release, wait_until_free};
 use rustix::process::Signal;
+use testkit::{Out, Proc, assert_one_line_error, run};
 
 fn status_text(lock: &Path) -> Out {
     run(leasehold().arg("status").arg(lock))

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Out, Proc, assert_one_line_error, leasehold, run};
+use common::leasehold;
+use testkit::{Out, Proc, assert_one_line_error, run};
 
 /// Generous bound for "promptly" and for observing a record another process wrote.
 /// A safety bound on waits that normally end in milliseconds (generous: fsync under load).

@@ -7,8 +7,9 @@ mod common;
 
 use std::path::Path;
 
-use common::{Proc, leasehold};
+use common::leasehold;
 use serde_json::{Value, json};
+use testkit::Proc;
 
 fn ask(p: &mut Proc, request: Value) -> Value {
     p.send(&request.to_string());

@@ -5,8 +5,9 @@
 
 mod common;
 
-use common::{leasehold, run};
+use common::leasehold;
 use serde_json::Value;
+use testkit::run;
 
 #[test]
 fn a_short_torture_run_finds_no_violation_and_cleans_up() {

@@ -60,7 +60,7 @@ async fn service(
 }
 
 /// Runs the two services on `home`; returns the heartbeat's tick count.
-pub async fn run(home: &Path) -> Result<usize, RegistryError> {
+async fn run(home: &Path) -> Result<usize, RegistryError> {
     let ticks = Arc::new(AtomicUsize::new(0));
     let heartbeat = {
         let ticks = ticks.clone();
@@ -118,5 +118,17 @@ async fn main() -> ExitCode {
             eprintln!("async_registry: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The example runs to the end on a fresh home: the second service takes over at the
+    /// first's teardown, and the heartbeat kept ticking meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_and_hands_over() {
+        let home = tempfile::tempdir().expect("temporary home");
+        let ticks = super::run(home.path()).await.expect("example");
+        assert!(ticks > 0);
     }
 }

@@ -20,7 +20,7 @@
 //! cargo run -p leasehold-stores --example async_registry --features tokio
 //! ```
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod document;
 pub mod registry;

@@ -412,7 +412,7 @@ fn resolve_for_removal(path: &Path) -> Result<PathBuf, RegistryError> {
 
 /// Resolves `.` and `..` without touching the file system (`..` at the root stays at the
 /// root, as the kernel does).
-pub fn normalize_lexically(path: &Path) -> PathBuf {
+fn normalize_lexically(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {

@@ -35,9 +35,9 @@ use leasehold::patterns::offload;
 use leasehold::{Error, HolderInfo, Lease, LeaseOptions, LockDir};
 
 /// The log file inside a session directory.
-pub const LOG_NAME: &str = "session.jsonl";
+const LOG_NAME: &str = "session.jsonl";
 /// The lock file inside a session directory.
-pub const LOCK_NAME: &str = "session.lock";
+const LOCK_NAME: &str = "session.lock";
 
 /// A validated session ID: 1–128 characters from `[A-Za-z0-9._-]`, not starting with `.`.
 ///

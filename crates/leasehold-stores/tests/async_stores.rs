@@ -1,31 +1,28 @@
 //! Async faces of the stores (feature `tokio`), on multi-threaded and current-thread
 //! runtimes: result-store operations wait for their ID's lease without blocking an executor
 //! thread, are cancelled by drop and by their budget, take over from a SIGKILLed holder; the
-//! registry hands over asynchronously; the session writer appends off the executor; and the
-//! `async_registry` example runs.
+//! registry hands over asynchronously; and the session writer appends off the executor. (The
+//! `async_registry` example carries its own test: `test = true` in Cargo.toml.)
 #![cfg(all(unix, feature = "tokio"))]
-#![allow(clippy::await_holding_lock)] // `common::quiet()` guards are held across awaits on purpose
-
-#[path = "../../leasehold/tests/common/mod.rs"]
-mod common;
-
-#[path = "../examples/async_registry.rs"]
-#[allow(dead_code)]
-mod example;
+#![allow(clippy::await_holding_lock)] // `testkit::quiet()` guards are held across awaits on purpose
 
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Canary, FlockHolder};
 use leasehold::Budget;
 use leasehold::patterns::authority::{Event, State};
-use leasehold::patterns::keyed::{KeyLease, KeyedLeases, RESULT_NAMESPACE};
+use leasehold::patterns::keyed::{KeyLease, KeyedLeases};
 use leasehold_stores::document::RealFiles;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
 use leasehold_stores::results::{ErrorClass, ResultError, ResultStore};
 use leasehold_stores::session::{SessionId, SessionStore};
+use testkit::{Canary, FlockHolder};
+
+/// The result store's lock namespace, as its on-disk format names it: holding a key here
+/// must contend with the store, which proves the store uses this directory.
+const RESULT_LOCKS: &str = ".result-locks-v1";
 
 fn long() -> Budget {
     Budget::timeout(Duration::from_secs(30))
@@ -44,7 +41,7 @@ fn staged(home: &Path) -> ResultStore {
 /// Holds `r1`'s operation lease in this process (a second open file description, so the
 /// store's own attempts are contended exactly as across processes).
 fn hold_r1(store: &ResultStore) -> KeyLease {
-    KeyedLeases::new(store.root(), RESULT_NAMESPACE)
+    KeyedLeases::new(store.root(), RESULT_LOCKS)
         .try_acquire("r1", |_| true)
         .unwrap()
 }
@@ -61,7 +58,7 @@ fn announcing(store: ResultStore) -> (ResultStore, tokio::sync::mpsc::UnboundedR
 
 #[tokio::test(flavor = "current_thread")]
 async fn results_round_trip_async() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let home = tempfile::tempdir().unwrap();
     let src = home.path().join("src");
     fs::create_dir_all(src.join("sub")).unwrap();
@@ -115,13 +112,13 @@ async fn result_wait_does_not_block() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn result_wait_does_not_block_multi_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     result_wait_does_not_block().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn result_wait_does_not_block_current_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     result_wait_does_not_block().await;
 }
 
@@ -146,20 +143,20 @@ async fn result_waiter_proceeds_after_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn result_waiter_proceeds_after_release_multi_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     result_waiter_proceeds_after_release().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn result_waiter_proceeds_after_release_current_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     result_waiter_proceeds_after_release().await;
 }
 
 /// Dropping a waiting operation cancels it: nothing changes, and the ID is left free.
 #[tokio::test(flavor = "current_thread")]
 async fn result_drop_cancels_with_nothing_changed() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let home = tempfile::tempdir().unwrap();
     let store = staged(home.path()).max_wait(None);
     let mut held = hold_r1(&store);
@@ -238,29 +235,21 @@ async fn registry_hands_over_async() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_hands_over_async_multi_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     registry_hands_over_async().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn registry_hands_over_async_current_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     registry_hands_over_async().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn async_registry_example_runs() {
-    let _quiet = common::quiet();
-    let home = tempfile::tempdir().unwrap();
-    let ticks = example::run(home.path()).await.expect("example");
-    assert!(ticks > 0);
 }
 
 // ---- session ----
 
 #[tokio::test(flavor = "current_thread")]
 async fn session_writer_async_appends_and_stays_single_writer() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let tmp = tempfile::tempdir().unwrap();
     let store = SessionStore::new(tmp.path().join("sessions"));
     let id = SessionId::new("s1").unwrap();

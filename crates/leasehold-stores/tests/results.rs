@@ -6,8 +6,12 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use leasehold::Budget;
-use leasehold::patterns::keyed::{KeyedLeases, RESULT_NAMESPACE};
+use leasehold::patterns::keyed::KeyedLeases;
 use leasehold_stores::results::{ErrorClass, ResultError, ResultStore};
+
+/// The result store's lock namespace, as its on-disk format names it: holding a key here
+/// must contend with the store, which proves the store uses this directory.
+const RESULT_LOCKS: &str = ".result-locks-v1";
 
 fn source(files: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -90,7 +94,7 @@ fn apply_reinspects_after_admission() {
     ResultStore::new(home.path())
         .stage("r1", src.path(), &wait())
         .unwrap();
-    let keys = KeyedLeases::new(home.path(), RESULT_NAMESPACE);
+    let keys = KeyedLeases::new(home.path(), RESULT_LOCKS);
     let mut held = keys.try_acquire("r1", |_| false).unwrap();
     let (tx, rx) = mpsc::channel();
     let target = home.path().join("target");
@@ -149,7 +153,7 @@ fn finish_that_cannot_be_admitted_publishes_nothing() {
     let store = ResultStore::new(home.path());
     let src = source(&[("a", "1")]);
     store.stage("r1", src.path(), &wait()).unwrap();
-    let _held = KeyedLeases::new(home.path(), RESULT_NAMESPACE)
+    let _held = KeyedLeases::new(home.path(), RESULT_LOCKS)
         .try_acquire("r1", |_| false)
         .unwrap();
     let e = store.finish("r1", &Budget::no_wait()).unwrap_err();

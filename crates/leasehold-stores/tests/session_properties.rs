@@ -6,8 +6,11 @@
 
 use std::path::Path;
 
-use leasehold_stores::session::{LOG_NAME, SessionId, SessionStore};
+use leasehold_stores::session::{SessionId, SessionStore};
 use proptest::prelude::*;
+
+/// A session's log file, as the store's on-disk layout names it (`DIR/<id>/session.jsonl`).
+const LOG_NAME: &str = "session.jsonl";
 
 fn safe(id: &str) -> bool {
     (1..=128).contains(&id.len())

@@ -5,10 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use leasehold::patterns::authority::{Event, Recorder, State};
+use leasehold::patterns::authority::{Event, State};
 use leasehold::{Budget, Error, Lease};
 use leasehold_stores::document::RealFiles;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
+use testkit::Recorder;
 
 /// The ways to take a held lock file away from its holder.
 #[derive(Debug, Clone, Copy)]

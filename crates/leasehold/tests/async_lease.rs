@@ -1,16 +1,14 @@
 //! Async acquisition (feature `tokio`): many waiters, cancel by drop, timeouts, no blocked
 //! executor thread, and takeover from a SIGKILLed holder process.
 #![cfg(all(unix, feature = "tokio"))]
-#![allow(clippy::await_holding_lock)] // `common::quiet()` guards are held across awaits on purpose
-
-mod common;
+#![allow(clippy::await_holding_lock)] // `testkit::quiet()` guards are held across awaits on purpose
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Canary, FlockHolder};
 use leasehold::{Budget, CancelToken, Error, Holders, Lease, holders};
+use testkit::{Canary, FlockHolder};
 
 async fn many_waiters_take_turns_exclusively() {
     let dir = tempfile::tempdir().unwrap();
@@ -40,19 +38,19 @@ async fn many_waiters_take_turns_exclusively() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiters_multi_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     many_waiters_take_turns_exclusively().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn many_waiters_current_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     many_waiters_take_turns_exclusively().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn dropping_the_future_cancels_and_leaves_nothing_held() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("drop.lock");
     let mut holder = Lease::try_acquire(&path).unwrap();
@@ -70,7 +68,7 @@ async fn dropping_the_future_cancels_and_leaves_nothing_held() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn budget_timeout_and_cancel_token_end_the_wait() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.lock");
     let _holder = Lease::try_acquire(&path).unwrap();
@@ -90,7 +88,7 @@ async fn budget_timeout_and_cancel_token_end_the_wait() {
 /// blocking wait would starve it completely.
 #[tokio::test(flavor = "current_thread")]
 async fn waiting_never_blocks_the_executor_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("canary.lock");
     let _holder = Lease::try_acquire(&path).unwrap();

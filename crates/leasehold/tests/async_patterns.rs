@@ -2,9 +2,7 @@
 //! multi-threaded and a current-thread runtime — many waiters, cancel by drop, timeouts, no
 //! blocked executor thread, orderly async teardown, and takeover from a SIGKILLed holder.
 #![cfg(all(unix, feature = "tokio"))]
-#![allow(clippy::await_holding_lock)] // `common::quiet()` guards are held across awaits on purpose
-
-mod common;
+#![allow(clippy::await_holding_lock)] // `testkit::quiet()` guards are held across awaits on purpose
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,15 +10,19 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use common::{Canary, FlockHolder};
 use leasehold::patterns::authority::{
-    Authority, AuthorityError, Event, KernelArbiter, Recorder, State, Store, StoreFailure,
+    Authority, AuthorityError, Event, KernelArbiter, State, Store, StoreFailure,
 };
-use leasehold::patterns::keyed::{KeyError, KeyedLeases, RESULT_NAMESPACE};
+use leasehold::patterns::keyed::{KeyError, KeyedLeases};
 use leasehold::{Budget, CancelToken, Error, Lease};
+use testkit::{Canary, FlockHolder, Recorder};
+
+/// The keyed-lease namespace directory these tests use (the library takes it from its
+/// caller; the result store names its own).
+const NAMESPACE: &str = ".test-locks-v1";
 
 fn keys(root: &Path) -> KeyedLeases {
-    KeyedLeases::new(root, RESULT_NAMESPACE)
+    KeyedLeases::new(root, NAMESPACE)
 }
 
 fn long() -> Budget {
@@ -70,19 +72,19 @@ async fn keyed_waiters_take_turns(flavor_key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_many_waiters_multi_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     keyed_waiters_take_turns("r-mt").await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn keyed_many_waiters_current_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     keyed_waiters_take_turns("r-ct").await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn keyed_unknown_key_allocates_nothing() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let root = tempfile::tempdir().unwrap();
     let r = keys(root.path())
         .acquire_async("nobody", &long(), |_| false)
@@ -93,7 +95,7 @@ async fn keyed_unknown_key_allocates_nothing() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn keyed_drop_cancels_and_leaves_the_key_free() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let root = tempfile::tempdir().unwrap();
     let leases = keys(root.path()).max_wait(None);
     let mut held = leases.try_acquire("r1", |_| true).unwrap();
@@ -112,7 +114,7 @@ async fn keyed_drop_cancels_and_leaves_the_key_free() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_timeout_cap_and_cancellation() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let root = tempfile::tempdir().unwrap();
     let leases = keys(root.path());
     let held = leases.try_acquire("r1", |_| true).unwrap();
@@ -148,7 +150,7 @@ async fn keyed_timeout_cap_and_cancellation() {
 /// the lock attempt, so the lease is granted; the re-check before admission must refuse it.
 #[tokio::test(flavor = "current_thread")]
 async fn keyed_cancellation_racing_the_grant_is_caught_before_admission() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let root = tempfile::tempdir().unwrap();
     let leases = keys(root.path());
     drop(leases.try_acquire("r2", |_| true).unwrap());
@@ -166,7 +168,7 @@ async fn keyed_cancellation_racing_the_grant_is_caught_before_admission() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn keyed_wait_never_blocks_the_executor_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let root = tempfile::tempdir().unwrap();
     let leases = keys(root.path());
     let _held = leases.try_acquire("r1", |_| true).unwrap();
@@ -304,13 +306,13 @@ async fn authority_wait_does_not_block() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authority_wait_does_not_block_multi_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     authority_wait_does_not_block().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn authority_wait_does_not_block_current_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     authority_wait_does_not_block().await;
 }
 
@@ -339,13 +341,13 @@ async fn authority_takes_over_after_teardown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authority_takes_over_after_teardown_multi_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     authority_takes_over_after_teardown().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn authority_takes_over_after_teardown_current_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     authority_takes_over_after_teardown().await;
 }
 
@@ -353,7 +355,7 @@ async fn authority_takes_over_after_teardown_current_thread() {
 /// lease is free for anyone once the holder goes.
 #[tokio::test(flavor = "current_thread")]
 async fn authority_drop_cancels_the_wait() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let fx = Fixture::new();
     let first = fx.stack("first");
     first.acquire_async(&Budget::no_wait()).await.unwrap();
@@ -422,19 +424,19 @@ async fn authority_teardown_drains() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authority_teardown_drains_multi_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     authority_teardown_drains().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn authority_teardown_drains_current_thread() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     authority_teardown_drains().await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn authority_refresh_async_takes_over_without_waiting() {
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     let fx = Fixture::new();
     let first = fx.stack("first");
     first.acquire_async(&Budget::no_wait()).await.unwrap();

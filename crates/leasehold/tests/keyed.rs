@@ -6,11 +6,15 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold::patterns::keyed::{KeyError, KeyedLeases, RESULT_NAMESPACE, lock_name};
+use leasehold::patterns::keyed::{KeyError, KeyedLeases, lock_name};
 use leasehold::{Budget, CancelToken, Error};
 
+/// The keyed-lease namespace directory these tests use (the library takes it from its
+/// caller; the result store names its own).
+const NAMESPACE: &str = ".test-locks-v1";
+
 fn keys(root: &Path) -> KeyedLeases {
-    KeyedLeases::new(root, RESULT_NAMESPACE)
+    KeyedLeases::new(root, NAMESPACE)
 }
 
 fn contended(r: Result<impl std::fmt::Debug, KeyError>) -> bool {
@@ -115,7 +119,7 @@ fn whitespace_aliases_share_one_lease() {
         assert!(contended(leases.try_acquire(alias, |_| true)), "{alias:?}");
     }
     // Only one lock file exists for all of them.
-    let ns = root.path().join(RESULT_NAMESPACE);
+    let ns = root.path().join(NAMESPACE);
     assert_eq!(fs::read_dir(ns).unwrap().count(), 1);
 }
 
@@ -157,7 +161,7 @@ fn repeated_release_is_harmless_and_lock_file_keeps_its_inode_bytes_and_mode() {
 fn malformed_namespace_entries_are_refused_and_left_as_they_are() {
     let root = tempfile::tempdir().unwrap();
     let leases = keys(root.path());
-    let ns = root.path().join(RESULT_NAMESPACE);
+    let ns = root.path().join(NAMESPACE);
     fs::create_dir(&ns).unwrap();
     let lock = leases.lock_path("r1");
     let target = root.path().join("victim");
@@ -219,7 +223,7 @@ fn malformed_namespace_entries_are_refused_and_left_as_they_are() {
 fn namespace_that_is_a_symlink_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let elsewhere = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(elsewhere.path(), root.path().join(RESULT_NAMESPACE)).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), root.path().join(NAMESPACE)).unwrap();
     let r = keys(root.path()).try_acquire("r1", |_| true);
     assert!(
         matches!(&r, Err(KeyError::Lease(e)) if e.is_unusable_path()),

@@ -5,8 +5,12 @@
 
 use std::path::Path;
 
-use leasehold::patterns::keyed::{RESULT_NAMESPACE, lock_name};
+use leasehold::patterns::keyed::lock_name;
 use proptest::prelude::*;
+
+/// The keyed-lease namespace directory these tests use (the library takes it from its
+/// caller; the result store names its own).
+const NAMESPACE: &str = ".test-locks-v1";
 
 /// Whitespace that `str::trim` removes (ASCII and Unicode White_Space).
 fn whitespace() -> impl Strategy<Value = String> {
@@ -47,7 +51,7 @@ proptest! {
         prop_assert_eq!(&name, &lock_name(&k));
         prop_assert!(is_lock_name(&name), "{:?}", name);
         prop_assert!(!name.contains('/') && !name.contains('\0') && !name.contains('\\'));
-        let ns = Path::new("/root").join(RESULT_NAMESPACE);
+        let ns = Path::new("/root").join(NAMESPACE);
         let path = ns.join(&name);
         prop_assert_eq!(path.parent(), Some(ns.as_path()));
         prop_assert_eq!(path.file_name().and_then(|n| n.to_str()), Some(name.as_str()));
@@ -80,13 +84,13 @@ mod on_disk {
         fn a_keyed_lease_for_any_key_creates_only_its_lock_file_in_the_namespace(k in key()) {
             prop_assume!(!k.trim().is_empty());
             let root = tempfile::tempdir().unwrap();
-            let leases = KeyedLeases::new(root.path(), RESULT_NAMESPACE);
+            let leases = KeyedLeases::new(root.path(), NAMESPACE);
             let lease = leases.try_acquire(&k, |_| true).unwrap();
-            let ns = root.path().join(RESULT_NAMESPACE);
+            let ns = root.path().join(NAMESPACE);
             let expected = ns.join(lock_name(&k));
             prop_assert_eq!(lease.path(), expected.as_path());
             let top: Vec<_> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-            prop_assert_eq!(top, vec![std::ffi::OsString::from(RESULT_NAMESPACE)]);
+            prop_assert_eq!(top, vec![std::ffi::OsString::from(NAMESPACE)]);
             let inside: Vec<_> = std::fs::read_dir(&ns).unwrap().map(|e| e.unwrap().file_name()).collect();
             prop_assert_eq!(inside, vec![std::ffi::OsString::from(lock_name(&k))]);
         }

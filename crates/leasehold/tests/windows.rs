@@ -20,8 +20,12 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use leasehold::patterns::keyed::{KeyError, KeyedLeases, RESULT_NAMESPACE};
+use leasehold::patterns::keyed::{KeyError, KeyedLeases};
 use leasehold::{Budget, CancelToken, Error, Holders, Lease, LeaseOptions, LockDir, holders};
+
+/// The keyed-lease namespace directory these tests use (the library takes it from its
+/// caller; the result store names its own).
+const NAMESPACE: &str = ".test-locks-v1";
 
 /// Names the lock path the child should hold.
 const CHILD_ENV: &str = "LEASEHOLD_TEST_CHILD_LOCK";
@@ -296,7 +300,7 @@ fn directories_and_files_in_the_way_are_refused() {
 }
 
 fn keys(root: &Path) -> KeyedLeases {
-    KeyedLeases::new(root, RESULT_NAMESPACE)
+    KeyedLeases::new(root, NAMESPACE)
 }
 
 fn contended(r: Result<impl std::fmt::Debug, KeyError>) -> bool {
@@ -313,7 +317,7 @@ fn keyed_leases_name_objects_by_namespace_and_hashed_id() {
         Err(KeyError::Unknown { .. })
     ));
     assert!(
-        !root.join(RESULT_NAMESPACE).exists(),
+        !root.join(NAMESPACE).exists(),
         "unknown keys allocate nothing"
     );
     let lease = keys(&root).try_acquire("r1", |_| true).unwrap();
@@ -328,7 +332,7 @@ fn keyed_leases_name_objects_by_namespace_and_hashed_id() {
     // The lock name is the namespace's real path plus the hashed ID.
     let ns = LockDir::open(&root)
         .unwrap()
-        .child(RESULT_NAMESPACE, false)
+        .child(NAMESPACE, false)
         .unwrap();
     let direct =
         LeaseOptions::new().try_acquire_at(&ns, &leasehold::patterns::keyed::lock_name("r1"));

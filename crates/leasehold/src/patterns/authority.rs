@@ -189,31 +189,6 @@ pub enum Event {
 /// Receives every [`Event`], synchronously, on the thread where it happens.
 pub type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
 
-/// Records events of one or more authorities, each under a label, in the order they happened.
-#[derive(Clone, Default)]
-pub struct Recorder {
-    events: Arc<Mutex<Vec<(String, Event)>>>,
-}
-
-impl Recorder {
-    /// An empty recorder.
-    pub fn new() -> Recorder {
-        Recorder::default()
-    }
-
-    /// An observer that records under `label`.
-    pub fn observer(&self, label: &str) -> Observer {
-        let events = self.events.clone();
-        let label = label.to_string();
-        Arc::new(move |e: &Event| lock(&events).push((label.clone(), e.clone())))
-    }
-
-    /// Everything recorded so far.
-    pub fn events(&self) -> Vec<(String, Event)> {
-        lock(&self.events).clone()
-    }
-}
-
 struct Core<G, R> {
     state: State,
     lease: Option<G>,
@@ -571,6 +546,29 @@ mod tests {
     use std::thread;
 
     type Records = BTreeMap<String, u32>;
+
+    /// Records the events of the fixture's stacks, each under a label, in order (the
+    /// integration tests use `testkit::Recorder`, which cannot be linked into unit tests).
+    #[derive(Clone, Default)]
+    struct Recorder {
+        events: Arc<Mutex<Vec<(String, Event)>>>,
+    }
+
+    impl Recorder {
+        fn new() -> Recorder {
+            Recorder::default()
+        }
+
+        fn observer(&self, label: &str) -> Observer {
+            let events = self.events.clone();
+            let label = label.to_string();
+            Arc::new(move |e: &Event| lock(&events).push((label.clone(), e.clone())))
+        }
+
+        fn events(&self) -> Vec<(String, Event)> {
+            lock(&self.events).clone()
+        }
+    }
 
     /// The "disk" both stacks share; `None` is a document that does not parse.
     #[derive(Clone, Default)]

@@ -13,9 +13,9 @@
 //! * **Lock names are hashes.** The lock file of a key is `<sha256(trimmed key) in lowercase
 //!   hex>.lock`, so no key can name a path (`..`, `/`, NUL and overlong keys all hash to a
 //!   plain 64-character name).
-//! * **Versioned namespace outside the records.** Lock files live in `<root>/<namespace>/`
-//!   (for results: [`RESULT_NAMESPACE`]), never inside the removable record, so removing a
-//!   record never removes its lock.
+//! * **Versioned namespace outside the records.** Lock files live in `<root>/<namespace>/`,
+//!   a directory the caller names (the result store's is its own `.result-locks-v1`), never
+//!   inside the removable record, so removing a record never removes its lock.
 //! * **Never unlinked.** Recreating a lock pathname while an older holder still owns the first
 //!   inode would create a second mutex. Lock files therefore accumulate; a safe collector needs
 //!   a quiescent boundary (see DESIGN.md) and does not exist yet.
@@ -43,10 +43,6 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use crate::{Budget, Error, Lease, LeaseOptions, LockDir};
-
-/// The lock namespace of the isolated result store (versioned: a future layout gets a new
-/// directory instead of reinterpreting old lock files).
-pub const RESULT_NAMESPACE: &str = ".result-locks-v1";
 
 /// How long an acquisition waits at most unless [`KeyedLeases::max_wait`] says otherwise.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
@@ -108,10 +104,10 @@ pub fn normalize(key: &str) -> Result<&str, KeyError> {
 ///
 /// ```
 /// use leasehold::Budget;
-/// use leasehold::patterns::keyed::{KeyedLeases, RESULT_NAMESPACE};
+/// use leasehold::patterns::keyed::KeyedLeases;
 ///
 /// let root = tempfile::tempdir().unwrap();
-/// let keys = KeyedLeases::new(root.path(), RESULT_NAMESPACE);
+/// let keys = KeyedLeases::new(root.path(), ".example-locks-v1");
 /// // Unknown keys allocate nothing.
 /// assert!(keys.try_acquire("r1", |_| false).is_err());
 /// // A known key gets its lease; aliases after trimming share it.
@@ -128,7 +124,10 @@ pub struct KeyedLeases {
 }
 
 impl KeyedLeases {
-    /// Leases for keys under `root`, with lock files in `root/namespace/`.
+    /// Leases for keys under `root`, with lock files in `root/namespace/`. The namespace is
+    /// the caller's store's: name it with a version (`.NAME-locks-v1`), because lock files are
+    /// never removed and their names are this layout's, so a future layout must get a new
+    /// directory rather than reinterpret old lock files.
     pub fn new(root: impl Into<PathBuf>, namespace: &str) -> KeyedLeases {
         KeyedLeases {
             root: root.into(),

@@ -1,0 +1,138 @@
+//! Async faces of the result store (feature `tokio`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold::Budget;
+use leasehold::patterns::keyed::{KeyError, KeyLease};
+use leasehold::patterns::offload;
+
+use super::error::{Result, not_published};
+use super::records::normalize_id;
+use super::{Entry, ResultStore, SweepReport};
+
+impl ResultStore {
+    /// [`admit`](Self::admit) for async code: the wait for the ID's lease is reactor-driven
+    /// ([`KeyedLeases::acquire_async`]), so it blocks no executor thread and no thread waits
+    /// for it; dropping the future abandons it and leaves the ID free.
+    pub(super) async fn admit_async(
+        &self,
+        id: &str,
+        budget: &Budget,
+        create: bool,
+    ) -> Result<KeyLease> {
+        let known = |k: &str| create || self.exists(k);
+        if let Some((quick, notice)) = self.first_wait(budget) {
+            match self.leases.acquire_async(id, &quick, known).await {
+                Err(KeyError::Lease(e)) if e.is_contended() => notice(id, &e),
+                other => return other.map_err(|e| self.admission_error(id, e)),
+            }
+        }
+        self.leases
+            .acquire_async(id, budget, known)
+            .await
+            .map_err(|e| self.admission_error(id, e))
+    }
+
+    /// Admits `id` asynchronously, then runs `body` under its lease on the blocking pool
+    /// (the file work and its fsyncs). The lease is released when `body` ends — even if the
+    /// caller dropped the future meanwhile: an operation once admitted completes.
+    pub(super) async fn admitted_async<T: Send + 'static>(
+        &self,
+        id: &str,
+        budget: &Budget,
+        create: bool,
+        body: impl FnOnce(&ResultStore, &str, &KeyLease) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let id = normalize_id(id)?.to_string();
+        let lease = self.admit_async(&id, budget, create).await?;
+        let store = self.clone();
+        offload(move || body(&store, &id, &lease)).await
+    }
+}
+
+/// Async faces of the result store (feature `tokio`).
+///
+/// Each operation waits for its ID's lease asynchronously — reactor-driven, so no executor
+/// thread blocks and no thread is parked per waiting operation; dropping the future while it
+/// waits abandons the operation with nothing changed. Once admitted, the file work (copies,
+/// fsyncs, renames, removals) runs on tokio's blocking pool under the lease and completes even
+/// if the future is dropped, so a result is never left half-applied by a cancellation. The
+/// admission rules, errors and results are those of the blocking operations.
+#[cfg(feature = "tokio")]
+impl ResultStore {
+    /// [`stage`](Self::stage) without blocking the executor (the source is walked on the
+    /// blocking pool before admission).
+    pub async fn stage_async(
+        &self,
+        id: &str,
+        source: impl Into<PathBuf>,
+        budget: &Budget,
+    ) -> Result<Entry> {
+        let source = source.into();
+        let id = normalize_id(id)?;
+        let files = {
+            let (store, source) = (self.clone(), source.clone());
+            offload(move || store.stage_files(&source)).await?
+        };
+        self.admitted_async(id, budget, true, move |store, id, lease| {
+            store.stage_admitted(id, &source, files, lease)
+        })
+        .await
+    }
+
+    /// [`paths`](Self::paths) without blocking the executor.
+    pub async fn paths_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        self.admitted_async(id, budget, false, |store, id, lease| {
+            store.paths_admitted(id, lease)
+        })
+        .await
+    }
+
+    /// [`finish`](Self::finish) without blocking the executor.
+    pub async fn finish_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        let id = normalize_id(id)?;
+        let lease = self
+            .admit_async(id, budget, false)
+            .await
+            .map_err(|e| not_published(id, e))?;
+        let (store, id) = (self.clone(), id.to_string());
+        offload(move || store.finish_admitted(&id, &lease)).await
+    }
+
+    /// [`apply`](Self::apply) without blocking the executor.
+    pub async fn apply_async(
+        &self,
+        id: &str,
+        target: impl Into<PathBuf>,
+        budget: &Budget,
+    ) -> Result<Vec<String>> {
+        let target = target.into();
+        self.admitted_async(id, budget, false, move |store, id, lease| {
+            store.apply_admitted(id, &target, lease)
+        })
+        .await
+    }
+
+    /// [`discard`](Self::discard) without blocking the executor.
+    pub async fn discard_async(&self, id: &str, budget: &Budget) -> Result<()> {
+        self.admitted_async(id, budget, false, |store, id, lease| {
+            store.remove_existing(id, lease, "discard")
+        })
+        .await
+    }
+
+    /// [`abort`](Self::abort) without blocking the executor.
+    pub async fn abort_async(&self, id: &str, budget: &Budget) -> Result<()> {
+        self.admitted_async(id, budget, false, |store, id, lease| {
+            store.remove_existing(id, lease, "abort")
+        })
+        .await
+    }
+
+    /// [`sweep`](Self::sweep) on the blocking pool (it never waits for a lease).
+    pub async fn sweep_async(&self, older_than: Duration) -> Result<SweepReport> {
+        let store = self.clone();
+        offload(move || store.sweep(older_than)).await
+    }
+}

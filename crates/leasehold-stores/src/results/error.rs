@@ -1,0 +1,157 @@
+//! The result store's typed errors, and how a caller should treat each.
+
+use std::io;
+use std::path::PathBuf;
+
+use leasehold::{Error as LeaseError, HolderInfo};
+
+/// How a [`ResultError`] should be treated by a caller (the CLI maps these to exit statuses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The input (ID, source directory, lock path) is unusable; nothing was changed.
+    Usage,
+    /// Another process owns the ID; nothing was changed.
+    Contended,
+    /// The wait was cancelled; nothing was changed.
+    Cancelled,
+    /// An I/O or storage failure.
+    Failure,
+}
+
+/// Errors of the result store. Each names the ID or path and says what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResultError {
+    /// The ID is empty after trimming or not safe as a path component.
+    #[error("invalid result ID {id:?}: {reason}")]
+    InvalidId {
+        /// The ID as given.
+        id: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// No candidate, publication or lock exists for the ID; nothing was created.
+    #[error("unknown-result: no result {id:?} in {root}; nothing was created")]
+    Unknown {
+        /// The trimmed ID.
+        id: String,
+        /// The managed root.
+        root: PathBuf,
+    },
+    /// `stage` of an ID that already has a candidate or publication.
+    #[error(
+        "result-exists: result {id:?} already exists in {root}; discard it or choose another ID"
+    )]
+    Exists {
+        /// The trimmed ID.
+        id: String,
+        /// The managed root.
+        root: PathBuf,
+    },
+    /// Another process holds the ID's operation lease; nothing was changed.
+    #[error(
+        "result {id:?} is busy: its operation lease {path} is held by another process{holders}; nothing was changed"
+    )]
+    Busy {
+        /// The trimmed ID.
+        id: String,
+        /// The lock file.
+        path: PathBuf,
+        /// Holders the OS revealed.
+        holders: HolderInfo,
+    },
+    /// The wait for the ID's lease was cancelled; nothing was changed.
+    #[error("result {id:?}: waiting for its operation lease was cancelled; nothing was changed")]
+    Cancelled {
+        /// The trimmed ID.
+        id: String,
+    },
+    /// `finish` could not be admitted: nothing was published.
+    #[error(
+        "durability unavailable: result {id:?} was not published: {source}; retry finish with the same ID"
+    )]
+    NotPublished {
+        /// The trimmed ID.
+        id: String,
+        /// Why admission failed.
+        source: Box<ResultError>,
+    },
+    /// The source directory of `stage` is unusable; nothing was staged.
+    #[error("{path}: {reason}; nothing was staged")]
+    Source {
+        /// The offending path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A record does not parse or names an unsafe path; it is left as it is.
+    #[error("result {id:?}: {path} is unreadable: {reason}; inspect or discard the result")]
+    Corrupt {
+        /// The trimmed ID.
+        id: String,
+        /// The record.
+        path: PathBuf,
+        /// The parse failure.
+        reason: String,
+    },
+    /// An operation failed after it had changed something.
+    #[error("result {id:?}: {op} failed part-way: {source}; done: {done}; not done: {not_done}")]
+    Partial {
+        /// The trimmed ID.
+        id: String,
+        /// The operation.
+        op: &'static str,
+        /// What was done.
+        done: String,
+        /// What was not done.
+        not_done: String,
+        /// The failure.
+        #[source]
+        source: io::Error,
+    },
+    /// An I/O failure before anything was changed.
+    #[error("{path}: {op}: {source}; nothing was changed")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The failure.
+        #[source]
+        source: io::Error,
+    },
+    /// The lock path is unusable, or the lease was lost or could not be taken.
+    #[error(transparent)]
+    Lock(LeaseError),
+}
+
+impl ResultError {
+    /// How the caller should treat this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ResultError::InvalidId { .. }
+            | ResultError::Unknown { .. }
+            | ResultError::Exists { .. }
+            | ResultError::Source { .. } => ErrorClass::Usage,
+            ResultError::Busy { .. } => ErrorClass::Contended,
+            ResultError::Cancelled { .. } => ErrorClass::Cancelled,
+            ResultError::NotPublished { source, .. } => source.class(),
+            ResultError::Lock(e) if e.is_unusable_path() => ErrorClass::Usage,
+            _ => ErrorClass::Failure,
+        }
+    }
+}
+
+pub(super) type Result<T, E = ResultError> = std::result::Result<T, E>;
+
+/// `finish`'s admission failures: unusable input stays as it is; anything else means the
+/// result was not published and the caller may retry with the same ID.
+pub(super) fn not_published(id: &str, e: ResultError) -> ResultError {
+    match e.class() {
+        ErrorClass::Usage => e,
+        _ => ResultError::NotPublished {
+            id: id.to_string(),
+            source: Box::new(e),
+        },
+    }
+}

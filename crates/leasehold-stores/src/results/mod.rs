@@ -1,0 +1,138 @@
+//! The isolated result store: candidate file sets that an isolated run produced, which may
+//! later be applied to a workspace, discarded, published, aborted, or swept when they expire.
+//!
+//! Layout of a managed root:
+//!
+//! ```text
+//! ROOT/results/<id>/entry.json      the record: ID, creation time, proposed files
+//! ROOT/results/<id>/files/...       the proposed files
+//! ROOT/published/<id>.json          a publication (finish): the result is ready to apply
+//! ROOT/.result-locks-v1/<sha256(id)>.lock   per-ID operation locks (never removed)
+//! ```
+//!
+//! Why every operation takes the ID's lease: two processes can inspect one result at once,
+//! inspection itself may delete an empty result, and apply, discard, finish, abort and sweep
+//! all remove candidates. A check of a cached record does not stop two processes from acting
+//! on one result at the same time; one operation owner per ID does. So each operation (but the
+//! read-only [`ResultStore::pending`]) is admitted through [`KeyedLeases`], then *reinspects*
+//! the record under the lease (knowing an ID is not authority: it may have vanished while we
+//! waited), mutates, cleans up, and only then releases.
+//!
+//! Crash safety: a candidate is assembled in a hidden staging directory and renamed into place
+//! whole; records and publications are written with
+//! [`replace_file`](leasehold::patterns::durable::replace_file); a removal first drops the
+//! publication (so `pending` never lists a result whose files are gone), then renames the
+//! candidate to a hidden trash name before deleting it, so a crash never leaves a half-deleted
+//! candidate that looks valid. Hidden names start with `.`, which no ID may.
+//!
+//! The code follows those seams: `error` (the typed errors), `records` (IDs,
+//! `entry.json` and publications), `admission` (taking an ID's lease), `ops` (stage, paths,
+//! finish, apply, discard, abort), `sweep` (expiry and discovery), `asynchronous` (the async
+//! faces) and `files` (the file-system steps they share).
+
+mod admission;
+#[cfg(feature = "tokio")]
+mod asynchronous;
+mod error;
+mod files;
+mod ops;
+mod records;
+mod sweep;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::Error as LeaseError;
+use leasehold::patterns::keyed::KeyedLeases;
+
+pub use error::{ErrorClass, ResultError};
+pub use records::{Entry, MAX_ID_LEN, Publication, normalize_id};
+pub use sweep::SweepReport;
+
+/// The directory of the per-ID operation locks, under the managed root. Versioned: lock
+/// files are never removed and their names are this layout's (SHA-256 of the trimmed ID), so
+/// a future layout gets a new directory instead of reinterpreting old lock files — two
+/// layouts reading one name two ways would be two mutexes for one result.
+const RESULT_NAMESPACE: &str = ".result-locks-v1";
+
+/// A callback told when an operation starts waiting for a busy ID (shared by clones).
+type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
+
+/// A result store in one managed root (see the module documentation). Clones share the
+/// root, the wait policy and the notice.
+#[derive(Clone)]
+pub struct ResultStore {
+    root: PathBuf,
+    leases: KeyedLeases,
+    notice: Option<(Duration, Notice)>,
+}
+
+impl std::fmt::Debug for ResultStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResultStore")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl ResultStore {
+    /// The store in `root` (nothing is opened or created until an operation runs).
+    pub fn new(root: impl Into<PathBuf>) -> ResultStore {
+        let root = root.into();
+        ResultStore {
+            leases: KeyedLeases::new(root.clone(), RESULT_NAMESPACE),
+            root,
+            notice: None,
+        }
+    }
+
+    /// Caps every wait (see [`KeyedLeases::max_wait`]; 30 s by default).
+    pub fn max_wait(mut self, max: Option<Duration>) -> ResultStore {
+        self.leases = self.leases.max_wait(max);
+        self
+    }
+
+    /// Calls `notice` once when an operation has waited `after` for a busy ID and goes on
+    /// waiting (a CLI tells its user what it is waiting for).
+    pub fn on_wait(
+        mut self,
+        after: Duration,
+        notice: impl Fn(&str, &LeaseError) + Send + Sync + 'static,
+    ) -> ResultStore {
+        self.notice = Some((after, Arc::new(notice)));
+        self
+    }
+
+    /// The managed root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The operation lock file of `id`.
+    pub fn lock_path(&self, id: &str) -> PathBuf {
+        self.leases.lock_path(id)
+    }
+
+    fn candidate(&self, id: &str) -> PathBuf {
+        self.root.join("results").join(id)
+    }
+
+    fn publication(&self, id: &str) -> PathBuf {
+        self.root.join("published").join(format!("{id}.json"))
+    }
+
+    /// Whether a candidate or a publication stands for `id` (admission only, never authority).
+    fn exists(&self, id: &str) -> bool {
+        fs::symlink_metadata(self.candidate(id)).is_ok()
+            || fs::symlink_metadata(self.publication(id)).is_ok()
+    }
+
+    fn unknown(&self, id: &str) -> ResultError {
+        ResultError::Unknown {
+            id: id.to_string(),
+            root: self.root.clone(),
+        }
+    }
+}

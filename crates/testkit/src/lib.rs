@@ -1,0 +1,32 @@
+//! Helpers the leasehold test suites share (`publish = false`; a dev-dependency only).
+//!
+//! Every multi-process test in the workspace spawns real OS processes and synchronises with
+//! them through pipes — a child's line on stdout is the handshake, never a sleep. This crate
+//! holds the pieces more than one suite needs, so each exists once:
+//!
+//! * [`quiet`]: keeps this test binary from spawning while a test checks lock states (a child
+//!   shares the parent's lock descriptors from fork until exec).
+//! * [`FlockHolder`] (Unix): a real holder process — util-linux `flock` holding the same kind of
+//!   lock the library takes.
+//! * [`Proc`] (Unix): a child in its own process group with piped stdin/stdout, SIGKILLed with
+//!   its group when dropped; [`run`] and [`Out`] for commands run to completion, and
+//!   [`assert_one_line_error`] for the CLI's error contract.
+//! * [`Canary`]: a tokio task whose ticks prove that no executor thread was blocked.
+//! * [`Recorder`]: the labelled, ordered events of one or more authorities.
+//!
+//! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
+//! tests compile) stay in that crate's `tests/common`.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod canary;
+#[cfg(unix)]
+mod process;
+mod recorder;
+mod spawns;
+
+pub use canary::Canary;
+#[cfg(unix)]
+pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run};
+pub use recorder::Recorder;
+pub use spawns::quiet;

@@ -1,0 +1,201 @@
+//! Real child processes, synchronised through pipes: a child's line on stdout is the
+//! handshake (never a sleep); SIGKILL of the child's process group is the crash.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+
+use crate::spawns::spawning;
+
+/// The result of a command run to completion by [`run`].
+#[derive(Debug)]
+pub struct Out {
+    /// The exit status, or -1 when a signal ended the process.
+    pub code: i32,
+    /// Standard output (lossily decoded).
+    pub stdout: String,
+    /// Standard error (lossily decoded).
+    pub stderr: String,
+}
+
+/// Runs `cmd` to completion and captures its status and output (stdin as [`Command::output`]
+/// leaves it unless `cmd` sets it). Not serialised with [`quiet`](crate::quiet): the spawn
+/// lock would be held for the command's whole run.
+///
+/// # Panics
+///
+/// When the command cannot be spawned.
+pub fn run(cmd: &mut Command) -> Out {
+    let out = cmd.output().expect("spawn the command under test");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Asserts the CLI's error contract: stderr is exactly one line, starting with
+/// `leasehold: ` and containing `needle`.
+///
+/// # Panics
+///
+/// When it does not hold.
+pub fn assert_one_line_error(out: &Out, needle: &str) {
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one stderr line, got {:?}",
+        out.stderr
+    );
+    assert!(lines[0].starts_with("leasehold: "), "{:?}", lines[0]);
+    assert!(lines[0].contains(needle), "{:?} lacks {needle:?}", lines[0]);
+}
+
+/// A child process in its own process group, with piped stdin/stdout for handshakes. Dropping
+/// it while the child runs SIGKILLs the whole group and reaps the child, so no test leaves a
+/// holder behind when it fails.
+pub struct Proc {
+    /// The child itself.
+    pub child: Child,
+    /// Its stdin, until [`close_stdin`](Proc::close_stdin).
+    pub stdin: Option<ChildStdin>,
+    /// Its stdout, line-buffered for [`line`](Proc::line).
+    pub stdout: BufReader<ChildStdout>,
+}
+
+impl Proc {
+    /// Spawns `cmd` with piped stdin/stdout in a new process group (stderr as `cmd` says).
+    ///
+    /// # Panics
+    ///
+    /// When the command cannot be spawned.
+    pub fn spawn(cmd: &mut Command) -> Proc {
+        let mut child = {
+            let _spawning = spawning();
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("spawn")
+        };
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Proc {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Reads one line from the child's stdout, without its newline (blocking: the child's
+    /// line is the handshake). Empty at EOF.
+    pub fn line(&mut self) -> String {
+        let mut s = String::new();
+        self.stdout.read_line(&mut s).expect("read child stdout");
+        s.trim_end_matches('\n').to_string()
+    }
+
+    /// Writes one line to the child's stdin.
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("write child stdin");
+        stdin.flush().expect("flush");
+    }
+
+    /// Closes the child's stdin (the child reads EOF).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// The child's process ID (also its process group's ID).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILLs the child's whole process group (the child and everything it started) and
+    /// reaps the child: a crash, not a release.
+    pub fn kill_group(&mut self) {
+        let pgid = Pid::from_raw(self.child.id() as i32).expect("pid");
+        let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
+        let _ = self.child.wait();
+    }
+
+    /// SIGKILLs only the child process itself and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends `sig` to the child only.
+    pub fn signal(&self, sig: Signal) {
+        let pid = Pid::from_raw(self.child.id() as i32).expect("pid");
+        rustix::process::kill_process(pid, sig).expect("signal child");
+    }
+
+    /// Waits for the child to exit.
+    pub fn wait(&mut self) -> ExitStatus {
+        self.child.wait().expect("wait child")
+    }
+
+    /// Waits at most `limit` for the child to exit (polling its status: used only to bound a
+    /// test that would otherwise hang, never to synchronise).
+    pub fn wait_timeout(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let end = Instant::now() + limit;
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return Some(st);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill_group();
+        }
+    }
+}
+
+/// A real holder process: util-linux `flock` holding the same kind of lock the library takes
+/// (`flock(LOCK_EX)` on the file), in its own process group. Dropping it SIGKILLs the group.
+pub struct FlockHolder(Proc);
+
+impl FlockHolder {
+    /// Creates `lock` if missing and holds it from another process; returns once the child
+    /// has printed that it holds the lock.
+    ///
+    /// # Panics
+    ///
+    /// When util-linux `flock` is missing or does not report the lock.
+    pub fn hold(lock: &Path) -> FlockHolder {
+        if !lock.exists() {
+            std::fs::File::create(lock).expect("create the lock file");
+        }
+        let mut holder = Proc::spawn(
+            Command::new("flock")
+                .arg(lock)
+                .args(["-c", "echo locked; exec sleep 600"]),
+        );
+        assert_eq!(
+            holder.line(),
+            "locked",
+            "util-linux flock did not take the lock"
+        );
+        FlockHolder(holder)
+    }
+
+    /// SIGKILLs the holder's whole process group and reaps it: a crash, not a release.
+    pub fn kill(mut self) {
+        self.0.kill_group();
+    }
+}
