@@ -5,11 +5,11 @@
 //! by a real release, never by a sleep.
 #![cfg(target_os = "linux")]
 
-mod common;
+
 
 use std::time::Duration;
 
-use common::FlockHolder;
+use testkit::FlockHolder;
 use leasehold::{Budget, CancelToken, Holders, Lease};
 
 fn threads_of_this_process() -> usize {
@@ -32,7 +32,7 @@ fn an_abandoned_kernel_wait_never_ends_up_holding_the_lease() {
     assert!(Lease::acquire(&path, &budget).is_err());
     holder.kill(); // the kernel drops its lock; our abandoned helper is granted it
     let next = FlockHolder::hold(&path); // blocks until it has the lock: ours was dropped
-    let _quiet = common::quiet();
+    let _quiet = testkit::quiet();
     match leasehold::holders(&path).unwrap() {
         Holders::Held { pids } => assert!(
             !pids.contains(&std::process::id()),
