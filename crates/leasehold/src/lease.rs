@@ -466,7 +466,7 @@ impl Waiter<'_> {
         match sys::try_lock_exclusive(opened.fd.as_fd()) {
             Ok(true) => {}
             Ok(false) => return Ok(Attempt::Busy(opened)),
-            Err(e) => return Err(path_error(self.path(), "lock", e)),
+            Err(e) => return Err(Error::from_lock_errno(self.path(), e)),
         }
         match sys::entry_at(self.target.dir(), self.target.name()) {
             Ok(Entry::Regular(now)) if now == opened.id => Ok(Attempt::Acquired(Held {
@@ -1045,7 +1045,7 @@ pub(crate) mod tests {
         let err = Lease::try_acquire(&path).unwrap_err();
         assert!(
             err.to_string()
-                .ends_with(&format!("(pid {})", std::process::id())),
+                .contains(&format!("another process (pid {});", std::process::id())),
             "{err}"
         );
         drop(again);

@@ -63,7 +63,7 @@ pub mod patterns;
 mod sys;
 
 pub use budget::{Budget, CancelToken};
-pub use error::{Error, FileKind, HolderInfo, Holders, Result};
+pub use error::{Error, ErrorClass, FileKind, HolderInfo, Holders, Result};
 #[cfg(unix)]
 pub use lease::{FileId, HandleLease, LeaseHandle, MAX_REOPENS};
 pub use lease::{Lease, LockDir, holders};

@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorClass};
 use crate::lease::{Lease, LockDir, path_error};
 use crate::sys::{self, Entry};
 
@@ -92,6 +92,17 @@ pub enum AppendError {
 }
 
 impl AppendError {
+    /// How a caller should treat this error: a refused record is [`ErrorClass::Usage`]
+    /// (nothing was written), a poisoned handle [`ErrorClass::Failure`], and a lease or I/O
+    /// error has its own class.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            AppendError::Lease(e) => e.class(),
+            AppendError::InvalidRecord { .. } => ErrorClass::Usage,
+            AppendError::Poisoned { .. } => ErrorClass::Failure,
+        }
+    }
+
     /// True when the log path itself is unusable (not a regular file, permission denied, …):
     /// the caller's input is at fault and nothing was changed.
     pub fn is_unusable_path(&self) -> bool {

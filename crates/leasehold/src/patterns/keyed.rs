@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::{Budget, Error, Lease, LeaseOptions, LockDir};
+use crate::{Budget, Error, ErrorClass, Lease, LeaseOptions, LockDir};
 
 /// The lock namespace of the isolated result store (versioned: a future layout gets a new
 /// directory instead of reinterpreting old lock files).
@@ -74,6 +74,17 @@ pub enum KeyError {
     /// The lease could not be had or the lock path is unusable (see [`Error`]).
     #[error(transparent)]
     Lease(#[from] Error),
+}
+
+impl KeyError {
+    /// How a caller should treat this error: an empty or unknown key is
+    /// [`ErrorClass::Usage`] (nothing was created); a lease error has its own class.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            KeyError::EmptyKey { .. } | KeyError::Unknown { .. } => ErrorClass::Usage,
+            KeyError::Lease(e) => e.class(),
+        }
+    }
 }
 
 /// The lowercase hex SHA-256 of the trimmed key, plus `.lock`: the lock file's name.
