@@ -34,7 +34,7 @@ use leasehold::patterns::durable::replace_file;
 use leasehold::patterns::keyed::{KeyError, KeyLease, KeyedLeases, RESULT_NAMESPACE};
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Budget, Error as LeaseError, HolderInfo};
+use leasehold::{Budget, Error as LeaseError, ErrorClass, HolderInfo};
 use serde::{Deserialize, Serialize};
 
 /// The longest ID accepted (bytes after trimming).
@@ -74,19 +74,6 @@ pub struct SweepReport {
     /// IDs that could not be examined or removed, with the reason (left as they were).
     #[serde(skip)]
     pub failed: Vec<(String, String)>,
-}
-
-/// How a [`ResultError`] should be treated by a caller (the CLI maps these to exit statuses).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// The input (ID, source directory, lock path) is unusable; nothing was changed.
-    Usage,
-    /// Another process owns the ID; nothing was changed.
-    Contended,
-    /// The wait was cancelled; nothing was changed.
-    Cancelled,
-    /// An I/O or storage failure.
-    Failure,
 }
 
 /// Errors of the result store. Each names the ID or path and says what to do.
@@ -197,7 +184,10 @@ pub enum ResultError {
 }
 
 impl ResultError {
-    /// How the caller should treat this error.
+    /// How the caller should treat this error: a bad ID, source or lock path is
+    /// [`ErrorClass::Usage`], a busy ID [`ErrorClass::Contended`], a cancelled wait
+    /// [`ErrorClass::Cancelled`] (nothing was changed in each of these), anything else
+    /// [`ErrorClass::Failure`].
     pub fn class(&self) -> ErrorClass {
         match self {
             ResultError::InvalidId { .. }
@@ -207,8 +197,10 @@ impl ResultError {
             ResultError::Busy { .. } => ErrorClass::Contended,
             ResultError::Cancelled { .. } => ErrorClass::Cancelled,
             ResultError::NotPublished { source, .. } => source.class(),
-            ResultError::Lock(e) if e.is_unusable_path() => ErrorClass::Usage,
-            _ => ErrorClass::Failure,
+            ResultError::Lock(e) => e.class(),
+            ResultError::Corrupt { .. } | ResultError::Partial { .. } | ResultError::Io { .. } => {
+                ErrorClass::Failure
+            }
         }
     }
 }

@@ -20,11 +20,12 @@ use std::time::Duration;
 
 use common::{Canary, FlockHolder};
 use leasehold::Budget;
+use leasehold::ErrorClass;
 use leasehold::patterns::authority::{Event, State};
 use leasehold::patterns::keyed::{KeyLease, KeyedLeases, RESULT_NAMESPACE};
 use leasehold_stores::document::RealFiles;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
-use leasehold_stores::results::{ErrorClass, ResultError, ResultStore};
+use leasehold_stores::results::{ResultError, ResultStore};
 use leasehold_stores::session::{SessionId, SessionStore};
 
 fn long() -> Budget {

@@ -6,8 +6,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use leasehold::Budget;
+use leasehold::ErrorClass;
 use leasehold::patterns::keyed::{KeyedLeases, RESULT_NAMESPACE};
-use leasehold_stores::results::{ErrorClass, ResultError, ResultStore};
+use leasehold_stores::results::{ResultError, ResultStore};
 
 fn source(files: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
