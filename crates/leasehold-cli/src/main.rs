@@ -5,6 +5,7 @@
 mod cmd;
 mod exit;
 mod signals;
+mod wait;
 
 use std::process::ExitCode;
 

@@ -19,10 +19,6 @@ pub mod torture;
 
 use std::time::Duration;
 
-/// After this long, a waiting verb says once on stderr what it waits for and who holds it:
-/// users otherwise cannot tell a wait from a hang.
-pub const NOTICE_AFTER: Duration = Duration::from_secs(1);
-
 /// Parses a wait budget in seconds: a non-negative decimal number.
 pub fn parse_secs(s: &str) -> Result<Duration, String> {
     let v: f64 = s

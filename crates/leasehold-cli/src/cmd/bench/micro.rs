@@ -18,7 +18,7 @@ use crate::exit::Failure;
 pub(super) type Op<'a> = Box<dyn FnMut() -> Result<(), Failure> + 'a>;
 
 fn lease_err(e: leasehold::Error) -> Failure {
-    Failure::from_lease(&e)
+    Failure::of(&e)
 }
 
 fn sys_err<'a>(what: &'static str, path: &'a Path) -> impl Fn(rustix::io::Errno) -> Failure + 'a {

@@ -145,13 +145,13 @@ fn acquire(
             let joined = rt.block_on(task);
             match joined {
                 Ok((Ok(lease), at)) => Ok((Held::Lease(lease), at)),
-                Ok((Err(e), _)) => Err(Failure::from_lease(&e)),
+                Ok((Err(e), _)) => Err(Failure::of(&e)),
                 Err(e) => Err(Failure::failed(format!("bench: async waiter task: {e}"))),
             }
         }
         _ => Lease::acquire(path, &Budget::unlimited())
             .map(|l| (Held::Lease(l), mono_ns()))
-            .map_err(|e| Failure::from_lease(&e)),
+            .map_err(|e| Failure::of(&e)),
     }
 }
 
@@ -657,7 +657,7 @@ fn handoff(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
 fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     const WAITERS: usize = 100;
     let lock = dir.join("crowd.lock");
-    let held = Lease::try_acquire(&lock).map_err(|e| Failure::from_lease(&e))?;
+    let held = Lease::try_acquire(&lock).map_err(|e| Failure::of(&e))?;
     let (mut one, mut many, mut sync) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..plan.crowds {
         for (wait, n) in [
@@ -699,7 +699,7 @@ fn waiting_cpu(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     const WAITERS: usize = 2;
     let lib_lock = dir.join("cpu-lease.lock");
     let ker_lock = dir.join("cpu-kernel.lock");
-    let mut lease = Lease::try_acquire(&lib_lock).map_err(|e| Failure::from_lease(&e))?;
+    let mut lease = Lease::try_acquire(&lib_lock).map_err(|e| Failure::of(&e))?;
     let ker_fd = open_kernel(&ker_lock)?;
     rustix::fs::flock(&ker_fd, FlockOperation::NonBlockingLockExclusive)
         .map_err(errno_fail("flock"))?;
@@ -809,7 +809,7 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..plan.cancels {
         // Cancel a leasehold waiter.
-        let token = CancelToken::new().map_err(|e| Failure::from_lease(&e))?;
+        let token = CancelToken::new().map_err(|e| Failure::of(&e))?;
         let budget = Budget::unlimited().with_cancel(token.clone());
         let (tx, rx) = mpsc::channel();
         let path = lock.clone();

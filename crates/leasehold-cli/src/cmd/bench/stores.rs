@@ -360,7 +360,7 @@ fn keyed(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             Ok(())
         }),
         Box::new(|| {
-            drop(Lease::try_acquire(&plain).map_err(|e| Failure::from_lease(&e))?);
+            drop(Lease::try_acquire(&plain).map_err(|e| Failure::of(&e))?);
             Ok(())
         }),
     ];
