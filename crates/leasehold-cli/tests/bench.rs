@@ -56,4 +56,14 @@ fn bench_workers_are_hidden_from_help() {
     assert_eq!(out.code, 0);
     assert!(out.stdout.contains("--quick") && out.stdout.contains("--json"));
     assert!(!out.stdout.contains("--worker"), "{}", out.stdout);
+    assert!(!out.stdout.contains("--lock"), "{}", out.stdout);
+    // The one worker entry point of bench and torture is not listed either.
+    let out = run(leasehold().arg("--help"));
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.contains("bench") && out.stdout.contains("torture"));
+    assert!(
+        !out.stdout.lines().any(|l| l.trim_start().starts_with("worker")),
+        "{}",
+        out.stdout
+    );
 }

@@ -6,21 +6,27 @@
 //! Ratios to a floor measured seconds apart on the same machine are what can be compared
 //! across machines and file systems; absolute numbers are not.
 //!
-//! Multi-process figures use real OS processes: the binary re-executes itself with a hidden
-//! `--worker ROLE` flag (not part of the public contract). Parent and workers synchronise
+//! Multi-process figures use real OS processes: the binary re-executes itself as the hidden
+//! `leasehold worker bench ROLE` (not part of the public contract; `cmd/worker.rs`). Parent and workers synchronise
 //! through pipes (one line per event), never by sleeping; timestamps crossing a process
 //! boundary are raw `CLOCK_MONOTONIC` nanoseconds. The only waits by the clock are the
 //! scenarios' own holds (a 100 µs hold, the ~1 s hold while waiters' CPU is measured,
 //! and a deadline whose overshoot is the measured quantity).
 //!
 //! Scenarios are plain functions returning [`Row`]s, run in order by [`main`]: in-process
-//! lease costs (`micro`), figures that need waiters, including async (`acquire_async`) ones
-//! (`multi`), and the stores' figures: registry mutation vs a raw durable rewrite, session
+//! lease costs (`micro`), handoff between processes (`handoff`), figures of waiting itself:
+//! threads, CPU, takeover, cancellation (`waiters`), and the stores' figures: registry mutation vs a raw durable rewrite, session
 //! append vs raw write+fdatasync, keyed lease cost at 10 vs 100,000 IDs (`stores`).
 
+mod crew;
+mod handoff;
 mod micro;
-mod multi;
 mod stores;
+mod waiters;
+mod worker;
+
+pub use worker::WorkerArgs;
+pub(crate) use worker::main as worker;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,28 +50,6 @@ pub struct BenchArgs {
     /// figures are those of this directory's file system.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Internal: run as a worker process of a running benchmark.
-    #[arg(long, hide = true, value_name = "ROLE")]
-    worker: Option<String>,
-    /// Internal: the lock file a worker contends for.
-    #[arg(long, hide = true, value_name = "PATH")]
-    lock: Option<PathBuf>,
-    /// Internal: a file where holders leave their release timestamp.
-    #[arg(long, hide = true, value_name = "PATH")]
-    stamp: Option<PathBuf>,
-    /// Internal: this handoff worker's index.
-    #[arg(long, hide = true, default_value_t = 0)]
-    index: usize,
-    /// Internal: how many handoff workers there are.
-    #[arg(long, hide = true, default_value_t = 0)]
-    of: usize,
-    /// Internal: the worker waits in kernel `flock(LOCK_EX)` instead of `Lease::acquire`.
-    #[arg(long, hide = true)]
-    kernel: bool,
-    /// Internal: the worker's waiters are `Lease::acquire_async` tasks on a current-thread
-    /// tokio runtime instead of threads in `Lease::acquire`.
-    #[arg(long = "async", hide = true)]
-    async_wait: bool,
 }
 
 /// How much work each scenario does.
@@ -233,11 +217,18 @@ pub(crate) fn mono_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Runs `leasehold bench`, or a worker of a running one.
+/// `bench: WHAT: error` for an I/O failure of the benchmark itself.
+pub(super) fn io_fail(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
+    move |e| Failure::failed(format!("bench: {what}: {e}"))
+}
+
+/// `bench: WHAT: errno` for a failed system call of the benchmark itself.
+pub(super) fn errno_fail(what: &str) -> impl Fn(rustix::io::Errno) -> Failure + '_ {
+    move |e| Failure::failed(format!("bench: {what}: {e}"))
+}
+
+/// Runs `leasehold bench`.
 pub fn main(args: BenchArgs) -> Outcome {
-    if let Some(role) = &args.worker {
-        return multi::worker(role, &args);
-    }
     let plan = Plan::new(args.quick);
     let base = match &args.dir {
         Some(d) => d.clone(),
@@ -254,7 +245,8 @@ pub fn main(args: BenchArgs) -> Outcome {
         })?;
     let started = Instant::now();
     let mut rows = micro::run(tmp.path(), &plan)?;
-    rows.extend(multi::run(tmp.path(), &plan)?);
+    rows.extend(handoff::handoff(tmp.path(), &plan)?);
+    rows.extend(waiters::run(tmp.path(), &plan)?);
     rows.extend(stores::run(tmp.path(), &plan)?);
     let elapsed = started.elapsed().as_secs_f64();
     let machine = machine(tmp.path());

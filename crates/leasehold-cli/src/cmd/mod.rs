@@ -16,6 +16,8 @@ pub mod status;
 #[cfg_attr(windows, path = "unsupported.rs")]
 #[cfg_attr(windows, allow(clippy::duplicate_mod))]
 pub mod torture;
+#[cfg(unix)] // bench and torture, the verbs with workers, are POSIX-only
+pub mod worker;
 
 use std::time::Duration;
 
