@@ -22,6 +22,7 @@ mod crew;
 mod handoff;
 mod micro;
 mod stores;
+mod uncued;
 mod waiters;
 mod worker;
 
@@ -77,6 +78,10 @@ pub(crate) struct Plan {
     keyed_ids: usize,
     /// Repeats of the thread-count measurement (each starts two worker processes).
     crowds: usize,
+    /// Wall time of one uncued back-to-back run (one method, W workers), in ms.
+    uncued_ms: u64,
+    /// Runs per method and W of the uncued scenario; each figure is the median over them.
+    uncued_repeats: usize,
 }
 
 impl Plan {
@@ -93,6 +98,8 @@ impl Plan {
                 durable_samples: 9,
                 keyed_ids: 10_000,
                 crowds: 1,
+                uncued_ms: 500,
+                uncued_repeats: 3,
             }
         } else {
             Plan {
@@ -106,6 +113,8 @@ impl Plan {
                 durable_samples: 81,
                 keyed_ids: 100_000,
                 crowds: 3,
+                uncued_ms: 3000,
+                uncued_repeats: 3,
             }
         }
     }
@@ -248,12 +257,13 @@ pub fn main(args: BenchArgs) -> Outcome {
     rows.extend(handoff::handoff(tmp.path(), &plan)?);
     rows.extend(waiters::run(tmp.path(), &plan)?);
     rows.extend(stores::run(tmp.path(), &plan)?);
+    let uncued = uncued::run(tmp.path(), &plan)?;
     let elapsed = started.elapsed().as_secs_f64();
     let machine = machine(tmp.path());
     let out = if args.json {
-        json_report(&rows, &machine, &plan, elapsed).to_string() + "\n"
+        json_report(&rows, &uncued, &machine, &plan, elapsed).to_string() + "\n"
     } else {
-        table(&rows, &machine, &plan, elapsed)
+        table(&rows, &machine, &plan, elapsed) + "\n" + &uncued_table(&uncued, &plan)
     };
     tmp.close().map_err(|e| {
         Failure::failed(format!(
@@ -323,6 +333,7 @@ fn fs_name(magic: i64) -> String {
 
 fn fmt_value(v: f64, unit: Unit) -> String {
     match unit {
+        Unit::Nanos if v >= 10_000_000.0 => format!("{:.1} ms", v / 1e6),
         Unit::Nanos if v >= 100_000.0 => format!("{:.0} µs", v / 1000.0),
         Unit::Nanos => format!("{:.2} µs", v / 1000.0),
         Unit::Percent => format!("{v:.3} %"),
@@ -367,7 +378,14 @@ fn table(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> String {
                 .map_or("".into(), |(_, ok)| if *ok { "yes" } else { "NO" }.into()),
         ]);
     }
-    let widths: Vec<usize> = (0..9)
+    out.push_str(&aligned(&cells, |i| i == 0 || i >= 7));
+    out
+}
+
+/// Columns padded to their widest cell: left-aligned where `left(i)`, else right-aligned.
+fn aligned<const N: usize>(cells: &[[String; N]], left: impl Fn(usize) -> bool) -> String {
+    let mut out = String::new();
+    let widths: Vec<usize> = (0..N)
         .map(|i| {
             cells
                 .iter()
@@ -376,14 +394,14 @@ fn table(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    for c in &cells {
+    for c in cells {
         let line: Vec<String> = c
             .iter()
             .zip(&widths)
             .enumerate()
             .map(|(i, (s, w))| {
                 let pad = w - s.chars().count();
-                if i == 0 || i >= 7 {
+                if left(i) {
                     format!("{s}{}", " ".repeat(pad))
                 } else {
                     format!("{}{s}", " ".repeat(pad))
@@ -396,7 +414,62 @@ fn table(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> String {
     out
 }
 
-fn json_report(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> Value {
+/// The uncued back-to-back scenario: one line per method and W, with its ratios.
+fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
+    let mut out = format!(
+        "uncued back-to-back handoff: W workers each loop acquire → hold 100 µs → release → acquire at once, no cue; {:.1} s × {} runs, medians\ntargets: {}\n\n",
+        plan.uncued_ms as f64 / 1000.0,
+        plan.uncued_repeats,
+        uncued::TARGETS,
+    );
+    let header = [
+        "W",
+        "method",
+        "owner changed",
+        "handoff p50",
+        "p99",
+        "contended wait p99",
+        "max",
+        "acq/s",
+        "owner ×floor",
+        "wait p99 ×floor",
+        "max ×floor",
+        "handoff ×floor+verify",
+        "met",
+    ];
+    let mut cells: Vec<[String; 13]> = vec![header.map(String::from)];
+    let ns = |v: Option<f64>| v.map_or("—".into(), |v| fmt_value(v, Unit::Nanos));
+    let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
+    for l in lines {
+        let f = &l.figures;
+        cells.push([
+            l.workers.to_string(),
+            l.method.label().into(),
+            format!("{:.1} %", 100.0 * f.owner_change),
+            ns(f.handoff.map(|d| d.p50)),
+            ns(f.handoff.map(|d| d.p99)),
+            ns(f.wait.map(|d| d.p99)),
+            ns(f.wait.map(|d| d.max)),
+            format!("{:.0}", f.rate),
+            x(l.owner_ratio),
+            x(l.wait_p99_ratio),
+            x(l.wait_max_ratio),
+            x(l.handoff_ratio),
+            l.met
+                .map_or("(floor)".into(), |ok| if ok { "yes" } else { "NO" }.into()),
+        ]);
+    }
+    out.push_str(&aligned(&cells, |i| i == 1 || i == 12));
+    out
+}
+
+fn json_report(
+    rows: &[Row],
+    uncued: &[uncued::Line],
+    m: &Machine,
+    plan: &Plan,
+    elapsed: f64,
+) -> Value {
     let dist = |d: &Option<Dist>| {
         d.map_or(
             Value::Null,
@@ -427,11 +500,41 @@ fn json_report(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> Value {
             })
         })
         .collect();
+    let uncued: Vec<Value> = uncued
+        .iter()
+        .map(|l| {
+            let f = &l.figures;
+            json!({
+                "workers": l.workers,
+                "method": l.method.arg(),
+                "name": l.method.label(),
+                "owner_change": f.owner_change,
+                "handoff": dist(&f.handoff),
+                "contended_wait": dist(&f.wait),
+                "contended_waits": f.waits,
+                "acquisitions": f.turns,
+                "acquisitions_per_s": f.rate,
+                "ratios": {
+                    "owner_change_vs_floor": l.owner_ratio,
+                    "wait_p99_vs_floor": l.wait_p99_ratio,
+                    "wait_max_vs_floor": l.wait_max_ratio,
+                    "handoff_p50_vs_floor_verify": l.handoff_ratio,
+                },
+                "met": l.met,
+            })
+        })
+        .collect();
     json!({
         "quick": plan.quick,
         "repeats": plan.repeats,
         "elapsed_s": elapsed,
         "machine": {"cores": m.cores, "kernel": m.kernel, "cpu": m.cpu, "fs": m.fs},
         "figures": figures,
+        "uncued": {
+            "seconds": plan.uncued_ms as f64 / 1000.0,
+            "runs": plan.uncued_repeats,
+            "targets": uncued::TARGETS,
+            "lines": uncued,
+        },
     })
 }

@@ -41,14 +41,26 @@ impl Crew {
         (index, of): (usize, usize),
         wait: Wait,
     ) -> Result<usize, Failure> {
+        let mut args = vec![format!("--index={index}"), format!("--of={of}")];
+        args.extend(wait.flag().map(String::from));
+        self.spawn_args(role, lock, stamp, &args)
+    }
+
+    /// Starts a worker with these worker arguments (besides role, lock and stamp); returns
+    /// its index.
+    pub(super) fn spawn_args(
+        &mut self,
+        role: &str,
+        lock: &Path,
+        stamp: Option<&Path>,
+        args: &[String],
+    ) -> Result<usize, Failure> {
         let mut cmd = crate::cmd::worker::command("bench")?;
         cmd.args([role, "--lock"]).arg(lock);
         if let Some(s) = stamp {
             cmd.arg("--stamp").arg(s);
         }
-        cmd.arg(format!("--index={index}"));
-        cmd.arg(format!("--of={of}"));
-        cmd.args(wait.flag());
+        cmd.args(args);
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -95,6 +107,18 @@ impl Crew {
         it.map(|n| n.parse::<u64>())
             .collect::<Result<_, _>>()
             .map_err(|_| Failure::failed(format!("bench: malformed worker line {line:?}")))
+    }
+
+    /// Writes `line` to worker `idx`'s stdin.
+    pub(super) fn send(&mut self, idx: usize, line: &str) -> Result<(), Failure> {
+        use std::io::Write;
+        let stdin = self.children[idx]
+            .1
+            .as_mut()
+            .ok_or_else(|| Failure::failed("bench: a worker's stdin is closed"))?;
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .map_err(io_fail("cue a worker"))
     }
 
     /// SIGKILLs worker `idx` and reaps it.

@@ -15,6 +15,12 @@
 //!   cpu is the process CPU time spent in the wait, then release and exit.
 //! * `crowd`: start `--of` waiters on a lease held elsewhere, print `T <threads before>
 //!   <threads while all wait>`, then wait until stdin closes (the waiters die with it).
+//! * `loop` (the uncued back-to-back scenario): prepare `--method`, print `R`, read
+//!   `go <end ns>`, then until the end loop *acquire → hold 100 µs (asleep) → release →
+//!   acquire again at once*, with no cue from anyone, recording per acquisition when it
+//!   started to acquire, when it had the lease and when it released (stamped just before the
+//!   release call). Then print one `r <start> <acquired> <released>` line per acquisition and
+//!   `D <count>`. Nothing is printed or written inside the loop.
 
 use std::io::{BufRead, Write};
 use std::os::fd::OwnedFd;
@@ -61,6 +67,164 @@ pub struct WorkerArgs {
     /// runtime instead of threads in `Lease::acquire`.
     #[arg(long = "async")]
     async_wait: bool,
+    /// How a `loop` worker takes the lease (see [`Method`]).
+    #[arg(long, value_enum, default_value_t = Method::Lease)]
+    method: Method,
+}
+
+/// How a `loop` worker of the uncued scenario takes and releases the lease, once per turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Method {
+    /// The kernel floor: open, blocking `flock(LOCK_EX)`, close.
+    Floor,
+    /// The floor plus the inode check a safe lease needs: open, `flock(LOCK_EX)`, `fstat`,
+    /// `stat` of the path (same dev and inode), close.
+    FloorVerify,
+    /// Cold `Lease::acquire` with an unlimited budget, then drop.
+    Lease,
+    /// Cold `Lease::acquire` with a deadline and a `CancelToken`: what users with timeouts
+    /// (and every CLI wait) get.
+    LeaseBudget,
+    /// Warm: `LeaseHandle::lock` (unlimited budget) and release, the file kept open.
+    Handle,
+    /// `Lease::acquire_async` (unlimited budget) on a current-thread tokio runtime.
+    Async,
+}
+
+impl Method {
+    /// Every method, the floors first.
+    pub(super) const ALL: [Method; 6] = [
+        Method::Floor,
+        Method::FloorVerify,
+        Method::Lease,
+        Method::LeaseBudget,
+        Method::Handle,
+        Method::Async,
+    ];
+
+    /// Its `--method` value.
+    pub(super) fn arg(self) -> &'static str {
+        match self {
+            Method::Floor => "floor",
+            Method::FloorVerify => "floor-verify",
+            Method::Lease => "lease",
+            Method::LeaseBudget => "lease-budget",
+            Method::Handle => "handle",
+            Method::Async => "async",
+        }
+    }
+
+    /// What it is, for the report.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Method::Floor => "kernel floor: open + flock(LOCK_EX) + close",
+            Method::FloorVerify => "floor + inode verify (fstat + stat)",
+            Method::Lease => "Lease::acquire, unlimited budget",
+            Method::LeaseBudget => "Lease::acquire, deadline + CancelToken",
+            Method::Handle => "LeaseHandle::lock (warm)",
+            Method::Async => "Lease::acquire_async, current-thread runtime",
+        }
+    }
+}
+
+/// One acquisition of a `loop` worker: started to acquire, had the lease, released (ns).
+type Turn = (u64, u64, u64);
+
+/// The `loop` role: see the module documentation.
+fn back_to_back(
+    lock: &Path,
+    method: Method,
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+) -> Result<Vec<Turn>, Failure> {
+    let hold = Duration::from_nanos(HOLD_NS);
+    let token = leasehold::CancelToken::new().map_err(|e| Failure::of(&e))?;
+    let rt = match method {
+        Method::Async => Some(runtime()?),
+        _ => None,
+    };
+    let mut handle = match method {
+        Method::Handle => Some(leasehold::LeaseHandle::open(lock).map_err(|e| Failure::of(&e))?),
+        _ => None,
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "R")
+        .and_then(|()| out.flush())
+        .map_err(io_fail("report"))?;
+    let end: u64 = match lines.next() {
+        Some(Ok(line)) => line
+            .strip_prefix("go ")
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| Failure::failed(format!("bench: bad cue {line:?}")))?,
+        _ => return Ok(Vec::new()),
+    };
+    let kernel_turn = |verify: bool| -> Result<Turn, Failure> {
+        let t0 = mono_ns();
+        let fd = open_kernel(lock)?;
+        loop {
+            match rustix::fs::flock(&fd, FlockOperation::LockExclusive) {
+                Ok(()) => break,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(errno_fail("flock")(e)),
+            }
+        }
+        if verify {
+            let held = rustix::fs::fstat(&fd).map_err(errno_fail("fstat"))?;
+            let now = rustix::fs::statat(CWD, lock, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(errno_fail("stat"))?;
+            if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino) {
+                return Err(Failure::failed("bench: the lock file was replaced"));
+            }
+        }
+        let t1 = mono_ns();
+        std::thread::sleep(hold);
+        let t2 = mono_ns();
+        drop(fd);
+        Ok((t0, t1, t2))
+    };
+    let lease_err = |e: leasehold::Error| Failure::of(&e);
+    let mut turns = Vec::with_capacity(1 << 16);
+    while mono_ns() < end {
+        let turn = match method {
+            Method::Floor => kernel_turn(false)?,
+            Method::FloorVerify => kernel_turn(true)?,
+            Method::Lease | Method::LeaseBudget | Method::Async => {
+                let t0 = mono_ns();
+                let lease = match (method, &rt) {
+                    (Method::Async, Some(rt)) => {
+                        rt.block_on(Lease::acquire_async(lock, &Budget::unlimited()))
+                    }
+                    (Method::LeaseBudget, _) => {
+                        // Far beyond the run: the deadline never passes, but the waiter is
+                        // the cancellable one.
+                        let budget =
+                            Budget::timeout(Duration::from_secs(600)).with_cancel(token.clone());
+                        Lease::acquire(lock, &budget)
+                    }
+                    _ => Lease::acquire(lock, &Budget::unlimited()),
+                }
+                .map_err(lease_err)?;
+                let t1 = mono_ns();
+                std::thread::sleep(hold);
+                let t2 = mono_ns();
+                drop(lease);
+                (t0, t1, t2)
+            }
+            Method::Handle => {
+                let Some(handle) = handle.as_mut() else {
+                    return Err(Failure::failed("bench: no lease handle"));
+                };
+                let t0 = mono_ns();
+                let held = handle.lock(&Budget::unlimited()).map_err(lease_err)?;
+                let t1 = mono_ns();
+                std::thread::sleep(hold);
+                let t2 = mono_ns();
+                held.release();
+                (t0, t1, t2)
+            }
+        };
+        turns.push(turn);
+    }
+    Ok(turns)
 }
 
 /// A lease held either by the library or by a bare descriptor locked with `flock`.
@@ -318,6 +482,18 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
             drop(held);
+        }
+        "loop" => {
+            let turns = back_to_back(lock, args.method, &mut lines)?;
+            use std::fmt::Write as _;
+            let mut text = String::with_capacity(turns.len() * 40);
+            for (t0, t1, t2) in &turns {
+                let _ = writeln!(text, "r {t0} {t1} {t2}");
+            }
+            let _ = writeln!(text, "D {}", turns.len());
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(io_fail("report"))?;
         }
         "crowd" => {
             // Threads before any waiter exists (the runtime, if any, already built), and
