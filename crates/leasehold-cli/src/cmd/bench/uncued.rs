@@ -15,8 +15,9 @@
 //! * **handoff**: release by one worker → acquisition by a *different* worker;
 //! * **contended wait**: start of acquiring → acquired, for acquisitions that started
 //!   while the lease was held (p99 and max: starvation shows in the tail). A wait counts
-//!   when it *started* in the measured window, so a waiter starved until the others stop
-//!   at the end of the run is counted with its whole wait;
+//!   when it overlaps the measured window, so a waiter starved from the start until the
+//!   others stop at the end of the run is counted, with its whole wait (then a lower bound:
+//!   the run's end cut it short);
 //! * **acquisitions/s** over the measured window.
 //!
 //! Each method runs W = 2 and 4 workers for `Plan::uncued_ms`, `Plan::uncued_repeats`
@@ -190,10 +191,10 @@ fn figures_of(mut turns: Vec<(u64, u64, u64, usize)>, from: u64, end: u64) -> Fi
     let (mut handoffs, mut waits) = (Vec::new(), Vec::new());
     for pair in turns.windows(2) {
         let ((_, _, released, prev), (started, acquired, _, who)) = (pair[0], pair[1]);
-        // It started before the previous holder released: it had to wait. Counted by when
-        // it started, so that a waiter starved until the run ended (and the other workers
-        // stopped) is counted with its whole wait.
-        if started < released && (from..end).contains(&started) {
+        // It started before the previous holder released: it had to wait. Counted when the
+        // wait overlaps the measured window, so that a waiter starved from the start until
+        // the others stopped at the end of the run is counted, with its whole wait.
+        if started < released && started < end && acquired >= from {
             waits.push(acquired.saturating_sub(started) as f64);
         }
         if !(from..end).contains(&acquired) {
@@ -260,5 +261,18 @@ mod tests {
         let w = f.wait.unwrap();
         // Worker 1 waited 15 → 32; worker 0 waited 31 → 45; the re-take at 21 did not wait.
         assert_eq!((f.waits, w.max), (2.0, 17.0));
+    }
+
+    #[test]
+    fn a_waiter_starved_through_the_whole_window_is_counted() {
+        // Worker 1 asks at 1 (before the window [100, 1000)) and only gets the lease at
+        // 1200, after worker 0 stopped; worker 0 re-took it all along.
+        let mut turns: Vec<_> = (0..10)
+            .map(|i| (i * 100, i * 100 + 1, i * 100 + 90, 0))
+            .collect();
+        turns.push((1, 1200, 1300, 1));
+        let f = figures_of(turns, 100, 1000);
+        assert_eq!(f.owner_change, 0.0);
+        assert_eq!(f.wait.map(|w| w.max), Some(1199.0), "{f:?}");
     }
 }
