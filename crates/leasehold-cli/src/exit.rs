@@ -1,6 +1,13 @@
 //! Exit statuses of the contract and the one-line error that goes with them.
+//!
+//! This is the one place where an error becomes an exit status: every error of the library
+//! and the stores answers a [`leasehold::ErrorClass`], and [`status`] maps the class. No verb
+//! picks a status for an error itself (`run --conflict-exit-code` only replaces the
+//! contended status, through [`Failure::conflict_code`]).
 
 use std::fmt;
+
+use leasehold::ErrorClass;
 
 /// Success.
 pub const OK: u8 = 0;
@@ -11,9 +18,59 @@ pub const USAGE: u8 = 2;
 /// EX_TEMPFAIL: a lease is held by another process and could not be had within the budget.
 pub const CONTENDED: u8 = 75;
 
+/// The contract's exit status for an error of `class`: usage 2, contended 75, failure 1,
+/// cancelled 128 + the signal that cancelled the wait (130 SIGINT, 143 SIGTERM).
+pub fn status(class: ErrorClass) -> u8 {
+    match class {
+        ErrorClass::Usage => USAGE,
+        ErrorClass::Contended => CONTENDED,
+        ErrorClass::Cancelled => crate::signals::exit_code(),
+        ErrorClass::Failure => FAILURE,
+    }
+}
+
+/// An error that knows its class: the library's and the stores' errors.
+pub trait Classified: fmt::Display {
+    /// How the CLI treats it (see [`status`]).
+    fn class(&self) -> ErrorClass;
+}
+
+impl Classified for leasehold::Error {
+    fn class(&self) -> ErrorClass {
+        leasehold::Error::class(self)
+    }
+}
+
+impl Classified for leasehold::patterns::keyed::KeyError {
+    fn class(&self) -> ErrorClass {
+        leasehold::patterns::keyed::KeyError::class(self)
+    }
+}
+
+impl Classified for leasehold_stores::registry::RegistryError {
+    fn class(&self) -> ErrorClass {
+        leasehold_stores::registry::RegistryError::class(self)
+    }
+}
+
+impl Classified for leasehold_stores::results::ResultError {
+    fn class(&self) -> ErrorClass {
+        leasehold_stores::results::ResultError::class(self)
+    }
+}
+
+#[cfg(unix)]
+impl Classified for leasehold_stores::session::SessionError {
+    fn class(&self) -> ErrorClass {
+        leasehold_stores::session::SessionError::class(self)
+    }
+}
+
 /// A command's failure: its exit status and the single line printed to stderr.
 #[derive(Debug)]
 pub struct Failure {
+    /// How the failure is classed (decides the status unless a verb's own status applies).
+    pub class: ErrorClass,
     /// Exit status.
     pub code: u8,
     /// The message, printed after `leasehold: `.
@@ -21,36 +78,61 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn new(code: u8, message: impl fmt::Display) -> Failure {
+    /// A failure of `class` with its contract status.
+    pub fn new(class: ErrorClass, message: impl fmt::Display) -> Failure {
         Failure {
+            class,
+            code: status(class),
+            message: message.to_string(),
+        }
+    }
+
+    /// A library or store error, with its class's status and its own message.
+    pub fn of(e: &impl Classified) -> Failure {
+        Failure::new(e.class(), e)
+    }
+
+    /// A library or store error whose message gets `more` appended (for example how long the
+    /// verb waited and which option waits longer).
+    pub fn of_with(e: &impl Classified, more: &str) -> Failure {
+        Failure::new(e.class(), format!("{e}{more}"))
+    }
+
+    /// A usage error or unusable input of the CLI's own (status 2).
+    pub fn usage(message: impl fmt::Display) -> Failure {
+        Failure::new(ErrorClass::Usage, message)
+    }
+
+    /// Any other failure of the CLI's own (status 1).
+    pub fn failed(message: impl fmt::Display) -> Failure {
+        Failure::new(ErrorClass::Failure, message)
+    }
+
+    /// A failure with a status of its own that is none of the contract's classes (`run`'s
+    /// 126/127 when COMMAND cannot be started, as a shell reports them).
+    pub fn with_status(code: u8, message: impl fmt::Display) -> Failure {
+        Failure {
+            class: ErrorClass::Failure,
             code,
             message: message.to_string(),
         }
     }
-    pub fn usage(message: impl fmt::Display) -> Failure {
-        Failure::new(USAGE, message)
-    }
-    pub fn failed(message: impl fmt::Display) -> Failure {
-        Failure::new(FAILURE, message)
-    }
-    pub fn contended(message: impl fmt::Display) -> Failure {
-        Failure::new(CONTENDED, message)
+
+    /// `run --conflict-exit-code N`: contention exits with `code` instead of 75.
+    pub fn conflict_code(mut self, code: u8) -> Failure {
+        if self.class == ErrorClass::Contended {
+            self.code = code;
+        }
+        self
     }
 
-    /// Maps a lease error to the contract's status: unusable path 2, contention 75, else 1.
-    pub fn from_lease(e: &leasehold::Error) -> Failure {
-        let code = if e.is_unusable_path() {
-            USAGE
-        } else if e.is_contended() {
-            CONTENDED
-        } else {
-            FAILURE
-        };
-        Failure::new(code, e)
-    }
-
-    /// Prints the message as exactly one line (embedded newlines are flattened).
+    /// Prints the message as exactly one line (embedded newlines are flattened). A
+    /// cancelled wait prints nothing: the user asked for it (a signal), and the status says
+    /// which signal.
     pub fn print(&self) {
+        if self.class == ErrorClass::Cancelled {
+            return;
+        }
         let line = self.message.replace('\n', " ");
         eprintln!("leasehold: {line}");
     }
@@ -58,3 +140,40 @@ impl Failure {
 
 /// What a command returns: its exit status, or a failure to print.
 pub type Outcome = Result<u8, Failure>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_map_to_the_contract_statuses_and_only_contention_takes_the_conflict_code() {
+        assert_eq!(status(ErrorClass::Usage), 2);
+        assert_eq!(status(ErrorClass::Contended), 75);
+        assert_eq!(status(ErrorClass::Failure), 1);
+        // No signal arrived in this test process: a cancelled wait reports SIGTERM's status.
+        assert_eq!(status(ErrorClass::Cancelled), 143);
+        for class in [
+            ErrorClass::Usage,
+            ErrorClass::Failure,
+            ErrorClass::Cancelled,
+        ] {
+            let f = Failure::new(class, "x").conflict_code(9);
+            assert_eq!(f.code, status(class), "{class:?}");
+        }
+        assert_eq!(
+            Failure::new(ErrorClass::Contended, "x")
+                .conflict_code(9)
+                .code,
+            9
+        );
+    }
+
+    #[test]
+    fn a_library_error_keeps_its_message_and_gets_its_class_status() {
+        let e = leasehold::Error::PermissionDenied {
+            path: "/x.lock".into(),
+        };
+        let f = Failure::of(&e);
+        assert_eq!((f.code, f.message.as_str()), (2, e.to_string().as_str()));
+    }
+}

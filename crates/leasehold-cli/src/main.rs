@@ -27,6 +27,7 @@
 mod cmd;
 mod exit;
 mod signals;
+mod wait;
 
 use std::process::ExitCode;
 
@@ -56,6 +57,10 @@ enum Command {
     Session(cmd::session::SessionArgs),
     /// Crash torture: workers mutate under leases while they are SIGKILLed; checks exclusion.
     Torture(cmd::torture::TortureArgs),
+    /// Internal: a worker process of `bench` or `torture` (not part of the contract).
+    #[cfg(unix)]
+    #[command(hide = true)]
+    Worker(cmd::worker::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +73,8 @@ fn main() -> ExitCode {
         Command::Results(args) => cmd::results::main(args),
         Command::Session(args) => cmd::session::main(args),
         Command::Torture(args) => cmd::torture::main(args),
+        #[cfg(unix)]
+        Command::Worker(args) => cmd::worker::main(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

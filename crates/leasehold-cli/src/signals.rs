@@ -1,12 +1,29 @@
 //! Turning SIGINT/SIGTERM into a cancellation of the current wait.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use leasehold::CancelToken;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::exit::Failure;
+
+/// The signal that cancelled a wait (0: none yet), shared by every [`Interrupts`] of the
+/// process so that [`exit_code`] — which the exit-status map asks — needs no handle.
+fn fired() -> &'static Arc<AtomicUsize> {
+    static FIRED: OnceLock<Arc<AtomicUsize>> = OnceLock::new();
+    FIRED.get_or_init(Arc::default)
+}
+
+/// The conventional exit status for the signal that cancelled a wait (128 + N; SIGTERM's
+/// 143 if none was seen).
+pub fn exit_code() -> u8 {
+    let sig = match fired().load(Ordering::SeqCst) {
+        0 => SIGTERM,
+        n => n as i32,
+    };
+    128u8.wrapping_add(sig as u8)
+}
 
 /// Cancels `token` when SIGINT or SIGTERM arrives, remembering which one did.
 pub struct Interrupts {
@@ -19,7 +36,7 @@ impl Interrupts {
     /// async-signal-safe (signal-hook does the registration).
     pub fn install() -> Result<Interrupts, Failure> {
         let token = CancelToken::new().map_err(|e| Failure::failed(&e))?;
-        let which = Arc::new(AtomicUsize::new(0));
+        let which = fired().clone();
         for sig in [SIGINT, SIGTERM] {
             #[cfg(unix)]
             let fd = token.write_end().map_err(|e| Failure::failed(&e))?;
@@ -52,6 +69,6 @@ impl Interrupts {
 
     /// The conventional exit status for the signal that fired (128 + N).
     pub fn exit_code(&self) -> u8 {
-        128u8.wrapping_add(self.signal().unwrap_or(SIGTERM) as u8)
+        exit_code()
     }
 }

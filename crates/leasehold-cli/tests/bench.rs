@@ -38,8 +38,46 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "session_append_batched",
         "keyed_10_ids",
         "keyed_many_ids",
+        "uncontended_floor",
+        "uncontended_floor_verify",
+        "uncontended_acquire",
+        "uncontended_acquire_cancellable",
+        "uncontended_handle_lock",
     ] {
         assert!(keys.contains(&want), "missing figure {want}: {keys:?}");
+    }
+    // The uncued back-to-back scenario: every method with 2 and 4 workers, the floors
+    // defining the targets (met: null) and every leasehold method judged against them.
+    let lines = doc["uncued"]["lines"].as_array().expect("uncued lines");
+    let methods = [
+        "floor",
+        "floor-verify",
+        "lease",
+        "lease-budget",
+        "handle",
+        "async",
+    ];
+    for workers in [2, 4] {
+        for method in methods {
+            let line = lines
+                .iter()
+                .find(|l| l["workers"] == workers && l["method"] == method)
+                .unwrap_or_else(|| panic!("no uncued line for {method} with {workers}"));
+            let owner = line["owner_change"].as_f64().expect("owner_change");
+            assert!((0.0..=1.0).contains(&owner), "{line}");
+            assert!(
+                line["acquisitions"].as_f64().is_some_and(|n| n > 0.0),
+                "{line}"
+            );
+            for field in ["handoff", "contended_wait", "acquisitions_per_s", "ratios"] {
+                assert!(
+                    line.get(field).is_some(),
+                    "uncued line lacks {field}: {line}"
+                );
+            }
+            let floor = method.starts_with("floor");
+            assert_eq!(line["met"].is_null(), floor, "{line}");
+        }
     }
     for f in figures {
         assert!(f["median"].as_f64().is_some_and(|m| m >= 0.0), "{f}");
@@ -57,4 +95,16 @@ fn bench_workers_are_hidden_from_help() {
     assert_eq!(out.code, 0);
     assert!(out.stdout.contains("--quick") && out.stdout.contains("--json"));
     assert!(!out.stdout.contains("--worker"), "{}", out.stdout);
+    assert!(!out.stdout.contains("--lock"), "{}", out.stdout);
+    // The one worker entry point of bench and torture is not listed either.
+    let out = run(leasehold().arg("--help"));
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.contains("bench") && out.stdout.contains("torture"));
+    assert!(
+        !out.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("worker")),
+        "{}",
+        out.stdout
+    );
 }

@@ -189,8 +189,8 @@ fn one_shot_while_held_exits_75_naming_the_holder_pid() {
 
     let out = run(&mut h.reg(&["add", &p, &r]));
     assert_eq!(out.code, 75, "{out:?}");
-    assert_one_line_error(&out, "registry is held by another process");
-    assert_one_line_error(&out, &pid);
+    assert_one_line_error(&out, &format!("registry is held by another process {pid}"));
+    assert_one_line_error(&out, "did not wait (wait for it with --timeout SECS)");
 
     let out = run(&mut h.reg(&["list", "--json"]));
     assert_eq!(out.code, 75, "{out:?}");
@@ -200,6 +200,12 @@ fn one_shot_while_held_exits_75_naming_the_holder_pid() {
 
     let out = run(&mut h.reg(&["--timeout", "0.2", "remove", &p, &r]));
     assert_eq!(out.code, 75, "a bounded wait gives up: {out:?}");
+    assert_one_line_error(
+        &out,
+        &format!(
+            "registry is held by another process {pid}; gave up after 0.2s; wait longer with --timeout SECS"
+        ),
+    );
     a.finish();
     assert_eq!(run(&mut h.reg(&["--timeout", "5", "add", &p, &r])).code, 0);
 }

@@ -182,6 +182,10 @@ fn every_verb_gives_up_with_75_and_changes_nothing() {
         let out = run(results(&root).args(["--timeout", "0.2"]).args(args));
         assert_eq!(out.code, 75, "{args:?}: {out:?}");
         assert_one_line_error(&out, "held by another process");
+        assert_one_line_error(
+            &out,
+            "; gave up after 0.2s; wait longer with --timeout SECS",
+        );
         if args[0] == "finish" {
             assert!(out.stderr.contains("durability unavailable"), "{out:?}");
         }

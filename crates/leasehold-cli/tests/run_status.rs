@@ -170,12 +170,20 @@ fn timeout_and_no_wait_give_up_with_75_or_the_conflict_code_and_never_run_comman
     assert_eq!(out.code, 75, "{out:?}");
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_one_line_error(&out, &format!("(pid {})", holder.pid()));
+    assert_one_line_error(
+        &out,
+        &format!(
+            "{}: lock is held by another process (pid {}); gave up after 0.3s; wait longer with --timeout SECS",
+            lock.display(),
+            holder.pid()
+        ),
+    );
     let out = run(leasehold()
         .args(["run", "--no-wait", "--conflict-exit-code", "9"])
         .arg(&lock)
         .args(["--", "sh", "-c", &touch]));
     assert_eq!(out.code, 9);
+    assert_one_line_error(&out, "did not wait (wait for it with --timeout SECS)");
     let out = run(leasehold()
         .args(["run", "--timeout", "0", "--conflict-exit-code", "0"])
         .arg(&lock)
@@ -188,6 +196,35 @@ fn timeout_and_no_wait_give_up_with_75_or_the_conflict_code_and_never_run_comman
     assert_eq!(v["holders"], serde_json::json!([holder.pid()]));
     release(holder);
     assert_eq!(try_run(&lock).code, 0);
+}
+
+/// A wait longer than the notice's second says once what it waits for, and when it gives
+/// up it counts the whole wait, the quiet first second included.
+#[test]
+fn a_long_wait_gives_notice_once_and_reports_the_whole_wait_when_it_gives_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("n.lock");
+    let holder = hold(&lock);
+    let out = run(leasehold()
+        .args(["run", "--timeout", "1.5"])
+        .arg(&lock)
+        .args(["--", "true"]));
+    assert_eq!(out.code, 75, "{out:?}");
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    let held = format!(
+        "{} held by another process (pid {})",
+        lock.display(),
+        holder.pid()
+    );
+    assert_eq!(lines.len(), 2, "{out:?}");
+    assert_eq!(lines[0], format!("leasehold: waiting for {held}"));
+    let tail = lines[1]
+        .strip_suffix("s; wait longer with --timeout SECS")
+        .and_then(|l| l.rsplit_once("; gave up after "))
+        .map(|(_, secs)| secs.parse::<f64>().expect("seconds"));
+    // 1.5 s in all: the quiet second before the notice counts (it said 0.5 s once).
+    assert!(tail.is_some_and(|s| (1.5..2.0).contains(&s)), "{out:?}");
+    release(holder);
 }
 
 #[test]

@@ -23,7 +23,7 @@ use leasehold::patterns::authority::{
 };
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Budget, HolderInfo};
+use leasehold::{Budget, ErrorClass, HolderInfo};
 use serde_json::{Map, Value, json};
 
 use crate::document::{DocumentFiles, JsonDocument, RealFiles};
@@ -66,6 +66,19 @@ pub enum RegistryError {
 }
 
 impl RegistryError {
+    /// How a caller should treat this error: an invalid root is [`ErrorClass::Usage`],
+    /// another authority [`ErrorClass::Contended`], a failed store [`ErrorClass::Failure`],
+    /// and a lease error its own class (an unusable lease path is `Usage`, a cancelled wait
+    /// `Cancelled`).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            RegistryError::InvalidRoot { .. } => ErrorClass::Usage,
+            RegistryError::Contended { .. } => ErrorClass::Contended,
+            RegistryError::StorageFailed { .. } => ErrorClass::Failure,
+            RegistryError::Lease(e) => e.class(),
+        }
+    }
+
     /// The contract's error code: `invalid-root`, `registry-contended` or `storage-failed`.
     pub fn code(&self) -> &'static str {
         match self {

@@ -32,7 +32,7 @@ use std::str::FromStr;
 use leasehold::patterns::append::{AppendError, AppendLog, Durability, LogReader, TornTail};
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Error, HolderInfo, Lease, LeaseOptions, LockDir};
+use leasehold::{Error, ErrorClass, HolderInfo, Lease, LeaseOptions, LockDir};
 
 /// The log file inside a session directory.
 const LOG_NAME: &str = "session.jsonl";
@@ -164,24 +164,32 @@ pub enum SessionError {
 }
 
 impl SessionError {
-    /// True when the caller's input is at fault and nothing was changed: an invalid ID, an
-    /// unknown session, a record that is not JSON, or an unusable path (a symlink, FIFO or
-    /// directory where a session file should be, permission denied, …).
-    pub fn is_unusable_input(&self) -> bool {
+    /// How a caller should treat this error: an invalid ID, an unknown session, a record
+    /// that is not JSON or an unusable path (a symlink, FIFO or directory where a session
+    /// file should be, permission denied, …) is [`ErrorClass::Usage`] and changed nothing;
+    /// a session owned by another process is [`ErrorClass::Contended`]; a lease or log
+    /// error has its own class; anything else is [`ErrorClass::Failure`].
+    pub fn class(&self) -> ErrorClass {
         match self {
             SessionError::InvalidId { .. }
             | SessionError::UnknownSession { .. }
-            | SessionError::NotJson { .. } => true,
-            SessionError::Lease(e) => e.is_unusable_path(),
-            SessionError::Log(AppendError::InvalidRecord { .. }) => true,
-            SessionError::Log(e) => e.is_unusable_path(),
-            _ => false,
+            | SessionError::NotJson { .. } => ErrorClass::Usage,
+            SessionError::SessionAlreadyOwned { .. } => ErrorClass::Contended,
+            SessionError::Released { .. } => ErrorClass::Failure,
+            SessionError::Lease(e) => e.class(),
+            SessionError::Log(e) => e.class(),
         }
     }
 
-    /// True when another process owns the session.
+    /// True when the caller's input is at fault and nothing was changed (the class
+    /// [`ErrorClass::Usage`]).
+    pub fn is_unusable_input(&self) -> bool {
+        self.class() == ErrorClass::Usage
+    }
+
+    /// True when another process owns the session (the class [`ErrorClass::Contended`]).
     pub fn is_contended(&self) -> bool {
-        matches!(self, SessionError::SessionAlreadyOwned { .. })
+        self.class() == ErrorClass::Contended
     }
 }
 

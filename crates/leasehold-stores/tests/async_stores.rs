@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::Budget;
+use leasehold::ErrorClass;
 use leasehold::patterns::authority::{Event, State};
 use leasehold::patterns::keyed::{KeyLease, KeyedLeases};
 use leasehold_stores::document::RealFiles;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
-use leasehold_stores::results::{ErrorClass, ResultError, ResultStore};
+use leasehold_stores::results::{ResultError, ResultStore};
 use leasehold_stores::session::{SessionId, SessionStore};
 use testkit::{Canary, FlockHolder};
 

@@ -91,6 +91,7 @@ fn add_refuses_what_is_not_an_existing_directory() {
         assert_eq!(err.code(), "invalid-root", "{err}");
         let err = reg.add(&bad, &p).unwrap_err();
         assert!(matches!(err, RegistryError::InvalidRoot { .. }), "{err}");
+        assert_eq!(err.class(), leasehold::ErrorClass::Usage);
     }
     assert!(reg.scope().is_empty());
     assert!(!home.document().exists(), "nothing written");
@@ -151,6 +152,7 @@ fn a_corrupt_document_fails_storage_and_is_left_byte_for_byte() {
     let reg = home.registry();
     let err = reg.acquire(&Budget::no_wait()).unwrap_err();
     assert_eq!(err.code(), "storage-failed");
+    assert_eq!(err.class(), leasehold::ErrorClass::Failure);
     assert!(
         err.to_string().contains("multi_root_workspace.json"),
         "{err}"

@@ -2,7 +2,7 @@
 //! what to do: a lock library is debugged from its error messages.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::holders::HolderInfo;
@@ -12,8 +12,12 @@ use crate::kind::FileKind;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Another holder has the lease (another process, or another lease in this process).
-    #[error("{path}: lock is held by another process{holders}")]
+    /// Another holder has the lease (another process, or another lease in this process),
+    /// and the budget allowed no wait ([`Budget::no_wait`](crate::Budget::no_wait), or a
+    /// `try_` method).
+    #[error(
+        "{path}: lock is held by another process{holders}; not waited for (to wait, acquire with a Budget that has a timeout)"
+    )]
     Contended {
         /// The lock file.
         path: PathBuf,
@@ -21,7 +25,9 @@ pub enum Error {
         holders: HolderInfo,
     },
     /// The wait budget's deadline passed before the lease could be had.
-    #[error("{path}: lock is held by another process{holders}; gave up after {waited:.1?}")]
+    #[error(
+        "{path}: lock is held by another process{holders}; gave up after {waited:.1?}; allow a longer wait with a larger Budget timeout"
+    )]
     TimedOut {
         /// The lock file.
         path: PathBuf,
@@ -138,26 +144,79 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The file system holding the lock file cannot lock files: `flock` answered `ENOLCK`,
+    /// `EOPNOTSUPP`/`ENOTSUP` or `ENOSYS` (some FUSE and network mounts, some container
+    /// overlays). Not contention — waiting would never help — and not a transient I/O error.
+    #[error(
+        "{path}: this file system cannot lock files (flock: {source}); put the lock file on a local file system"
+    )]
+    LockingUnsupported {
+        /// The lock path.
+        path: PathBuf,
+        /// What `flock` answered.
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl Error {
-    /// True for [`Error::Contended`] and [`Error::TimedOut`]: somebody else has the lease.
+    /// How a caller should treat this error; see [`ErrorClass`].
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Error::Contended { .. } | Error::TimedOut { .. } => ErrorClass::Contended,
+            Error::Cancelled { .. } => ErrorClass::Cancelled,
+            Error::NotRegularFile { .. }
+            | Error::NotDirectory { .. }
+            | Error::ParentNotDirectory { .. }
+            | Error::PermissionDenied { .. }
+            | Error::NameTooLong { .. }
+            | Error::NetworkFilesystem { .. } => ErrorClass::Usage,
+            Error::NotFound { .. }
+            | Error::Unstable { .. }
+            | Error::LeaseLost { .. }
+            | Error::Released { .. }
+            | Error::TooManyOpenFiles { .. }
+            | Error::Io { .. }
+            | Error::LockingUnsupported { .. } => ErrorClass::Failure,
+        }
+    }
+
+    /// True for [`Error::Contended`] and [`Error::TimedOut`]: somebody else has the lease
+    /// (the class [`ErrorClass::Contended`]).
     pub fn is_contended(&self) -> bool {
-        matches!(self, Error::Contended { .. } | Error::TimedOut { .. })
+        self.class() == ErrorClass::Contended
     }
 
     /// True when the path itself is unusable (the caller's input is at fault, nothing was
-    /// changed): not a regular file, parent not a directory, permission denied, name too long.
+    /// changed): not a regular file, parent not a directory, permission denied, name too
+    /// long, a network file system not opted into (the class [`ErrorClass::Usage`]).
     pub fn is_unusable_path(&self) -> bool {
-        matches!(
-            self,
-            Error::NotRegularFile { .. }
-                | Error::NotDirectory { .. }
-                | Error::ParentNotDirectory { .. }
-                | Error::PermissionDenied { .. }
-                | Error::NameTooLong { .. }
-                | Error::NetworkFilesystem { .. }
-        )
+        self.class() == ErrorClass::Usage
+    }
+
+    /// The error for a failed `flock` on the lock file at `path`: the lease code's one
+    /// mapping of lock-call errno values. `ENOLCK`, `EOPNOTSUPP`/`ENOTSUP` and `ENOSYS` mean
+    /// the file system cannot lock ([`Error::LockingUnsupported`]); anything else is an
+    /// [`Error::Io`] of the `lock` operation. Contention (`EWOULDBLOCK`) and `EINTR` are not
+    /// errors and must be handled by the caller before this is asked.
+    #[cfg(unix)]
+    pub(crate) fn from_lock_errno(path: &Path, errno: rustix::io::Errno) -> Error {
+        use rustix::io::Errno;
+        let source = io::Error::from(errno);
+        let path = path.to_path_buf();
+        if errno == Errno::NOLCK
+            || errno == Errno::OPNOTSUPP
+            || errno == Errno::NOTSUP
+            || errno == Errno::NOSYS
+        {
+            Error::LockingUnsupported { path, source }
+        } else {
+            Error::Io {
+                op: "lock",
+                path,
+                source,
+            }
+        }
     }
 
     /// The holders recorded in a contention error.
@@ -171,3 +230,140 @@ impl Error {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a caller should treat an error, whatever the layer it comes from: every error type of
+/// leasehold and `leasehold-stores` answers one `class()`, so that a program decides what to
+/// do (retry later, report bad input, stop quietly) in one place instead of per variant. The
+/// `leasehold` CLI maps each class to one exit status (its `exit.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// The caller's input is unusable (a path that is not a regular file or directory where
+    /// one is needed, permission denied, an invalid or unknown ID, ...); nothing was changed,
+    /// and retrying the same input will fail the same way. CLI exit status 2.
+    Usage,
+    /// Another process holds the lease and it could not be had within the wait budget;
+    /// nothing was changed. Retrying later, or with a longer wait, may succeed. CLI exit
+    /// status 75 (EX_TEMPFAIL), or `run --conflict-exit-code N`.
+    Contended,
+    /// The wait was cancelled by the caller (a [`CancelToken`](crate::CancelToken), in the
+    /// CLI a signal); nothing was changed and nothing is held. CLI exit status 128 + the
+    /// signal (130 for SIGINT, 143 for SIGTERM).
+    Cancelled,
+    /// Anything else: an I/O or storage failure, a lost lease, a file system that cannot
+    /// lock. CLI exit status 1.
+    Failure,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::Holders;
+
+    #[cfg(unix)]
+    #[test]
+    fn lock_errnos_that_mean_no_locking_here_are_typed_apart_from_io_and_contention() {
+        use rustix::io::Errno;
+        let path = Path::new("/mnt/fuse/app.lock");
+        for errno in [Errno::NOLCK, Errno::OPNOTSUPP, Errno::NOTSUP, Errno::NOSYS] {
+            let e = Error::from_lock_errno(path, errno);
+            assert!(
+                matches!(&e, Error::LockingUnsupported { path: p, .. } if p == path),
+                "{errno:?}: {e:?}"
+            );
+            assert_eq!(e.class(), ErrorClass::Failure);
+            assert!(!e.is_contended() && !e.is_unusable_path());
+            let msg = e.to_string();
+            assert!(msg.starts_with("/mnt/fuse/app.lock: "), "{msg}");
+            assert!(
+                msg.contains("put the lock file on a local file system"),
+                "{msg}"
+            );
+            let raw = io::Error::from(errno).raw_os_error();
+            let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<io::Error>());
+            assert_eq!(source.and_then(io::Error::raw_os_error), raw);
+        }
+        for errno in [Errno::BADF, Errno::INVAL, Errno::IO] {
+            let e = Error::from_lock_errno(path, errno);
+            assert!(
+                matches!(e, Error::Io { op: "lock", .. }),
+                "{errno:?}: {e:?}"
+            );
+            assert_eq!(e.class(), ErrorClass::Failure);
+        }
+    }
+
+    #[test]
+    fn every_variant_has_the_class_its_helpers_report() {
+        let path = PathBuf::from("/x.lock");
+        let holders = || HolderInfo::known(Holders::Held { pids: vec![42] });
+        let cases = [
+            (
+                Error::Contended {
+                    path: path.clone(),
+                    holders: holders(),
+                },
+                ErrorClass::Contended,
+            ),
+            (
+                Error::TimedOut {
+                    path: path.clone(),
+                    holders: holders(),
+                    waited: Duration::from_millis(2000),
+                },
+                ErrorClass::Contended,
+            ),
+            (
+                Error::Cancelled { path: path.clone() },
+                ErrorClass::Cancelled,
+            ),
+            (
+                Error::NotRegularFile {
+                    path: path.clone(),
+                    kind: FileKind::Fifo,
+                },
+                ErrorClass::Usage,
+            ),
+            (
+                Error::PermissionDenied { path: path.clone() },
+                ErrorClass::Usage,
+            ),
+            (
+                Error::NetworkFilesystem {
+                    path: path.clone(),
+                    fs: "nfs",
+                },
+                ErrorClass::Usage,
+            ),
+            (Error::LeaseLost { path: path.clone() }, ErrorClass::Failure),
+            (Error::NotFound { path: path.clone() }, ErrorClass::Failure),
+        ];
+        for (e, class) in cases {
+            assert_eq!(e.class(), class, "{e:?}");
+            assert_eq!(e.is_contended(), class == ErrorClass::Contended, "{e:?}");
+            assert_eq!(e.is_unusable_path(), class == ErrorClass::Usage, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn contention_messages_name_the_path_the_holder_and_the_budget_setting() {
+        let path = PathBuf::from("/var/lib/app/store.lock");
+        let holders = HolderInfo::known(Holders::Held { pids: vec![42] });
+        let timed_out = Error::TimedOut {
+            path: path.clone(),
+            holders: holders.clone(),
+            waited: Duration::from_millis(2000),
+        }
+        .to_string();
+        assert_eq!(
+            timed_out,
+            "/var/lib/app/store.lock: lock is held by another process (pid 42); gave up after 2.0s; allow a longer wait with a larger Budget timeout"
+        );
+        let contended = Error::Contended { path, holders }.to_string();
+        assert!(
+            contended
+                .starts_with("/var/lib/app/store.lock: lock is held by another process (pid 42); "),
+            "{contended}"
+        );
+        assert!(contended.contains("Budget"), "{contended}");
+    }
+}

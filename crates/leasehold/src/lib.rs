@@ -51,18 +51,21 @@
 #![cfg_attr(windows, deny(unsafe_code))]
 #![deny(missing_docs)]
 
-// Layers, lowest first; each module imports only from those above it in this list.
-mod budget; // Budget, CancelToken: sys + error
-mod error; // Error: kind + holders
-mod holders; // HolderInfo and holder look-ups: kind + sys
-mod kind; // FileId, FileKind, Holders: depend on nothing
-mod lease; // the primitive: all of the above
-mod options; // LeaseOptions: nothing
+// Layers, lowest first; each module imports only from the ones before it:
+// kind (FileId, FileKind, Holders: nothing) → sys (the platform boundary: kind) →
+// holders (HolderInfo, look-ups: kind, sys) → error (kind, holders) → budget (sys, error) →
+// options (nothing) → lease (the primitive: all of these) → patterns (built on the primitive).
+mod budget;
+mod error;
+mod holders;
+mod kind;
+mod lease;
+mod options;
 pub mod patterns;
-mod sys; // the platform boundary: kind only // built on the primitive
+mod sys;
 
 pub use budget::{Budget, CancelToken};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorClass, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
 pub use lease::{HandleLease, Lease, LeaseHandle, LockDir, MAX_REOPENS, holders};

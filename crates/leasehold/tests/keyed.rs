@@ -106,6 +106,7 @@ fn missing_root_is_unknown_and_not_created() {
     let root = parent.path().join("absent");
     let r = keys(&root).try_acquire("r1", |_| false);
     assert!(matches!(r, Err(KeyError::Unknown { .. })), "{r:?}");
+    assert_eq!(r.unwrap_err().class(), leasehold::ErrorClass::Usage);
     assert!(!root.exists());
 }
 

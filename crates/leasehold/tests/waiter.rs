@@ -5,12 +5,10 @@
 //! by a real release, never by a sleep.
 #![cfg(target_os = "linux")]
 
-
-
 use std::time::Duration;
 
-use testkit::FlockHolder;
 use leasehold::{Budget, CancelToken, Holders, Lease};
+use testkit::FlockHolder;
 
 fn threads_of_this_process() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
@@ -82,6 +80,9 @@ fn a_cancellable_waiter_is_granted_when_the_holder_dies() {
         )
     });
     holder.kill();
-    let lease = waiter.join().unwrap().expect("granted after the holder died");
+    let lease = waiter
+        .join()
+        .unwrap()
+        .expect("granted after the holder died");
     lease.verify().unwrap();
 }

@@ -6,21 +6,28 @@
 //! Ratios to a floor measured seconds apart on the same machine are what can be compared
 //! across machines and file systems; absolute numbers are not.
 //!
-//! Multi-process figures use real OS processes: the binary re-executes itself with a hidden
-//! `--worker ROLE` flag (not part of the public contract). Parent and workers synchronise
+//! Multi-process figures use real OS processes: the binary re-executes itself as the hidden
+//! `leasehold worker bench ROLE` (not part of the public contract; `cmd/worker.rs`). Parent and workers synchronise
 //! through pipes (one line per event), never by sleeping; timestamps crossing a process
 //! boundary are raw `CLOCK_MONOTONIC` nanoseconds. The only waits by the clock are the
 //! scenarios' own holds (a 100 µs hold, the ~1 s hold while waiters' CPU is measured,
 //! and a deadline whose overshoot is the measured quantity).
 //!
 //! Scenarios are plain functions returning [`Row`]s, run in order by [`main`]: in-process
-//! lease costs (`micro`), figures that need waiters, including async (`acquire_async`) ones
-//! (`multi`), and the stores' figures: registry mutation vs a raw durable rewrite, session
+//! lease costs (`micro`), handoff between processes (`handoff`), figures of waiting itself:
+//! threads, CPU, takeover, cancellation (`waiters`), and the stores' figures: registry mutation vs a raw durable rewrite, session
 //! append vs raw write+fdatasync, keyed lease cost at 10 vs 100,000 IDs (`stores`).
 
+mod crew;
+mod handoff;
 mod micro;
-mod multi;
 mod stores;
+mod uncued;
+mod waiters;
+mod worker;
+
+pub use worker::WorkerArgs;
+pub(crate) use worker::main as worker;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,28 +51,6 @@ pub struct BenchArgs {
     /// figures are those of this directory's file system.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Internal: run as a worker process of a running benchmark.
-    #[arg(long, hide = true, value_name = "ROLE")]
-    worker: Option<String>,
-    /// Internal: the lock file a worker contends for.
-    #[arg(long, hide = true, value_name = "PATH")]
-    lock: Option<PathBuf>,
-    /// Internal: a file where holders leave their release timestamp.
-    #[arg(long, hide = true, value_name = "PATH")]
-    stamp: Option<PathBuf>,
-    /// Internal: this handoff worker's index.
-    #[arg(long, hide = true, default_value_t = 0)]
-    index: usize,
-    /// Internal: how many handoff workers there are.
-    #[arg(long, hide = true, default_value_t = 0)]
-    of: usize,
-    /// Internal: the worker waits in kernel `flock(LOCK_EX)` instead of `Lease::acquire`.
-    #[arg(long, hide = true)]
-    kernel: bool,
-    /// Internal: the worker's waiters are `Lease::acquire_async` tasks on a current-thread
-    /// tokio runtime instead of threads in `Lease::acquire`.
-    #[arg(long = "async", hide = true)]
-    async_wait: bool,
 }
 
 /// How much work each scenario does.
@@ -93,6 +78,10 @@ pub(crate) struct Plan {
     keyed_ids: usize,
     /// Repeats of the thread-count measurement (each starts two worker processes).
     crowds: usize,
+    /// Wall time of one uncued back-to-back run (one method, W workers), in ms.
+    uncued_ms: u64,
+    /// Runs per method and W of the uncued scenario; each figure is the median over them.
+    uncued_repeats: usize,
 }
 
 impl Plan {
@@ -109,6 +98,8 @@ impl Plan {
                 durable_samples: 9,
                 keyed_ids: 10_000,
                 crowds: 1,
+                uncued_ms: 500,
+                uncued_repeats: 3,
             }
         } else {
             Plan {
@@ -122,6 +113,8 @@ impl Plan {
                 durable_samples: 81,
                 keyed_ids: 100_000,
                 crowds: 3,
+                uncued_ms: 3000,
+                uncued_repeats: 3,
             }
         }
     }
@@ -233,11 +226,18 @@ pub(crate) fn mono_ns() -> u64 {
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Runs `leasehold bench`, or a worker of a running one.
+/// `bench: WHAT: error` for an I/O failure of the benchmark itself.
+pub(super) fn io_fail(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
+    move |e| Failure::failed(format!("bench: {what}: {e}"))
+}
+
+/// `bench: WHAT: errno` for a failed system call of the benchmark itself.
+pub(super) fn errno_fail(what: &str) -> impl Fn(rustix::io::Errno) -> Failure + '_ {
+    move |e| Failure::failed(format!("bench: {what}: {e}"))
+}
+
+/// Runs `leasehold bench`.
 pub fn main(args: BenchArgs) -> Outcome {
-    if let Some(role) = &args.worker {
-        return multi::worker(role, &args);
-    }
     let plan = Plan::new(args.quick);
     let base = match &args.dir {
         Some(d) => d.clone(),
@@ -254,14 +254,16 @@ pub fn main(args: BenchArgs) -> Outcome {
         })?;
     let started = Instant::now();
     let mut rows = micro::run(tmp.path(), &plan)?;
-    rows.extend(multi::run(tmp.path(), &plan)?);
+    rows.extend(handoff::handoff(tmp.path(), &plan)?);
+    rows.extend(waiters::run(tmp.path(), &plan)?);
     rows.extend(stores::run(tmp.path(), &plan)?);
+    let uncued = uncued::run(tmp.path(), &plan)?;
     let elapsed = started.elapsed().as_secs_f64();
     let machine = machine(tmp.path());
     let out = if args.json {
-        json_report(&rows, &machine, &plan, elapsed).to_string() + "\n"
+        json_report(&rows, &uncued, &machine, &plan, elapsed).to_string() + "\n"
     } else {
-        table(&rows, &machine, &plan, elapsed)
+        table(&rows, &machine, &plan, elapsed) + "\n" + &uncued_table(&uncued, &plan)
     };
     tmp.close().map_err(|e| {
         Failure::failed(format!(
@@ -331,6 +333,7 @@ fn fs_name(magic: i64) -> String {
 
 fn fmt_value(v: f64, unit: Unit) -> String {
     match unit {
+        Unit::Nanos if v >= 10_000_000.0 => format!("{:.1} ms", v / 1e6),
         Unit::Nanos if v >= 100_000.0 => format!("{:.0} µs", v / 1000.0),
         Unit::Nanos => format!("{:.2} µs", v / 1000.0),
         Unit::Percent => format!("{v:.3} %"),
@@ -375,7 +378,14 @@ fn table(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> String {
                 .map_or("".into(), |(_, ok)| if *ok { "yes" } else { "NO" }.into()),
         ]);
     }
-    let widths: Vec<usize> = (0..9)
+    out.push_str(&aligned(&cells, |i| i == 0 || i >= 7));
+    out
+}
+
+/// Columns padded to their widest cell: left-aligned where `left(i)`, else right-aligned.
+fn aligned<const N: usize>(cells: &[[String; N]], left: impl Fn(usize) -> bool) -> String {
+    let mut out = String::new();
+    let widths: Vec<usize> = (0..N)
         .map(|i| {
             cells
                 .iter()
@@ -384,14 +394,14 @@ fn table(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    for c in &cells {
+    for c in cells {
         let line: Vec<String> = c
             .iter()
             .zip(&widths)
             .enumerate()
             .map(|(i, (s, w))| {
                 let pad = w - s.chars().count();
-                if i == 0 || i >= 7 {
+                if left(i) {
                     format!("{s}{}", " ".repeat(pad))
                 } else {
                     format!("{}{s}", " ".repeat(pad))
@@ -404,7 +414,62 @@ fn table(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> String {
     out
 }
 
-fn json_report(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> Value {
+/// The uncued back-to-back scenario: one line per method and W, with its ratios.
+fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
+    let mut out = format!(
+        "uncued back-to-back handoff: W workers each loop acquire → hold 100 µs → release → acquire at once, no cue; {:.1} s × {} runs, medians\ntargets: {}\n\n",
+        plan.uncued_ms as f64 / 1000.0,
+        plan.uncued_repeats,
+        uncued::TARGETS,
+    );
+    let header = [
+        "W",
+        "method",
+        "owner changed",
+        "handoff p50",
+        "p99",
+        "contended wait p99",
+        "max",
+        "acq/s",
+        "owner ×floor",
+        "wait p99 ×floor",
+        "max ×floor",
+        "handoff ×floor+verify",
+        "met",
+    ];
+    let mut cells: Vec<[String; 13]> = vec![header.map(String::from)];
+    let ns = |v: Option<f64>| v.map_or("—".into(), |v| fmt_value(v, Unit::Nanos));
+    let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
+    for l in lines {
+        let f = &l.figures;
+        cells.push([
+            l.workers.to_string(),
+            l.method.label().into(),
+            format!("{:.1} %", 100.0 * f.owner_change),
+            ns(f.handoff.map(|d| d.p50)),
+            ns(f.handoff.map(|d| d.p99)),
+            ns(f.wait.map(|d| d.p99)),
+            ns(f.wait.map(|d| d.max)),
+            format!("{:.0}", f.rate),
+            x(l.owner_ratio),
+            x(l.wait_p99_ratio),
+            x(l.wait_max_ratio),
+            x(l.handoff_ratio),
+            l.met
+                .map_or("(floor)".into(), |ok| if ok { "yes" } else { "NO" }.into()),
+        ]);
+    }
+    out.push_str(&aligned(&cells, |i| i == 1 || i == 12));
+    out
+}
+
+fn json_report(
+    rows: &[Row],
+    uncued: &[uncued::Line],
+    m: &Machine,
+    plan: &Plan,
+    elapsed: f64,
+) -> Value {
     let dist = |d: &Option<Dist>| {
         d.map_or(
             Value::Null,
@@ -435,11 +500,41 @@ fn json_report(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> Value {
             })
         })
         .collect();
+    let uncued: Vec<Value> = uncued
+        .iter()
+        .map(|l| {
+            let f = &l.figures;
+            json!({
+                "workers": l.workers,
+                "method": l.method.arg(),
+                "name": l.method.label(),
+                "owner_change": f.owner_change,
+                "handoff": dist(&f.handoff),
+                "contended_wait": dist(&f.wait),
+                "contended_waits": f.waits,
+                "acquisitions": f.turns,
+                "acquisitions_per_s": f.rate,
+                "ratios": {
+                    "owner_change_vs_floor": l.owner_ratio,
+                    "wait_p99_vs_floor": l.wait_p99_ratio,
+                    "wait_max_vs_floor": l.wait_max_ratio,
+                    "handoff_p50_vs_floor_verify": l.handoff_ratio,
+                },
+                "met": l.met,
+            })
+        })
+        .collect();
     json!({
         "quick": plan.quick,
         "repeats": plan.repeats,
         "elapsed_s": elapsed,
         "machine": {"cores": m.cores, "kernel": m.kernel, "cpu": m.cpu, "fs": m.fs},
         "figures": figures,
+        "uncued": {
+            "seconds": plan.uncued_ms as f64 / 1000.0,
+            "runs": plan.uncued_repeats,
+            "targets": uncued::TARGETS,
+            "lines": uncued,
+        },
     })
 }

@@ -16,12 +16,10 @@ pub mod status;
 #[cfg_attr(windows, path = "unsupported.rs")]
 #[cfg_attr(windows, allow(clippy::duplicate_mod))]
 pub mod torture;
+#[cfg(unix)] // bench and torture, the verbs with workers, are POSIX-only
+pub mod worker;
 
 use std::time::Duration;
-
-/// After this long, a waiting verb says once on stderr what it waits for and who holds it:
-/// users otherwise cannot tell a wait from a hang.
-pub const NOTICE_AFTER: Duration = Duration::from_secs(1);
 
 /// Parses a wait budget in seconds: a non-negative decimal number.
 pub fn parse_secs(s: &str) -> Result<Duration, String> {

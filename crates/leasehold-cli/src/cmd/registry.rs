@@ -11,19 +11,19 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold::Budget;
+use leasehold::{Budget, ErrorClass};
 
-use super::NOTICE_AFTER;
 use leasehold::patterns::authority::State;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths, Scope, existing_dir};
 use serde_json::{Map, Value, json};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use crate::exit::{Failure, OK, Outcome, USAGE};
+use crate::exit::{Failure, OK, Outcome};
 use crate::signals::Interrupts;
+use crate::wait::Wait;
 
 #[derive(Args, Debug)]
 pub struct RegistryArgs {
@@ -84,18 +84,15 @@ fn one_shot(registry: &Registry, timeout: Option<Duration>, op: Op) -> Outcome {
     // Input errors first: they do not depend on who holds the registry.
     if let Op::Add { primary, root } = &op {
         for p in [primary, root] {
-            existing_dir(p).map_err(|e| failure(&e))?;
+            existing_dir(p).map_err(|e| Failure::of(&e))?;
         }
     }
     let interrupts = Interrupts::install()?;
-    if let Err(e) = acquire(registry, timeout, &interrupts) {
-        if let RegistryError::Lease(leasehold::Error::Cancelled { .. }) = e {
-            return Ok(interrupts.exit_code());
-        }
-        if let Op::List { json: true } = op {
+    if let Err(failure) = acquire(registry, timeout, &interrupts) {
+        if let (Op::List { json: true }, false) = (&op, failure.class == ErrorClass::Cancelled) {
             print_line(&json!({"state": state_name(&registry.state()), "scope": {}}));
         }
-        return Err(failure(&e));
+        return Err(failure);
     }
     let done = match &op {
         Op::Add { primary, root } => registry.add(primary, root),
@@ -111,50 +108,30 @@ fn one_shot(registry: &Registry, timeout: Option<Duration>, op: Op) -> Outcome {
         Op::Serve => Ok(()),
     };
     registry.teardown();
-    done.map(|()| OK).map_err(|e| failure(&e))
+    done.map(|()| OK).map_err(|e| Failure::of(&e))
 }
 
 /// Acquires the authority within `--timeout` (default: try once), saying once on stderr,
-/// after about a second, that it is waiting and for whom — as every waiting verb does, so a
-/// wait is never mistaken for a hang.
+/// after about a second, that it is waiting and for whom (see [`Wait`]). Contention says
+/// "registry is held by another process (pid N)", how long it waited and which option
+/// waits longer.
 fn acquire(
     registry: &Registry,
     timeout: Option<Duration>,
     interrupts: &Interrupts,
-) -> Result<(), RegistryError> {
-    let budget = |deadline: Option<Instant>| {
-        let b = match deadline {
-            Some(d) => Budget::until(d),
-            None => Budget::no_wait(),
-        };
-        b.with_cancel(interrupts.token().clone())
-    };
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-    let notice_at = Instant::now() + NOTICE_AFTER;
-    let Some(deadline) = deadline.filter(|d| *d > notice_at) else {
-        return registry.acquire(&budget(deadline));
-    };
-    match registry.acquire(&budget(Some(notice_at))) {
-        Err(RegistryError::Contended { holders }) => {
-            eprintln!("leasehold: waiting for the registry, held by another process{holders}");
-            registry.acquire(&budget(Some(deadline)))
+) -> Result<(), Failure> {
+    let wait = Wait::up_to(timeout.unwrap_or(Duration::ZERO), interrupts.token());
+    let held_by = |e: &RegistryError| match e {
+        RegistryError::Contended { holders } => {
+            Some(format!("the registry, held by another process{holders}"))
         }
-        other => other,
-    }
-}
-
-/// The contract's exit status for a registry error: invalid input 2, contention 75,
-/// storage failure 1 (an unusable lease path is 2, as for every verb).
-fn failure(e: &RegistryError) -> Failure {
-    match e {
-        RegistryError::InvalidRoot { .. } => Failure::new(USAGE, e),
-        RegistryError::Contended { .. } => Failure::contended(e),
-        RegistryError::StorageFailed { .. } => Failure::failed(e),
-        RegistryError::Lease(l) => Failure {
-            message: e.to_string(),
-            ..Failure::from_lease(l)
-        },
-    }
+        _ => None,
+    };
+    wait.run(|budget| registry.acquire(budget), held_by)
+        .map_err(|e| match e.class() {
+            ErrorClass::Contended => Failure::of_with(&e, &wait.gave_up()),
+            _ => Failure::of(&e),
+        })
 }
 
 fn print_list(scope: &Scope) {

@@ -8,13 +8,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::NOTICE_AFTER;
 use clap::{Args, Subcommand};
-use leasehold::Budget;
-use leasehold_stores::results::{ErrorClass, ResultError, ResultStore};
+use leasehold::{ErrorClass, HolderInfo};
+use leasehold_stores::results::{ResultError, ResultStore};
 
 use crate::exit::{Failure, OK, Outcome};
 use crate::signals::Interrupts;
+use crate::wait::Wait;
 
 /// The wait for an ID's lease when `--timeout` is not given.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -88,28 +88,25 @@ pub fn main(args: ResultsArgs) -> Outcome {
         None => default_root()?,
     };
     let interrupts = Interrupts::install()?;
-    let budget = Budget::timeout(args.timeout.unwrap_or(DEFAULT_TIMEOUT))
-        .with_cancel(interrupts.token().clone());
-    let store = ResultStore::new(root)
-        .max_wait(None)
-        .on_wait(NOTICE_AFTER, |id, e| {
-            let holders = e.holders().map(ToString::to_string).unwrap_or_default();
-            eprintln!("leasehold: waiting for result {id:?}: held by another process{holders}");
-        });
-    let fail = |e: ResultError| match e.class() {
-        ErrorClass::Cancelled => Ok(interrupts.exit_code()),
-        ErrorClass::Usage => Err(Failure::usage(e)),
-        ErrorClass::Contended => Err(Failure::contended(e)),
-        ErrorClass::Failure => Err(Failure::failed(e)),
+    let wait = Wait::up_to(args.timeout.unwrap_or(DEFAULT_TIMEOUT), interrupts.token());
+    // The CLI's wait is the whole budget: no cap of the store's own on top of it.
+    let store = ResultStore::new(root).max_wait(None);
+    // A busy ID fails admission before anything is changed, so the operation may be tried
+    // again after the notice (see `Wait::run`).
+    let waited = |id: &str, op: &dyn Fn(&leasehold::Budget) -> Result<(), ResultError>| {
+        let held_by = |e: &ResultError| {
+            busy(e).map(|holders| format!("result {id:?}: held by another process{holders}"))
+        };
+        wait.run(op, held_by)
     };
     let json = args.json;
     let done = match args.verb {
-        Verb::Stage { id, from } => store.stage(&id, &from, &budget).map(drop),
-        Verb::Paths { id } => store.paths(&id, &budget).map(|p| print_list(&p, json)),
-        Verb::Finish { id } => store.finish(&id, &budget).map(drop),
-        Verb::Apply { id, to } => store.apply(&id, &to, &budget).map(drop),
-        Verb::Discard { id } => store.discard(&id, &budget),
-        Verb::Abort { id } => store.abort(&id, &budget),
+        Verb::Stage { id, from } => waited(&id, &|b| store.stage(&id, &from, b).map(drop)),
+        Verb::Paths { id } => waited(&id, &|b| store.paths(&id, b).map(|p| print_list(&p, json))),
+        Verb::Finish { id } => waited(&id, &|b| store.finish(&id, b).map(drop)),
+        Verb::Apply { id, to } => waited(&id, &|b| store.apply(&id, &to, b).map(drop)),
+        Verb::Discard { id } => waited(&id, &|b| store.discard(&id, b)),
+        Verb::Abort { id } => waited(&id, &|b| store.abort(&id, b)),
         Verb::Pending => store.pending().map(|p| print_list(&p, json)),
         Verb::Sweep { older_than } => store.sweep(older_than).map(|report| {
             if json {
@@ -131,7 +128,18 @@ pub fn main(args: ResultsArgs) -> Outcome {
     };
     match done {
         Ok(()) => Ok(OK),
-        Err(e) => fail(e),
+        Err(e) if e.class() == ErrorClass::Contended => Err(Failure::of_with(&e, &wait.gave_up())),
+        Err(e) => Err(Failure::of(&e)),
+    }
+}
+
+/// The holders of a busy ID, when `e` says the ID is busy (also inside `finish`'s "not
+/// published").
+fn busy(e: &ResultError) -> Option<&HolderInfo> {
+    match e {
+        ResultError::Busy { holders, .. } => Some(holders),
+        ResultError::NotPublished { source, .. } => busy(source),
+        _ => None,
     }
 }
 

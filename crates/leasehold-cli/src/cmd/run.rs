@@ -10,16 +10,16 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::NOTICE_AFTER;
 use clap::Args;
-use leasehold::{Budget, Error, Lease};
+use leasehold::{Error, ErrorClass, Lease};
 #[cfg(unix)]
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use crate::exit::{CONTENDED, Failure, Outcome};
 use crate::signals::Interrupts;
+use crate::wait::Wait;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -41,14 +41,8 @@ pub struct RunArgs {
 
 pub fn main(args: RunArgs) -> Outcome {
     let interrupts = Interrupts::install()?;
-    let lease = match acquire(&args, &interrupts) {
-        Ok(lease) => lease,
-        Err(Error::Cancelled { .. }) => return Ok(interrupts.exit_code()),
-        Err(e) if e.is_contended() => {
-            return Err(Failure::new(args.conflict_exit_code, &e));
-        }
-        Err(e) => return Err(Failure::from_lease(&e)),
-    };
+    let lease = acquire(&args, &interrupts)
+        .map_err(|failure| failure.conflict_code(args.conflict_exit_code))?;
     if interrupts.signal().is_some() {
         // Interrupted in the instant the lease arrived: COMMAND must not start.
         return Ok(interrupts.exit_code());
@@ -66,7 +60,7 @@ pub fn main(args: RunArgs) -> Outcome {
         } else {
             126
         };
-        Failure::new(
+        Failure::with_status(
             code,
             format!("cannot run {}: {e}", program.to_string_lossy()),
         )
@@ -83,35 +77,36 @@ pub fn main(args: RunArgs) -> Outcome {
     Ok(exit_status(status))
 }
 
-/// Waits for the lease within the user's budget, saying once when it takes over a second.
-fn acquire(args: &RunArgs, interrupts: &Interrupts) -> leasehold::Result<Lease> {
-    let token = interrupts.token().clone();
-    let deadline = if args.no_wait {
-        Some(Instant::now())
-    } else {
-        args.timeout.and_then(|t| Instant::now().checked_add(t))
+/// Waits for the lease within the user's budget (see [`Wait`]: it says once when it takes
+/// over a second). Contention names the lock file, its holders, how long `run` waited and
+/// the option that waits longer.
+fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Lease, Failure> {
+    let token = interrupts.token();
+    let wait = match (args.no_wait, args.timeout) {
+        (true, _) => Wait::no_wait(token),
+        (false, Some(timeout)) => Wait::up_to(timeout, token),
+        (false, None) => Wait::unlimited(token),
     };
-    let budget = |d: Option<Instant>| {
-        let b = match d {
-            Some(d) => Budget::until(d),
-            None => Budget::unlimited(),
-        };
-        b.with_cancel(token.clone())
-    };
-    let notice_at = Instant::now() + NOTICE_AFTER;
-    if deadline.is_some_and(|d| d <= notice_at) {
-        return Lease::acquire(&args.lockfile, &budget(deadline));
-    }
-    match Lease::acquire(&args.lockfile, &budget(Some(notice_at))) {
-        Err(Error::TimedOut { path, holders, .. }) => {
-            eprintln!(
-                "leasehold: waiting for {} held by another process{holders}",
-                path.display()
-            );
-            Lease::acquire(&args.lockfile, &budget(deadline))
+    let holders = |e: &Error| match e {
+        Error::Contended { path, holders } | Error::TimedOut { path, holders, .. } => {
+            Some((path.display().to_string(), holders.to_string()))
         }
-        other => other,
-    }
+        _ => None,
+    };
+    let held_by = |e: &Error| {
+        holders(e).map(|(path, holders)| format!("{path} held by another process{holders}"))
+    };
+    wait.run(|budget| Lease::acquire(&args.lockfile, budget), held_by)
+        .map_err(|e| match holders(&e) {
+            Some((path, holders)) => Failure::new(
+                ErrorClass::Contended,
+                format!(
+                    "{path}: lock is held by another process{holders}{}",
+                    wait.gave_up()
+                ),
+            ),
+            None => Failure::of(&e),
+        })
 }
 
 #[cfg(unix)]

@@ -125,14 +125,8 @@ fn read(store: &SessionStore, id: &SessionId) -> Outcome {
     }
 }
 
-/// The contract's status for a session error: unusable input 2, owned by another process 75,
-/// anything else 1.
+/// A session error with its class's status (unusable input 2, owned by another process 75,
+/// anything else 1).
 fn failure(e: SessionError) -> Failure {
-    if e.is_unusable_input() {
-        Failure::usage(e)
-    } else if e.is_contended() {
-        Failure::contended(e)
-    } else {
-        Failure::failed(e)
-    }
+    Failure::of(&e)
 }

@@ -19,7 +19,7 @@ pub struct StatusArgs {
 }
 
 pub fn main(args: StatusArgs) -> Outcome {
-    let holders = leasehold::holders(&args.lockfile).map_err(|e| Failure::from_lease(&e))?;
+    let holders = leasehold::holders(&args.lockfile).map_err(|e| Failure::of(&e))?;
     let held = match holders.is_held() {
         Some(held) => held,
         None => {

@@ -1,9 +1,10 @@
 //! `leasehold torture`: crash torture of the lease, the registry authority and `run`.
 //!
-//! N worker processes (this binary, re-executed with a hidden `--worker` flag) loop forever
+//! N worker processes (this binary, re-executed as the hidden `leasehold worker torture`)
+//! loop forever
 //! doing acknowledged mutations: registry adds/removes through the library [`Registry`]
 //! authority, and increments of a shared counter file through `leasehold run` (whose command
-//! is this binary again, with a hidden `--increment` flag). Meanwhile the supervisor SIGKILLs
+//! is this binary again, as `leasehold worker torture --increment`). Meanwhile the supervisor SIGKILLs
 //! the process group of a random worker — at random moments, and on purpose while a worker
 //! holds a lease or is in the middle of a durable rewrite (workers announce each phase on
 //! stdout and wait for a `go` on stdin, so a kill can land exactly there).
@@ -53,18 +54,31 @@ pub struct TortureArgs {
     /// system's temporary directory).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Internal: run as worker SLOT:GEN in DIR.
-    #[arg(long, hide = true, value_name = "SLOT:GEN", requires = "dir")]
-    worker: Option<String>,
-    /// Internal: increment the counter under `run`, as worker SLOT:GEN in DIR.
-    #[arg(
-        long,
-        hide = true,
-        value_name = "SLOT:GEN",
-        requires = "dir",
-        conflicts_with = "worker"
-    )]
-    increment: Option<String>,
+}
+
+/// Arguments of a torture worker process (internal: not part of the contract).
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// Which worker this is: its slot and the generation of that slot (restarts count up).
+    #[arg(value_name = "SLOT:GEN")]
+    id: String,
+    /// The run's directory.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// Increment the counter (run as COMMAND under `leasehold run`) instead of looping.
+    #[arg(long)]
+    increment: bool,
+}
+
+/// Runs one torture worker (or one increment under `run`).
+pub fn worker(args: WorkerArgs) -> Outcome {
+    let (slot, generation) = parse_id(&args.id)?;
+    let layout = Layout::new(&args.dir);
+    if args.increment {
+        worker::increment(&layout, slot, generation)
+    } else {
+        worker::work(&layout, slot, generation)
+    }
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -72,14 +86,6 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 }
 
 pub fn main(args: TortureArgs) -> Outcome {
-    if let Some(id) = &args.worker {
-        let (slot, generation) = parse_id(id)?;
-        return worker::work(&Layout::new(dir_of(&args)?), slot, generation);
-    }
-    if let Some(id) = &args.increment {
-        let (slot, generation) = parse_id(id)?;
-        return worker::increment(&Layout::new(dir_of(&args)?), slot, generation);
-    }
     supervisor::run(&supervisor::Settings {
         workers: args.workers,
         kills: args.kills,
@@ -87,12 +93,6 @@ pub fn main(args: TortureArgs) -> Outcome {
         json: args.json,
         dir: args.dir,
     })
-}
-
-fn dir_of(args: &TortureArgs) -> Result<&Path, Failure> {
-    args.dir
-        .as_deref()
-        .ok_or_else(|| Failure::usage("torture: an internal worker needs --dir"))
 }
 
 fn parse_id(id: &str) -> Result<(u32, u32), Failure> {

@@ -3,20 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use leasehold::{Error as LeaseError, HolderInfo};
-
-/// How a [`ResultError`] should be treated by a caller (the CLI maps these to exit statuses).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// The input (ID, source directory, lock path) is unusable; nothing was changed.
-    Usage,
-    /// Another process owns the ID; nothing was changed.
-    Contended,
-    /// The wait was cancelled; nothing was changed.
-    Cancelled,
-    /// An I/O or storage failure.
-    Failure,
-}
+use leasehold::{Error as LeaseError, ErrorClass, HolderInfo};
 
 /// Errors of the result store. Each names the ID or path and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +113,10 @@ pub enum ResultError {
 }
 
 impl ResultError {
-    /// How the caller should treat this error.
+    /// How the caller should treat this error: a bad ID, source or lock path is
+    /// [`ErrorClass::Usage`], a busy ID [`ErrorClass::Contended`], a cancelled wait
+    /// [`ErrorClass::Cancelled`] (nothing was changed in each of these), anything else
+    /// [`ErrorClass::Failure`].
     pub fn class(&self) -> ErrorClass {
         match self {
             ResultError::InvalidId { .. }
@@ -136,8 +126,10 @@ impl ResultError {
             ResultError::Busy { .. } => ErrorClass::Contended,
             ResultError::Cancelled { .. } => ErrorClass::Cancelled,
             ResultError::NotPublished { source, .. } => source.class(),
-            ResultError::Lock(e) if e.is_unusable_path() => ErrorClass::Usage,
-            _ => ErrorClass::Failure,
+            ResultError::Lock(e) => e.class(),
+            ResultError::Corrupt { .. } | ResultError::Partial { .. } | ResultError::Io { .. } => {
+                ErrorClass::Failure
+            }
         }
     }
 }

@@ -47,7 +47,7 @@ use std::time::Duration;
 use leasehold::Error as LeaseError;
 use leasehold::patterns::keyed::KeyedLeases;
 
-pub use error::{ErrorClass, ResultError};
+pub use error::ResultError;
 pub use records::{Entry, MAX_ID_LEN, Publication, normalize_id};
 pub use sweep::SweepReport;
 

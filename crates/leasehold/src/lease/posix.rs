@@ -678,7 +678,7 @@ fn dir_error(at: BorrowedFd<'_>, name: &Path, path: &Path, e: Errno) -> Error {
 
 /// A failed `flock`.
 fn lock_error(path: &Path, e: Errno) -> Error {
-    path_error(path, "lock", e)
+    Error::from_lock_errno(path, e)
 }
 
 /// Maps an errno to the typed error a user can act on.

@@ -34,7 +34,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::error::Error;
+use crate::error::{Error, ErrorClass};
 use crate::lease::{Lease, LockDir};
 
 /// How far an append is pushed to stable storage before it returns.
@@ -88,6 +88,17 @@ pub enum AppendError {
 }
 
 impl AppendError {
+    /// How a caller should treat this error: a refused record is [`ErrorClass::Usage`]
+    /// (nothing was written), a poisoned handle [`ErrorClass::Failure`], and a lease or I/O
+    /// error has its own class.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            AppendError::Lease(e) => e.class(),
+            AppendError::InvalidRecord { .. } => ErrorClass::Usage,
+            AppendError::Poisoned { .. } => ErrorClass::Failure,
+        }
+    }
+
     /// True when the log path itself is unusable (not a regular file, permission denied, …):
     /// the caller's input is at fault and nothing was changed.
     pub fn is_unusable_path(&self) -> bool {

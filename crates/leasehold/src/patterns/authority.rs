@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use crate::{Budget, Error, HolderInfo, Lease, LeaseOptions};
+use crate::{Budget, Error, ErrorClass, HolderInfo, Lease, LeaseOptions};
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
@@ -104,6 +104,13 @@ impl Arbiter for KernelArbiter {
 #[error("{0}")]
 pub struct StoreFailure(pub String);
 
+impl StoreFailure {
+    /// Always [`ErrorClass::Failure`]: the store, not the caller's input, is at fault.
+    pub fn class(&self) -> ErrorClass {
+        ErrorClass::Failure
+    }
+}
+
 /// A store that an [`Authority`] opens, writes and closes — only while it holds the lease.
 pub trait Store: Send {
     /// The loaded records; also the published scope. `Default` is the empty scope.
@@ -151,6 +158,20 @@ pub enum AuthorityError {
     /// path); the authority is in `StorageFailed`.
     #[error(transparent)]
     Lease(Error),
+}
+
+impl AuthorityError {
+    /// How a caller should treat this error: another authority is
+    /// [`ErrorClass::Contended`], a failed store [`ErrorClass::Failure`], and an arbiter
+    /// error the class of that error (an unusable lock path is `Usage`, a cancelled wait
+    /// `Cancelled`).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            AuthorityError::Contended { .. } => ErrorClass::Contended,
+            AuthorityError::StorageFailed { .. } => ErrorClass::Failure,
+            AuthorityError::Lease(e) => e.class(),
+        }
+    }
 }
 
 /// A step of the lifecycle, reported to an [`Observer`] as it happens.
@@ -653,6 +674,7 @@ mod tests {
         let second = fx.stack("second");
         let err = second.acquire(&Budget::no_wait()).unwrap_err();
         assert!(matches!(err, AuthorityError::Contended { .. }), "{err:?}");
+        assert_eq!(err.class(), ErrorClass::Contended);
         assert_eq!(second.state(), State::Contended);
         assert!(second.scope().is_empty());
         let err = second.mutate(set("b", 2)).unwrap_err();

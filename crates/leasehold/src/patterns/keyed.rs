@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::{Budget, Error, Lease, LeaseOptions, LockDir};
+use crate::{Budget, Error, ErrorClass, Lease, LeaseOptions, LockDir};
 
 /// How long an acquisition waits at most unless [`KeyedLeases::max_wait`] says otherwise.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
@@ -70,6 +70,17 @@ pub enum KeyError {
     /// The lease could not be had or the lock path is unusable (see [`Error`]).
     #[error(transparent)]
     Lease(#[from] Error),
+}
+
+impl KeyError {
+    /// How a caller should treat this error: an empty or unknown key is
+    /// [`ErrorClass::Usage`] (nothing was created); a lease error has its own class.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            KeyError::EmptyKey { .. } | KeyError::Unknown { .. } => ErrorClass::Usage,
+            KeyError::Lease(e) => e.class(),
+        }
+    }
 }
 
 /// The lowercase hex SHA-256 of the trimmed key, plus `.lock`: the lock file's name.

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use leasehold::{Lease, LeaseHandle, LeaseOptions};
+use leasehold::{Budget, CancelToken, Lease, LeaseHandle, LeaseOptions};
 use rustix::fs::{AtFlags, CWD, FlockOperation, Mode, OFlags};
 
 use super::{Plan, Row, Unit, median};
@@ -18,7 +18,7 @@ use crate::exit::Failure;
 pub(super) type Op<'a> = Box<dyn FnMut() -> Result<(), Failure> + 'a>;
 
 fn lease_err(e: leasehold::Error) -> Failure {
-    Failure::from_lease(&e)
+    Failure::of(&e)
 }
 
 fn sys_err<'a>(what: &'static str, path: &'a Path) -> impl Fn(rustix::io::Errno) -> Failure + 'a {
@@ -71,6 +71,33 @@ fn fs4_cycle(path: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The kernel floor of a blocking lock, uncontended: open (create), `flock(LOCK_EX)`, close;
+/// with `verify`, also what a safe lease must check once it has the lock: `fstat` of the
+/// descriptor and `stat` of the path name the same inode.
+fn kernel_cycle(path: &Path, verify: bool) -> Result<(), Failure> {
+    let fd: OwnedFd = rustix::fs::openat(
+        CWD,
+        path,
+        OFlags::RDONLY | OFlags::CREATE | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(sys_err("open", path))?;
+    rustix::fs::flock(&fd, FlockOperation::LockExclusive).map_err(sys_err("flock", path))?;
+    if verify {
+        let held = rustix::fs::fstat(&fd).map_err(sys_err("fstat", path))?;
+        let now = rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(sys_err("stat", path))?;
+        if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino) {
+            return Err(Failure::failed(format!(
+                "bench: {} was replaced",
+                path.display()
+            )));
+        }
+    }
+    drop(fd);
+    Ok(())
+}
+
 /// Times `plan.batch` calls of each op per repeat, interleaved; returns ns/op per repeat per op.
 fn measure(ops: &mut [Op<'_>], plan: &Plan) -> Result<Vec<Vec<f64>>, Failure> {
     measure_batches(ops, plan.repeats, plan.batch)
@@ -112,6 +139,14 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let fs4: PathBuf = dir.join("fs4.lock");
     let warm: PathBuf = dir.join("warm.lock");
     let held: PathBuf = dir.join("held.lock");
+    let floor: PathBuf = dir.join("floor.lock");
+    let floor_verify: PathBuf = dir.join("floor-verify.lock");
+    let acquired: PathBuf = dir.join("acquire.lock");
+    let cancellable: PathBuf = dir.join("acquire-budget.lock");
+    let token = CancelToken::new().map_err(lease_err)?;
+    let mut warm_lock: LeaseHandle = LeaseOptions::new()
+        .open_handle(dir.join("warm-lock.lock"))
+        .map_err(lease_err)?;
 
     let mut handle: LeaseHandle = LeaseOptions::new().open_handle(&warm).map_err(lease_err)?;
     let warm_fd: OwnedFd = rustix::fs::openat(
@@ -155,6 +190,30 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         Box::new(|| {
             rustix::fs::statat(CWD, &held, AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(sys_err("stat", &held))?;
+            Ok(())
+        }),
+        // 7: the kernel floor of a blocking lock: open, flock(LOCK_EX), close.
+        Box::new(|| kernel_cycle(&floor, false)),
+        // 8: the same plus the inode verification (fstat + stat).
+        Box::new(|| kernel_cycle(&floor_verify, true)),
+        // 9: cold Lease::acquire with an unlimited budget, then release.
+        Box::new(|| {
+            drop(Lease::acquire(&acquired, &Budget::unlimited()).map_err(lease_err)?);
+            Ok(())
+        }),
+        // 10: the same with a deadline and a cancellation token (what timeouts get).
+        Box::new(|| {
+            let budget =
+                Budget::timeout(std::time::Duration::from_secs(600)).with_cancel(token.clone());
+            drop(Lease::acquire(&cancellable, &budget).map_err(lease_err)?);
+            Ok(())
+        }),
+        // 11: warm LeaseHandle::lock (unlimited budget) and release.
+        Box::new(|| {
+            warm_lock
+                .lock(&Budget::unlimited())
+                .map_err(lease_err)?
+                .release();
             Ok(())
         }),
     ];
@@ -204,5 +263,62 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         5,
         Some((6, "one fstatat")),
     );
-    Ok(vec![cold_row, fs4_row, warm_row, verify_row])
+    let floor_row = row(
+        "uncontended_floor",
+        "uncontended kernel floor (open, flock(LOCK_EX), close)",
+        7,
+        None,
+    );
+    let verify_floor_row = row(
+        "uncontended_floor_verify",
+        "uncontended floor + inode verify (open, flock, fstat, stat, close)",
+        8,
+        Some((7, "kernel floor")),
+    );
+    let target = |mut r: Row, limit: f64, text: &str| {
+        let ratio = r.ratio().unwrap_or(f64::INFINITY);
+        r.target = Some((text.into(), ratio <= limit));
+        r
+    };
+    let acquire_row = target(
+        row(
+            "uncontended_acquire",
+            "uncontended cold Lease::acquire (unlimited budget) + release",
+            9,
+            Some((8, "floor + verify")),
+        ),
+        1.15,
+        "≤ 1.15× floor + verify",
+    );
+    let cancellable_row = target(
+        row(
+            "uncontended_acquire_cancellable",
+            "uncontended cold Lease::acquire (deadline + CancelToken) + release",
+            10,
+            Some((8, "floor + verify")),
+        ),
+        1.15,
+        "≤ 1.15× floor + verify",
+    );
+    let handle_row = target(
+        row(
+            "uncontended_handle_lock",
+            "uncontended warm LeaseHandle::lock + release",
+            11,
+            Some((7, "kernel floor")),
+        ),
+        0.8,
+        "≤ 0.8× kernel floor",
+    );
+    Ok(vec![
+        cold_row,
+        fs4_row,
+        warm_row,
+        verify_row,
+        floor_row,
+        verify_floor_row,
+        acquire_row,
+        cancellable_row,
+        handle_row,
+    ])
 }

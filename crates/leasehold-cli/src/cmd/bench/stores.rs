@@ -25,7 +25,7 @@ use leasehold_stores::session::{SessionId, SessionStore};
 use rustix::fs::{CWD, Mode, OFlags};
 
 use super::micro::{Op, measure_batches};
-use super::{Plan, Row, Unit, median};
+use super::{Plan, Row, Unit, errno_fail, io_fail, median};
 use crate::exit::Failure;
 
 /// Records per sync in the batched session figure.
@@ -35,14 +35,6 @@ const NAMESPACE: &str = "keys-v1";
 /// Setup of the many-IDs namespace stops creating lock files after this long (a slow file
 /// system gets a smaller, stated count rather than an unbounded benchmark).
 const KEY_SETUP_LIMIT: Duration = Duration::from_secs(20);
-
-fn io_fail(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
-    move |e| Failure::failed(format!("bench: {what}: {e}"))
-}
-
-fn errno_fail(what: &str) -> impl Fn(rustix::io::Errno) -> Failure + '_ {
-    move |e| Failure::failed(format!("bench: {what}: {e}"))
-}
 
 /// All store figures.
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
@@ -360,7 +352,7 @@ fn keyed(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             Ok(())
         }),
         Box::new(|| {
-            drop(Lease::try_acquire(&plain).map_err(|e| Failure::from_lease(&e))?);
+            drop(Lease::try_acquire(&plain).map_err(|e| Failure::of(&e))?);
             Ok(())
         }),
     ];

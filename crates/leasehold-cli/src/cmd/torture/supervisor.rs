@@ -221,8 +221,8 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize) {
             .open(layout.stderr());
         let mut child = match stderr.and_then(|err| {
             Command::new(exe)
+                .args(crate::cmd::worker::ARGS)
                 .arg("torture")
-                .arg("--worker")
                 .arg(format!("{slot}:{generation}"))
                 .arg("--dir")
                 .arg(&layout.dir)

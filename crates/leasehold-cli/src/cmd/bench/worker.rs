@@ -1,0 +1,545 @@
+//! The worker side of the multi-process figures: this binary re-executed as
+//! `leasehold worker bench ROLE ...` (the hidden entry point shared with the torture, see
+//! `cmd/worker.rs`). `--kernel` and `--async` choose how a worker waits (see [`Wait`]).
+//! Workers report to the parent in lines on stdout:
+//!
+//! * `handoff`: on each `g` cue in its turn FIFO, answer `a` to whoever cued it, acquire
+//!   (leasehold: `Lease::acquire` with an unlimited budget, or an `acquire_async` task on the
+//!   worker's current-thread runtime; kernel: blocking `flock(LOCK_EX)`), read the previous
+//!   holder's release stamp, cue the previous holder and
+//!   wait for its answer, print `A <release→acquire ns> <1 if it was already waiting at the
+//!   release>`, hold 100 µs (asleep), write its own release stamp, release (close). An `s`
+//!   cue ends it.
+//! * `hold`: take the lease, print `H`, hold until stdin closes (or SIGKILL).
+//! * `wait`: print `W`, wait for the lease, print `A <acquired at ns> <cpu ns> <wall ns>` where
+//!   cpu is the process CPU time spent in the wait, then release and exit.
+//! * `crowd`: start `--of` waiters on a lease held elsewhere, print `T <threads before>
+//!   <threads while all wait>`, then wait until stdin closes (the waiters die with it).
+//! * `loop` (the uncued back-to-back scenario): prepare `--method`, print `R`, read
+//!   `go <end ns>`, then until the end loop *acquire → hold 100 µs (asleep) → release →
+//!   acquire again at once*, with no cue from anyone, recording per acquisition when it
+//!   started to acquire, when it had the lease and when it released (stamped just before the
+//!   release call). Then print one `r <start> <acquired> <released>` line per acquisition and
+//!   `D <count>`. Nothing is printed or written inside the loop.
+
+use std::io::{BufRead, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use clap::Args;
+use leasehold::{Budget, Lease};
+use rustix::fs::{CWD, FlockOperation, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::crew::until_asleep;
+use super::{errno_fail, io_fail, mono_ns};
+use crate::exit::{Failure, OK, Outcome};
+
+/// The sender byte of cues from the parent (workers are 0..n, n ≤ 4).
+pub(super) const PARENT: u8 = 255;
+/// How long a handoff holder keeps the lease per turn.
+pub(super) const HOLD_NS: u64 = 100_000;
+
+/// Arguments of a bench worker process (internal: not part of the contract).
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// What the worker does (see the module documentation).
+    role: String,
+    /// The lock file the worker contends for.
+    #[arg(long, value_name = "PATH")]
+    lock: PathBuf,
+    /// A file where holders leave their release timestamp.
+    #[arg(long, value_name = "PATH")]
+    stamp: Option<PathBuf>,
+    /// This handoff worker's index.
+    #[arg(long, default_value_t = 0)]
+    index: usize,
+    /// How many handoff workers there are.
+    #[arg(long, default_value_t = 0)]
+    of: usize,
+    /// The worker waits in kernel `flock(LOCK_EX)` instead of `Lease::acquire`.
+    #[arg(long)]
+    kernel: bool,
+    /// The worker's waiters are `Lease::acquire_async` tasks on a current-thread tokio
+    /// runtime instead of threads in `Lease::acquire`.
+    #[arg(long = "async")]
+    async_wait: bool,
+    /// How a `loop` worker takes the lease (see [`Method`]).
+    #[arg(long, value_enum, default_value_t = Method::Lease)]
+    method: Method,
+}
+
+/// How a `loop` worker of the uncued scenario takes and releases the lease, once per turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Method {
+    /// The kernel floor: open, blocking `flock(LOCK_EX)`, close.
+    Floor,
+    /// The floor plus the inode check a safe lease needs: open, `flock(LOCK_EX)`, `fstat`,
+    /// `stat` of the path (same dev and inode), close.
+    FloorVerify,
+    /// Cold `Lease::acquire` with an unlimited budget, then drop.
+    Lease,
+    /// Cold `Lease::acquire` with a deadline and a `CancelToken`: what users with timeouts
+    /// (and every CLI wait) get.
+    LeaseBudget,
+    /// Warm: `LeaseHandle::lock` (unlimited budget) and release, the file kept open.
+    Handle,
+    /// `Lease::acquire_async` (unlimited budget) on a current-thread tokio runtime.
+    Async,
+}
+
+impl Method {
+    /// Every method, the floors first.
+    pub(super) const ALL: [Method; 6] = [
+        Method::Floor,
+        Method::FloorVerify,
+        Method::Lease,
+        Method::LeaseBudget,
+        Method::Handle,
+        Method::Async,
+    ];
+
+    /// Its `--method` value.
+    pub(super) fn arg(self) -> &'static str {
+        match self {
+            Method::Floor => "floor",
+            Method::FloorVerify => "floor-verify",
+            Method::Lease => "lease",
+            Method::LeaseBudget => "lease-budget",
+            Method::Handle => "handle",
+            Method::Async => "async",
+        }
+    }
+
+    /// What it is, for the report.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Method::Floor => "kernel floor: open + flock(LOCK_EX) + close",
+            Method::FloorVerify => "floor + inode verify (fstat + stat)",
+            Method::Lease => "Lease::acquire, unlimited budget",
+            Method::LeaseBudget => "Lease::acquire, deadline + CancelToken",
+            Method::Handle => "LeaseHandle::lock (warm)",
+            Method::Async => "Lease::acquire_async, current-thread runtime",
+        }
+    }
+}
+
+/// One acquisition of a `loop` worker: started to acquire, had the lease, released (ns).
+type Turn = (u64, u64, u64);
+
+/// The `loop` role: see the module documentation.
+fn back_to_back(
+    lock: &Path,
+    method: Method,
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+) -> Result<Vec<Turn>, Failure> {
+    let hold = Duration::from_nanos(HOLD_NS);
+    let token = leasehold::CancelToken::new().map_err(|e| Failure::of(&e))?;
+    let rt = match method {
+        Method::Async => Some(runtime()?),
+        _ => None,
+    };
+    let mut handle = match method {
+        Method::Handle => Some(leasehold::LeaseHandle::open(lock).map_err(|e| Failure::of(&e))?),
+        _ => None,
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "R")
+        .and_then(|()| out.flush())
+        .map_err(io_fail("report"))?;
+    let end: u64 = match lines.next() {
+        Some(Ok(line)) => line
+            .strip_prefix("go ")
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| Failure::failed(format!("bench: bad cue {line:?}")))?,
+        _ => return Ok(Vec::new()),
+    };
+    let kernel_turn = |verify: bool| -> Result<Turn, Failure> {
+        let t0 = mono_ns();
+        let fd = open_kernel(lock)?;
+        loop {
+            match rustix::fs::flock(&fd, FlockOperation::LockExclusive) {
+                Ok(()) => break,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(errno_fail("flock")(e)),
+            }
+        }
+        if verify {
+            let held = rustix::fs::fstat(&fd).map_err(errno_fail("fstat"))?;
+            let now = rustix::fs::statat(CWD, lock, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(errno_fail("stat"))?;
+            if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino) {
+                return Err(Failure::failed("bench: the lock file was replaced"));
+            }
+        }
+        let t1 = mono_ns();
+        std::thread::sleep(hold);
+        let t2 = mono_ns();
+        drop(fd);
+        Ok((t0, t1, t2))
+    };
+    let lease_err = |e: leasehold::Error| Failure::of(&e);
+    let mut turns = Vec::with_capacity(1 << 16);
+    while mono_ns() < end {
+        let turn = match method {
+            Method::Floor => kernel_turn(false)?,
+            Method::FloorVerify => kernel_turn(true)?,
+            Method::Lease | Method::LeaseBudget | Method::Async => {
+                let t0 = mono_ns();
+                let lease = match (method, &rt) {
+                    (Method::Async, Some(rt)) => {
+                        rt.block_on(Lease::acquire_async(lock, &Budget::unlimited()))
+                    }
+                    (Method::LeaseBudget, _) => {
+                        // Far beyond the run: the deadline never passes, but the waiter is
+                        // the cancellable one.
+                        let budget =
+                            Budget::timeout(Duration::from_secs(600)).with_cancel(token.clone());
+                        Lease::acquire(lock, &budget)
+                    }
+                    _ => Lease::acquire(lock, &Budget::unlimited()),
+                }
+                .map_err(lease_err)?;
+                let t1 = mono_ns();
+                std::thread::sleep(hold);
+                let t2 = mono_ns();
+                drop(lease);
+                (t0, t1, t2)
+            }
+            Method::Handle => {
+                let Some(handle) = handle.as_mut() else {
+                    return Err(Failure::failed("bench: no lease handle"));
+                };
+                let t0 = mono_ns();
+                let held = handle.lock(&Budget::unlimited()).map_err(lease_err)?;
+                let t1 = mono_ns();
+                std::thread::sleep(hold);
+                let t2 = mono_ns();
+                held.release();
+                (t0, t1, t2)
+            }
+        };
+        turns.push(turn);
+    }
+    Ok(turns)
+}
+
+/// A lease held either by the library or by a bare descriptor locked with `flock`.
+enum Held {
+    Lease(#[allow(dead_code)] Lease),
+    Kernel(#[allow(dead_code)] OwnedFd),
+}
+
+pub(super) fn open_kernel(path: &Path) -> Result<OwnedFd, Failure> {
+    rustix::fs::openat(
+        CWD,
+        path,
+        OFlags::RDONLY | OFlags::CREATE | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(errno_fail("open lock file"))
+}
+
+/// How a worker waits for the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// A blocking `flock(LOCK_EX)` on a freshly opened file: the floor (not cancellable).
+    Kernel,
+    /// `Lease::acquire` with an unlimited budget, on a thread of its own.
+    Lease,
+    /// A `Lease::acquire_async` task on the worker's one current-thread tokio runtime.
+    Async,
+}
+
+impl Wait {
+    fn of(args: &WorkerArgs) -> Wait {
+        if args.kernel {
+            Wait::Kernel
+        } else if args.async_wait {
+            Wait::Async
+        } else {
+            Wait::Lease
+        }
+    }
+
+    /// The worker flag selecting this way of waiting.
+    pub(super) fn flag(self) -> Option<&'static str> {
+        match self {
+            Wait::Kernel => Some("--kernel"),
+            Wait::Lease => None,
+            Wait::Async => Some("--async"),
+        }
+    }
+}
+
+/// A current-thread tokio runtime: the one an async worker drives all its waiters on. It
+/// starts no thread of its own (the reactor and timers run on the calling thread).
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io_fail("start a tokio runtime"))
+}
+
+/// Waits for the lease as `wait` says (`rt`: the worker's runtime, for [`Wait::Async`]);
+/// returns it and the `CLOCK_MONOTONIC` time it was acquired at. None probes first: a failed
+/// `try_acquire` would read `/proc/locks` to name the holder (see BENCHMARKS.md).
+fn acquire(
+    path: &Path,
+    wait: Wait,
+    rt: Option<&tokio::runtime::Runtime>,
+) -> Result<(Held, u64), Failure> {
+    match (wait, rt) {
+        (Wait::Kernel, _) => {
+            let fd = open_kernel(path)?;
+            loop {
+                match rustix::fs::flock(&fd, FlockOperation::LockExclusive) {
+                    Ok(()) => return Ok((Held::Kernel(fd), mono_ns())),
+                    Err(Errno::INTR) => continue,
+                    Err(e) => return Err(errno_fail("flock")(e)),
+                }
+            }
+        }
+        (Wait::Async, Some(rt)) => {
+            let path = path.to_path_buf();
+            // A spawned task, as in an async service; it stamps the acquisition itself so
+            // the task's join is not counted.
+            let task = rt.spawn(async move {
+                let lease = Lease::acquire_async(&path, &Budget::unlimited()).await;
+                (lease, mono_ns())
+            });
+            let joined = rt.block_on(task);
+            match joined {
+                Ok((Ok(lease), at)) => Ok((Held::Lease(lease), at)),
+                Ok((Err(e), _)) => Err(Failure::of(&e)),
+                Err(e) => Err(Failure::failed(format!("bench: async waiter task: {e}"))),
+            }
+        }
+        _ => Lease::acquire(path, &Budget::unlimited())
+            .map(|l| (Held::Lease(l), mono_ns()))
+            .map_err(|e| Failure::of(&e)),
+    }
+}
+
+/// This process's thread count (`Threads:` in `/proc/self/status`).
+fn threads() -> Result<u64, Failure> {
+    std::fs::read_to_string("/proc/self/status")
+        .map_err(io_fail("read /proc/self/status"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| Failure::failed("bench: no thread count in /proc/self/status"))
+}
+
+/// Starts `n` waiters for the lease on `lock` (held by another process) in this process and
+/// returns once every one of them is waiting. Async waiters are tasks on `rt`: on one thread,
+/// a task that has started has also been polled until it parked in its wait. Sync waiters
+/// are threads, each seen asleep in the kernel. What the waiters hold if they ever acquire
+/// is dropped with the process (or the runtime).
+fn start_waiters(
+    lock: &Path,
+    n: usize,
+    wait: Wait,
+    rt: Option<&tokio::runtime::Runtime>,
+) -> Result<(), Failure> {
+    if let (Wait::Async, Some(rt)) = (wait, rt) {
+        let started = Arc::new(AtomicUsize::new(0));
+        rt.block_on(async {
+            for _ in 0..n {
+                let (path, started) = (lock.to_path_buf(), started.clone());
+                tokio::spawn(async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    Lease::acquire_async(&path, &Budget::unlimited()).await
+                });
+            }
+            while started.load(Ordering::SeqCst) < n {
+                tokio::task::yield_now().await;
+            }
+        });
+        return Ok(());
+    }
+    let (tx, rx) = mpsc::channel();
+    for _ in 0..n {
+        let (path, tx) = (lock.to_path_buf(), tx.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(rustix::thread::gettid().as_raw_nonzero().get());
+            Lease::acquire(&path, &Budget::unlimited())
+        });
+    }
+    for _ in 0..n {
+        let tid = rx
+            .recv()
+            .map_err(|_| Failure::failed("bench: a waiter thread died"))?;
+        until_asleep(&format!("/proc/self/task/{tid}/stat"))?;
+    }
+    Ok(())
+}
+
+/// Runs one worker role until its parent ends it.
+pub(crate) fn main(args: &WorkerArgs) -> Outcome {
+    let role = args.role.as_str();
+    let lock = args.lock.as_path();
+    let mut out = std::io::stdout().lock();
+    let mut lines = std::io::stdin().lock().lines();
+    let wait = Wait::of(args);
+    let rt = match wait {
+        Wait::Async => Some(runtime()?),
+        _ => None,
+    };
+    match role {
+        "handoff" => {
+            let stamp_path = args
+                .stamp
+                .as_deref()
+                .ok_or_else(|| Failure::usage("bench worker needs --stamp"))?;
+            let (me, n) = (args.index, args.of);
+            let stamp = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(stamp_path)
+                .map_err(io_fail("open stamp file"))?;
+            let turns = (0..n)
+                .map(|i| open_turn(stamp_path, i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mine = turns
+                .get(me)
+                .ok_or_else(|| Failure::usage("bench worker index out of range"))?;
+            // Cues are two bytes, [what, from], so each read takes exactly one.
+            let next = |fd: &OwnedFd| -> [u8; 2] {
+                let mut cue = [0u8; 2];
+                loop {
+                    match rustix::io::read(fd, &mut cue) {
+                        Ok(2) => return cue,
+                        Err(Errno::INTR) => continue,
+                        _ => return [b's', PARENT],
+                    }
+                }
+            };
+            let mut stopping = false;
+            while !stopping {
+                let [what, from] = next(mine);
+                if what != b'g' {
+                    break;
+                }
+                // Tell the holder that cued us that we are on our way to wait for the lease.
+                if let Some(holder) = turns.get(usize::from(from)) {
+                    rustix::io::write(holder, &[b'a', me as u8])
+                        .map_err(errno_fail("cue a worker"))?;
+                }
+                let asked = mono_ns();
+                let (held, acquired) = acquire(lock, wait, rt.as_ref())?;
+                let mut buf = [0u8; 16];
+                rustix::io::pread(&stamp, &mut buf, 0).map_err(errno_fail("read stamp"))?;
+                let (released, prev) = split_stamp(&buf);
+                // The previous holder may contend again now that someone else has the lease;
+                // the hold starts once it answers, so it is waiting when this one releases
+                // (on a busy machine it might otherwise not even be scheduled within 100 µs).
+                if let Some(fd) = prev.filter(|p| *p != me).and_then(|p| turns.get(p)) {
+                    rustix::io::write(fd, &[b'g', me as u8]).map_err(errno_fail("cue a worker"))?;
+                    stopping = next(mine)[0] != b'a';
+                }
+                let latency = if released == 0 {
+                    0
+                } else {
+                    acquired.saturating_sub(released)
+                };
+                // A handoff: this worker was already waiting when the lease was released.
+                let waited = released > asked;
+                writeln!(out, "A {latency} {}", u8::from(waited))
+                    .and_then(|()| out.flush())
+                    .map_err(io_fail("report"))?;
+                // The hold sleeps rather than spins: on a 2-core machine a spinning holder
+                // keeps the very waiters it is to hand over to from reaching their wait.
+                std::thread::sleep(Duration::from_nanos(HOLD_NS));
+                let mut buf = [0u8; 16];
+                buf[..8].copy_from_slice(&mono_ns().to_le_bytes());
+                buf[8..].copy_from_slice(&(me as u64 + 1).to_le_bytes());
+                rustix::io::pwrite(&stamp, &buf, 0).map_err(errno_fail("write stamp"))?;
+                drop(held);
+            }
+        }
+        "hold" => {
+            let _held = acquire(lock, wait, rt.as_ref())?;
+            writeln!(out, "H")
+                .and_then(|()| out.flush())
+                .map_err(io_fail("report"))?;
+            for _ in lines.by_ref() {}
+        }
+        "wait" => {
+            writeln!(out, "W")
+                .and_then(|()| out.flush())
+                .map_err(io_fail("report"))?;
+            let cpu = || rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+            let cpu_ns =
+                |t: rustix::time::Timespec| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+            let (c0, t0) = (cpu_ns(cpu()), mono_ns());
+            let (held, acquired) = acquire(lock, wait, rt.as_ref())?;
+            let c1 = cpu_ns(cpu());
+            writeln!(out, "A {acquired} {} {}", c1 - c0, acquired - t0)
+                .and_then(|()| out.flush())
+                .map_err(io_fail("report"))?;
+            drop(held);
+        }
+        "loop" => {
+            let turns = back_to_back(lock, args.method, &mut lines)?;
+            use std::fmt::Write as _;
+            let mut text = String::with_capacity(turns.len() * 40);
+            for (t0, t1, t2) in &turns {
+                let _ = writeln!(text, "r {t0} {t1} {t2}");
+            }
+            let _ = writeln!(text, "D {}", turns.len());
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(io_fail("report"))?;
+        }
+        "crowd" => {
+            // Threads before any waiter exists (the runtime, if any, already built), and
+            // while `--of` waiters all wait.
+            let before = threads()?;
+            start_waiters(lock, args.of.max(1), wait, rt.as_ref())?;
+            let during = threads()?;
+            writeln!(out, "T {before} {during}")
+                .and_then(|()| out.flush())
+                .map_err(io_fail("report"))?;
+            for _ in lines.by_ref() {}
+        }
+        other => {
+            return Err(Failure::usage(format!(
+                "unknown bench worker role '{other}'"
+            )));
+        }
+    }
+    Ok(OK)
+}
+
+/// The release stamp: when the last holder released (0: nobody yet), and which worker it was.
+fn split_stamp(buf: &[u8; 16]) -> (u64, Option<usize>) {
+    let mut a = [0u8; 8];
+    let mut b = [0u8; 8];
+    a.copy_from_slice(&buf[..8]);
+    b.copy_from_slice(&buf[8..]);
+    let who = u64::from_le_bytes(b);
+    (u64::from_le_bytes(a), (who > 0).then(|| who as usize - 1))
+}
+
+/// Handoff worker `i`'s turn FIFO, carrying two-byte cues `[what, from]`: `g` lets it contend
+/// once more (and it answers `a` to the sender), `s` stops it. Opened read-write by everyone,
+/// so neither opening nor writing ever blocks or raises SIGPIPE.
+pub(super) fn turn_path(stamp: &Path, i: usize) -> PathBuf {
+    let mut p = stamp.as_os_str().to_owned();
+    p.push(format!(".turn{i}"));
+    PathBuf::from(p)
+}
+
+pub(super) fn open_turn(stamp: &Path, i: usize) -> Result<OwnedFd, Failure> {
+    rustix::fs::openat(
+        CWD,
+        turn_path(stamp, i),
+        OFlags::RDWR | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno_fail("open turn FIFO"))
+}

@@ -1,0 +1,49 @@
+//! `leasehold worker VERB ...`: the one hidden entry point through which `bench` and
+//! `torture` re-execute this binary as their worker processes. It is not part of the
+//! contract (not listed in `--help`), and each verb's worker arguments are its own
+//! (`bench::WorkerArgs`, `torture::WorkerArgs`).
+
+use std::process::Command;
+
+use clap::{Args, Subcommand};
+
+use crate::exit::{Failure, Outcome};
+
+/// The arguments that make this binary a worker: `exe worker VERB ...`.
+pub const ARGS: [&str; 1] = ["worker"];
+
+/// Arguments of `leasehold worker`.
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    #[command(subcommand)]
+    of: Of,
+}
+
+/// Whose worker this process is.
+#[derive(Subcommand, Debug)]
+enum Of {
+    /// A worker of a running `leasehold bench`.
+    #[cfg(target_os = "linux")]
+    Bench(super::bench::WorkerArgs),
+    /// A worker (or an increment under `run`) of a running `leasehold torture`.
+    Torture(super::torture::WorkerArgs),
+}
+
+/// Runs the worker.
+pub fn main(args: WorkerArgs) -> Outcome {
+    match args.of {
+        #[cfg(target_os = "linux")]
+        Of::Bench(args) => super::bench::worker(&args),
+        Of::Torture(args) => super::torture::worker(args),
+    }
+}
+
+/// The command that starts this binary as a worker of `verb` (add the worker's arguments).
+#[allow(dead_code)] // bench only (Linux); the torture builds its command once per run
+pub fn command(verb: &str) -> Result<Command, Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(ARGS).arg(verb);
+    Ok(cmd)
+}

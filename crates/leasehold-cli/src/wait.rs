@@ -1,0 +1,158 @@
+//! Notice-then-wait: the one way a verb (`run`, `registry`, `results`) waits for a lease.
+//!
+//! A verb first waits quietly for up to [`NOTICE_AFTER`]; if the resource is still held
+//! then, it says once on stderr what it waits for and who holds it — users otherwise cannot
+//! tell a wait from a hang — and goes on waiting within what is left of the user's budget.
+//! Every wait is cancellable by SIGINT/SIGTERM (the [`Interrupts`](crate::signals) token).
+//! When the wait ends without the lease, [`Wait::gave_up`] says how long it waited in all
+//! (the quiet first second included) and which option waits longer.
+
+use std::time::{Duration, Instant};
+
+use leasehold::{Budget, CancelToken};
+
+/// After this long, a waiting verb says once on stderr what it waits for and who holds it.
+pub const NOTICE_AFTER: Duration = Duration::from_secs(1);
+
+/// One verb's wait: when it started, when it must give up, and the token that cancels it.
+pub struct Wait {
+    started: Instant,
+    /// `None`: wait without limit.
+    deadline: Option<Instant>,
+    token: CancelToken,
+}
+
+impl Wait {
+    /// A wait that gives up `timeout` from now (`Duration::ZERO`: try once).
+    pub fn up_to(timeout: Duration, token: &CancelToken) -> Wait {
+        let started = Instant::now();
+        Wait {
+            started,
+            // A timeout too large to represent is no limit at all.
+            deadline: started.checked_add(timeout),
+            token: token.clone(),
+        }
+    }
+
+    /// A wait without limit (only a signal ends it).
+    pub fn unlimited(token: &CancelToken) -> Wait {
+        Wait {
+            started: Instant::now(),
+            deadline: None,
+            token: token.clone(),
+        }
+    }
+
+    /// A single try.
+    pub fn no_wait(token: &CancelToken) -> Wait {
+        Wait::up_to(Duration::ZERO, token)
+    }
+
+    fn budget(&self, until: Option<Instant>) -> Budget {
+        match until {
+            Some(d) => Budget::until(d),
+            None => Budget::unlimited(),
+        }
+        .with_cancel(self.token.clone())
+    }
+
+    /// Runs `attempt` within this wait. `attempt` must change nothing when it fails for
+    /// contention (it is called a second time, with the rest of the budget, after the
+    /// notice). `waiting_for` tells from an error whether it is contention and, if so, what
+    /// is waited for and who holds it ("the registry, held by another process (pid 7)"); it
+    /// answers `None` for any other error, which ends the wait at once.
+    pub fn run<T, E>(
+        &self,
+        mut attempt: impl FnMut(&Budget) -> Result<T, E>,
+        waiting_for: impl Fn(&E) -> Option<String>,
+    ) -> Result<T, E> {
+        let notice_at = self.started + NOTICE_AFTER;
+        if self.deadline.is_some_and(|d| d <= notice_at) {
+            return attempt(&self.budget(self.deadline));
+        }
+        match attempt(&self.budget(Some(notice_at))) {
+            Err(e) => match waiting_for(&e) {
+                Some(what) => {
+                    eprintln!("leasehold: waiting for {what}");
+                    attempt(&self.budget(self.deadline))
+                }
+                None => Err(e),
+            },
+            done => done,
+        }
+    }
+
+    /// What to append to a contention message once the wait ended without the lease: how
+    /// long it waited since it started (the quiet first second included) and the option
+    /// that waits longer.
+    pub fn gave_up(&self) -> String {
+        gave_up_after(self.started.elapsed())
+    }
+}
+
+/// The contention message's tail for a wait of `waited`.
+fn gave_up_after(waited: Duration) -> String {
+    if waited < Duration::from_millis(1) {
+        "; did not wait (wait for it with --timeout SECS)".to_string()
+    } else {
+        // In seconds, the unit of --timeout.
+        let secs = waited.as_secs_f64();
+        format!("; gave up after {secs:.1}s; wait longer with --timeout SECS")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_names_the_option_and_the_whole_wait() {
+        assert_eq!(
+            gave_up_after(Duration::from_millis(3004)),
+            "; gave up after 3.0s; wait longer with --timeout SECS"
+        );
+        assert_eq!(
+            gave_up_after(Duration::from_millis(200)),
+            "; gave up after 0.2s; wait longer with --timeout SECS"
+        );
+        assert!(gave_up_after(Duration::ZERO).contains("--timeout SECS"));
+    }
+
+    #[test]
+    fn a_short_budget_tries_without_a_notice_and_a_long_one_retries_after_it() {
+        let token = CancelToken::new().unwrap();
+        // Shorter than the notice: one attempt, with the user's deadline.
+        let wait = Wait::up_to(Duration::from_millis(10), &token);
+        let mut budgets = Vec::new();
+        let r: Result<(), ()> = wait.run(
+            |b| {
+                budgets.push(b.deadline());
+                Err(())
+            },
+            |_| Some("x".into()),
+        );
+        assert!(r.is_err());
+        assert_eq!(budgets, vec![wait.deadline]);
+        // Longer: a quiet attempt up to the notice, then one with the rest of the budget;
+        // an error that is not contention ends the wait after the first attempt.
+        let wait = Wait::unlimited(&token);
+        let mut budgets = Vec::new();
+        let _ = wait.run(
+            |b| {
+                budgets.push(b.deadline());
+                Err::<(), u8>(budgets.len() as u8)
+            },
+            |e| (*e == 1).then(|| "x".into()),
+        );
+        assert_eq!(budgets, vec![Some(wait.started + NOTICE_AFTER), None]);
+        let mut calls = 0;
+        let _ = wait.run(
+            |_| {
+                calls += 1;
+                Err::<(), ()>(())
+            },
+            |_| None,
+        );
+        assert_eq!(calls, 1);
+    }
+}
