@@ -277,6 +277,10 @@ impl Held {
     pub(crate) fn file_id(&self) -> Option<FileId> {
         None
     }
+    /// Nobody can tell who waits for a named object.
+    pub(crate) fn others_waiting(&self) -> bool {
+        false
+    }
     /// Releases and gives back the resolved lock for the next try.
     pub(crate) fn unlock_keep(self) -> Option<Opened> {
         let Held {
@@ -434,19 +438,6 @@ impl KernelWait {
 impl Drop for KernelWait {
     fn drop(&mut self) {
         match *self {}
-    }
-}
-
-/// Nothing to probe: Windows handles never keep an object between leases.
-#[derive(Debug)]
-pub(crate) struct Probe;
-
-impl Probe {
-    pub(crate) fn open(_target: &Target) -> Probe {
-        Probe
-    }
-    pub(crate) fn others_waiting(&self) -> bool {
-        false
     }
 }
 
