@@ -283,7 +283,7 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         Ok(fd) => fd,
         Err(Errno::NOENT) if opts.create && opts.create_parents && target.dir.is_none() => {
             if let Some(parent) = name.parent().filter(|p| !p.as_os_str().is_empty()) {
-                create_dirs(parent).map_err(|e| with_path(e, path))?;
+                create_dirs(parent).map_err(|e| e.for_lock_path(path))?;
             }
             sys::open_lock_file(dir, name, true)
                 .map_err(|e| path_error(path, "open lock file", e))?
@@ -632,18 +632,6 @@ pub(crate) fn create_dirs(path: &Path) -> Result<()> {
             source: e,
         },
     })
-}
-
-fn with_path(e: Error, path: &Path) -> Error {
-    match e {
-        Error::ParentNotDirectory { .. } => Error::ParentNotDirectory {
-            path: path.to_path_buf(),
-        },
-        Error::PermissionDenied { .. } => Error::PermissionDenied {
-            path: path.to_path_buf(),
-        },
-        other => other,
-    }
 }
 
 /// Explains a failed directory open: what stands at `name` (never following it) if it is not

@@ -329,7 +329,7 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
                 _ => PathBuf::from("."),
             };
             if opts.create_parents {
-                create_dirs(&parent).map_err(|e| with_path(e, p))?;
+                create_dirs(&parent).map_err(|e| e.for_lock_path(p))?;
             }
             (parent, file_name.to_string())
         }
@@ -364,7 +364,7 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
             std::path::MAIN_SEPARATOR,
         ),
         TargetKind::Path(_) => naming::resolve_key(&parent, &file_name)
-            .map_err(|e| with_path(dir_error(&parent, "resolve directory", e), path))?,
+            .map_err(|e| dir_error(&parent, "resolve directory", e).for_lock_path(path))?,
     };
     if !opts.allow_network_fs && is_network_path(&key) {
         return Err(Error::NetworkFilesystem {
@@ -515,18 +515,6 @@ fn dir_error(path: &Path, op: &'static str, e: io::Error) -> Error {
         };
     }
     io_error(path, op, e)
-}
-
-fn with_path(e: Error, path: &Path) -> Error {
-    match e {
-        Error::ParentNotDirectory { .. } => Error::ParentNotDirectory {
-            path: path.to_path_buf(),
-        },
-        Error::PermissionDenied { .. } => Error::PermissionDenied {
-            path: path.to_path_buf(),
-        },
-        other => other,
-    }
 }
 
 /// Maps an I/O error to the typed error a user can act on.
