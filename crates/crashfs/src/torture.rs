@@ -1,0 +1,1 @@
+//! The power-loss torture (see RELIABILITY.md).
