@@ -621,6 +621,13 @@ impl Mounted {
         &self.mountpoint
     }
 
+    /// Serves until the file system is unmounted from outside (`fusermount3 -u`).
+    pub fn wait(mut self) {
+        if let Some(session) = self.session.take() {
+            let _ = session.join();
+        }
+    }
+
     /// Unmounts and waits for the file system thread to end.
     pub fn unmount(mut self) -> io::Result<()> {
         self.unmount_inner()
