@@ -645,12 +645,14 @@ impl World {
                     ),
                 );
             }
+            // Records acknowledged since the last check (all acknowledged ones are verified).
+            let fresh = exp.acked.len().saturating_sub(exp.acked_at_check) as u64;
+            if exp.batched {
+                report.session_batched += fresh;
+            } else {
+                report.session_records += fresh;
+            }
             for s in &exp.acked {
-                if exp.batched {
-                    report.session_batched += 1;
-                } else {
-                    report.session_records += 1;
-                }
                 if !present.contains(s) {
                     report.violation(
                         Violation::Lost,

@@ -30,7 +30,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use leasehold::patterns::durable::replace_file;
+use leasehold::patterns::durable::{create_dir_durable, replace_file};
 use leasehold::patterns::keyed::{KeyError, KeyLease, KeyedLeases, RESULT_NAMESPACE};
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
@@ -495,10 +495,12 @@ impl ResultStore {
         let built = (|| {
             remove_dir_if_present(&staging)?;
             fs::create_dir(&staging)?;
+            let files = staging.join("files");
             for rel in &entry.files {
-                let to = staging.join("files").join(rel);
+                let to = files.join(rel);
                 if let Some(parent) = to.parent() {
-                    fs::create_dir_all(parent)?;
+                    // Nested names too must be durable before the candidate is renamed in.
+                    create_dir_durable(parent, &files)?;
                 }
                 let from = source.join(rel);
                 replace_file(&to, &fs::read(&from)?)?;
@@ -617,7 +619,9 @@ impl ResultStore {
                 let from = files_dir.join(rel);
                 let to = target.join(rel);
                 if let Some(parent) = to.parent() {
-                    fs::create_dir_all(parent)?;
+                    // TARGET and its subdirectories, new or not, must keep their names
+                    // through a power cut once `apply` has answered.
+                    create_dir_durable(parent, target)?;
                 }
                 replace_file(&to, &fs::read(&from)?)?;
                 fs::set_permissions(&to, fs::metadata(&from)?.permissions())
@@ -950,12 +954,15 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Creates `dir` (a directory directly under the managed root) durably: its name and the
+/// root's own name survive a power cut (the keyed leases may have created the root without
+/// syncing its parent). Found necessary by the power-loss torture (`crates/crashfs`).
 fn create_dirs_io(dir: &Path) -> io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
+    let root = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(dir);
+    create_dir_durable(dir, root)
 }
 
 fn create_dirs(dir: &Path) -> Result<()> {
