@@ -302,7 +302,7 @@ impl Layout {
 struct World {
     /// (home, primary, root) → present, or `None` when the last mutation was not
     /// acknowledged (either outcome accepted at the next check).
-    registry: BTreeMap<(String, String, String), Option<bool>>,
+    registry: BTreeMap<Pair, Option<bool>>,
     /// Acknowledged registry mutations (one-shot, serve).
     acks_oneshot: u64,
     acks_serve: u64,
@@ -401,10 +401,14 @@ fn powered() -> bool {
     power().on
 }
 
+/// A registry pair: (home, primary, root).
+type Pair = (String, String, String);
+
 /// One driver's outcome of a round.
 #[derive(Default)]
 struct Outcome {
-    registry: Vec<((String, String, String), Option<bool>, bool)>,
+    /// (pair, acknowledged state or `None` when unknown, whether `serve` did it).
+    registry: Vec<(Pair, Option<bool>, bool)>,
     sessions: Vec<(String, SessionExpect)>,
     results: Vec<(String, ResultExpect)>,
     in_flight: u64,
@@ -552,19 +556,16 @@ impl World {
             for (key, expected) in self.registry.iter_mut().filter(|(k, _)| k.0 == home) {
                 let (_, primary, root) = key;
                 let present = scope.get(primary).is_some_and(|roots| roots.contains(root));
-                match expected {
-                    Some(want) => {
-                        if *want != present {
-                            report.violation(
-                                Violation::Lost,
-                                format!(
-                                    "cut {cut}: lost acknowledged registry {} of {root} under {primary} ({home})",
-                                    if *want { "add" } else { "remove" }
-                                ),
-                            );
-                        }
-                    }
-                    None => {}
+                if let Some(want) = *expected
+                    && want != present
+                {
+                    report.violation(
+                        Violation::Lost,
+                        format!(
+                            "cut {cut}: lost acknowledged registry {} of {root} under {primary} ({home})",
+                            if want { "add" } else { "remove" }
+                        ),
+                    );
                 }
                 // What the disk shows is durable now: the truth for the next round.
                 *expected = Some(present);
