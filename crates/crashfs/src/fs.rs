@@ -670,8 +670,9 @@ pub fn lazy_unmount(mountpoint: &Path) {
         .status();
 }
 
-/// Why crashfs cannot mount on this machine, if it cannot (no `/dev/fuse`, no
-/// `fusermount3` and not root).
+/// Why crashfs cannot mount on this machine, if it cannot: no `/dev/fuse`, neither root nor
+/// `fusermount3`, or a trial mount of an empty directory fails (a container without the
+/// capability to mount, say).
 pub fn unavailable() -> Option<String> {
     if !Path::new("/dev/fuse").exists() {
         return Some("/dev/fuse does not exist (no FUSE in this kernel or container)".into());
@@ -686,5 +687,19 @@ pub fn unavailable() -> Option<String> {
     if !root && !fusermount {
         return Some("not root and fusermount3 is not installed (apt-get install fuse3)".into());
     }
-    None
+    // The definitive test: mount an empty directory and unmount it again.
+    let probe = (|| -> io::Result<()> {
+        let dir = tempfile::Builder::new().prefix("crashfs-probe").tempdir()?;
+        let backing = dir.path().join("b");
+        let mnt = dir.path().join("m");
+        std::fs::create_dir(&backing)?;
+        std::fs::create_dir(&mnt)?;
+        let mounted = Mounted::mount(&backing, &mnt, Faults::default())?;
+        std::fs::read_dir(&mnt)?;
+        mounted.unmount()
+    })();
+    match probe {
+        Ok(()) => None,
+        Err(e) => Some(format!("a trial mount failed: {e}")),
+    }
 }
