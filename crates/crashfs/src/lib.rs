@@ -13,5 +13,5 @@ pub mod fs;
 pub mod model;
 pub mod torture;
 
-pub use fs::{Handle, Mounted, unavailable};
+pub use fs::{Handle, Mounted, lazy_unmount, unavailable};
 pub use model::{CutPolicy, CutReport, Faults, Model};

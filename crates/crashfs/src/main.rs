@@ -227,12 +227,16 @@ fn mount(
     faults: Faults,
 ) -> Result<ExitCode, String> {
     let mounted = Mounted::mount(&backing, &mountpoint, faults).map_err(|e| e.to_string())?;
-    eprintln!(
-        "crashfs: {} mounted at {}",
-        backing.display(),
-        mountpoint.display()
-    );
+    let ready = || {
+        // The handshake: a script (or test) waits for this line, not for a while.
+        eprintln!(
+            "crashfs: {} mounted at {}",
+            backing.display(),
+            mountpoint.display()
+        );
+    };
     let Some(control) = control else {
+        ready();
         // Serve until someone unmounts it.
         mounted.wait();
         return Ok(ExitCode::SUCCESS);
@@ -240,6 +244,7 @@ fn mount(
     let _ = std::fs::remove_file(&control);
     let listener = UnixListener::bind(&control)
         .map_err(|e| format!("cannot listen on {}: {e}", control.display()))?;
+    ready();
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let mut line = String::new();
