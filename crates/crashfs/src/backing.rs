@@ -9,21 +9,23 @@
 //!
 //! Hard links are not preserved: an inode durable under two names is stored as two copies.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs;
 use std::io;
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
-use crate::model::{Content, Ino, Model, Node, ROOT};
+use crate::model::{Content, Ino, Model, Node, Op, ROOT};
 
 /// A backing directory and which durable inode each of its paths holds.
 #[derive(Debug)]
 pub struct Backing {
     root: PathBuf,
-    /// Relative path (`""` = root) → the inode written there.
+    /// Relative path (`""` = root) → the inode written there: always the durable tree.
     written: BTreeMap<String, Ino>,
+    /// The inverse: every path an inode is written at.
+    paths_of: BTreeMap<Ino, BTreeSet<String>>,
 }
 
 impl Backing {
@@ -33,13 +35,15 @@ impl Backing {
         let mut written = BTreeMap::new();
         let mut next = ROOT;
         load_node(root, "", &mut next, &mut nodes, &mut written)?;
-        Ok((
-            Backing {
-                root: root.to_path_buf(),
-                written,
-            },
-            nodes,
-        ))
+        let mut backing = Backing {
+            root: root.to_path_buf(),
+            written: BTreeMap::new(),
+            paths_of: BTreeMap::new(),
+        };
+        for (rel, ino) in written {
+            backing.record(&rel, ino);
+        }
+        Ok((backing, nodes))
     }
 
     /// The backing directory.
@@ -55,22 +59,28 @@ impl Backing {
         }
     }
 
-    /// Writes through what a sync of `ino` made durable.
-    pub fn synced(&mut self, model: &Model, ino: Ino) -> io::Result<()> {
-        let paths: Vec<String> = model
-            .durable_paths()
+    /// Writes through what a sync of `ino` made durable: `ops`, just replayed onto it.
+    pub fn synced(&mut self, model: &Model, ino: Ino, ops: &[Op]) -> io::Result<()> {
+        let paths: Vec<String> = self
+            .paths_of
+            .get(&ino)
+            .cloned()
+            .unwrap_or_default()
             .into_iter()
-            .filter(|(_, i)| *i == ino)
-            .map(|(p, _)| p)
             .collect();
         for rel in paths {
             match model.durable(ino).map(|n| &n.content) {
-                Some(Content::File(bytes)) => {
-                    if self.written.get(&rel) == Some(&ino) {
-                        fs::write(self.abs(&rel), bytes)?;
-                        set_mode(&self.abs(&rel), model.durable(ino))?;
-                    } else {
-                        self.replace(model, &rel, ino)?;
+                Some(Content::File(_)) => {
+                    // The same operations on the backing file: a per-record fsync of a long
+                    // log costs its record, not the log.
+                    let file = fs::OpenOptions::new().write(true).open(self.abs(&rel))?;
+                    for op in ops {
+                        match op {
+                            Op::Write { offset, data } => file.write_all_at(data, *offset)?,
+                            Op::Truncate(len) => file.set_len(*len)?,
+                            Op::Mode(_) => set_mode(&self.abs(&rel), model.durable(ino))?,
+                            _ => {}
+                        }
                     }
                 }
                 Some(Content::Dir(_)) => self.reconcile(model, &rel, ino)?,
@@ -80,13 +90,26 @@ impl Backing {
         Ok(())
     }
 
+    fn record(&mut self, rel: &str, ino: Ino) {
+        if let Some(old) = self.written.insert(rel.to_string(), ino)
+            && let Some(set) = self.paths_of.get_mut(&old)
+        {
+            set.remove(rel);
+        }
+        self.paths_of
+            .entry(ino)
+            .or_default()
+            .insert(rel.to_string());
+    }
+
     /// Rewrites the whole backing directory from the durable state (after a cut).
     pub fn rewrite(&mut self, model: &Model) -> io::Result<()> {
         for entry in fs::read_dir(&self.root)? {
             remove_any(&entry?.path())?;
         }
         self.written.clear();
-        self.written.insert(String::new(), ROOT);
+        self.paths_of.clear();
+        self.record("", ROOT);
         self.reconcile(model, "", ROOT)
     }
 
@@ -117,8 +140,21 @@ impl Backing {
 
     fn forget(&mut self, rel: &str) {
         let prefix = format!("{rel}/");
-        self.written
-            .retain(|k, _| k.as_str() != rel && !k.starts_with(&prefix));
+        let mut gone: Vec<(String, Ino)> = self
+            .written
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, i)| (k.clone(), *i))
+            .collect();
+        if let Some(i) = self.written.get(rel) {
+            gone.push((rel.to_string(), *i));
+        }
+        for (k, ino) in gone {
+            self.written.remove(&k);
+            if let Some(set) = self.paths_of.get_mut(&ino) {
+                set.remove(&k);
+            }
+        }
     }
 
     /// Removes whatever is at `rel` and writes inode `ino` (recursively) there.
@@ -140,13 +176,13 @@ impl Backing {
             Content::Dir(entries) => {
                 fs::create_dir(&abs)?;
                 set_mode(&abs, Some(node))?;
-                self.written.insert(rel.to_string(), ino);
+                self.record(rel, ino);
                 for (name, child) in entries {
                     self.replace(model, &join(rel, name), *child)?;
                 }
             }
         }
-        self.written.insert(rel.to_string(), ino);
+        self.record(rel, ino);
         Ok(())
     }
 }

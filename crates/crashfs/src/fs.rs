@@ -183,7 +183,8 @@ impl CrashFs {
             return reply.error(Errno::EIO);
         }
         match state.model.fsync(ino.0) {
-            Ok(true) => match state.backing.synced(&state.model, ino.0) {
+            Ok(ops) if ops.is_empty() => reply.ok(),
+            Ok(ops) => match state.backing.synced(&state.model, ino.0, &ops) {
                 Ok(()) => reply.ok(),
                 Err(e) => {
                     eprintln!(
@@ -194,7 +195,6 @@ impl CrashFs {
                     reply.error(Errno::EIO)
                 }
             },
-            Ok(false) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -122,27 +122,37 @@ pub enum FsError {
     PoweredOff,
 }
 
-/// A pending (not yet durable) operation on one inode.
+/// A pending (not yet durable) operation on one inode, as [`Model::fsync`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Op {
+pub enum Op {
+    /// Bytes written at an offset of a file.
     Write {
+        /// Where.
         offset: u64,
+        /// What.
         data: Vec<u8>,
     },
+    /// A file's new size.
     Truncate(u64),
+    /// New permission bits.
     Mode(u32),
-    /// Insert (or replace) an entry.
+    /// Insert (or replace) a directory entry.
     Link {
+        /// The entry's name.
         name: OsString,
+        /// The inode it names.
         ino: Ino,
     },
-    /// Remove an entry.
+    /// Remove a directory entry.
     Unlink {
+        /// The entry's name.
         name: OsString,
     },
     /// Rename within one directory (one atomic operation).
     Rename {
+        /// The old name.
         from: OsString,
+        /// The new name.
         to: OsString,
     },
 }
@@ -615,8 +625,9 @@ impl Model {
     }
 
     /// `fsync(2)`/`fdatasync(2)` of `ino`: its pending operations become durable (see the
-    /// module docs for what that covers). Returns whether anything changed durably.
-    pub fn fsync(&mut self, ino: Ino) -> Result<bool, FsError> {
+    /// module docs for what that covers). Returns the operations that became durable, in
+    /// order (empty when nothing changed durably, or the sync is ignored by a fault mode).
+    pub fn fsync(&mut self, ino: Ino) -> Result<Vec<Op>, FsError> {
         self.on()?;
         let Some(node) = self.live.get(&ino) else {
             return Err(FsError::NotFound);
@@ -627,15 +638,17 @@ impl Model {
             self.faults.ignore_file_fsync
         };
         if ignored {
-            return Ok(false);
+            return Ok(Vec::new());
         }
-        match self.pending.remove(&ino) {
-            Some(ops) if !ops.is_empty() => {
-                self.durable.insert(ino, node.clone());
-                Ok(true)
+        let ops = self.pending.remove(&ino).unwrap_or_default();
+        // Replaying the log (rather than copying the live node) costs what was written
+        // since the last sync, not the size of the file.
+        if let Some(durable) = self.durable.get_mut(&ino) {
+            for op in &ops {
+                op.apply(durable);
             }
-            _ => Ok(false),
         }
+        Ok(ops)
     }
 
     /// Cuts the power: replays a prefix of each inode's pending operations onto its durable

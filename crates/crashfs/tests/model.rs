@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 
+use crashfs::backing::Backing;
 use crashfs::model::{Content, CutPolicy, Faults, Ino, Model, NewKind, Node, ROOT, Rng};
 use proptest::prelude::*;
 
@@ -118,6 +119,15 @@ impl Oracle {
 
 /// Runs `steps`; returns the model and the oracle.
 fn drive(steps: &[Step], faults: Faults) -> (Model, Oracle) {
+    drive_backed(steps, faults, None)
+}
+
+/// [`drive`], writing every sync through to `backing`.
+fn drive_backed(
+    steps: &[Step],
+    faults: Faults,
+    mut backing: Option<&mut Backing>,
+) -> (Model, Oracle) {
     let mut model = Model::empty(faults);
     let mut oracle = Oracle {
         snapshot: BTreeMap::new(),
@@ -192,7 +202,10 @@ fn drive(steps: &[Step], faults: Faults) -> (Model, Oracle) {
             Step::Fsync { node } => {
                 let all: Vec<Ino> = dirs.iter().chain(files.iter()).copied().collect();
                 let Some(i) = pick(&all, node) else { continue };
-                model.fsync(i).unwrap();
+                let ops = model.fsync(i).unwrap();
+                if let Some(b) = backing.as_deref_mut() {
+                    b.synced(&model, i, &ops).unwrap();
+                }
                 let n = model.live(i).cloned().unwrap();
                 let ignored = if n.is_dir() {
                     faults.ignore_dir_fsync
@@ -302,6 +315,28 @@ proptest! {
                 prop_assert!(history.contains(node));
             }
         }
+    }
+
+    #[test]
+    fn the_backing_directory_always_holds_the_durable_state(
+        steps in prop::collection::vec(step(), 0..60),
+        seed in any::<u64>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut backing, _) = Backing::load(dir.path()).unwrap();
+        let (mut model, _) = drive_backed(&steps, Faults::default(), Some(&mut backing));
+        let durable: BTreeMap<Ino, Node> = model
+            .durable_paths()
+            .into_iter()
+            .filter_map(|(_, i)| model.durable(i).map(|n| (i, n.clone())))
+            .collect();
+        let (_, loaded) = Backing::load(dir.path()).unwrap();
+        prop_assert_eq!(tree(&loaded), tree(&durable));
+        // And after a cut, the rewrite.
+        model.cut(CutPolicy::RandomPrefix { torn: true }, &mut Rng::new(seed));
+        backing.rewrite(&model).unwrap();
+        let (_, loaded) = Backing::load(dir.path()).unwrap();
+        prop_assert_eq!(tree(&loaded), tree(&live_nodes(&model)));
     }
 
     #[test]
