@@ -102,7 +102,52 @@ impl Backing {
             .insert(rel.to_string());
     }
 
-    /// Rewrites the whole backing directory from the durable state (after a cut).
+    /// Writes through what a cut changed: the inodes in `changed` (directories reconciled
+    /// first, then every changed file rewritten whole at each of its names).
+    pub fn after_cut(&mut self, model: &Model, changed: &[Ino]) -> io::Result<()> {
+        let (dirs, files): (Vec<Ino>, Vec<Ino>) = changed
+            .iter()
+            .partition(|i| model.durable(**i).is_some_and(Node::is_dir));
+        for dir in dirs {
+            let paths: Vec<String> = self
+                .paths_of
+                .get(&dir)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            for rel in paths {
+                // An earlier reconcile may have removed or replaced this path.
+                if self.written.get(&rel) == Some(&dir) {
+                    self.reconcile(model, &rel, dir)?;
+                }
+            }
+        }
+        for file in files {
+            let paths: Vec<String> = self
+                .paths_of
+                .get(&file)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            for rel in paths {
+                if let Some(
+                    node @ Node {
+                        content: Content::File(bytes),
+                        ..
+                    },
+                ) = model.durable(file)
+                {
+                    fs::write(self.abs(&rel), bytes)?;
+                    set_mode(&self.abs(&rel), Some(node))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites the whole backing directory from the durable state.
     pub fn rewrite(&mut self, model: &Model) -> io::Result<()> {
         for entry in fs::read_dir(&self.root)? {
             remove_any(&entry?.path())?;

@@ -68,7 +68,7 @@ impl Handle {
         let mut state = self.lock();
         let state = &mut *state;
         let report = state.model.cut(policy, &mut Rng::new(seed));
-        state.backing.rewrite(&state.model)?;
+        state.backing.after_cut(&state.model, &report.changed)?;
         Ok(report)
     }
 

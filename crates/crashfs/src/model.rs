@@ -220,8 +220,10 @@ pub struct Faults {
 }
 
 /// What a cut did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CutReport {
+    /// Inodes whose durable state the cut changed (some pending operation kept).
+    pub changed: Vec<Ino>,
     /// Pending operations replayed onto the durable state.
     pub kept: u64,
     /// Pending operations discarded.
@@ -675,6 +677,9 @@ impl Model {
             }
             report.kept += keep;
             report.dropped += total - keep;
+            if keep > 0 {
+                report.changed.push(ino);
+            }
             if let (CutPolicy::RandomPrefix { torn: true }, Some(Op::Write { offset, data })) =
                 (policy, ops.get(keep_n))
                 && data.len() > 1
@@ -696,6 +701,9 @@ impl Model {
                 }
                 .apply(node);
                 report.torn += 1;
+                if keep == 0 {
+                    report.changed.push(ino);
+                }
             }
         }
         self.live = self.durable.clone();

@@ -201,11 +201,22 @@ pub fn run(config: &Config) -> io::Result<Report> {
     let mut report = Report::default();
     let mut rng = Rng::new(config.seed);
     let deadline = started + Duration::from_secs(config.seconds);
+    let trace = std::env::var_os("CRASHFS_TRACE").is_some();
+    let t = |what: &str| {
+        if trace {
+            eprintln!(
+                "crashfs torture: {:8.3} s {what}",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    };
     loop {
+        t("mount");
         // Power on: mount what is on the disk. After a cut this is the reboot, and the
         // check comes first, before any worker runs again.
         let mounted = Mounted::mount(&layout.backing, &layout.mnt, config.faults)?;
         if report.cuts > 0 {
+            t("check");
             world.check(config, &layout, &mut report);
         }
         if report.cuts >= config.cuts || Instant::now() >= deadline || report.violations.len() > 50
@@ -217,11 +228,14 @@ pub fn run(config: &Config) -> io::Result<Report> {
             20 + rng.upto(u64::try_from(config.max_round.as_millis()).unwrap_or(1000)),
         );
         let round_seed = rng.next_u64();
+        t("round");
         world.round(config, &layout, moment, round_seed);
+        t("cut");
         let cut = mounted.handle().cut(config.policy, rng.next_u64())?;
         report.ops_kept += cut.kept;
         report.ops_dropped += cut.dropped;
         report.writes_torn += cut.torn;
+        t("unmount");
         mounted.unmount()?;
         report.cuts += 1;
     }
@@ -481,6 +495,9 @@ impl World {
             // moment to lose power.)
             std::thread::sleep(moment);
             kill_all();
+            if std::env::var_os("CRASHFS_TRACE").is_some() {
+                eprintln!("crashfs torture: killed after {moment:?}");
+            }
             handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_default())
