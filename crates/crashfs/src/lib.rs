@@ -8,10 +8,14 @@
 //! directory (always the durable state) in [`backing`]; the torture in [`torture`].
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 pub mod backing;
+#[cfg(target_os = "linux")]
 pub mod fs;
 pub mod model;
+#[cfg(target_os = "linux")]
 pub mod torture;
 
+#[cfg(target_os = "linux")]
 pub use fs::{Handle, Mounted, lazy_unmount, unavailable};
 pub use model::{CutPolicy, CutReport, Faults, Model};

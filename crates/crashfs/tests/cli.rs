@@ -5,6 +5,8 @@
 //! FUSE is unavailable; a guard kills the mount process and detaches the mount if a step
 //! fails.
 
+#![cfg(target_os = "linux")]
+
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -11,6 +11,8 @@
 //! * with directory fsync ignored, nothing created after the start is reachable after a
 //!   drop-all cut, and with file fsync ignored no file has more than its creation content.
 
+#![cfg(target_os = "linux")]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 

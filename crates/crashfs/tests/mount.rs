@@ -5,6 +5,8 @@
 //! `/dev/fuse`, or neither root nor `fusermount3`). Every mount is a [`Mounted`], which
 //! unmounts on drop, so a failing assertion never leaves a mount behind.
 
+#![cfg(target_os = "linux")]
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

@@ -8,6 +8,8 @@
 //! `target/crashfs-leasehold/`. Skips with a printed `SKIP: crashfs: <why>` line where FUSE
 //! is unavailable.
 
+#![cfg(target_os = "linux")]
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
