@@ -75,7 +75,7 @@ fn the_stores_lose_nothing_acknowledged_across_power_cuts() {
 fn with_directory_fsync_ignored_the_torture_finds_lost_writes() {
     let Some(out) = torture(&[
         "--cuts",
-        "2",
+        "3",
         "--seconds",
         "60",
         "--policy",
@@ -96,7 +96,7 @@ fn with_directory_fsync_ignored_the_torture_finds_lost_writes() {
 fn with_file_fsync_ignored_the_torture_finds_lost_or_torn_writes() {
     let Some(out) = torture(&[
         "--cuts",
-        "2",
+        "3",
         "--seconds",
         "60",
         "--policy",

@@ -122,10 +122,24 @@ pub fn replace_file_with(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let tmp = temp_name(path);
+    let mut tmp = temp_name(path);
     let mut renamed = false;
     let result = (|| {
-        let mut f = io.create(&tmp)?;
+        // A temporary of a rewrite killed before its rename can carry this very name: pids
+        // are reused, and after a reboot they start again from low numbers. Such a file is
+        // stale (the live process with this pid is us, and the counter is unique within
+        // it), so try the next name rather than fail the write. (Found by the power-loss
+        // torture, `crates/crashfs`: registry saves failing with EEXIST after many cuts.)
+        let mut attempts = 0;
+        let mut f = loop {
+            match io.create(&tmp) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 16 => {
+                    attempts += 1;
+                    tmp = temp_name(path);
+                }
+                other => break other?,
+            }
+        };
         after_step(Step::Created, &tmp)?;
         let mut rest = bytes;
         while !rest.is_empty() {
@@ -254,6 +268,40 @@ mod tests {
         let file = dir.path().join("f");
         std::fs::write(&file, b"x").unwrap();
         assert!(create_dir_durable(&file.join("d"), &file).is_err());
+    }
+
+    #[test]
+    fn a_stale_temporary_under_the_chosen_name_does_not_fail_the_write() {
+        // What a rewrite killed before its rename leaves under a name this process picks
+        // again (a reused pid): creating it exclusively fails with EEXIST.
+        struct Stale {
+            left: usize,
+            tried: Vec<PathBuf>,
+        }
+        impl DurableIo for Stale {
+            fn create(&mut self, tmp: &Path) -> io::Result<File> {
+                self.tried.push(tmp.to_path_buf());
+                if self.left > 0 {
+                    self.left -= 1;
+                    std::fs::write(tmp, b"stale")?;
+                }
+                let mut options = OpenOptions::new();
+                options.write(true).create_new(true);
+                options.open(tmp)
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("doc.json");
+        let mut io = Stale {
+            left: 3,
+            tried: Vec::new(),
+        };
+        replace_file_with(&p, b"new", &mut io, &mut |_, _| Ok(())).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert_eq!(io.tried.len(), 4, "one fresh name per stale one");
+        let mut names = io.tried.clone();
+        names.dedup();
+        assert_eq!(names.len(), 4);
     }
 
     #[test]
