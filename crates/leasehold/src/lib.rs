@@ -51,6 +51,8 @@
 #![cfg_attr(windows, deny(unsafe_code))]
 #![warn(missing_docs)]
 
+#[cfg(all(feature = "etcd", unix))]
+pub mod arbiters;
 mod budget;
 mod error;
 #[cfg(unix)]

@@ -50,6 +50,14 @@ pub trait Grant: Send {
     fn fencing_token(&self) -> Option<u64> {
         None
     }
+    /// Whether the right is known to be gone, decided without any I/O: a distributed lease
+    /// past the deadline its last acknowledged keep-alive bought, or one its server reported
+    /// gone. The authority asks this whenever its state or scope is read, so it withdraws
+    /// the scope as soon as the lease may have run out, not only at the next write. The
+    /// kernel lease never runs out on its own.
+    fn is_lost(&self) -> bool {
+        false
+    }
 }
 
 /// Whatever decides which process is the authority.
@@ -282,13 +290,27 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
 
     /// The current state.
     pub fn state(&self) -> State {
-        lock(&self.core).state.clone()
+        let mut core = lock(&self.core);
+        self.withdraw_if_lost(&mut core);
+        core.state.clone()
+    }
+
+    /// Fails closed the moment the grant is known lost ([`Grant::is_lost`]): state
+    /// `Contended` (someone else may hold the lock now), empty scope, every mutation refused
+    /// until an acquisition or `refresh` takes a fresh grant.
+    fn withdraw_if_lost(&self, core: &mut Core<A::Grant, S::Records>) {
+        if core.state == State::Active && core.lease.as_ref().is_some_and(|g| g.is_lost()) {
+            core.state = State::Contended;
+            core.holders = HolderInfo::default();
+            self.emit(Event::ScopeWithdrawn);
+        }
     }
 
     /// The published scope: the loaded records while active, empty otherwise (fail closed:
     /// nothing read earlier is ever used to grant).
     pub fn scope(&self) -> Arc<S::Records> {
-        let core = lock(&self.core);
+        let mut core = lock(&self.core);
+        self.withdraw_if_lost(&mut core);
         if core.state == State::Active {
             core.records.clone()
         } else {
@@ -299,7 +321,8 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
     /// `Ok` while active; otherwise the typed error every mutation would get now
     /// (`StorageFailed` takes precedence over `Contended`).
     pub fn ensure_active(&self) -> Result<(), AuthorityError> {
-        let core = lock(&self.core);
+        let mut core = lock(&self.core);
+        self.withdraw_if_lost(&mut core);
         if core.state == State::Active && !self.is_disposed() {
             Ok(())
         } else {
@@ -443,6 +466,14 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
             };
             match verified {
                 Ok(fence) => fence,
+                Err(e) if e.is_expired() => {
+                    // A distributed lease that may have run out: someone else may hold it.
+                    self.withdraw_if_lost(&mut core);
+                    core.state = State::Contended;
+                    return Err(AuthorityError::Contended {
+                        holders: HolderInfo::default(),
+                    });
+                }
                 Err(_) => {
                     self.fail(&mut core, "lease lost".into());
                     return Err(AuthorityError::StorageFailed {
@@ -459,6 +490,15 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
             Ok(()) => {
                 core.records = Arc::new(next);
                 Ok(out)
+            }
+            Err(_) if core.lease.as_ref().is_some_and(|g| g.is_lost()) => {
+                // The store refused the write because the grant is gone (an etcd
+                // transaction whose fencing check failed): contention, not a broken store.
+                self.withdraw_if_lost(&mut core);
+                core.state = State::Contended;
+                Err(AuthorityError::Contended {
+                    holders: HolderInfo::default(),
+                })
             }
             Err(StoreFailure(reason)) => {
                 self.fail(&mut core, reason.clone());
