@@ -245,7 +245,9 @@ impl EtcdArbiter {
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
             .with_keep_alive_while_idle(true);
-        let connected = runtime.block_on(async {
+        // Not `block_on`: connecting must work from inside another runtime too.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
             let attempt = async {
                 let mut client = Client::connect(&list, Some(options)).await?;
                 // Connecting is lazy: one real request proves an endpoint answers.
@@ -254,12 +256,12 @@ impl EtcdArbiter {
                     .await?;
                 Ok::<Client, etcd_client::Error>(client)
             };
-            tokio::time::timeout(CONNECT_TIMEOUT, attempt).await
+            let _ = tx.send(tokio::time::timeout(CONNECT_TIMEOUT, attempt).await);
         });
-        let client = match connected {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(unreachable(format!("unreachable: {e}"))),
-            Err(_) => {
+        let client = match rx.recv() {
+            Ok(Ok(Ok(c))) => c,
+            Ok(Ok(Err(e))) => return Err(unreachable(format!("unreachable: {e}"))),
+            Ok(Err(_)) | Err(_) => {
                 return Err(unreachable(format!(
                     "unreachable: no answer within {CONNECT_TIMEOUT:?} (is etcd running, and is this its client URL?)"
                 )));
