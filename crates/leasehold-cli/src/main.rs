@@ -34,6 +34,9 @@ enum Command {
     Session(cmd::session::SessionArgs),
     /// Crash torture: workers mutate under leases while they are SIGKILLed; checks exclusion.
     Torture(cmd::torture::TortureArgs),
+    /// Internal (`run --etcd`): arm the parent-death signal, then exec COMMAND.
+    #[command(name = "_exec-with-parent-death-signal", hide = true)]
+    ExecWithParentDeathSignal(cmd::etcd::ExecArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Results(args) => cmd::results::main(args),
         Command::Session(args) => cmd::session::main(args),
         Command::Torture(args) => cmd::torture::main(args),
+        Command::ExecWithParentDeathSignal(args) => cmd::etcd::exec(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 use leasehold::arbiters::etcd::{EtcdArbiter, EtcdGrant, Fenced};
 #[cfg(feature = "tokio")]
 use leasehold::patterns::authority::AsyncArbiter;
@@ -118,7 +118,7 @@ pub struct RegistryStore {
 /// Where the document lives.
 enum Backend {
     File(JsonDocument),
-    #[cfg(feature = "etcd")]
+    #[cfg(all(feature = "etcd", unix))]
     Etcd(EtcdDocument),
 }
 
@@ -126,7 +126,7 @@ impl Backend {
     fn load(&self) -> Result<Map<String, Value>, StoreFailure> {
         match self {
             Backend::File(d) => d.load(),
-            #[cfg(feature = "etcd")]
+            #[cfg(all(feature = "etcd", unix))]
             Backend::Etcd(d) => d.load(),
         }
     }
@@ -134,7 +134,7 @@ impl Backend {
     fn failure(&self, what: String) -> StoreFailure {
         match self {
             Backend::File(d) => d.failure(what),
-            #[cfg(feature = "etcd")]
+            #[cfg(all(feature = "etcd", unix))]
             Backend::Etcd(d) => StoreFailure(format!("{}: {what}", d.describe())),
         }
     }
@@ -158,7 +158,7 @@ impl Backend {
                 }
                 d.save(doc)
             }
-            #[cfg(feature = "etcd")]
+            #[cfg(all(feature = "etcd", unix))]
             Backend::Etcd(d) => d.save(doc, fence),
         }
     }
@@ -170,13 +170,13 @@ pub fn stamped(doc: &Map<String, Value>) -> Option<u64> {
 }
 
 /// The registry document as the value of one etcd key, written only under a valid token.
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 struct EtcdDocument {
     arbiter: EtcdArbiter,
     key: String,
 }
 
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 impl EtcdDocument {
     fn describe(&self) -> String {
         format!("etcd key {} at {}", self.key, self.arbiter.endpoints())
@@ -303,13 +303,13 @@ type RegistryAuthority = Authority<RegistryArbiter, RegistryStore>;
 /// Who arbitrates the registry: the kernel lease on one machine, or etcd across machines.
 enum RegistryArbiter {
     Kernel(KernelArbiter),
-    #[cfg(feature = "etcd")]
+    #[cfg(all(feature = "etcd", unix))]
     Etcd(EtcdArbiter),
 }
 
 enum RegistryGrant {
     Kernel(Lease),
-    #[cfg(feature = "etcd")]
+    #[cfg(all(feature = "etcd", unix))]
     Etcd(EtcdGrant),
 }
 
@@ -317,28 +317,28 @@ impl Grant for RegistryGrant {
     fn verify(&self) -> leasehold::Result<()> {
         match self {
             RegistryGrant::Kernel(g) => Grant::verify(g),
-            #[cfg(feature = "etcd")]
+            #[cfg(all(feature = "etcd", unix))]
             RegistryGrant::Etcd(g) => g.verify(),
         }
     }
     fn release(&mut self) {
         match self {
             RegistryGrant::Kernel(g) => Grant::release(g),
-            #[cfg(feature = "etcd")]
+            #[cfg(all(feature = "etcd", unix))]
             RegistryGrant::Etcd(g) => g.release(),
         }
     }
     fn fencing_token(&self) -> Option<u64> {
         match self {
             RegistryGrant::Kernel(g) => g.fencing_token(),
-            #[cfg(feature = "etcd")]
+            #[cfg(all(feature = "etcd", unix))]
             RegistryGrant::Etcd(g) => g.fencing_token(),
         }
     }
     fn is_lost(&self) -> bool {
         match self {
             RegistryGrant::Kernel(g) => g.is_lost(),
-            #[cfg(feature = "etcd")]
+            #[cfg(all(feature = "etcd", unix))]
             RegistryGrant::Etcd(g) => g.is_lost(),
         }
     }
@@ -349,7 +349,7 @@ impl Arbiter for RegistryArbiter {
     fn acquire(&self, budget: &Budget) -> leasehold::Result<RegistryGrant> {
         match self {
             RegistryArbiter::Kernel(a) => a.acquire(budget).map(RegistryGrant::Kernel),
-            #[cfg(feature = "etcd")]
+            #[cfg(all(feature = "etcd", unix))]
             RegistryArbiter::Etcd(a) => a.acquire(budget).map(RegistryGrant::Etcd),
         }
     }
@@ -357,9 +357,9 @@ impl Arbiter for RegistryArbiter {
 
 /// One arbiter's pending acquisition.
 #[cfg(feature = "tokio")]
-enum Acquiring<K, #[cfg(feature = "etcd")] E> {
+enum Acquiring<K, #[cfg(all(feature = "etcd", unix))] E> {
     Kernel(K),
-    #[cfg(feature = "etcd")]
+    #[cfg(all(feature = "etcd", unix))]
     Etcd(E),
 }
 
@@ -371,13 +371,13 @@ impl AsyncArbiter for RegistryArbiter {
     ) -> impl std::future::Future<Output = leasehold::Result<RegistryGrant>> + Send {
         let acquiring = match self {
             RegistryArbiter::Kernel(a) => Acquiring::Kernel(a.acquire_async(budget)),
-            #[cfg(feature = "etcd")]
+            #[cfg(all(feature = "etcd", unix))]
             RegistryArbiter::Etcd(a) => Acquiring::Etcd(a.acquire_async(budget)),
         };
         async move {
             match acquiring {
                 Acquiring::Kernel(f) => f.await.map(RegistryGrant::Kernel),
-                #[cfg(feature = "etcd")]
+                #[cfg(all(feature = "etcd", unix))]
                 Acquiring::Etcd(f) => f.await.map(RegistryGrant::Etcd),
             }
         }
@@ -446,7 +446,7 @@ impl Registry {
     ///
     /// [`RegistryError::Lease`] with [`leasehold::Error::Unreachable`] when no endpoint
     /// answers within the connect timeout.
-    #[cfg(feature = "etcd")]
+    #[cfg(all(feature = "etcd", unix))]
     pub fn on_etcd(
         endpoints: &str,
         prefix: &str,

@@ -25,28 +25,6 @@ fn arbiter(server: &EtcdServer, name: &str) -> EtcdArbiter {
     EtcdArbiter::connect(&server.endpoint, &format!("test/{name}"), TTL).expect("connect")
 }
 
-/// Waits until `n` keys (holder and waiters) exist under `prefix`: the handshake that a waiter
-/// has queued. Asks etcd itself (through etcdctl), within a deadline.
-fn queued(server: &EtcdServer, prefix: &str, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let Some(out) = server.etcdctl(&["get", "--prefix", "--keys-only", prefix]) else {
-            // No etcdctl: fall back to a pause long enough to queue on any machine.
-            thread::sleep(Duration::from_millis(500));
-            return;
-        };
-        let count = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.is_empty())
-            .count();
-        if count >= n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no waiter queued under {prefix}");
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn contention_timeout_and_hand_over_with_growing_tokens() {
     let Some(server) = EtcdServer::start("etcd contention") else {
@@ -81,7 +59,7 @@ fn contention_timeout_and_hand_over_with_growing_tokens() {
         tx.send(Instant::now()).unwrap();
         g
     });
-    queued(&server, "test/lock/", 2);
+    server.queued("test/lock/", 2);
     let token = first.fencing_token().unwrap();
     let released = Instant::now();
     drop(first);
@@ -106,7 +84,7 @@ fn cancellation_ends_a_wait_at_once_and_leaves_nothing() {
     let token = CancelToken::new().unwrap();
     let budget = Budget::unlimited().with_cancel(token.clone());
     let waiter = thread::spawn(move || b.acquire(&budget));
-    queued(&server, "test/c/", 2);
+    server.queued("test/c/", 2);
     let cancelled = Instant::now();
     token.cancel();
     let err = waiter.join().unwrap().unwrap_err();
@@ -166,10 +144,10 @@ fn a_paused_etcd_makes_the_grant_fail_closed_before_the_ttl_and_a_new_grant_foll
     let a = arbiter(&server, "p");
     let grant = a.acquire(&Budget::no_wait()).unwrap();
     // Let one keep-alive round trip pass, so the deadline comes from a keep-alive.
-    assert!(grant.wait_lost(Some(TTL / 2)).is_none());
+    assert!(grant.watch().wait_lost(Some(TTL / 2)).is_none());
     server.pause();
     let paused = Instant::now();
-    let why = grant.wait_lost(Some(TTL * 2)).expect("lost");
+    let why = grant.watch().wait_lost(Some(TTL * 2)).expect("lost");
     let after = paused.elapsed();
     assert!(
         after < TTL - margin(TTL) / 2,

@@ -901,11 +901,23 @@ impl EtcdGrant {
         self.held.token
     }
 
-    /// Blocks until the grant is lost — its deadline passed or etcd reported the lease gone —
-    /// and says why; or returns `None` after `timeout` (`None`: no limit) with the grant
-    /// still held. A released grant counts as lost.
+    /// A handle that tells when this grant is lost, usable from another thread while the
+    /// grant itself stays where it is (for example, to stop a child process in time).
+    pub fn watch(&self) -> GrantWatch {
+        GrantWatch(self.held.live.clone())
+    }
+}
+
+/// Tells when an [`EtcdGrant`] is lost (see [`EtcdGrant::watch`]). Cloning shares it.
+#[derive(Clone)]
+pub struct GrantWatch(Arc<Liveness>);
+
+impl GrantWatch {
+    /// Blocks until the grant is lost — its deadline passed, etcd reported the lease gone,
+    /// or it was released — and says why; or returns `None` after `timeout` (`None`: no
+    /// limit) with the grant still held.
     pub fn wait_lost(&self, timeout: Option<Duration>) -> Option<String> {
-        self.held.live.wait_lost(timeout)
+        self.0.wait_lost(timeout)
     }
 }
 

@@ -175,6 +175,27 @@ impl EtcdServer {
     }
 }
 
+impl EtcdServer {
+    /// Waits (at most 10 s) until at least `n` keys exist under `prefix` — the handshake that
+    /// a waiter has queued behind a holder (each waiter creates its key before it waits).
+    /// Without etcdctl it waits half a second instead, which queues on any machine.
+    pub fn queued(&self, prefix: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let Some(out) = self.etcdctl(&["get", "--prefix", "--keys-only", prefix]) else {
+                std::thread::sleep(Duration::from_millis(500));
+                return;
+            };
+            let text = String::from_utf8_lossy(&out.stdout);
+            if text.lines().filter(|l| !l.is_empty()).count() >= n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "nothing queued under {prefix}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 /// Where `etcdctl` is, if installed.
 pub fn etcdctl_path() -> Option<PathBuf> {
     std::env::var_os("PATH")?
