@@ -112,9 +112,17 @@ fn etcd_mode(args: &TortureArgs) -> Outcome {
     if let Some(id) = &args.etcd_worker {
         let (slot, generation) = parse_id(id)?;
         let (Some(endpoints), Some(prefix)) = (&args.etcd, &args.prefix) else {
-            return Err(Failure::usage("torture: an etcd worker needs --etcd and --prefix"));
+            return Err(Failure::usage(
+                "torture: an etcd worker needs --etcd and --prefix",
+            ));
         };
-        return etcd::work(&Layout::new(dir_of(args)?), slot, generation, endpoints, prefix);
+        return etcd::work(
+            &Layout::new(dir_of(args)?),
+            slot,
+            generation,
+            endpoints,
+            prefix,
+        );
     }
     etcd::run(&etcd::Settings {
         workers: args.workers,

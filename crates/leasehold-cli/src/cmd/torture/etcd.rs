@@ -71,7 +71,8 @@ fn phase(name: &str) {
 
 /// A worker's endless loop (ended by SIGKILL, or by the supervisor closing stdin).
 pub fn work(layout: &Layout, slot: u32, generation: u32, endpoints: &str, prefix: &str) -> Outcome {
-    let ops = AppendLog::open(&layout.ops()).map_err(|e| Failure::failed(format!("ops log: {e}")))?;
+    let ops =
+        AppendLog::open(&layout.ops()).map_err(|e| Failure::failed(format!("ops log: {e}")))?;
     let op = |what: &str, rest: &str| {
         ops.record(&format!("{what} {slot} {generation} {rest}"))
             .map_err(|e| Failure::failed(format!("ops log: {e}")))
@@ -212,13 +213,17 @@ impl PrivateEtcd {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = etcd.child.try_wait() {
-                return Err(Failure::failed(format!("torture: etcd exited at start: {status}")));
+                return Err(Failure::failed(format!(
+                    "torture: etcd exited at start: {status}"
+                )));
             }
             match EtcdArbiter::connect(&etcd.endpoint, "torture/ready", TTL) {
                 Ok(_) => return Ok(etcd),
                 Err(e) if Instant::now() >= deadline => {
                     let _ = etcd.child.kill();
-                    return Err(Failure::failed(format!("torture: etcd never became ready: {e}")));
+                    return Err(Failure::failed(format!(
+                        "torture: etcd never became ready: {e}"
+                    )));
                 }
                 Err(_) => thread::sleep(Duration::from_millis(50)),
             }
@@ -236,9 +241,14 @@ impl Drop for PrivateEtcd {
 pub fn run(settings: &Settings) -> Outcome {
     let started = Instant::now();
     let base = settings.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let dir = base.join(format!("leasehold-torture-etcd-{}-{}", std::process::id(), now_ns()));
+    let dir = base.join(format!(
+        "leasehold-torture-etcd-{}-{}",
+        std::process::id(),
+        now_ns()
+    ));
     let mkdir = |p: &Path| {
-        std::fs::create_dir_all(p).map_err(|e| Failure::failed(format!("torture: {}: {e}", p.display())))
+        std::fs::create_dir_all(p)
+            .map_err(|e| Failure::failed(format!("torture: {}: {e}", p.display())))
     };
     mkdir(&dir)?;
     let dir = dir
@@ -310,14 +320,22 @@ pub fn run(settings: &Settings) -> Outcome {
     }
     for t in threads {
         if t.join().is_err() {
-            shared.lock().violations.push("a worker thread panicked".into());
+            shared
+                .lock()
+                .violations
+                .push("a worker thread panicked".into());
         }
     }
-    let report = verify(&layout, &shared, &endpoints, &prefix, settings.workers)?;
+    let report = verify(&layout, &endpoints, &prefix, settings.workers)?;
     drop(private);
     let elapsed = started.elapsed();
     let st = shared.lock();
-    let violations: Vec<String> = st.violations.iter().cloned().chain(report.violations.iter().cloned()).collect();
+    let violations: Vec<String> = st
+        .violations
+        .iter()
+        .cloned()
+        .chain(report.violations.iter().cloned())
+        .collect();
     if settings.json {
         let v = json!({
             "mode": "etcd",
@@ -336,8 +354,17 @@ pub fn run(settings: &Settings) -> Outcome {
         println!("{v}");
     } else {
         let landed: Vec<String> = st.landed.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        println!("torture (etcd): {} workers, {:.1} s", settings.workers, elapsed.as_secs_f64());
-        println!("kills: {} ({}); pauses past the TTL: {}", st.kills, landed.join(", "), st.pauses);
+        println!(
+            "torture (etcd): {} workers, {:.1} s",
+            settings.workers,
+            elapsed.as_secs_f64()
+        );
+        println!(
+            "kills: {} ({}); pauses past the TTL: {}",
+            st.kills,
+            landed.join(", "),
+            st.pauses
+        );
         println!(
             "operations: {} acknowledged, {} refused (deposed or etcd slow)",
             report.ops.registry_acked, report.refused
@@ -395,7 +422,10 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, endpoints: &s
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
-                shared.lock().violations.push(format!("cannot start worker {slot}: {e}"));
+                shared
+                    .lock()
+                    .violations
+                    .push(format!("cannot start worker {slot}: {e}"));
                 return;
             }
         };
@@ -422,7 +452,9 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, endpoints: &s
                             continue;
                         }
                         Some(Hunt::Pause) => {
-                            let Some(group) = Pid::from_raw(pid) else { continue };
+                            let Some(group) = Pid::from_raw(pid) else {
+                                continue;
+                            };
                             if kill_process_group(group, Signal::STOP).is_ok() {
                                 st.pauses += 1;
                                 drop(st);
@@ -469,13 +501,7 @@ struct Report {
     violations: Vec<String>,
 }
 
-fn verify(
-    layout: &Layout,
-    shared: &Shared,
-    endpoints: &str,
-    prefix: &str,
-    workers: u32,
-) -> Result<Report, Failure> {
+fn verify(layout: &Layout, endpoints: &str, prefix: &str, workers: u32) -> Result<Report, Failure> {
     let mut violations = Vec::new();
     let mut present = BTreeSet::new();
     let registry = Registry::on_etcd(endpoints, prefix, TTL, None)
@@ -523,6 +549,22 @@ fn verify(
     let history = arbiter
         .history(&format!("{prefix}/{ETCD_DOCUMENT}"))
         .map_err(|e| Failure::failed(format!("torture: document history: {e}")))?;
+    let (tokens, order) = token_order(&history);
+    violations.extend(order);
+    Ok(Report {
+        ops,
+        refused,
+        writes: history.len(),
+        tokens,
+        violations,
+    })
+}
+
+/// Checks a document's history (every value it held, oldest first): each write must carry a
+/// fencing token, and no token may be lower than one written before it. Returns the number
+/// of distinct tokens and the violations.
+fn token_order(history: &[Vec<u8>]) -> (usize, Vec<String>) {
+    let mut violations = Vec::new();
     let mut newest: Option<u64> = None;
     let mut tokens = BTreeSet::new();
     for (i, bytes) in history.iter().enumerate() {
@@ -541,12 +583,25 @@ fn verify(
         }
         newest = newest.max(Some(token));
     }
-    let _ = shared;
-    Ok(Report {
-        ops,
-        refused,
-        writes: history.len(),
-        tokens: tokens.len(),
-        violations,
-    })
+    (tokens.len(), violations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_order;
+
+    fn doc(token: u64) -> Vec<u8> {
+        format!(r#"{{"version":1,"workspaces":{{}},"fencing_token":{token}}}"#).into_bytes()
+    }
+
+    #[test]
+    fn tokens_that_never_go_down_are_clean_and_a_stale_write_is_caught() {
+        let (n, v) = token_order(&[doc(5), doc(5), doc(9), doc(12)]);
+        assert_eq!((n, v.len()), (3, 0), "{v:?}");
+        let (_, v) = token_order(&[doc(5), doc(9), doc(5)]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("under token 5 landed after token 9"), "{v:?}");
+        let (_, v) = token_order(&[b"{}".to_vec()]);
+        assert_eq!(v.len(), 1, "an unstamped write: {v:?}");
+    }
 }
