@@ -309,8 +309,9 @@ enum RegistryArbiter {
 
 enum RegistryGrant {
     Kernel(Lease),
+    /// Boxed: the etcd client it carries is large.
     #[cfg(all(feature = "etcd", unix))]
-    Etcd(EtcdGrant),
+    Etcd(Box<EtcdGrant>),
 }
 
 impl Grant for RegistryGrant {
@@ -350,7 +351,7 @@ impl Arbiter for RegistryArbiter {
         match self {
             RegistryArbiter::Kernel(a) => a.acquire(budget).map(RegistryGrant::Kernel),
             #[cfg(all(feature = "etcd", unix))]
-            RegistryArbiter::Etcd(a) => a.acquire(budget).map(RegistryGrant::Etcd),
+            RegistryArbiter::Etcd(a) => a.acquire(budget).map(|g| RegistryGrant::Etcd(Box::new(g))),
         }
     }
 }
@@ -378,7 +379,7 @@ impl AsyncArbiter for RegistryArbiter {
             match acquiring {
                 Acquiring::Kernel(f) => f.await.map(RegistryGrant::Kernel),
                 #[cfg(all(feature = "etcd", unix))]
-                Acquiring::Etcd(f) => f.await.map(RegistryGrant::Etcd),
+                Acquiring::Etcd(f) => f.await.map(|g| RegistryGrant::Etcd(Box::new(g))),
             }
         }
     }

@@ -18,6 +18,8 @@
 //! (`multi`), and the stores' figures: registry mutation vs a raw durable rewrite, session
 //! append vs raw write+fdatasync, keyed lease cost at 10 vs 100,000 IDs (`stores`).
 
+#[cfg(feature = "etcd")]
+mod etcd;
 mod micro;
 mod multi;
 mod stores;
@@ -44,6 +46,13 @@ pub struct BenchArgs {
     /// figures are those of this directory's file system.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Instead: leasehold on etcd at ENDPOINTS against `etcdctl lock` (acquire, hand-over,
+    /// takeover after SIGKILL). Needs the `etcd` feature and etcdctl.
+    #[arg(long, value_name = "ENDPOINTS", conflicts_with = "etcd_server")]
+    etcd: Option<String>,
+    /// Like --etcd, on a private etcd this run starts and stops (`etcd` on PATH).
+    #[arg(long)]
+    etcd_server: bool,
     /// Internal: run as a worker process of a running benchmark.
     #[arg(long, hide = true, value_name = "ROLE")]
     worker: Option<String>,
@@ -237,6 +246,14 @@ pub(crate) fn mono_ns() -> u64 {
 pub fn main(args: BenchArgs) -> Outcome {
     if let Some(role) = &args.worker {
         return multi::worker(role, &args);
+    }
+    if args.etcd.is_some() || args.etcd_server {
+        #[cfg(feature = "etcd")]
+        return etcd::run(args.etcd.clone(), args.quick, args.json);
+        #[cfg(not(feature = "etcd"))]
+        return Err(Failure::failed(
+            "bench --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc)",
+        ));
     }
     let plan = Plan::new(args.quick);
     let base = match &args.dir {

@@ -331,6 +331,22 @@ impl EtcdArbiter {
         })
     }
 
+    /// How many keys are under the prefix: the holder and its queued waiters. Reads only.
+    pub fn contenders(&self) -> Result<usize> {
+        let ctx = self.shared.ctx.clone();
+        self.shared.block(async move {
+            let mut client = ctx.client.clone();
+            let options = GetOptions::new().with_prefix().with_count_only();
+            let resp = ctx
+                .request(
+                    "count lock keys",
+                    client.get(ctx.prefix.as_str(), Some(options)),
+                )
+                .await?;
+            Ok(usize::try_from(resp.count()).unwrap_or(0))
+        })
+    }
+
     /// The value of `key`, if it exists.
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let (ctx, key) = (self.shared.ctx.clone(), key.to_string());

@@ -95,10 +95,8 @@ impl EtcdServer {
     fn wait_healthy(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Some(c) = self.child.as_mut() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    panic!("etcd exited at start ({status}); log: {}", self.log());
-                }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("etcd exited at start ({status}); log: {}", self.log());
             }
             if self.healthy() {
                 return;

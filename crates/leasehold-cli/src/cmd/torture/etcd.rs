@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -35,6 +35,7 @@ use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::{Map, Value, json};
 
 use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
+use crate::cmd::etcd::PrivateEtcd;
 use crate::exit::{Failure, OK, Outcome};
 
 /// The workers' lease TTL: short, so that pauses and kills cost little time.
@@ -164,77 +165,6 @@ impl Shared {
             *st.landed.entry(landed.to_string()).or_default() += 1;
         }
         true
-    }
-}
-
-/// A private single-node etcd on free loopback ports, stopped when dropped.
-struct PrivateEtcd {
-    child: Child,
-    endpoint: String,
-}
-
-impl PrivateEtcd {
-    fn start(dir: &Path) -> Result<PrivateEtcd, Failure> {
-        let port = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .map_err(|e| Failure::failed(format!("torture: no free loopback port: {e}")))
-        };
-        let (client, peer) = (port()?, port()?);
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let log = std::fs::File::create(dir.join("etcd.log"))
-            .map_err(|e| Failure::failed(format!("torture: etcd log: {e}")))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| Failure::failed(format!("torture: etcd log: {e}")))?;
-        let child = Command::new("etcd")
-            .arg("--name=torture")
-            .arg(format!("--data-dir={}", dir.join("etcd-data").display()))
-            .arg(format!("--listen-client-urls={endpoint}"))
-            .arg(format!("--advertise-client-urls={endpoint}"))
-            .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-            .arg(format!("--initial-cluster=torture={peer_url}"))
-            .arg("--logger=zap")
-            .arg("--log-level=warn")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(|e| {
-                Failure::failed(format!(
-                    "torture: cannot start etcd ({e}); install it (Debian: etcd-server) or pass --etcd ENDPOINTS"
-                ))
-            })?;
-        let mut etcd = PrivateEtcd { child, endpoint };
-        // Readiness handshake: connecting succeeds once etcd answers a request.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = etcd.child.try_wait() {
-                return Err(Failure::failed(format!(
-                    "torture: etcd exited at start: {status}"
-                )));
-            }
-            match EtcdArbiter::connect(&etcd.endpoint, "torture/ready", TTL) {
-                Ok(_) => return Ok(etcd),
-                Err(e) if Instant::now() >= deadline => {
-                    let _ = etcd.child.kill();
-                    return Err(Failure::failed(format!(
-                        "torture: etcd never became ready: {e}"
-                    )));
-                }
-                Err(_) => thread::sleep(Duration::from_millis(50)),
-            }
-        }
-    }
-}
-
-impl Drop for PrivateEtcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
