@@ -5,9 +5,8 @@
 #![cfg(unix)]
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
-use leasehold::patterns::authority::{State, Store};
+use leasehold::patterns::authority::Store;
 use leasehold_stores::document::JsonDocument;
 use leasehold_stores::registry::{RegistryStore, Scope, stamped};
 
@@ -39,7 +38,10 @@ mod support;
 #[cfg(feature = "etcd")]
 mod on_etcd {
     use super::*;
+    use std::time::{Duration, Instant};
+
     use leasehold::Budget;
+    use leasehold::patterns::authority::State;
     use leasehold_stores::registry::{Registry, RegistryError};
     use support::EtcdServer;
 
