@@ -139,6 +139,8 @@ struct State {
     pauses: u64,
     landed: BTreeMap<String, u64>,
     violations: Vec<String>,
+    /// `holding` announcements answered with `go` (mutations let through).
+    answered: u64,
 }
 
 struct Shared {
@@ -219,6 +221,7 @@ pub fn run(settings: &Settings) -> Outcome {
 
     let deadline = started + Duration::from_secs_f64(settings.seconds);
     let mut rng = Rng::seeded();
+    let mut through = 0;
     loop {
         {
             let st = shared.lock();
@@ -226,11 +229,14 @@ pub fn run(settings: &Settings) -> Outcome {
                 break;
             }
         }
-        thread::sleep(Duration::from_millis(50 + rng.below(150)));
+        thread::sleep(Duration::from_millis(20 + rng.below(60)));
         let mut st = shared.lock();
-        if st.hunt.is_some() {
+        // Between two events, let a few mutations through: a torture that kills every
+        // holder would prove nothing about acknowledged writes.
+        if st.hunt.is_some() || st.answered < through + 3 {
             continue;
         }
+        through = st.answered;
         match rng.below(3) {
             0 => {
                 let slot = rng.below(st.slots.len() as u64) as usize;
@@ -396,7 +402,7 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, endpoints: &s
                                 }
                             }
                         }
-                        None => {}
+                        None => st.answered += 1,
                     }
                 } else {
                     drop(st);
