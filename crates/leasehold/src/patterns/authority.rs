@@ -881,6 +881,92 @@ mod tests {
         assert_eq!(a.scope().get("k"), Some(&9));
     }
 
+    /// A grant that a test (or the store) can declare lost, as a distributed lease is once
+    /// its deadline passes or its store refused its token.
+    struct Fragile(Arc<AtomicBool>);
+
+    impl Grant for Fragile {
+        fn verify(&self) -> crate::Result<()> {
+            if self.0.load(Ordering::SeqCst) {
+                Err(Error::Expired {
+                    name: "test".into(),
+                    reason: "lost".into(),
+                })
+            } else {
+                Ok(())
+            }
+        }
+        fn release(&mut self) {}
+        fn fencing_token(&self) -> Option<u64> {
+            Some(7)
+        }
+        fn is_lost(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    struct FragileArbiter(Arc<AtomicBool>);
+
+    impl Arbiter for FragileArbiter {
+        type Grant = Fragile;
+        fn acquire(&self, _: &Budget) -> crate::Result<Fragile> {
+            self.0.store(false, Ordering::SeqCst);
+            Ok(Fragile(self.0.clone()))
+        }
+    }
+
+    /// Refuses every write under a token, declaring the grant lost (what the etcd store does
+    /// when etcd's fencing check fails).
+    struct FencingStore(Arc<AtomicBool>, Disk);
+
+    impl Store for FencingStore {
+        type Records = Records;
+        fn open(&mut self) -> Result<Records, StoreFailure> {
+            Ok(lock(&self.1.0).clone().unwrap_or_default())
+        }
+        fn commit(&mut self, _: &Records, fence: Option<u64>) -> Result<(), StoreFailure> {
+            assert_eq!(fence, Some(7), "the grant's token reaches the store");
+            self.0.store(true, Ordering::SeqCst);
+            Err(StoreFailure("fencing token refused".into()))
+        }
+        fn close(&mut self) {}
+    }
+
+    #[test]
+    fn a_grant_known_lost_withdraws_the_scope_at_once_and_refresh_takes_a_new_one() {
+        let lost = Arc::new(AtomicBool::new(false));
+        let disk = Disk(Arc::new(Mutex::new(Some(Records::from([("k".into(), 1)])))));
+        let a = Authority::new(FragileArbiter(lost.clone()), MemStore { disk });
+        a.acquire(&Budget::no_wait()).unwrap();
+        assert_eq!(a.scope().get("k"), Some(&1));
+        lost.store(true, Ordering::SeqCst);
+        // No write needed: reading the scope or the state already fails closed.
+        assert!(a.scope().is_empty());
+        assert_eq!(a.state(), State::Contended);
+        assert!(matches!(
+            a.mutate(set("k", 2)),
+            Err(AuthorityError::Contended { .. })
+        ));
+        a.refresh().unwrap();
+        assert_eq!(a.scope().get("k"), Some(&1));
+    }
+
+    #[test]
+    fn a_write_refused_for_its_token_is_contention_not_a_storage_failure() {
+        let lost = Arc::new(AtomicBool::new(false));
+        let disk = Disk(Arc::new(Mutex::new(Some(Records::new()))));
+        let a = Authority::new(
+            FragileArbiter(lost.clone()),
+            FencingStore(lost, disk.clone()),
+        );
+        a.acquire(&Budget::no_wait()).unwrap();
+        let err = a.mutate(set("k", 1)).unwrap_err();
+        assert!(matches!(err, AuthorityError::Contended { .. }), "{err:?}");
+        assert_eq!(a.state(), State::Contended);
+        assert!(a.scope().is_empty());
+        assert_eq!(lock(&disk.0).as_ref().unwrap().get("k"), None);
+    }
+
     #[test]
     fn concurrent_mutations_lose_no_update() {
         let fx = Fixture::new();
