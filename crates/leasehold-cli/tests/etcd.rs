@@ -239,6 +239,32 @@ mod with_etcd {
     }
 
     #[test]
+    fn a_command_that_ignores_sigterm_is_killed_five_seconds_later() {
+        let Some(server) = EtcdServer::start("etcd run sigkill after sigterm") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let script = "trap '' TERM; echo locked $LEASEHOLD_FENCING_TOKEN $$; \
+                      while :; do sleep 0.05; done";
+        let mut a = holder(e, "i", script, &[]);
+        let (_, command) = locked(&mut a);
+        server.pause();
+        let paused = Instant::now();
+        let status = a
+            .wait_timeout(TTL + Duration::from_secs(9))
+            .expect("run exits");
+        let took = paused.elapsed();
+        server.resume();
+        assert_eq!(status.code(), Some(1));
+        assert!(!alive(command), "COMMAND survived");
+        assert!(
+            took >= Duration::from_secs(5),
+            "SIGKILL came only {took:?} after the pause"
+        );
+        assert!(took < TTL + Duration::from_secs(6), "{took:?}");
+    }
+
+    #[test]
     fn etcd_restarted_on_its_data_never_gives_two_holders() {
         let Some(mut server) = EtcdServer::start("etcd restart") else {
             return;

@@ -499,8 +499,8 @@ struct Held {
 }
 
 impl Held {
-    /// Stops the keep-alive and revokes the lease (deleting the key) — waiting for etcd's
-    /// answer when `wait`.
+    /// Stops the keep-alive and returns the revocation of the lease (which deletes the key)
+    /// for the caller to run, or `None` if already done.
     fn disarm(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
         if !self.armed {
             return None;
@@ -950,18 +950,26 @@ impl Grant for EtcdGrant {
 
     /// Stops the keep-alive and revokes the lease, which deletes the lock key at once: a
     /// waiting successor is granted within a round trip, not after the TTL. Waits for etcd's
-    /// answer (at most a few seconds); if etcd does not answer, the lease expires by itself.
+    /// answer (at most a few seconds) unless the grant was already lost; if etcd does not
+    /// answer, the lease expires by itself.
     fn release(&mut self) {
         if self.released {
             return;
         }
         self.released = true;
         lock(&self.shared.live).remove(&self.held.token);
+        // A lost grant's lease has expired or is about to, and etcd may not be answering:
+        // revoke it in passing instead of waiting for an answer that may never come.
+        let lost = self.held.live.check().is_some();
         if let Some(revoke) = self.held.disarm() {
-            let _ = self.shared.block(async move {
-                revoke.await;
-                Ok(())
-            });
+            if lost {
+                self.shared.ctx.handle.spawn(revoke);
+            } else {
+                let _ = self.shared.block(async move {
+                    revoke.await;
+                    Ok(())
+                });
+            }
         }
     }
 
