@@ -468,7 +468,8 @@ fn verify(layout: &Layout, endpoints: &str, prefix: &str, workers: u32) -> Resul
     }
     registry.teardown();
     drop(registry);
-    let text = std::fs::read_to_string(layout.ops()).unwrap_or_default();
+    let text = std::fs::read_to_string(layout.ops())
+        .map_err(|e| Failure::failed(format!("torture: {}: {e}", layout.ops().display())))?;
     let refused = text.lines().filter(|l| l.starts_with("refused ")).count() as u64;
     // `refused` records are this mode's own; the shared checker knows intents, acks and
     // violations (an unacknowledged intent may or may not have landed).
