@@ -61,6 +61,9 @@ enum Command {
     #[cfg(unix)]
     #[command(hide = true)]
     Worker(cmd::worker::WorkerArgs),
+    /// Internal (`run --etcd`): arm the parent-death signal, then exec COMMAND.
+    #[command(name = "_exec-with-parent-death-signal", hide = true)]
+    ExecWithParentDeathSignal(cmd::etcd::ExecArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Torture(args) => cmd::torture::main(args),
         #[cfg(unix)]
         Command::Worker(args) => cmd::worker::main(args),
+        Command::ExecWithParentDeathSignal(args) => cmd::etcd::exec(args),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -13,18 +13,33 @@
 //!
 //! Document shape (unknown fields, top-level or per workspace, are preserved):
 //! `{"version": 1, "workspaces": {"/primary": {"roots": ["/root", ...]}}}`.
+//!
+//! **On etcd** (feature `etcd`, [`Registry::on_etcd`]): the processes may be on several
+//! machines. The lock is an [`EtcdArbiter`] under `PREFIX/lock/` and the document is the value
+//! of `PREFIX/storages/multi_root_workspace`. Every write is one etcd transaction that succeeds
+//! only while the writer's lock key still exists with the create revision it was granted (the
+//! fencing token), so a writer paused past its lease's TTL that resumes is refused by etcd
+//! itself and writes nothing. Each written document carries `"fencing_token"`, the token it
+//! was written under; the file-backed store does the same under a fencing arbiter and refuses
+//! to write over a document stamped with a higher token.
+//!
+//! [`EtcdArbiter`]: leasehold::arbiters::etcd::EtcdArbiter
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+#[cfg(all(feature = "etcd", unix))]
+use leasehold::arbiters::etcd::{EtcdArbiter, EtcdGrant, Fenced};
+#[cfg(feature = "tokio")]
+use leasehold::patterns::authority::AsyncArbiter;
 use leasehold::patterns::authority::{
-    Authority, AuthorityError, KernelArbiter, Observer, State, Store, StoreFailure,
+    Arbiter, Authority, AuthorityError, Grant, KernelArbiter, Observer, State, Store, StoreFailure,
 };
 use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Budget, ErrorClass, HolderInfo};
+use leasehold::{Budget, ErrorClass, HolderInfo, Lease};
 use serde_json::{Map, Value, json};
 
 use crate::document::{DocumentFiles, JsonDocument, RealFiles};
@@ -33,6 +48,13 @@ use crate::document::{DocumentFiles, JsonDocument, RealFiles};
 pub const DOCUMENT: &str = "storages/multi_root_workspace.json";
 /// The default lease, relative to the home directory.
 pub const LEASE: &str = "storages/multi_root_workspace.lock";
+/// On etcd: the document's key, relative to the prefix.
+pub const ETCD_DOCUMENT: &str = "storages/multi_root_workspace";
+/// On etcd: the lock's key prefix, relative to the prefix.
+pub const ETCD_LOCK: &str = "lock";
+/// The field of the document that records the fencing token it was written under (only
+/// written under an arbiter that hands out tokens, such as etcd).
+pub const FENCING_TOKEN: &str = "fencing_token";
 
 /// What a sandbox may grant: canonical primary root → its additional canonical roots
 /// (in the order they were added, without duplicates).
@@ -103,18 +125,117 @@ impl From<AuthorityError> for RegistryError {
 /// The registry document as a [`Store`]: keeps the whole JSON object it loaded so that
 /// unknown fields are written back unchanged.
 pub struct RegistryStore {
-    doc: JsonDocument,
+    doc: Backend,
     loaded: Option<Map<String, Value>>,
     /// Whether the document's directory and its home have been made durable since the store
     /// was opened (see [`RegistryStore::ensure_durable_dirs`]).
     dirs_durable: bool,
 }
 
+/// Where the document lives.
+enum Backend {
+    File(JsonDocument),
+    #[cfg(all(feature = "etcd", unix))]
+    Etcd(EtcdDocument),
+}
+
+impl Backend {
+    fn load(&self) -> Result<Map<String, Value>, StoreFailure> {
+        match self {
+            Backend::File(d) => d.load(),
+            #[cfg(all(feature = "etcd", unix))]
+            Backend::Etcd(d) => d.load(),
+        }
+    }
+
+    fn failure(&self, what: String) -> StoreFailure {
+        match self {
+            Backend::File(d) => d.failure(what),
+            #[cfg(all(feature = "etcd", unix))]
+            Backend::Etcd(d) => StoreFailure(format!("{}: {what}", d.describe())),
+        }
+    }
+
+    /// Writes `doc`, stamped with `fence` when there is one. The file refuses to write over a
+    /// document stamped with a higher token (a successor's); etcd checks the token itself, in
+    /// the same transaction as the write.
+    fn save(&self, doc: &mut Map<String, Value>, fence: Option<u64>) -> Result<(), StoreFailure> {
+        if let Some(token) = fence {
+            doc.insert(FENCING_TOKEN.into(), json!(token));
+        }
+        match self {
+            Backend::File(d) => {
+                if let Some(token) = fence {
+                    let on_disk = d.load()?;
+                    if let Some(newer) = stamped(&on_disk).filter(|t| *t > token) {
+                        return Err(d.failure(format!(
+                            "refusing to write under fencing token {token}: the document was written under {newer} by a later holder"
+                        )));
+                    }
+                }
+                d.save(doc)
+            }
+            #[cfg(all(feature = "etcd", unix))]
+            Backend::Etcd(d) => d.save(doc, fence),
+        }
+    }
+}
+
+/// The fencing token a document was written under, if stamped.
+pub fn stamped(doc: &Map<String, Value>) -> Option<u64> {
+    doc.get(FENCING_TOKEN).and_then(Value::as_u64)
+}
+
+/// The registry document as the value of one etcd key, written only under a valid token.
+#[cfg(all(feature = "etcd", unix))]
+struct EtcdDocument {
+    arbiter: EtcdArbiter,
+    key: String,
+}
+
+#[cfg(all(feature = "etcd", unix))]
+impl EtcdDocument {
+    fn describe(&self) -> String {
+        format!("etcd key {} at {}", self.key, self.arbiter.endpoints())
+    }
+
+    fn load(&self) -> Result<Map<String, Value>, StoreFailure> {
+        let fail = |what: String| StoreFailure(format!("{}: {what}", self.describe()));
+        let bytes = self
+            .arbiter
+            .get(&self.key)
+            .map_err(|e| fail(e.to_string()))?;
+        let Some(bytes) = bytes else {
+            return Ok(Map::new());
+        };
+        match serde_json::from_slice(&bytes) {
+            Ok(Value::Object(m)) => Ok(m),
+            Ok(_) => Err(fail("does not parse: not a JSON object".into())),
+            Err(e) => Err(fail(format!("does not parse: {e}"))),
+        }
+    }
+
+    fn save(&self, doc: &Map<String, Value>, fence: Option<u64>) -> Result<(), StoreFailure> {
+        let fail = |what: String| StoreFailure(format!("{}: {what}", self.describe()));
+        let Some(token) = fence else {
+            return Err(fail("refusing to write without a fencing token".into()));
+        };
+        let bytes = serde_json::to_vec(doc).map_err(|e| fail(e.to_string()))?;
+        match self.arbiter.put_fenced(token, &self.key, bytes) {
+            Ok(Fenced::Written) => Ok(()),
+            Ok(Fenced::Refused) => Err(fail(format!(
+                "etcd refused the write: fencing token {token} no longer holds the lock"
+            ))),
+            Err(e) => Err(fail(e.to_string())),
+        }
+    }
+}
+
 impl RegistryStore {
     /// The store over `doc`.
     pub fn new(doc: JsonDocument) -> RegistryStore {
         RegistryStore {
-            doc,
+            doc: Backend::File(doc),
             loaded: None,
             dirs_durable: false,
         }
@@ -129,7 +250,15 @@ impl RegistryStore {
         if self.dirs_durable {
             return Ok(());
         }
-        let path = self.doc.path().to_path_buf();
+        // Only a file store has directories of its own (etcd keeps the document itself).
+        let path = match &self.doc {
+            Backend::File(file) => file.path().to_path_buf(),
+            #[cfg(all(feature = "etcd", unix))]
+            Backend::Etcd(_) => {
+                self.dirs_durable = true;
+                return Ok(());
+            }
+        };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             let home = dir
                 .parent()
@@ -186,7 +315,7 @@ impl Store for RegistryStore {
         Ok(scope)
     }
 
-    fn commit(&mut self, scope: &Scope, _fence: Option<u64>) -> Result<(), StoreFailure> {
+    fn commit(&mut self, scope: &Scope, fence: Option<u64>) -> Result<(), StoreFailure> {
         let Some(mut doc) = self.loaded.clone() else {
             return Err(self.doc.failure("write before a successful load".into()));
         };
@@ -211,7 +340,7 @@ impl Store for RegistryStore {
         doc.entry("version").or_insert(json!(1));
         doc.insert("workspaces".into(), Value::Object(workspaces));
         self.ensure_durable_dirs()?;
-        self.doc.save(&doc)?;
+        self.doc.save(&mut doc, fence)?;
         self.loaded = Some(doc);
         Ok(())
     }
@@ -221,7 +350,92 @@ impl Store for RegistryStore {
     }
 }
 
-type RegistryAuthority = Authority<KernelArbiter, RegistryStore>;
+type RegistryAuthority = Authority<RegistryArbiter, RegistryStore>;
+
+/// Who arbitrates the registry: the kernel lease on one machine, or etcd across machines.
+enum RegistryArbiter {
+    Kernel(KernelArbiter),
+    #[cfg(all(feature = "etcd", unix))]
+    Etcd(EtcdArbiter),
+}
+
+enum RegistryGrant {
+    Kernel(Lease),
+    /// Boxed: the etcd client it carries is large.
+    #[cfg(all(feature = "etcd", unix))]
+    Etcd(Box<EtcdGrant>),
+}
+
+impl Grant for RegistryGrant {
+    fn verify(&self) -> leasehold::Result<()> {
+        match self {
+            RegistryGrant::Kernel(g) => Grant::verify(g),
+            #[cfg(all(feature = "etcd", unix))]
+            RegistryGrant::Etcd(g) => g.verify(),
+        }
+    }
+    fn release(&mut self) {
+        match self {
+            RegistryGrant::Kernel(g) => Grant::release(g),
+            #[cfg(all(feature = "etcd", unix))]
+            RegistryGrant::Etcd(g) => g.release(),
+        }
+    }
+    fn fencing_token(&self) -> Option<u64> {
+        match self {
+            RegistryGrant::Kernel(g) => g.fencing_token(),
+            #[cfg(all(feature = "etcd", unix))]
+            RegistryGrant::Etcd(g) => g.fencing_token(),
+        }
+    }
+    fn is_lost(&self) -> bool {
+        match self {
+            RegistryGrant::Kernel(g) => g.is_lost(),
+            #[cfg(all(feature = "etcd", unix))]
+            RegistryGrant::Etcd(g) => g.is_lost(),
+        }
+    }
+}
+
+impl Arbiter for RegistryArbiter {
+    type Grant = RegistryGrant;
+    fn acquire(&self, budget: &Budget) -> leasehold::Result<RegistryGrant> {
+        match self {
+            RegistryArbiter::Kernel(a) => a.acquire(budget).map(RegistryGrant::Kernel),
+            #[cfg(all(feature = "etcd", unix))]
+            RegistryArbiter::Etcd(a) => a.acquire(budget).map(|g| RegistryGrant::Etcd(Box::new(g))),
+        }
+    }
+}
+
+/// One arbiter's pending acquisition.
+#[cfg(feature = "tokio")]
+enum Acquiring<K, #[cfg(all(feature = "etcd", unix))] E> {
+    Kernel(K),
+    #[cfg(all(feature = "etcd", unix))]
+    Etcd(E),
+}
+
+#[cfg(feature = "tokio")]
+impl AsyncArbiter for RegistryArbiter {
+    fn acquire_async(
+        &self,
+        budget: &Budget,
+    ) -> impl std::future::Future<Output = leasehold::Result<RegistryGrant>> + Send {
+        let acquiring = match self {
+            RegistryArbiter::Kernel(a) => Acquiring::Kernel(a.acquire_async(budget)),
+            #[cfg(all(feature = "etcd", unix))]
+            RegistryArbiter::Etcd(a) => Acquiring::Etcd(a.acquire_async(budget)),
+        };
+        async move {
+            match acquiring {
+                Acquiring::Kernel(f) => f.await.map(RegistryGrant::Kernel),
+                #[cfg(all(feature = "etcd", unix))]
+                Acquiring::Etcd(f) => f.await.map(|g| RegistryGrant::Etcd(Box::new(g))),
+            }
+        }
+    }
+}
 
 /// Where the registry's files are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,7 +462,8 @@ impl RegistryPaths {
 pub struct Registry {
     /// Shared so that the async faces can run a write or a teardown on the blocking pool.
     authority: Arc<RegistryAuthority>,
-    paths: RegistryPaths,
+    /// The files; `None` on etcd.
+    paths: Option<RegistryPaths>,
 }
 
 impl Registry {
@@ -265,19 +480,56 @@ impl Registry {
         observer: Option<Observer>,
     ) -> Registry {
         let store = RegistryStore::new(JsonDocument::with_files(&paths.document, files));
-        let mut authority = Authority::new(KernelArbiter::new(&paths.lease), store);
+        let arbiter = RegistryArbiter::Kernel(KernelArbiter::new(&paths.lease));
+        let mut authority = Authority::new(arbiter, store);
         if let Some(o) = observer {
             authority = authority.with_observer(o);
         }
         Registry {
             authority: Arc::new(authority),
-            paths,
+            paths: Some(paths),
         }
     }
 
-    /// The files.
-    pub fn paths(&self) -> &RegistryPaths {
-        &self.paths
+    /// A registry on etcd at `endpoints` (comma-separated URLs), under key prefix `prefix`:
+    /// the lock under `PREFIX/lock/` with leases of `ttl`, the document at
+    /// `PREFIX/storages/multi_root_workspace`. Connects now; nothing is acquired yet.
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::Lease`] with [`leasehold::Error::Unreachable`] when no endpoint
+    /// answers within the connect timeout.
+    #[cfg(all(feature = "etcd", unix))]
+    pub fn on_etcd(
+        endpoints: &str,
+        prefix: &str,
+        ttl: std::time::Duration,
+        observer: Option<Observer>,
+    ) -> Result<Registry, RegistryError> {
+        let prefix = prefix.trim_end_matches('/');
+        let arbiter = EtcdArbiter::connect(endpoints, &format!("{prefix}/{ETCD_LOCK}"), ttl)
+            .map_err(RegistryError::Lease)?;
+        let store = RegistryStore {
+            doc: Backend::Etcd(EtcdDocument {
+                arbiter: arbiter.clone(),
+                key: format!("{prefix}/{ETCD_DOCUMENT}"),
+            }),
+            loaded: None,
+            dirs_durable: true, // etcd has no directories to make durable
+        };
+        let mut authority = Authority::new(RegistryArbiter::Etcd(arbiter), store);
+        if let Some(o) = observer {
+            authority = authority.with_observer(o);
+        }
+        Ok(Registry {
+            authority: Arc::new(authority),
+            paths: None,
+        })
+    }
+
+    /// The files (`None` for a registry on etcd).
+    pub fn paths(&self) -> Option<&RegistryPaths> {
+        self.paths.as_ref()
     }
 
     /// Becomes the authority within `budget` (or reports why not); see
@@ -302,7 +554,11 @@ impl Registry {
         match self.authority.ensure_active() {
             Ok(()) => Ok(()),
             Err(AuthorityError::Contended { .. }) => Err(RegistryError::Contended {
-                holders: HolderInfo::of_path(&self.paths.lease),
+                holders: self
+                    .paths
+                    .as_ref()
+                    .map(|p| HolderInfo::of_path(&p.lease))
+                    .unwrap_or_default(),
             }),
             Err(e) => Err(e.into()),
         }

@@ -159,6 +159,24 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A distributed arbiter (etcd) could not be reached or refused a request; nothing is held.
+    #[error("etcd at {endpoints}: {reason}")]
+    Unreachable {
+        /// The endpoints tried, as given.
+        endpoints: String,
+        /// What failed, and what to check.
+        reason: String,
+    },
+    /// A distributed lease may have expired (no keep-alive acknowledged in time, or the
+    /// server says it is gone): the grant proves nothing any more, and a successor may
+    /// already hold the lock.
+    #[error("{name}: lease lost: {reason}")]
+    Expired {
+        /// The lock's name (its key in the arbiter).
+        name: String,
+        /// Why it is considered lost.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -179,7 +197,10 @@ impl Error {
             | Error::Released { .. }
             | Error::TooManyOpenFiles { .. }
             | Error::Io { .. }
-            | Error::LockingUnsupported { .. } => ErrorClass::Failure,
+            | Error::LockingUnsupported { .. }
+            | Error::Unreachable { .. } => ErrorClass::Failure,
+            // A lost distributed lease: someone else may hold it now (the CLI's `lease lost`).
+            Error::Expired { .. } => ErrorClass::Failure,
         }
     }
 
@@ -233,6 +254,13 @@ impl Error {
             },
             other => other,
         }
+    }
+
+    /// True for [`Error::Expired`]: a distributed lease that may have run out. Another
+    /// process may hold the lock now, so callers treat it like contention, not like a
+    /// storage failure.
+    pub fn is_expired(&self) -> bool {
+        matches!(self, Error::Expired { .. })
     }
 
     /// The holders recorded in a contention error.

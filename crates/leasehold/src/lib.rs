@@ -55,6 +55,8 @@
 // kind (FileId, FileKind, Holders: nothing) → sys (the platform boundary: kind) →
 // holders (HolderInfo, look-ups: kind, sys) → error (kind, holders) → budget (sys, error) →
 // options (nothing) → lease (the primitive: all of these) → patterns (built on the primitive).
+#[cfg(all(feature = "etcd", unix))]
+pub mod arbiters;
 mod budget;
 mod error;
 mod holders;

@@ -19,6 +19,8 @@
 //! append vs raw write+fdatasync, keyed lease cost at 10 vs 100,000 IDs (`stores`).
 
 mod crew;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod handoff;
 mod micro;
 mod stores;
@@ -51,6 +53,13 @@ pub struct BenchArgs {
     /// figures are those of this directory's file system.
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Instead: leasehold on etcd at ENDPOINTS against `etcdctl lock` (acquire, hand-over,
+    /// takeover after SIGKILL). Needs the `etcd` feature and etcdctl.
+    #[arg(long, value_name = "ENDPOINTS", conflicts_with = "etcd_server")]
+    etcd: Option<String>,
+    /// Like --etcd, on a private etcd this run starts and stops (`etcd` on PATH).
+    #[arg(long)]
+    etcd_server: bool,
 }
 
 /// How much work each scenario does.
@@ -238,6 +247,14 @@ pub(super) fn errno_fail(what: &str) -> impl Fn(rustix::io::Errno) -> Failure + 
 
 /// Runs `leasehold bench`.
 pub fn main(args: BenchArgs) -> Outcome {
+    if args.etcd.is_some() || args.etcd_server {
+        #[cfg(feature = "etcd")]
+        return etcd::run(args.etcd.clone(), args.quick, args.json);
+        #[cfg(not(feature = "etcd"))]
+        return Err(Failure::failed(
+            "bench --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc)",
+        ));
+    }
     let plan = Plan::new(args.quick);
     let base = match &args.dir {
         Some(d) => d.clone(),

@@ -4,6 +4,7 @@
 #[cfg_attr(not(target_os = "linux"), path = "unsupported.rs")]
 #[cfg_attr(not(target_os = "linux"), allow(clippy::duplicate_mod))]
 pub mod bench;
+pub mod etcd;
 #[cfg_attr(windows, path = "unsupported.rs")]
 #[cfg_attr(windows, allow(clippy::duplicate_mod))]
 pub mod registry;

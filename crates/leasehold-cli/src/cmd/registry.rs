@@ -36,6 +36,15 @@ pub struct RegistryArgs {
     /// One-shot verbs: wait up to SECS for the authority (default: try once).
     #[arg(long, value_name = "SECS", value_parser = super::parse_secs, global = true)]
     timeout: Option<Duration>,
+    /// etcd endpoints (comma-separated http URLs): the registry lives in etcd.
+    #[arg(long, value_name = "ENDPOINTS", global = true)]
+    etcd: Option<String>,
+    /// With --etcd: the key prefix (default leasehold/registry).
+    #[arg(long, value_name = "P", global = true, requires = "etcd")]
+    prefix: Option<String>,
+    /// With --etcd: the lease TTL in seconds (at least 2; default 10).
+    #[arg(long, value_name = "SECS", value_parser = super::etcd::parse_ttl, global = true, requires = "etcd")]
+    ttl: Option<Duration>,
     #[command(subcommand)]
     op: Op,
 }
@@ -57,11 +66,22 @@ enum Op {
 }
 
 pub fn main(args: RegistryArgs) -> Outcome {
-    let home = match args.home {
-        Some(h) => h,
-        None => default_home()?,
+    let registry = match &args.etcd {
+        Some(endpoints) => super::etcd::registry(
+            endpoints,
+            args.prefix
+                .as_deref()
+                .unwrap_or(super::etcd::REGISTRY_PREFIX),
+            args.ttl.unwrap_or(super::etcd::DEFAULT_TTL),
+        )?,
+        None => {
+            let home = match args.home {
+                Some(h) => h,
+                None => default_home()?,
+            };
+            Registry::new(RegistryPaths::in_home(&home, args.lease_path))
+        }
     };
-    let registry = Registry::new(RegistryPaths::in_home(&home, args.lease_path));
     match args.op {
         Op::Serve => serve(&registry),
         op => one_shot(&registry, args.timeout, op),

@@ -32,7 +32,14 @@ pub struct RunArgs {
     /// Exit status when the lease could not be had (default 75).
     #[arg(long, value_name = "N", default_value_t = CONTENDED)]
     conflict_exit_code: u8,
-    /// The lock file (created 0600 if absent; never removed).
+    /// etcd endpoints (comma-separated http URLs): arbitrate with etcd; LOCKFILE is then a
+    /// lock NAME.
+    #[arg(long, value_name = "ENDPOINTS")]
+    etcd: Option<String>,
+    /// With --etcd: the lease TTL in seconds (at least 2).
+    #[arg(long, value_name = "SECS", value_parser = super::etcd::parse_ttl, requires = "etcd")]
+    ttl: Option<Duration>,
+    /// The lock file (created 0600 if absent; never removed); with --etcd, the lock NAME.
     lockfile: PathBuf,
     /// The command to run while holding the lease.
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -40,6 +47,17 @@ pub struct RunArgs {
 }
 
 pub fn main(args: RunArgs) -> Outcome {
+    if let Some(endpoints) = args.etcd {
+        return super::etcd::run(super::etcd::RunEtcd {
+            endpoints,
+            ttl: args.ttl.unwrap_or(super::etcd::DEFAULT_TTL),
+            timeout: args.timeout,
+            no_wait: args.no_wait,
+            conflict_exit_code: args.conflict_exit_code,
+            name: args.lockfile.to_string_lossy().into_owned(),
+            command: args.command,
+        });
+    }
     let interrupts = Interrupts::install()?;
     let lease = acquire(&args, &interrupts)
         .map_err(|failure| failure.conflict_code(args.conflict_exit_code))?;
@@ -113,7 +131,7 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Lease, Failure> {
 #[cfg(unix)]
 /// Passes termination signals sent to us on to COMMAND, so a supervisor stopping `run`
 /// stops COMMAND too; we then exit with COMMAND's status.
-fn forward_signals(pid: u32) {
+pub(super) fn forward_signals(pid: u32) {
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT])
     else {
         return;
@@ -132,7 +150,7 @@ fn forward_signals(pid: u32) {
 
 /// COMMAND's exit status, or 128+N when a signal N killed it.
 #[cfg(unix)]
-fn exit_status(status: std::process::ExitStatus) -> u8 {
+pub(super) fn exit_status(status: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,

@@ -14,11 +14,17 @@ pub struct StatusArgs {
     /// Print {"path": ..., "held": ..., "holders": [...]}.
     #[arg(long)]
     json: bool,
-    /// The lock file to inspect.
+    /// etcd endpoints (comma-separated http URLs): LOCKFILE is then a lock NAME.
+    #[arg(long, value_name = "ENDPOINTS")]
+    etcd: Option<String>,
+    /// The lock file to inspect; with --etcd, the lock NAME.
     lockfile: PathBuf,
 }
 
 pub fn main(args: StatusArgs) -> Outcome {
+    if let Some(endpoints) = &args.etcd {
+        return super::etcd::status(endpoints, &args.lockfile.to_string_lossy(), args.json);
+    }
     let holders = leasehold::holders(&args.lockfile).map_err(|e| Failure::of(&e))?;
     let held = match holders.is_held() {
         Some(held) => held,

@@ -20,6 +20,8 @@
 //! [`Registry`]: leasehold_stores::registry::Registry
 
 mod check;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod supervisor;
 mod worker;
 
@@ -54,6 +56,19 @@ pub struct TortureArgs {
     /// system's temporary directory).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Torture the registry on etcd at ENDPOINTS instead (SIGKILL and SIGSTOP/SIGCONT of
+    /// workers; `--kills` counts both). Needs the `etcd` feature.
+    #[arg(long, value_name = "ENDPOINTS", conflicts_with = "etcd_server")]
+    etcd: Option<String>,
+    /// Like --etcd, on a private etcd this run starts and stops (`etcd` on PATH).
+    #[arg(long)]
+    etcd_server: bool,
+    /// Internal: run as etcd worker SLOT:GEN in DIR.
+    #[arg(long, hide = true, value_name = "SLOT:GEN", requires_all = ["dir", "etcd", "prefix"])]
+    etcd_worker: Option<String>,
+    /// Internal: the etcd key prefix of the run.
+    #[arg(long, hide = true, value_name = "P")]
+    prefix: Option<String>,
 }
 
 /// Arguments of a torture worker process (internal: not part of the contract).
@@ -86,6 +101,9 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 }
 
 pub fn main(args: TortureArgs) -> Outcome {
+    if args.etcd.is_some() || args.etcd_server || args.etcd_worker.is_some() {
+        return etcd_mode(&args);
+    }
     supervisor::run(&supervisor::Settings {
         workers: args.workers,
         kills: args.kills,
@@ -93,6 +111,47 @@ pub fn main(args: TortureArgs) -> Outcome {
         json: args.json,
         dir: args.dir,
     })
+}
+
+#[cfg(feature = "etcd")]
+fn etcd_mode(args: &TortureArgs) -> Outcome {
+    if let Some(id) = &args.etcd_worker {
+        let (slot, generation) = parse_id(id)?;
+        let (Some(endpoints), Some(prefix)) = (&args.etcd, &args.prefix) else {
+            return Err(Failure::usage(
+                "torture: an etcd worker needs --etcd and --prefix",
+            ));
+        };
+        return etcd::work(
+            &Layout::new(dir_of(args)?),
+            slot,
+            generation,
+            endpoints,
+            prefix,
+        );
+    }
+    etcd::run(&etcd::Settings {
+        workers: args.workers,
+        events: args.kills,
+        seconds: args.seconds,
+        json: args.json,
+        dir: args.dir.clone(),
+        endpoints: args.etcd.clone(),
+    })
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd_mode(_: &TortureArgs) -> Outcome {
+    Err(Failure::failed(
+        "torture --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc)",
+    ))
+}
+
+#[cfg(feature = "etcd")]
+fn dir_of(args: &TortureArgs) -> Result<&Path, Failure> {
+    args.dir
+        .as_deref()
+        .ok_or_else(|| Failure::usage("torture: an internal worker needs --dir"))
 }
 
 fn parse_id(id: &str) -> Result<(u32, u32), Failure> {

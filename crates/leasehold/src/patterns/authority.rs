@@ -50,6 +50,14 @@ pub trait Grant: Send {
     fn fencing_token(&self) -> Option<u64> {
         None
     }
+    /// Whether the right is known to be gone, decided without any I/O: a distributed lease
+    /// past the deadline its last acknowledged keep-alive bought, or one its server reported
+    /// gone. The authority asks this whenever its state or scope is read, so it withdraws
+    /// the scope as soon as the lease may have run out, not only at the next write. The
+    /// kernel lease never runs out on its own.
+    fn is_lost(&self) -> bool {
+        false
+    }
 }
 
 /// Whatever decides which process is the authority.
@@ -278,13 +286,27 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
 
     /// The current state.
     pub fn state(&self) -> State {
-        lock(&self.core).state.clone()
+        let mut core = lock(&self.core);
+        self.withdraw_if_lost(&mut core);
+        core.state.clone()
+    }
+
+    /// Fails closed the moment the grant is known lost ([`Grant::is_lost`]): state
+    /// `Contended` (someone else may hold the lock now), empty scope, every mutation refused
+    /// until an acquisition or `refresh` takes a fresh grant.
+    fn withdraw_if_lost(&self, core: &mut Core<A::Grant, S::Records>) {
+        if core.state == State::Active && core.lease.as_ref().is_some_and(|g| g.is_lost()) {
+            core.state = State::Contended;
+            core.holders = HolderInfo::default();
+            self.emit(Event::ScopeWithdrawn);
+        }
     }
 
     /// The published scope: the loaded records while active, empty otherwise (fail closed:
     /// nothing read earlier is ever used to grant).
     pub fn scope(&self) -> Arc<S::Records> {
-        let core = lock(&self.core);
+        let mut core = lock(&self.core);
+        self.withdraw_if_lost(&mut core);
         if core.state == State::Active {
             core.records.clone()
         } else {
@@ -295,7 +317,8 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
     /// `Ok` while active; otherwise the typed error every mutation would get now
     /// (`StorageFailed` takes precedence over `Contended`).
     pub fn ensure_active(&self) -> Result<(), AuthorityError> {
-        let core = lock(&self.core);
+        let mut core = lock(&self.core);
+        self.withdraw_if_lost(&mut core);
         if core.state == State::Active && !self.is_disposed() {
             Ok(())
         } else {
@@ -439,6 +462,14 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
             };
             match verified {
                 Ok(fence) => fence,
+                Err(e) if e.is_expired() => {
+                    // A distributed lease that may have run out: someone else may hold it.
+                    self.withdraw_if_lost(&mut core);
+                    core.state = State::Contended;
+                    return Err(AuthorityError::Contended {
+                        holders: HolderInfo::default(),
+                    });
+                }
                 Err(_) => {
                     self.fail(&mut core, "lease lost".into());
                     return Err(AuthorityError::StorageFailed {
@@ -455,6 +486,15 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
             Ok(()) => {
                 core.records = Arc::new(next);
                 Ok(out)
+            }
+            Err(_) if core.lease.as_ref().is_some_and(|g| g.is_lost()) => {
+                // The store refused the write because the grant is gone (an etcd
+                // transaction whose fencing check failed): contention, not a broken store.
+                self.withdraw_if_lost(&mut core);
+                core.state = State::Contended;
+                Err(AuthorityError::Contended {
+                    holders: HolderInfo::default(),
+                })
             }
             Err(StoreFailure(reason)) => {
                 self.fail(&mut core, reason.clone());
@@ -859,6 +899,92 @@ mod tests {
         *lock(&fx.disk.0) = Some(Records::from([("k".into(), 9)]));
         a.refresh().unwrap();
         assert_eq!(a.scope().get("k"), Some(&9));
+    }
+
+    /// A grant that a test (or the store) can declare lost, as a distributed lease is once
+    /// its deadline passes or its store refused its token.
+    struct Fragile(Arc<AtomicBool>);
+
+    impl Grant for Fragile {
+        fn verify(&self) -> crate::Result<()> {
+            if self.0.load(Ordering::SeqCst) {
+                Err(Error::Expired {
+                    name: "test".into(),
+                    reason: "lost".into(),
+                })
+            } else {
+                Ok(())
+            }
+        }
+        fn release(&mut self) {}
+        fn fencing_token(&self) -> Option<u64> {
+            Some(7)
+        }
+        fn is_lost(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    struct FragileArbiter(Arc<AtomicBool>);
+
+    impl Arbiter for FragileArbiter {
+        type Grant = Fragile;
+        fn acquire(&self, _: &Budget) -> crate::Result<Fragile> {
+            self.0.store(false, Ordering::SeqCst);
+            Ok(Fragile(self.0.clone()))
+        }
+    }
+
+    /// Refuses every write under a token, declaring the grant lost (what the etcd store does
+    /// when etcd's fencing check fails).
+    struct FencingStore(Arc<AtomicBool>, Disk);
+
+    impl Store for FencingStore {
+        type Records = Records;
+        fn open(&mut self) -> Result<Records, StoreFailure> {
+            Ok(lock(&self.1.0).clone().unwrap_or_default())
+        }
+        fn commit(&mut self, _: &Records, fence: Option<u64>) -> Result<(), StoreFailure> {
+            assert_eq!(fence, Some(7), "the grant's token reaches the store");
+            self.0.store(true, Ordering::SeqCst);
+            Err(StoreFailure("fencing token refused".into()))
+        }
+        fn close(&mut self) {}
+    }
+
+    #[test]
+    fn a_grant_known_lost_withdraws_the_scope_at_once_and_refresh_takes_a_new_one() {
+        let lost = Arc::new(AtomicBool::new(false));
+        let disk = Disk(Arc::new(Mutex::new(Some(Records::from([("k".into(), 1)])))));
+        let a = Authority::new(FragileArbiter(lost.clone()), MemStore { disk });
+        a.acquire(&Budget::no_wait()).unwrap();
+        assert_eq!(a.scope().get("k"), Some(&1));
+        lost.store(true, Ordering::SeqCst);
+        // No write needed: reading the scope or the state already fails closed.
+        assert!(a.scope().is_empty());
+        assert_eq!(a.state(), State::Contended);
+        assert!(matches!(
+            a.mutate(set("k", 2)),
+            Err(AuthorityError::Contended { .. })
+        ));
+        a.refresh().unwrap();
+        assert_eq!(a.scope().get("k"), Some(&1));
+    }
+
+    #[test]
+    fn a_write_refused_for_its_token_is_contention_not_a_storage_failure() {
+        let lost = Arc::new(AtomicBool::new(false));
+        let disk = Disk(Arc::new(Mutex::new(Some(Records::new()))));
+        let a = Authority::new(
+            FragileArbiter(lost.clone()),
+            FencingStore(lost, disk.clone()),
+        );
+        a.acquire(&Budget::no_wait()).unwrap();
+        let err = a.mutate(set("k", 1)).unwrap_err();
+        assert!(matches!(err, AuthorityError::Contended { .. }), "{err:?}");
+        assert_eq!(a.state(), State::Contended);
+        assert!(a.scope().is_empty());
+        assert_eq!(lock(&disk.0).as_ref().unwrap().get("k"), None);
     }
 
     #[test]

@@ -1,0 +1,544 @@
+//! `leasehold torture --etcd ENDPOINTS | --etcd-server`: the registry on etcd under SIGKILL
+//! and SIGSTOP/SIGCONT of its workers.
+//!
+//! N workers (this binary again, hidden `--etcd-worker`) loop on acknowledged registry
+//! mutations through `Registry::on_etcd` (TTL 2 s), each announcing `holding` once it is the
+//! authority and waiting for `go`. The supervisor, until `--kills` events: SIGKILLs a random
+//! worker at a random moment, SIGKILLs the first worker to announce `holding`, or SIGSTOPs it
+//! there for longer than the TTL (so its lease expires and a successor takes over and
+//! writes), then SIGCONTs it and lets it write — a deposed writer that resumes.
+//!
+//! A pause breaks real-time exclusion on purpose (a lease has a TTL by nature); what must hold
+//! is what fencing promises, and the checker proves it from etcd's own history:
+//!
+//! * every acknowledged mutation is in the final registry (`check::ops`);
+//! * in the document's history (every value it held since revision 1, read by a watch),
+//!   the fencing tokens never go down: no write under an older token landed after a newer
+//!   token's first write.
+//!
+//! `--etcd-server` starts a private single-node etcd (the `etcd` binary on PATH) on free
+//! loopback ports in the run directory and stops it at the end.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use leasehold::Budget;
+use leasehold::arbiters::etcd::EtcdArbiter;
+use leasehold_stores::registry::{ETCD_DOCUMENT, Registry, RegistryError, stamped};
+use rustix::process::{Pid, Signal, kill_process_group};
+use serde_json::{Map, Value, json};
+
+use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
+use crate::cmd::etcd::PrivateEtcd;
+use crate::exit::{Failure, OK, Outcome};
+
+/// The workers' lease TTL: short, so that pauses and kills cost little time.
+pub const TTL: Duration = Duration::from_secs(2);
+/// How long a pause lasts: past the TTL, so that the paused worker's lease expires.
+const PAUSE: Duration = Duration::from_millis(2600);
+/// How long a worker waits for the registry before giving up on one operation.
+const ACQUIRE_WAIT: Duration = Duration::from_secs(10);
+
+/// What the user asked for.
+pub struct Settings {
+    pub workers: u32,
+    pub events: u64,
+    pub seconds: f64,
+    pub json: bool,
+    pub dir: Option<PathBuf>,
+    /// Endpoints of an existing etcd; `None`: start a private one.
+    pub endpoints: Option<String>,
+}
+
+/// Announces `name` and waits for `go` (a closed stdin ends the worker).
+fn phase(name: &str) {
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{name}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(0);
+    }
+    drop(out);
+    let mut line = String::new();
+    match std::io::stdin().lock().read_line(&mut line) {
+        Ok(n) if n > 0 => {}
+        _ => std::process::exit(0),
+    }
+}
+
+/// A worker's endless loop (ended by SIGKILL, or by the supervisor closing stdin).
+pub fn work(layout: &Layout, slot: u32, generation: u32, endpoints: &str, prefix: &str) -> Outcome {
+    let ops =
+        AppendLog::open(&layout.ops()).map_err(|e| Failure::failed(format!("ops log: {e}")))?;
+    let op = |what: &str, rest: &str| {
+        ops.record(&format!("{what} {slot} {generation} {rest}"))
+            .map_err(|e| Failure::failed(format!("ops log: {e}")))
+    };
+    let mut rng = Rng::seeded();
+    for seq in 1u64.. {
+        let root = rng.below(ROOT_POOL as u64) as usize;
+        let remove = rng.below(3) == 0;
+        let verb = if remove { "remove" } else { "add" };
+        op("intent", &format!("{seq} reg {verb} {root}"))?;
+        // One authority per operation, as a process would have: teardown disposes it.
+        let Ok(registry) = Registry::on_etcd(endpoints, prefix, TTL, None) else {
+            continue; // etcd did not answer in time (a loaded machine): not acknowledged
+        };
+        match registry.acquire(&Budget::timeout(ACQUIRE_WAIT)) {
+            Ok(()) => {}
+            Err(RegistryError::Contended { .. }) => continue,
+            // etcd was slow to answer (a loaded machine): this operation is not acknowledged.
+            Err(RegistryError::Lease(_)) => continue,
+            Err(e) => {
+                op("violation", &format!("registry did not load: {e}"))?;
+                continue;
+            }
+        }
+        phase("holding");
+        let (primary, root) = (layout.primary(slot), layout.root(root));
+        let done = if remove {
+            registry.remove(&primary, &root)
+        } else {
+            registry.add(&primary, &root)
+        };
+        registry.teardown();
+        match done {
+            Ok(()) => op("ack", &seq.to_string())?,
+            // Deposed while paused, or etcd did not answer: refused, nothing acknowledged.
+            Err(RegistryError::Contended { .. } | RegistryError::StorageFailed { .. }) => {
+                op("refused", &seq.to_string())?
+            }
+            Err(e) => op("violation", &format!("registry {verb} failed: {e}"))?,
+        }
+    }
+    Ok(0)
+}
+
+#[derive(Default)]
+struct Slot {
+    pid: Option<i32>,
+    killed: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Hunt {
+    Kill,
+    Pause,
+}
+
+#[derive(Default)]
+struct State {
+    slots: Vec<Slot>,
+    hunt: Option<Hunt>,
+    stopping: bool,
+    kills: u64,
+    pauses: u64,
+    landed: BTreeMap<String, u64>,
+    violations: Vec<String>,
+    /// `holding` announcements answered with `go` (mutations let through).
+    answered: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn kill(&self, st: &mut State, slot: usize, landed: &str) -> bool {
+        let s = &mut st.slots[slot];
+        let Some(pid) = s.pid.filter(|_| !s.killed).and_then(Pid::from_raw) else {
+            return false;
+        };
+        let _ = kill_process_group(pid, Signal::CONT);
+        if kill_process_group(pid, Signal::KILL).is_err() {
+            return false;
+        }
+        s.killed = true;
+        if !st.stopping {
+            st.kills += 1;
+            *st.landed.entry(landed.to_string()).or_default() += 1;
+        }
+        true
+    }
+}
+
+pub fn run(settings: &Settings) -> Outcome {
+    let started = Instant::now();
+    let base = settings.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!(
+        "leasehold-torture-etcd-{}-{}",
+        std::process::id(),
+        now_ns()
+    ));
+    let mkdir = |p: &Path| {
+        std::fs::create_dir_all(p)
+            .map_err(|e| Failure::failed(format!("torture: {}: {e}", p.display())))
+    };
+    mkdir(&dir)?;
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| Failure::failed(format!("torture: {}: {e}", dir.display())))?;
+    let layout = Layout::new(&dir);
+    for slot in 0..settings.workers {
+        mkdir(&layout.primary(slot))?;
+    }
+    for r in 0..ROOT_POOL {
+        mkdir(&layout.root(r))?;
+    }
+    let private = match &settings.endpoints {
+        Some(_) => None,
+        None => Some(PrivateEtcd::start(&dir)?),
+    };
+    let endpoints = match (&settings.endpoints, &private) {
+        (Some(e), _) => e.clone(),
+        (None, Some(p)) => p.endpoint.clone(),
+        (None, None) => return Err(Failure::failed("torture: no etcd")),
+    };
+    let prefix = format!("leasehold-torture/{}-{}", std::process::id(), now_ns());
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            slots: (0..settings.workers).map(|_| Slot::default()).collect(),
+            ..State::default()
+        }),
+    });
+    let threads: Vec<_> = (0..settings.workers as usize)
+        .map(|slot| {
+            let (shared, layout, exe) = (shared.clone(), layout.clone(), exe.clone());
+            let (endpoints, prefix) = (endpoints.clone(), prefix.clone());
+            thread::spawn(move || tend(&shared, &layout, &exe, slot, &endpoints, &prefix))
+        })
+        .collect();
+
+    let deadline = started + Duration::from_secs_f64(settings.seconds);
+    let mut rng = Rng::seeded();
+    let mut through = 0;
+    loop {
+        {
+            let st = shared.lock();
+            if st.kills + st.pauses >= settings.events || Instant::now() >= deadline {
+                break;
+            }
+        }
+        thread::sleep(Duration::from_millis(20 + rng.below(60)));
+        let mut st = shared.lock();
+        // Between two events, let a few mutations through: a torture that kills every
+        // holder would prove nothing about acknowledged writes.
+        if st.hunt.is_some() || st.answered < through + 3 {
+            continue;
+        }
+        through = st.answered;
+        match rng.below(3) {
+            0 => {
+                let slot = rng.below(st.slots.len() as u64) as usize;
+                shared.kill(&mut st, slot, "random");
+            }
+            1 => st.hunt = Some(Hunt::Kill),
+            _ => st.hunt = Some(Hunt::Pause),
+        }
+    }
+    {
+        let mut st = shared.lock();
+        st.stopping = true;
+        st.hunt = None;
+        for slot in 0..st.slots.len() {
+            shared.kill(&mut st, slot, "shutdown");
+        }
+    }
+    for t in threads {
+        if t.join().is_err() {
+            shared
+                .lock()
+                .violations
+                .push("a worker thread panicked".into());
+        }
+    }
+    let report = verify(&layout, &endpoints, &prefix, settings.workers)?;
+    drop(private);
+    let elapsed = started.elapsed();
+    let st = shared.lock();
+    let violations: Vec<String> = st
+        .violations
+        .iter()
+        .cloned()
+        .chain(report.violations.iter().cloned())
+        .collect();
+    if settings.json {
+        let v = json!({
+            "mode": "etcd",
+            "workers": settings.workers,
+            "seconds": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+            "kills": st.kills,
+            "pauses": st.pauses,
+            "kills_by_phase": st.landed,
+            "operations": report.ops.registry_acked,
+            "refused_after_pause": report.refused,
+            "document_writes": report.writes,
+            "distinct_tokens": report.tokens,
+            "violations": violations.len(),
+            "violation_details": violations,
+        });
+        println!("{v}");
+    } else {
+        let landed: Vec<String> = st.landed.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!(
+            "torture (etcd): {} workers, {:.1} s",
+            settings.workers,
+            elapsed.as_secs_f64()
+        );
+        println!(
+            "kills: {} ({}); pauses past the TTL: {}",
+            st.kills,
+            landed.join(", "),
+            st.pauses
+        );
+        println!(
+            "operations: {} acknowledged, {} refused (deposed or etcd slow)",
+            report.ops.registry_acked, report.refused
+        );
+        println!(
+            "document writes checked: {} under {} fencing tokens",
+            report.writes, report.tokens
+        );
+        println!("violations: {}", violations.len());
+        for v in &violations {
+            println!("  {v}");
+        }
+    }
+    if violations.is_empty() {
+        let _ = std::fs::remove_dir_all(&layout.dir);
+        Ok(OK)
+    } else {
+        Err(Failure::failed(format!(
+            "torture: {} violation(s) found, first: {}; evidence kept in {}",
+            violations.len(),
+            violations[0],
+            layout.dir.display()
+        )))
+    }
+}
+
+/// Keeps one slot busy: starts an incarnation, answers `holding` with `go`, or kills or
+/// pauses it there when a hunt is on, reaps it, starts the next.
+fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, endpoints: &str, prefix: &str) {
+    for generation in 0u32.. {
+        if shared.lock().stopping {
+            return;
+        }
+        let stderr = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(layout.stderr());
+        let spawned = stderr.and_then(|err| {
+            Command::new(exe)
+                .arg("torture")
+                .arg("--etcd-worker")
+                .arg(format!("{slot}:{generation}"))
+                .arg("--dir")
+                .arg(&layout.dir)
+                .arg("--etcd")
+                .arg(endpoints)
+                .arg("--prefix")
+                .arg(prefix)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(err)
+                .process_group(0)
+                .spawn()
+        });
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                shared
+                    .lock()
+                    .violations
+                    .push(format!("cannot start worker {slot}: {e}"));
+                return;
+            }
+        };
+        let pid = child.id() as i32;
+        {
+            let mut st = shared.lock();
+            st.slots[slot] = Slot {
+                pid: Some(pid),
+                killed: false,
+            };
+            if st.stopping {
+                shared.kill(&mut st, slot, "shutdown");
+            }
+        }
+        let mut stdin = child.stdin.take();
+        if let Some(out) = child.stdout.take() {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let mut st = shared.lock();
+                if line == "holding" && !st.stopping {
+                    match st.hunt.take() {
+                        Some(Hunt::Kill) => {
+                            shared.kill(&mut st, slot, "holding");
+                            continue;
+                        }
+                        Some(Hunt::Pause) => {
+                            let Some(group) = Pid::from_raw(pid) else {
+                                continue;
+                            };
+                            if kill_process_group(group, Signal::STOP).is_ok() {
+                                st.pauses += 1;
+                                drop(st);
+                                // The pause itself: long enough for the lease to expire.
+                                thread::sleep(PAUSE);
+                                let st = shared.lock();
+                                if !st.slots[slot].killed {
+                                    let _ = kill_process_group(group, Signal::CONT);
+                                }
+                            }
+                        }
+                        None => st.answered += 1,
+                    }
+                } else {
+                    drop(st);
+                }
+                if let Some(w) = stdin.as_mut() {
+                    let _ = writeln!(w, "go").and_then(|()| w.flush());
+                }
+            }
+        }
+        drop(stdin);
+        let killed = {
+            let mut st = shared.lock();
+            st.slots[slot].pid = None;
+            st.slots[slot].killed
+        };
+        let status = child.wait();
+        let by_sigkill = status.as_ref().is_ok_and(|s| s.signal() == Some(9));
+        if !(killed && by_sigkill) {
+            shared.lock().violations.push(format!(
+                "worker {slot}:{generation} ended by itself: {status:?} (see {})",
+                layout.stderr().display()
+            ));
+        }
+    }
+}
+
+struct Report {
+    ops: check::OpsReport,
+    refused: u64,
+    writes: usize,
+    tokens: usize,
+    violations: Vec<String>,
+}
+
+fn verify(layout: &Layout, endpoints: &str, prefix: &str, workers: u32) -> Result<Report, Failure> {
+    let mut violations = Vec::new();
+    let mut present = BTreeSet::new();
+    let registry = Registry::on_etcd(endpoints, prefix, TTL, None)
+        .map_err(|e| Failure::failed(format!("torture: {e}")))?;
+    // Killed holders' leases expire within the TTL: wait that long for the final look.
+    match registry.acquire(&Budget::timeout(TTL * 3)) {
+        Ok(()) => {
+            let primaries: BTreeMap<PathBuf, u32> =
+                (0..workers).map(|s| (layout.primary(s), s)).collect();
+            let roots: BTreeMap<PathBuf, u32> =
+                (0..ROOT_POOL).map(|r| (layout.root(r), r as u32)).collect();
+            for (p, rs) in registry.scope().iter() {
+                for r in rs {
+                    match (primaries.get(p), roots.get(r)) {
+                        (Some(&s), Some(&r)) => {
+                            present.insert((s, r));
+                        }
+                        _ => violations.push(format!(
+                            "registry holds an entry no worker wrote: {} → {}",
+                            p.display(),
+                            r.display()
+                        )),
+                    }
+                }
+            }
+        }
+        Err(e) => violations.push(format!("registry at the end: {e}")),
+    }
+    registry.teardown();
+    drop(registry);
+    let text = std::fs::read_to_string(layout.ops())
+        .map_err(|e| Failure::failed(format!("torture: {}: {e}", layout.ops().display())))?;
+    let refused = text.lines().filter(|l| l.starts_with("refused ")).count() as u64;
+    // `refused` records are this mode's own; the shared checker knows intents, acks and
+    // violations (an unacknowledged intent may or may not have landed).
+    let rest: String = text
+        .lines()
+        .filter(|l| !l.starts_with("refused "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let ops = check::ops(&rest, &present, 0);
+    violations.extend(ops.violations.iter().cloned());
+
+    let arbiter = EtcdArbiter::connect(endpoints, &format!("{prefix}/check"), TTL)
+        .map_err(|e| Failure::failed(format!("torture: {e}")))?;
+    let history = arbiter
+        .history(&format!("{prefix}/{ETCD_DOCUMENT}"))
+        .map_err(|e| Failure::failed(format!("torture: document history: {e}")))?;
+    let (tokens, order) = token_order(&history);
+    violations.extend(order);
+    Ok(Report {
+        ops,
+        refused,
+        writes: history.len(),
+        tokens,
+        violations,
+    })
+}
+
+/// Checks a document's history (every value it held, oldest first): each write must carry a
+/// fencing token, and no token may be lower than one written before it. Returns the number
+/// of distinct tokens and the violations.
+fn token_order(history: &[Vec<u8>]) -> (usize, Vec<String>) {
+    let mut violations = Vec::new();
+    let mut newest: Option<u64> = None;
+    let mut tokens = BTreeSet::new();
+    for (i, bytes) in history.iter().enumerate() {
+        let token = serde_json::from_slice::<Map<String, Value>>(bytes)
+            .ok()
+            .and_then(|doc| stamped(&doc));
+        let Some(token) = token else {
+            violations.push(format!("document write {i} carries no fencing token"));
+            continue;
+        };
+        tokens.insert(token);
+        if let Some(n) = newest.filter(|n| token < *n) {
+            violations.push(format!(
+                "document write {i} under token {token} landed after token {n}'s first write"
+            ));
+        }
+        newest = newest.max(Some(token));
+    }
+    (tokens.len(), violations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_order;
+
+    fn doc(token: u64) -> Vec<u8> {
+        format!(r#"{{"version":1,"workspaces":{{}},"fencing_token":{token}}}"#).into_bytes()
+    }
+
+    #[test]
+    fn tokens_that_never_go_down_are_clean_and_a_stale_write_is_caught() {
+        let (n, v) = token_order(&[doc(5), doc(5), doc(9), doc(12)]);
+        assert_eq!((n, v.len()), (3, 0), "{v:?}");
+        let (_, v) = token_order(&[doc(5), doc(9), doc(5)]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("under token 5 landed after token 9"), "{v:?}");
+        let (_, v) = token_order(&[b"{}".to_vec()]);
+        assert_eq!(v.len(), 1, "an unstamped write: {v:?}");
+    }
+}

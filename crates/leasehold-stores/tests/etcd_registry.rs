@@ -1,0 +1,132 @@
+//! The registry on etcd (feature `etcd`), against a real throwaway etcd started by the test,
+//! and the file-backed store's own fencing check. Real-process scenarios (SIGSTOP of a
+//! holder past its TTL) are in the CLI's `tests/etcd.rs`.
+
+#![cfg(unix)]
+
+use std::path::PathBuf;
+
+use leasehold::patterns::authority::Store;
+use leasehold_stores::document::JsonDocument;
+use leasehold_stores::registry::{RegistryStore, Scope, stamped};
+
+#[test]
+fn the_file_store_stamps_its_token_and_refuses_to_write_over_a_higher_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("doc.json");
+    let mut store = RegistryStore::new(JsonDocument::new(&path));
+    store.open().unwrap();
+    let scope = Scope::from([(PathBuf::from("/p"), vec![PathBuf::from("/r")])]);
+    store.commit(&scope, Some(5)).unwrap();
+    let doc: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(stamped(&doc), Some(5));
+    // A later holder (token 9) wrote meanwhile; the deposed one (token 7) must not overwrite.
+    let newer = br#"{"version":1,"workspaces":{},"fencing_token":9}"#;
+    std::fs::write(&path, newer).unwrap();
+    let err = store.commit(&scope, Some(7)).unwrap_err();
+    assert!(err.0.contains("fencing token"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), newer, "left untouched");
+    // The kernel lease hands out no token: nothing is stamped or checked.
+    store.commit(&scope, None).unwrap();
+}
+
+#[cfg(feature = "etcd")]
+#[path = "../../leasehold/tests/support/etcd.rs"]
+mod support;
+
+#[cfg(feature = "etcd")]
+mod on_etcd {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    use leasehold::Budget;
+    use leasehold::patterns::authority::State;
+    use leasehold_stores::registry::{Registry, RegistryError};
+    use support::EtcdServer;
+
+    const TTL: Duration = Duration::from_secs(2);
+
+    fn registry(server: &EtcdServer) -> Registry {
+        Registry::on_etcd(&server.endpoint, "t/registry", TTL, None).expect("connect")
+    }
+
+    fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let (p, r) = (d.path().join("p"), d.path().join("r"));
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::create_dir_all(&r).unwrap();
+        let (p, r) = (p.canonicalize().unwrap(), r.canonicalize().unwrap());
+        (d, p, r)
+    }
+
+    #[test]
+    fn one_writer_at_a_time_and_the_successor_sees_the_last_write() {
+        let Some(server) = EtcdServer::start("etcd registry") else {
+            return;
+        };
+        let (_d, p, r) = dirs();
+        let a = registry(&server);
+        a.acquire(&Budget::no_wait()).unwrap();
+        a.add(&p, &r).unwrap();
+        let b = registry(&server);
+        let err = b.acquire(&Budget::no_wait()).unwrap_err();
+        assert!(matches!(err, RegistryError::Contended { .. }), "{err:?}");
+        assert!(b.scope().is_empty());
+        a.teardown();
+        b.refresh().unwrap();
+        assert_eq!(b.scope().get(&p), Some(&vec![r.clone()]));
+        let out = server.etcdctl(&[
+            "get",
+            "--print-value-only",
+            "t/registry/storages/multi_root_workspace",
+        ]);
+        if let Some(out) = out {
+            let doc: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_slice(&out.stdout).unwrap();
+            assert!(stamped(&doc).is_some(), "stamped with its token: {doc:?}");
+        }
+    }
+
+    #[test]
+    fn a_lost_lease_withdraws_the_scope_before_the_ttl_and_refresh_recovers() {
+        let Some(server) = EtcdServer::start("etcd registry lost lease") else {
+            return;
+        };
+        let (_d, p, r) = dirs();
+        let a = registry(&server);
+        a.acquire(&Budget::no_wait()).unwrap();
+        a.add(&p, &r).unwrap();
+        server.pause();
+        let paused = Instant::now();
+        // No mutation needed: reading the state is enough to see the loss.
+        while a.state() == State::Active {
+            assert!(
+                paused.elapsed() < TTL,
+                "still active {:?} after etcd stopped",
+                paused.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(paused.elapsed() < TTL, "{:?}", paused.elapsed());
+        assert_eq!(a.state(), State::Contended);
+        assert!(a.scope().is_empty(), "fail closed");
+        assert!(!a.grants(&p, &r));
+        let err = a.remove(&p, &r).unwrap_err();
+        assert!(matches!(err, RegistryError::Contended { .. }), "{err:?}");
+        server.resume();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Err(e) = a.refresh() {
+            assert!(
+                Instant::now() < deadline,
+                "no recovery after etcd resumed: {e}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            a.scope().get(&p),
+            Some(&vec![r]),
+            "the write before the pause"
+        );
+    }
+}
