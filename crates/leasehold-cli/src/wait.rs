@@ -73,7 +73,7 @@ impl Wait {
         match attempt(&self.budget(Some(notice_at))) {
             Err(e) => match waiting_for(&e) {
                 Some(what) => {
-                    eprintln!("leasehold: waiting for {what}");
+                    crate::out::error_line(&format!("waiting for {what}"));
                     attempt(&self.budget(self.deadline))
                 }
                 None => Err(e),

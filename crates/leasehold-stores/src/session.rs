@@ -134,7 +134,7 @@ pub enum SessionError {
         dir: PathBuf,
     },
     /// Another process holds the session's write lease.
-    #[error("session {id} is owned by another process{holders}")]
+    #[error("session {id} is owned by {}", holders.who())]
     SessionAlreadyOwned {
         /// The session.
         id: SessionId,
@@ -207,6 +207,7 @@ impl From<AppendError> for SessionError {
 pub struct SessionStore {
     dir: PathBuf,
     durability: Durability,
+    options: LeaseOptions,
 }
 
 impl SessionStore {
@@ -215,7 +216,15 @@ impl SessionStore {
         SessionStore {
             dir: dir.into(),
             durability: Durability::default(),
+            options: LeaseOptions::new(),
         }
+    }
+
+    /// Takes session leases with `options` (for example to accept a network or FUSE file
+    /// system, or a lock file shared with other users); `create` is always on.
+    pub fn with_lease_options(mut self, options: LeaseOptions) -> SessionStore {
+        self.options = options;
+        self
     }
 
     /// Sets the durability of appends (default: `fsync` every record).
@@ -437,7 +446,9 @@ impl SessionWriter {
 
     /// Takes the session's lease (never waiting) and opens its log, repairing a torn tail.
     fn take(&mut self, dir: LockDir) -> Result<(), SessionError> {
-        let lease = LeaseOptions::new()
+        let lease = self
+            .store
+            .options
             .create(true)
             .try_acquire_at(&dir, LOCK_NAME)
             .map_err(|e| {

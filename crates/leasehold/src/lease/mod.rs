@@ -499,6 +499,20 @@ pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
     lookup::at_path(path).map_err(|u| imp::holders_error(path, u))
 }
 
+/// Refuses an existing `path` (never following a final symlink) that another user could have
+/// prepared: one that belongs to a user other than this process's effective user or root, or
+/// that its group or others may write (a sticky, root-owned directory such as `/tmp`
+/// excepted). The rule the lease applies to lock files (see
+/// [`LeaseOptions::allow_shared_state`]), for the directories and documents a store keeps
+/// beside its lock. A missing path is fine. Windows: always `Ok` (ACLs are not judged).
+///
+/// # Errors
+/// [`Error::Untrusted`] naming the path and who else could change it; an I/O error of the
+/// look.
+pub fn check_trusted(path: impl AsRef<Path>) -> Result<()> {
+    imp::check_trusted(path.as_ref())
+}
+
 #[cfg(all(test, unix))]
 pub(crate) mod tests {
     use super::*;
@@ -638,11 +652,13 @@ pub(crate) mod tests {
         assert_eq!(info.get(), &Holders::Free);
         let again = Lease::try_acquire(&path).unwrap();
         let err = Lease::try_acquire(&path).unwrap_err();
+        // In-process contention names this process, not "another process (pid <ours>)".
+        let msg = err.to_string();
         assert!(
-            err.to_string()
-                .contains(&format!("another process (pid {});", std::process::id())),
-            "{err}"
+            msg.contains("held by this process (another lease of it);"),
+            "{msg}"
         );
+        assert!(!msg.contains("another process"), "{msg}");
         drop(again);
     }
 

@@ -86,6 +86,13 @@ impl KernelArbiter {
         }
     }
 
+    /// The same arbiter taking its lease with `options` (for example to accept a shared lock
+    /// file, or a network file system).
+    pub fn with_options(mut self, options: LeaseOptions) -> KernelArbiter {
+        self.options = options;
+        self
+    }
+
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -143,7 +150,7 @@ pub enum State {
 #[derive(Debug, thiserror::Error)]
 pub enum AuthorityError {
     /// Another process is the authority (or this one was torn down).
-    #[error("the store is held by another process{holders}")]
+    #[error("the store is held by {}", holders.who())]
     Contended {
         /// Holder pids, where the OS revealed them at the last attempt.
         holders: HolderInfo,
@@ -276,15 +283,30 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
         }
     }
 
-    /// The current state.
-    pub fn state(&self) -> State {
-        lock(&self.core).state.clone()
+    /// The state as of now: an active authority verifies its grant first (for the kernel
+    /// lease one `fstatat`), so that a lease lost — the lock file replaced by a rename, say —
+    /// is reported as `StorageFailed("lease lost")` at once, not only at the next write.
+    ///
+    /// Why reads verify too: once the lock file has been replaced, a newcomer locks the new
+    /// file and becomes the authority; a deposed one that kept answering "active" from
+    /// memory would go on granting what the newcomer has removed (fail closed on reads).
+    fn current(&self) -> MutexGuard<'_, Core<A::Grant, S::Records>> {
+        let mut core = lock(&self.core);
+        if core.state == State::Active && !core.lease.as_ref().is_some_and(|g| g.verify().is_ok()) {
+            self.fail(&mut core, "lease lost".into());
+        }
+        core
     }
 
-    /// The published scope: the loaded records while active, empty otherwise (fail closed:
-    /// nothing read earlier is ever used to grant).
+    /// The current state (verifying the lease of an active authority first; see `current`).
+    pub fn state(&self) -> State {
+        self.current().state.clone()
+    }
+
+    /// The published scope: the loaded records while active — the lease verified first —
+    /// empty otherwise (fail closed: nothing read earlier is ever used to grant).
     pub fn scope(&self) -> Arc<S::Records> {
-        let core = lock(&self.core);
+        let core = self.current();
         if core.state == State::Active {
             core.records.clone()
         } else {
@@ -292,10 +314,10 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
         }
     }
 
-    /// `Ok` while active; otherwise the typed error every mutation would get now
-    /// (`StorageFailed` takes precedence over `Contended`).
+    /// `Ok` while active (the lease verified); otherwise the typed error every mutation would
+    /// get now (`StorageFailed` takes precedence over `Contended`).
     pub fn ensure_active(&self) -> Result<(), AuthorityError> {
-        let core = lock(&self.core);
+        let core = self.current();
         if core.state == State::Active && !self.is_disposed() {
             Ok(())
         } else {

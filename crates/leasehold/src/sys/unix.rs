@@ -126,6 +126,55 @@ pub(crate) fn fd_entry(fd: BorrowedFd<'_>) -> Result<Entry, Errno> {
     })
 }
 
+/// Why an existing file or directory another user could have prepared is not trusted
+/// (OpenSSH's StrictModes rule), or `None` when it is fine.
+///
+/// Trusted: owned by this process's effective user or by root (root can replace anything
+/// anyway), and writable by neither group nor others — except a directory that is sticky
+/// and owned by root (`/tmp`): there nobody but an entry's owner may remove or rename it.
+/// A lock file another user owns can be unlinked by that user while we hold it, after
+/// which a second holder locks a new file; a group- or world-writable file or directory
+/// can be replaced by anyone who may write it.
+pub(crate) fn untrusted(fd: BorrowedFd<'_>) -> Result<Option<String>, Errno> {
+    Ok(judge_owner(&rustix::fs::fstat(fd)?))
+}
+
+/// [`untrusted`] for what stands at `name` (never following a final symlink); `None` when
+/// nothing is there.
+pub(crate) fn untrusted_at(dir: BorrowedFd<'_>, name: &Path) -> Result<Option<String>, Errno> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(judge_owner(&st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[allow(clippy::unnecessary_cast)] // st_mode/st_uid are not u32 on every platform
+fn judge_owner(st: &rustix::fs::Stat) -> Option<String> {
+    let mode = st.st_mode as u32;
+    let dir = FileType::from_raw_mode(st.st_mode as _) == FileType::Directory;
+    let me = rustix::process::geteuid().as_raw();
+    let uid = st.st_uid as u32;
+    if uid != me && uid != 0 {
+        return Some(format!(
+            "belongs to another user (uid {uid}; this process runs as uid {me})"
+        ));
+    }
+    let sticky_root = dir && uid == 0 && mode & 0o1000 != 0;
+    if mode & 0o022 != 0 && !sticky_root {
+        let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+            (true, true) => "group and others",
+            (true, false) => "its group",
+            _ => "others",
+        };
+        return Some(format!(
+            "may be written by {who} (mode {:04o})",
+            mode & 0o7777
+        ));
+    }
+    None
+}
+
 /// `flock(LOCK_EX|LOCK_NB)` (or `LOCK_SH|LOCK_NB` with `shared`). `Ok(false)` means another
 /// open file description holds a conflicting lock.
 pub(crate) fn try_lock(fd: BorrowedFd<'_>, shared: bool) -> Result<bool, Errno> {
@@ -226,7 +275,7 @@ pub(crate) fn nofile_limit() -> u64 {
         .unwrap_or(0)
 }
 
-/// Names the network file system `fd` lives on, if it does.
+/// Names the network (or FUSE) file system `fd` lives on, if it does.
 ///
 /// Why this matters (cargo's `flock.rs` tells the same story): on NFS, `flock` is emulated
 /// with byte-range locks through the lock manager; when that daemon is missing or slow,
@@ -249,6 +298,11 @@ pub(crate) fn network_fs_magic(magic: u64) -> Option<&'static str> {
         0xfe53_4d42 => Some("smb2"),
         0x5346_414f => Some("afs"),
         0x7362_6b69 => Some("coda"),
+        // FUSE (`fuse` and `fuseblk` share this magic; sshfs, bindfs, s3fs, rclone, ...):
+        // flock there is whatever the daemon implements — a bindfs mount and its backing
+        // path do not exclude each other, and a network FUSE file system's locks are local
+        // to one client — so it is refused by default like a network file system.
+        0x6573_5546 => Some("fuse"),
         _ => None,
     }
 }
@@ -401,7 +455,8 @@ pub(crate) fn lookup(path: &Path) -> io::Result<Looked> {
 /// from the superblock device the kernel prints (btrfs subvolumes, some overlays), an
 /// inode-only match is accepted only after `/proc/PID/fd` proves that process has this very
 /// inode open: a pid shown must be right. A lock whose locker has exited while descendants
-/// still hold the descriptor shows pid 0: it is reported held with no pid.
+/// still hold the descriptor shows pid 0 (or the dead locker's pid): it is reported held
+/// with no pid.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn holders(id: FileId) -> Holders {
     let Ok(text) = read_proc_locks() else {
@@ -456,10 +511,15 @@ pub(crate) fn holders(id: FileId) -> Holders {
         return Holders::Free;
     }
     // pid 0: the locker is gone (its descendants inherited the lock); held, owner unknown.
+    // A positive pid is the process that took the lock, which may have died since while a
+    // child that inherited the descriptor keeps the lock (`run` SIGKILLed while COMMAND
+    // runs), and its pid may even have been reused: as lslocks does, a pid is shown only
+    // while that process is alive and has a descriptor of this inode (`/proc/PID/fd`).
     let mut pids: Vec<u32> = exact
         .into_iter()
         .filter(|p| *p > 0)
         .map(|p| p as u32)
+        .filter(|p| process_has_open(*p, id))
         .collect();
     pids.sort_unstable();
     pids.dedup();
