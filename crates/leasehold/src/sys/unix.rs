@@ -152,7 +152,8 @@ pub(crate) fn untrusted_at(dir: BorrowedFd<'_>, name: &Path) -> Result<Option<St
 #[allow(clippy::unnecessary_cast)] // st_mode/st_uid are not u32 on every platform
 fn judge_owner(st: &rustix::fs::Stat) -> Option<String> {
     let mode = st.st_mode as u32;
-    let dir = FileType::from_raw_mode(st.st_mode as _) == FileType::Directory;
+    let kind = FileType::from_raw_mode(st.st_mode as _);
+    let dir = kind == FileType::Directory;
     let me = rustix::process::geteuid().as_raw();
     let uid = st.st_uid as u32;
     if uid != me && uid != 0 {
@@ -161,7 +162,9 @@ fn judge_owner(st: &rustix::fs::Stat) -> Option<String> {
         ));
     }
     let sticky_root = dir && uid == 0 && mode & 0o1000 != 0;
-    if mode & 0o022 != 0 && !sticky_root {
+    // A symlink's own mode means nothing (always 0777); what it is gets judged by whoever
+    // refuses to follow it.
+    if mode & 0o022 != 0 && !sticky_root && kind != FileType::Symlink {
         let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
             (true, true) => "group and others",
             (true, false) => "its group",
