@@ -430,8 +430,17 @@ fn serve_reads_one_request_at_a_time_and_sigterm_does_not_wait_for_the_backlog()
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
     assert!(first.contains("\"ok\":true"), "{first}");
-    // Nobody reads the answers now: serve blocks writing them and must read no further
-    // than about one chunk ahead of the request it answers.
+    // Nobody reads the answers now: serve's main thread ends up blocked writing them (the
+    // kernel says so in its wchan), and by then it must have read no further than about
+    // one chunk ahead of the request it answers.
+    let blocked = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/wchan"))
+        .unwrap()
+        .contains("pipe_write")
+    {
+        assert!(std::time::Instant::now() < blocked, "serve never filled its stdout");
+        std::thread::yield_now();
+    }
     let pos = |pid: u32| -> u64 {
         let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/0")).unwrap();
         info.lines()
