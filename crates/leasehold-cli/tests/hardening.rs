@@ -438,7 +438,10 @@ fn serve_reads_one_request_at_a_time_and_sigterm_does_not_wait_for_the_backlog()
         .unwrap()
         .contains("pipe_write")
     {
-        assert!(std::time::Instant::now() < blocked, "serve never filled its stdout");
+        assert!(
+            std::time::Instant::now() < blocked,
+            "serve never filled its stdout"
+        );
         std::thread::yield_now();
     }
     let pos = |pid: u32| -> u64 {

@@ -292,7 +292,7 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
     /// memory would go on granting what the newcomer has removed (fail closed on reads).
     fn current(&self) -> MutexGuard<'_, Core<A::Grant, S::Records>> {
         let mut core = lock(&self.core);
-        if core.state == State::Active && !core.lease.as_ref().is_some_and(|g| g.verify().is_ok()) {
+        if core.state == State::Active && core.lease.as_ref().is_none_or(|g| g.verify().is_err()) {
             self.fail(&mut core, "lease lost".into());
         }
         core
