@@ -669,9 +669,9 @@ mod tests {
         assert!(w.holds_lease());
         let e = store.open_writer(&id("s")).unwrap_err();
         assert!(e.is_contended(), "{e}");
+        // The other writer is in this very process: said so, not "another process (pid <ours>)".
         assert!(
-            e.to_string()
-                .starts_with("session s is owned by another process"),
+            e.to_string().starts_with("session s is owned by this process"),
             "{e}"
         );
         w.append_json("{\n\"b\": 2}").unwrap();
