@@ -671,7 +671,8 @@ mod tests {
         assert!(e.is_contended(), "{e}");
         // The other writer is in this very process: said so, not "another process (pid <ours>)".
         assert!(
-            e.to_string().starts_with("session s is owned by this process"),
+            e.to_string()
+                .starts_with("session s is owned by this process"),
             "{e}"
         );
         w.append_json("{\n\"b\": 2}").unwrap();

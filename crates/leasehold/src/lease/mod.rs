@@ -663,6 +663,53 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn state_other_users_could_have_prepared_is_refused_unless_shared_state_is_allowed() {
+        use std::fs::Permissions;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.lock");
+        std::fs::write(&path, b"").unwrap();
+        std::fs::set_permissions(&path, Permissions::from_mode(0o620)).unwrap();
+        let err = Lease::try_acquire(&path).unwrap_err();
+        assert!(
+            matches!(&err, Error::Untrusted { path: p, reason } if *p == path
+                && reason == "may be written by its group (mode 0620)"),
+            "{err:?}"
+        );
+        assert!(err.is_unusable_path());
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().mode() & 0o7777,
+            0o620,
+            "untouched"
+        );
+        LeaseOptions::new()
+            .allow_shared_state(true)
+            .try_acquire(&path)
+            .expect("opted in");
+        // Directories: world-writable is refused, unless sticky and root-owned (as /tmp).
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, Permissions::from_mode(0o777)).unwrap();
+        let err = check_trusted(&open).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("may be written by group and others"),
+            "{err}"
+        );
+        std::fs::set_permissions(&open, Permissions::from_mode(0o1777)).unwrap();
+        let sticky = check_trusted(&open);
+        if rustix::process::geteuid().is_root() {
+            sticky.expect("a sticky directory owned by root");
+        } else {
+            assert!(sticky.is_err(), "sticky but not root's");
+        }
+        check_trusted(dir.path().join("missing")).expect("nothing there");
+        // A symlink's own mode (0777) is not judged.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/nonexistent", &link).unwrap();
+        check_trusted(&link).expect("a symlink's mode means nothing");
+    }
+
+    #[test]
     fn release_is_idempotent_and_drop_releases() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rel.lock");

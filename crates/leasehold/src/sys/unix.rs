@@ -588,7 +588,14 @@ mod tests {
         ] {
             assert_eq!(super::network_fs_magic(magic), Some(name));
         }
+        // FUSE (fuse and fuseblk report one magic): refused like a network file system.
+        assert_eq!(super::network_fs_magic(0x6573_5546), Some("fuse"));
         assert_eq!(super::network_fs_magic(0xef53), None, "ext4 is local");
+        assert_eq!(
+            super::network_fs_magic(0x794c_7630),
+            None,
+            "overlayfs is accepted"
+        );
         assert_eq!(super::network_fs_magic(0x0102_1994), None, "tmpfs is local");
     }
 }
