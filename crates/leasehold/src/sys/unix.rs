@@ -325,6 +325,8 @@ pub(crate) fn network_fs(fd: BorrowedFd<'_>) -> Result<Option<&'static str>, Err
         b"smbfs" => Some("smbfs"),
         b"afpfs" => Some("afpfs"),
         b"webdav" => Some("webdav"),
+        // macFUSE (sshfs and friends) reports its own type name, older versions osxfuse.
+        b"macfuse" | b"osxfuse" => Some("fuse"),
         _ => None,
     })
 }
