@@ -86,6 +86,11 @@ impl Wait {
     /// long it waited since it started (the quiet first second included) and the option
     /// that waits longer.
     pub fn gave_up(&self) -> String {
+        // A single try did not wait, however long the try and the holder look-up took
+        // (reading /proc on a loaded machine can take milliseconds).
+        if self.deadline == Some(self.started) {
+            return gave_up_after(Duration::ZERO);
+        }
         gave_up_after(self.started.elapsed())
     }
 }
@@ -116,6 +121,15 @@ mod tests {
             "; gave up after 0.2s; wait longer with --timeout SECS"
         );
         assert!(gave_up_after(Duration::ZERO).contains("--timeout SECS"));
+        let token = CancelToken::new().unwrap();
+        // A single try that took 5 ms (a slow try and holder look-up) still did not wait.
+        let started = Instant::now() - Duration::from_millis(5);
+        let once = Wait {
+            started,
+            deadline: Some(started),
+            token: token.clone(),
+        };
+        assert!(once.gave_up().contains("did not wait"), "{}", once.gave_up());
     }
 
     #[test]
