@@ -129,7 +129,11 @@ mod tests {
             deadline: Some(started),
             token: token.clone(),
         };
-        assert!(once.gave_up().contains("did not wait"), "{}", once.gave_up());
+        assert!(
+            once.gave_up().contains("did not wait"),
+            "{}",
+            once.gave_up()
+        );
     }
 
     #[test]

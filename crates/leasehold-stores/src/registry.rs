@@ -228,7 +228,7 @@ impl Registry {
     /// belong to another user or be group/other-writable; by default such a document is
     /// refused (storage-failed, naming it and the reason), as the lock file is.
     pub fn with_options(paths: RegistryPaths, options: LeaseOptions) -> Registry {
-        Registry::build(paths, Arc::new(RealFiles), None, options)
+        Registry::with_files_and_options(paths, Arc::new(RealFiles), None, options)
     }
 
     /// A registry whose document operations go through `files` (fault injection), with an
@@ -238,10 +238,12 @@ impl Registry {
         files: Arc<dyn DocumentFiles>,
         observer: Option<Observer>,
     ) -> Registry {
-        Registry::build(paths, files, observer, LeaseOptions::new())
+        Registry::with_files_and_options(paths, files, observer, LeaseOptions::new())
     }
 
-    fn build(
+    /// [`with_files`](Self::with_files) whose lease (and document checks) follow `options`
+    /// (see [`with_options`](Self::with_options)).
+    pub fn with_files_and_options(
         paths: RegistryPaths,
         files: Arc<dyn DocumentFiles>,
         observer: Option<Observer>,
