@@ -700,3 +700,24 @@ fn a_session_log_that_is_not_a_regular_file_is_not_called_a_lock_file() {
     assert!(stderr.contains("a FIFO"), "{stderr}");
     assert!(!stderr.contains("lock file"), "{stderr}");
 }
+
+#[test]
+fn another_users_live_holder_is_still_named_when_its_descriptors_cannot_be_read() {
+    if !is_root() {
+        eprintln!("SKIP: needs root to look as nobody at a root holder");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lock = tmp.path().join("root-held.lock");
+    let holder = common::hold(&lock);
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(common::bin())
+        .arg("status")
+        .arg(&lock)
+        .stdin(Stdio::null()));
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, format!("held by pid {}\n", holder.pid()), "{out:?}");
+    common::release(holder);
+}

@@ -524,7 +524,7 @@ pub(crate) fn holders(id: FileId) -> Holders {
         .into_iter()
         .filter(|p| *p > 0)
         .map(|p| p as u32)
-        .filter(|p| process_has_open(*p, id))
+        .filter(|p| holds_open(*p, id))
         .collect();
     pids.sort_unstable();
     pids.dedup();
@@ -551,6 +551,24 @@ fn read_proc_locks() -> io::Result<String> {
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
         }
         size *= 2;
+    }
+}
+
+/// Whether the locker `pid` named by `/proc/locks` still holds the lock as far as we can
+/// see: it has a descriptor of the inode; or, where its descriptors are not ours to read
+/// (another user's process), it is at least alive and not a zombie.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn holds_open(pid: u32, id: FileId) -> bool {
+    match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            // "/proc/PID/stat": "PID (comm) S ..."; the state follows the last ')'.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .is_some_and(|state| state != "Z" && state != "X")
+            })
+        }
+        _ => process_has_open(pid, id),
     }
 }
 
