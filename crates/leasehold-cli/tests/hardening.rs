@@ -718,6 +718,10 @@ fn another_users_live_holder_is_still_named_when_its_descriptors_cannot_be_read(
         .arg(&lock)
         .stdin(Stdio::null()));
     assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(out.stdout, format!("held by pid {}\n", holder.pid()), "{out:?}");
+    assert_eq!(
+        out.stdout,
+        format!("held by pid {}\n", holder.pid()),
+        "{out:?}"
+    );
     common::release(holder);
 }
