@@ -306,7 +306,13 @@ mod linux {
     fn session_batch(dir: PathBuf, id: String) -> Result<ExitCode, String> {
         use leasehold::patterns::append::Durability;
         use leasehold_stores::session::{SessionId, SessionStore};
-        let store = SessionStore::new(dir).with_durability(Durability::Batch);
+        // On crashfs (FUSE): the same opt-ins as the `leasehold` workers (see torture.rs).
+        let options = leasehold::LeaseOptions::new()
+            .allow_network_filesystem(true)
+            .allow_shared_state(true);
+        let store = SessionStore::new(dir)
+            .with_durability(Durability::Batch)
+            .with_lease_options(options);
         let id = SessionId::new(id).map_err(|e| e.to_string())?;
         let mut writer = store.open_writer(&id).map_err(|e| e.to_string())?;
         let stdout = std::io::stdout();

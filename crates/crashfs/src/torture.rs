@@ -853,8 +853,17 @@ fn check_locks(layout: &Layout, report: &mut Report, cut: u32) {
     }
 }
 
+/// The opt-ins every process of the torture needs: crashfs is a FUSE file system, which
+/// leasehold refuses by default (its locks are local to one kernel; here there is only one),
+/// and its files are the tester's own.
+const OPT_INS: [(&str, &str); 2] = [
+    ("LEASEHOLD_ALLOW_NETWORK_FS", "1"),
+    ("LEASEHOLD_ALLOW_SHARED", "1"),
+];
+
 fn leasehold(config: &Config) -> Command {
     let mut c = Command::new(&config.leasehold);
+    c.envs(OPT_INS);
     c.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -900,6 +909,7 @@ fn registry_list(
     home: &str,
 ) -> Result<BTreeMap<String, BTreeSet<String>>, String> {
     let out = Command::new(&config.leasehold)
+        .envs(OPT_INS)
         .arg("registry")
         .arg("--home")
         .arg(layout.m(home))
@@ -1055,6 +1065,7 @@ fn session_driver(
     'runs: while powered() {
         let mut cmd = if exp.batched {
             let mut c = Command::new(&config.crashfs);
+            c.envs(OPT_INS);
             c.arg("session-batch").arg("--dir").arg(&dir).arg(&id);
             c.stdout(Stdio::piped()).stderr(Stdio::piped());
             c

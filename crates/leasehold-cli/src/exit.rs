@@ -133,8 +133,7 @@ impl Failure {
         if self.class == ErrorClass::Cancelled {
             return;
         }
-        let line = self.message.replace('\n', " ");
-        eprintln!("leasehold: {line}");
+        crate::out::error_line(&self.message);
     }
 }
 

@@ -32,13 +32,17 @@ pub trait DocumentFiles: Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RealFiles;
 
+/// The largest document read: a registry is a few kilobytes; anything near this is not one
+/// (a link to `/dev/zero` would otherwise be read until memory runs out).
+pub const MAX_DOCUMENT_BYTES: u64 = 16 << 20;
+
 impl DocumentFiles for RealFiles {
+    /// Opens the document as carefully as a lock file: a final symlink is never followed
+    /// (a foreign document must not be served as ours), anything but a regular file is
+    /// refused before it is opened (a FIFO would hang the reader while it holds the lease),
+    /// the open never blocks, and at most [`MAX_DOCUMENT_BYTES`] are read.
     fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
-        match std::fs::read(path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        read_regular(path, MAX_DOCUMENT_BYTES)
     }
 
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -53,11 +57,82 @@ impl DocumentFiles for RealFiles {
     }
 }
 
+/// Reads the regular file at `path` (see [`RealFiles::read`]); `None` when it is missing.
+fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let refuse = |what: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{what}, not a regular file; refusing to read it"),
+        )
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => return Err(refuse("is a symbolic link".into())),
+        Ok(m) if !m.is_file() => return Err(refuse(format!("is {}", kind_name(&m)))),
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use rustix::fs::OFlags;
+        use std::os::unix::fs::OpenOptionsExt;
+        let flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+        options.custom_flags(flags.bits() as i32);
+    }
+    let file = match options.open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // Swapped between the look and the open: judge what was opened.
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(refuse(format!("is {}", kind_name(&meta))));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {} MiB; not a document of ours", limit >> 20),
+        ));
+    }
+    Ok(Some(bytes))
+}
+
+fn kind_name(m: &std::fs::Metadata) -> &'static str {
+    let t = m.file_type();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+    }
+    if t.is_dir() {
+        return "a directory";
+    }
+    "not a regular file"
+}
+
 /// One JSON object stored in one file.
 #[derive(Clone)]
 pub struct JsonDocument {
     path: PathBuf,
     files: Arc<dyn DocumentFiles>,
+    shared: bool,
 }
 
 impl std::fmt::Debug for JsonDocument {
@@ -79,7 +154,17 @@ impl JsonDocument {
         JsonDocument {
             path: path.into(),
             files,
+            shared: false,
         }
+    }
+
+    /// With `true`, the document and its directory may belong to another user or be
+    /// group/other-writable ([`leasehold::LeaseOptions::allow_shared_state`]); by default
+    /// such a document is refused at load, since whoever may replace it decides what it
+    /// says (the rule [`leasehold::check_trusted`] states).
+    pub fn allow_shared_state(mut self, allow: bool) -> JsonDocument {
+        self.shared = allow;
+        self
     }
 
     /// The file.
@@ -88,8 +173,16 @@ impl JsonDocument {
     }
 
     /// Reads the document: a missing file is an empty object; anything that is not a JSON
-    /// object is a failure naming the file and the reason (the file is not touched).
+    /// object is a failure naming the file and the reason (the file is not touched). Unless
+    /// shared state is allowed, a document or directory another user could have prepared
+    /// is a failure too.
     pub fn load(&self) -> Result<Map<String, Value>, StoreFailure> {
+        if !self.shared {
+            let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty());
+            for p in dir.into_iter().chain([self.path.as_path()]) {
+                leasehold::check_trusted(p).map_err(|e| StoreFailure(e.to_string()))?;
+            }
+        }
         let bytes = match self.files.read(&self.path) {
             Ok(Some(b)) => b,
             Ok(None) => return Ok(Map::new()),

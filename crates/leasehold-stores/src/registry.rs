@@ -39,7 +39,7 @@ use leasehold::patterns::authority::{
 use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Budget, ErrorClass, HolderInfo, Lease};
+use leasehold::{Budget, ErrorClass, HolderInfo, Lease, LeaseOptions};
 use serde_json::{Map, Value, json};
 
 use crate::document::{DocumentFiles, JsonDocument, RealFiles};
@@ -72,7 +72,7 @@ pub enum RegistryError {
         reason: String,
     },
     /// Another process is the registry's authority.
-    #[error("registry is held by another process{holders}")]
+    #[error("registry is held by {}", holders.who())]
     Contended {
         /// Holder pids where the OS revealed them.
         holders: HolderInfo,
@@ -469,7 +469,15 @@ pub struct Registry {
 impl Registry {
     /// A registry over `paths` on the real file system. Nothing is opened yet.
     pub fn new(paths: RegistryPaths) -> Registry {
-        Registry::with_files(paths, Arc::new(RealFiles), None)
+        Registry::with_options(paths, LeaseOptions::new())
+    }
+
+    /// A registry over `paths` whose lease is taken with `options`. With
+    /// [`LeaseOptions::allow_shared_state`] the storages directory and the document may also
+    /// belong to another user or be group/other-writable; by default such a document is
+    /// refused (storage-failed, naming it and the reason), as the lock file is.
+    pub fn with_options(paths: RegistryPaths, options: LeaseOptions) -> Registry {
+        Registry::with_files_and_options(paths, Arc::new(RealFiles), None, options)
     }
 
     /// A registry whose document operations go through `files` (fault injection), with an
@@ -479,8 +487,22 @@ impl Registry {
         files: Arc<dyn DocumentFiles>,
         observer: Option<Observer>,
     ) -> Registry {
-        let store = RegistryStore::new(JsonDocument::with_files(&paths.document, files));
-        let arbiter = RegistryArbiter::Kernel(KernelArbiter::new(&paths.lease));
+        Registry::with_files_and_options(paths, files, observer, LeaseOptions::new())
+    }
+
+    /// [`with_files`](Self::with_files) whose lease (and document checks) follow `options`
+    /// (see [`with_options`](Self::with_options)).
+    pub fn with_files_and_options(
+        paths: RegistryPaths,
+        files: Arc<dyn DocumentFiles>,
+        observer: Option<Observer>,
+        options: LeaseOptions,
+    ) -> Registry {
+        let doc = JsonDocument::with_files(&paths.document, files)
+            .allow_shared_state(options.allows_shared_state());
+        let store = RegistryStore::new(doc);
+        let arbiter =
+            RegistryArbiter::Kernel(KernelArbiter::new(&paths.lease).with_options(options));
         let mut authority = Authority::new(arbiter, store);
         if let Some(o) = observer {
             authority = authority.with_observer(o);
@@ -575,9 +597,10 @@ impl Registry {
         add(&self.authority, primary, root)
     }
 
-    /// Removes `root` from `primary`. Neither needs to exist any more: each is canonicalized
-    /// if it exists, else taken as an absolute, lexically normalized path. Removing an
-    /// absent entry succeeds; a primary left without roots is dropped.
+    /// Removes `root` from `primary`. Neither needs to exist any more: each is matched both
+    /// as an absolute, lexically normalized path and, if it exists, canonicalized (so a
+    /// directory since replaced by a symlink is still removed). Removing an absent entry
+    /// succeeds; a primary left without roots is dropped.
     pub fn remove(&self, primary: &Path, root: &Path) -> Result<(), RegistryError> {
         remove(&self.authority, primary, root)
     }
@@ -669,13 +692,15 @@ fn add(authority: &RegistryAuthority, primary: &Path, root: &Path) -> Result<(),
 }
 
 fn remove(authority: &RegistryAuthority, primary: &Path, root: &Path) -> Result<(), RegistryError> {
-    let primary = resolve_for_removal(primary)?;
-    let root = resolve_for_removal(root)?;
+    let primaries = spellings_for_removal(primary)?;
+    let roots = spellings_for_removal(root)?;
     authority.mutate(move |scope| {
-        if let Some(roots) = scope.get_mut(&primary) {
-            roots.retain(|r| *r != root);
-            if roots.is_empty() {
-                scope.remove(&primary);
+        for primary in &primaries {
+            if let Some(entry) = scope.get_mut(primary) {
+                entry.retain(|r| !roots.contains(r));
+                if entry.is_empty() {
+                    scope.remove(primary);
+                }
             }
         }
     })?;
@@ -701,16 +726,25 @@ pub fn existing_dir(path: &Path) -> Result<PathBuf, RegistryError> {
     Ok(canonical)
 }
 
-/// `path` canonicalized if it exists, else absolute and lexically normalized.
-fn resolve_for_removal(path: &Path) -> Result<PathBuf, RegistryError> {
-    if let Ok(c) = path.canonicalize() {
-        return Ok(c);
-    }
+/// The spellings under which `path` may have been stored: its absolute, lexically
+/// normalized form and, when it exists, its canonical form.
+///
+/// Why both: an entry is stored canonicalized, but the directory may have been replaced by
+/// a symlink since (or a parent renamed and linked back); canonicalizing alone would then
+/// resolve to where the link points, match nothing and keep the grant while reporting
+/// success.
+fn spellings_for_removal(path: &Path) -> Result<Vec<PathBuf>, RegistryError> {
     let absolute = std::path::absolute(path).map_err(|e| RegistryError::InvalidRoot {
         path: path.to_path_buf(),
         reason: format!("cannot make the path absolute ({e})"),
     })?;
-    Ok(normalize_lexically(&absolute))
+    let mut out = vec![normalize_lexically(&absolute)];
+    if let Ok(c) = path.canonicalize()
+        && !out.contains(&c)
+    {
+        out.push(c);
+    }
+    Ok(out)
 }
 
 /// Resolves `.` and `..` without touching the file system (`..` at the root stays at the

@@ -135,7 +135,7 @@ pub enum SessionError {
         dir: PathBuf,
     },
     /// Another process holds the session's write lease.
-    #[error("session {id} is owned by another process{holders}")]
+    #[error("session {id} is owned by {}", holders.who())]
     SessionAlreadyOwned {
         /// The session.
         id: SessionId,
@@ -208,6 +208,7 @@ impl From<AppendError> for SessionError {
 pub struct SessionStore {
     dir: PathBuf,
     durability: Durability,
+    options: LeaseOptions,
 }
 
 impl SessionStore {
@@ -216,7 +217,15 @@ impl SessionStore {
         SessionStore {
             dir: dir.into(),
             durability: Durability::default(),
+            options: LeaseOptions::new(),
         }
+    }
+
+    /// Takes session leases with `options` (for example to accept a network or FUSE file
+    /// system, or a lock file shared with other users); `create` is always on.
+    pub fn with_lease_options(mut self, options: LeaseOptions) -> SessionStore {
+        self.options = options;
+        self
     }
 
     /// Sets the durability of appends (default: `fsync` every record).
@@ -455,7 +464,9 @@ impl SessionWriter {
 
     /// Takes the session's lease (never waiting) and opens its log, repairing a torn tail.
     fn take(&mut self, dir: LockDir) -> Result<(), SessionError> {
-        let lease = LeaseOptions::new()
+        let lease = self
+            .store
+            .options
             .create(true)
             .try_acquire_at(&dir, LOCK_NAME)
             .map_err(|e| {
@@ -676,9 +687,10 @@ mod tests {
         assert!(w.holds_lease());
         let e = store.open_writer(&id("s")).unwrap_err();
         assert!(e.is_contended(), "{e}");
+        // The other writer is in this very process: said so, not "another process (pid <ours>)".
         assert!(
             e.to_string()
-                .starts_with("session s is owned by another process"),
+                .starts_with("session s is owned by this process"),
             "{e}"
         );
         w.append_json("{\n\"b\": 2}").unwrap();

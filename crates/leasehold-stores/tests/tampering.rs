@@ -118,3 +118,28 @@ fn the_authority_fails_closed_before_its_next_write_after_tampering() {
         );
     }
 }
+
+#[test]
+fn reads_verify_the_lease_so_a_deposed_authority_grants_nothing_without_a_write() {
+    for how in [Tamper::Unlink, Tamper::Replace] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (primary, granted) = (dir(tmp.path(), "p"), dir(tmp.path(), "g"));
+        let paths = RegistryPaths::in_home(&tmp.path().join("home"), None);
+        let registry = Registry::new(paths.clone());
+        registry.acquire(&Budget::no_wait()).unwrap();
+        registry.add(&primary, &granted).unwrap();
+        assert!(registry.grants(&primary, &granted.join("f")));
+        tamper(&paths.lease, how);
+        // No mutation in between: the very next read notices, and grants nothing.
+        assert!(!registry.grants(&primary, &granted.join("f")), "{how:?}");
+        assert!(registry.scope().is_empty(), "{how:?}");
+        assert!(
+            matches!(registry.state(), State::StorageFailed { reason } if reason == "lease lost"),
+            "{how:?}"
+        );
+        assert!(matches!(
+            registry.ensure_active(),
+            Err(RegistryError::StorageFailed { .. })
+        ));
+    }
+}

@@ -2,8 +2,6 @@
 //! what to do: a lock library is debugged from its error messages.
 
 use std::io;
-#[cfg(unix)]
-use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,7 +16,7 @@ pub enum Error {
     /// and the budget allowed no wait ([`Budget::no_wait`](crate::Budget::no_wait), or a
     /// `try_` method).
     #[error(
-        "{path}: lock is held by another process{holders}; not waited for (to wait, acquire with a Budget that has a timeout)"
+        "{path}: lock is held by {}; not waited for (to wait, acquire with a Budget that has a timeout)", holders.who()
     )]
     Contended {
         /// The lock file.
@@ -28,7 +26,7 @@ pub enum Error {
     },
     /// The wait budget's deadline passed before the lease could be had.
     #[error(
-        "{path}: lock is held by another process{holders}; gave up after {waited:.1?}; allow a longer wait with a larger Budget timeout"
+        "{path}: lock is held by {}; gave up after {waited:.1?}; allow a longer wait with a larger Budget timeout", holders.who()
     )]
     TimedOut {
         /// The lock file.
@@ -44,9 +42,11 @@ pub enum Error {
         /// The lock file.
         path: PathBuf,
     },
-    /// The lock path names something that is not a regular file; it is left untouched.
+    /// The lock path (or a data file opened as carefully, such as a session log) names
+    /// something that is not a regular file; it is left untouched. The message does not call
+    /// it a lock file: the same refusal guards data files.
     #[error(
-        "{path}: is {kind}, not a regular file; refusing to use it as a lock file (move it away or choose another path)"
+        "{path}: is {kind}, not a regular file; refusing to open it (move it away or choose another path)"
     )]
     NotRegularFile {
         /// The lock path.
@@ -89,16 +89,28 @@ pub enum Error {
         /// The lock path.
         path: PathBuf,
     },
-    /// The lock file lives on a network file system, where flock may block forever even with
-    /// LOCK_NB, or silently fail to exclude other machines.
+    /// The lock file lives on a network or FUSE file system, where flock may block forever
+    /// even with LOCK_NB, or silently fail to exclude other machines or other paths.
     #[error(
-        "{path}: lock file is on a network file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem"
+        "{path}: lock file is on a network or FUSE file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)"
     )]
     NetworkFilesystem {
         /// The lock path.
         path: PathBuf,
         /// The file-system type detected.
         fs: &'static str,
+    },
+    /// An existing lock file (or a directory or file a store keeps its state in) belongs to
+    /// another user or may be written by its group or others, so someone else could remove
+    /// or replace it under a holder; it is left untouched.
+    #[error(
+        "{path}: {reason}; refusing to trust it, since another user could remove or replace it (make it yours and not group/other-writable, e.g. chmod go-w, or where sharing is intended opt in with LeaseOptions::allow_shared_state; CLI: LEASEHOLD_ALLOW_SHARED=1)"
+    )]
+    Untrusted {
+        /// The file or directory.
+        path: PathBuf,
+        /// Who else could change it.
+        reason: String,
     },
     /// The lock file kept being replaced between open and lock.
     #[error(
@@ -190,7 +202,8 @@ impl Error {
             | Error::ParentNotDirectory { .. }
             | Error::PermissionDenied { .. }
             | Error::NameTooLong { .. }
-            | Error::NetworkFilesystem { .. } => ErrorClass::Usage,
+            | Error::NetworkFilesystem { .. }
+            | Error::Untrusted { .. } => ErrorClass::Usage,
             Error::NotFound { .. }
             | Error::Unstable { .. }
             | Error::LeaseLost { .. }
@@ -223,7 +236,7 @@ impl Error {
     /// [`Error::Io`] of the `lock` operation. Contention (`EWOULDBLOCK`) and `EINTR` are not
     /// errors and must be handled by the caller before this is asked.
     #[cfg(unix)]
-    pub(crate) fn from_lock_errno(path: &Path, errno: rustix::io::Errno) -> Error {
+    pub(crate) fn from_lock_errno(path: &std::path::Path, errno: rustix::io::Errno) -> Error {
         use rustix::io::Errno;
         let source = io::Error::from(errno);
         let path = path.to_path_buf();
@@ -307,7 +320,7 @@ mod tests {
     #[test]
     fn lock_errnos_that_mean_no_locking_here_are_typed_apart_from_io_and_contention() {
         use rustix::io::Errno;
-        let path = Path::new("/mnt/fuse/app.lock");
+        let path = std::path::Path::new("/mnt/fuse/app.lock");
         for errno in [Errno::NOLCK, Errno::OPNOTSUPP, Errno::NOTSUP, Errno::NOSYS] {
             let e = Error::from_lock_errno(path, errno);
             assert!(

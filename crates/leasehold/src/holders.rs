@@ -101,6 +101,18 @@ impl HolderInfo {
     pub fn pids(&self) -> &[u32] {
         self.get().pids()
     }
+
+    /// Who holds it, for a message that reads "held by …": `another process (pid N)`,
+    /// `another process` when the OS does not tell, or `this process (another lease of it)`
+    /// when the only holder revealed is this very process — in-process contention, which
+    /// must not be reported as "another process (pid <our own pid>)".
+    pub fn who(&self) -> String {
+        let pids = self.pids();
+        if pids == [std::process::id()] {
+            return "this process (another lease of it)".to_string();
+        }
+        format!("another process{self}")
+    }
 }
 
 impl fmt::Display for HolderInfo {

@@ -70,5 +70,5 @@ pub use budget::{Budget, CancelToken};
 pub use error::{Error, ErrorClass, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
-pub use lease::{HandleLease, Lease, LeaseHandle, LockDir, MAX_REOPENS, holders};
+pub use lease::{HandleLease, Lease, LeaseHandle, LockDir, MAX_REOPENS, check_trusted, holders};
 pub use options::LeaseOptions;

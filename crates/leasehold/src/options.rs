@@ -2,13 +2,15 @@
 //! each method's documentation.
 
 /// Options for taking a lease. `LeaseOptions::default()` accepts a missing lock file
-/// (creating it, mode 0600, on POSIX), creates missing parent directories and refuses network
-/// file systems.
+/// (creating it, mode 0600, on POSIX), creates missing parent directories, refuses network
+/// and FUSE file systems, and refuses an existing lock file that another user owns or may
+/// write.
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseOptions {
     pub(crate) create: bool,
     pub(crate) create_parents: bool,
     pub(crate) allow_network_fs: bool,
+    pub(crate) allow_shared_state: bool,
 }
 
 impl Default for LeaseOptions {
@@ -17,6 +19,7 @@ impl Default for LeaseOptions {
             create: true,
             create_parents: true,
             allow_network_fs: false,
+            allow_shared_state: false,
         }
     }
 }
@@ -44,13 +47,39 @@ impl LeaseOptions {
         self
     }
 
-    /// Allows lock files on network file systems (NFS, SMB/CIFS, AFS; UNC paths and mapped
-    /// drives on Windows). Off by default: `flock` there may block forever even with
-    /// `LOCK_NB`, or fail to exclude other clients, and a Windows kernel object excludes only
-    /// processes on this machine. Opting in is your statement that your mount's locking is
-    /// sound.
+    /// Allows lock files on network and FUSE file systems (NFS, SMB/CIFS, AFS, Coda, FUSE:
+    /// sshfs, bindfs, ...; UNC paths and mapped drives on Windows). Off by default: `flock`
+    /// there may block forever even with `LOCK_NB`, or fail to exclude other clients (a
+    /// bindfs mount and its backing path do not exclude each other), and a Windows kernel
+    /// object excludes only processes on this machine. Opting in is your statement that your
+    /// mount's locking is sound. The CLI opts in with `LEASEHOLD_ALLOW_NETWORK_FS=1`.
     pub fn allow_network_filesystem(mut self, allow: bool) -> LeaseOptions {
         self.allow_network_fs = allow;
         self
+    }
+
+    /// Accepts an existing lock file that belongs to another user (neither this process's
+    /// effective user nor root) or that its group or others may write. Off by default, as
+    /// OpenSSH's StrictModes: the owner of a lock file can unlink it while you hold it, after
+    /// which a second process locks a new file and both believe they hold the lease; anyone
+    /// who may write it can do the same. Turn it on only where several users share the lock
+    /// on purpose (a group-writable lock file in a shared directory). POSIX only; the CLI
+    /// opts in with `LEASEHOLD_ALLOW_SHARED=1`.
+    pub fn allow_shared_state(mut self, allow: bool) -> LeaseOptions {
+        self.allow_shared_state = allow;
+        self
+    }
+
+    /// Whether network and FUSE file systems are allowed (see
+    /// [`allow_network_filesystem`](Self::allow_network_filesystem)).
+    pub fn allows_network_filesystem(&self) -> bool {
+        self.allow_network_fs
+    }
+
+    /// Whether state other users own or may write is accepted (see
+    /// [`allow_shared_state`](Self::allow_shared_state)); stores built on the lease apply the
+    /// same rule to the directories and documents they keep beside it.
+    pub fn allows_shared_state(&self) -> bool {
+        self.allow_shared_state
     }
 }

@@ -4,13 +4,13 @@
 //! default: try once), do their one thing, and tear down — releasing the lease only after
 //! the write is durable. `serve` is long-lived: it tries once at start and never waits,
 //! answers one JSON line per request line, and on EOF or SIGTERM drains, closes the store
-//! and releases the lease before exiting 0. Requests are handled one at a time on the main
-//! thread; a signal only queues a stop behind the request being handled, so SIGTERM never
-//! interrupts a write.
+//! and releases the lease before exiting 0. Requests are read and handled one at a time on
+//! the main thread (a flooding writer is held back by the pipe); a signal only raises a
+//! stop seen before the next request, so SIGTERM never interrupts a write and never waits
+//! for a backlog.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -18,6 +18,7 @@ use leasehold::{Budget, ErrorClass};
 
 use leasehold::patterns::authority::State;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths, Scope, existing_dir};
+use rustix::event::{PollFd, PollFlags};
 use serde_json::{Map, Value, json};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
@@ -79,13 +80,37 @@ pub fn main(args: RegistryArgs) -> Outcome {
                 Some(h) => h,
                 None => default_home()?,
             };
-            Registry::new(RegistryPaths::in_home(&home, args.lease_path))
+            let paths = RegistryPaths::in_home(&home, args.lease_path);
+            refuse_lease_on_document(&paths)?;
+            Registry::with_options(paths, crate::env::lease_options())
         }
     };
     match args.op {
         Op::Serve => serve(&registry),
         op => one_shot(&registry, args.timeout, op),
     }
+}
+
+/// `--lease-path` naming the document itself (however spelled) would lock the file that
+/// every rewrite replaces: each write would orphan the lock. Refused before anything starts.
+fn refuse_lease_on_document(paths: &RegistryPaths) -> Result<(), Failure> {
+    let absolute = |p: &Path| std::path::absolute(p).map(|a| a.components().collect::<PathBuf>());
+    let same_name = matches!(
+        (absolute(&paths.lease), absolute(&paths.document)),
+        (Ok(a), Ok(b)) if a == b
+    );
+    let same_file = match (paths.lease.canonicalize(), paths.document.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same_name || same_file {
+        return Err(Failure::usage(format!(
+            "--lease-path {}: is the registry document itself; choose another lock file (default: beside it, {})",
+            paths.lease.display(),
+            leasehold_stores::registry::LEASE
+        )));
+    }
+    Ok(())
 }
 
 fn default_home() -> Result<PathBuf, Failure> {
@@ -143,7 +168,7 @@ fn acquire(
     let wait = Wait::up_to(timeout.unwrap_or(Duration::ZERO), interrupts.token());
     let held_by = |e: &RegistryError| match e {
         RegistryError::Contended { holders } => {
-            Some(format!("the registry, held by another process{holders}"))
+            Some(format!("the registry, held by {}", holders.who()))
         }
         _ => None,
     };
@@ -192,40 +217,136 @@ fn scope_json(scope: &Scope) -> Value {
     Value::Object(map)
 }
 
+/// The longest request line read; a longer one is answered `invalid-request` and skipped.
+const MAX_REQUEST: usize = 1 << 20;
+
+/// What the request reader produced next.
 enum Input {
-    Line(String),
+    /// One request line (without its newline), possibly not UTF-8.
+    Line(Vec<u8>),
+    /// A line longer than [`MAX_REQUEST`] (its bytes were dropped).
+    TooLong,
+    /// SIGTERM/SIGINT arrived, or stdin ended.
     Stop,
 }
 
-fn serve(registry: &Registry) -> Outcome {
-    let (tx, rx) = mpsc::channel();
-    // SIGTERM/SIGINT only queue a stop: the request being handled finishes first.
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
-    let stop = tx.clone();
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            let _ = stop.send(Input::Stop);
+/// Reads stdin one request at a time, on the serving thread itself: nothing is read ahead
+/// of the request being answered beyond one chunk, so a writer that floods stdin is held
+/// back by the pipe (back-pressure) instead of filling our memory, and a stop signal is
+/// seen before the next request, not after the whole backlog.
+struct Requests {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already searched for a newline.
+    scanned: usize,
+    /// Dropping the rest of an over-long line.
+    skipping: bool,
+    eof: bool,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    wake: std::os::unix::net::UnixStream,
+}
+
+impl Requests {
+    fn new() -> Result<Requests, Failure> {
+        let fail =
+            |e: std::io::Error| Failure::failed(format!("cannot install signal handler: {e}"));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (wake, poke) = std::os::unix::net::UnixStream::pair().map_err(fail)?;
+        poke.set_nonblocking(true).map_err(fail)?;
+        wake.set_nonblocking(true).map_err(fail)?;
+        for sig in [SIGTERM, SIGINT] {
+            signal_hook::flag::register(sig, stop.clone()).map_err(fail)?;
+            signal_hook::low_level::pipe::register(sig, poke.try_clone().map_err(fail)?)
+                .map_err(fail)?;
         }
-    });
-    // Contended or failed is a state to report, not a reason to exit: serve never waits.
-    let _ = registry.acquire(&Budget::no_wait());
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(Input::Line(line)).is_err() {
-                return;
+        Ok(Requests {
+            buf: Vec::new(),
+            scanned: 0,
+            skipping: false,
+            eof: false,
+            stop,
+            wake,
+        })
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn next(&mut self) -> Result<Input, Failure> {
+        use std::os::fd::AsFd;
+        loop {
+            if self.stopped() {
+                return Ok(Input::Stop);
+            }
+            if let Some(pos) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+                let end = self.scanned + pos;
+                let mut line: Vec<u8> = self.buf.drain(..=end).collect();
+                line.pop();
+                self.scanned = 0;
+                if std::mem::take(&mut self.skipping) {
+                    continue;
+                }
+                return Ok(Input::Line(line));
+            }
+            self.scanned = self.buf.len();
+            if self.buf.len() > MAX_REQUEST {
+                self.buf.clear();
+                self.scanned = 0;
+                if !std::mem::replace(&mut self.skipping, true) {
+                    return Ok(Input::TooLong);
+                }
+            }
+            if self.eof {
+                if self.buf.is_empty() || self.skipping {
+                    return Ok(Input::Stop);
+                }
+                self.scanned = 0;
+                return Ok(Input::Line(std::mem::take(&mut self.buf)));
+            }
+            let stdin = std::io::stdin();
+            let fds = [stdin.as_fd(), self.wake.as_fd()];
+            let mut polled = fds.map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN));
+            match rustix::event::poll(&mut polled, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(Failure::failed(format!("reading stdin: {e}"))),
+            }
+            if polled[0].revents().is_empty() {
+                continue; // woken by a signal: the flag is checked at the top
+            }
+            let mut chunk = [0u8; 64 << 10];
+            match rustix::io::read(stdin.as_fd(), &mut chunk) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(rustix::io::Errno::INTR) | Err(rustix::io::Errno::AGAIN) => {}
+                Err(e) => return Err(Failure::failed(format!("reading stdin: {e}"))),
             }
         }
-        let _ = tx.send(Input::Stop);
-    });
+    }
+}
+
+fn serve(registry: &Registry) -> Outcome {
+    // SIGTERM/SIGINT only raise a flag: the request being handled finishes first.
+    let mut requests = Requests::new()?;
+    // Contended or failed is a state to report, not a reason to exit: serve never waits.
+    let _ = registry.acquire(&Budget::no_wait());
     let mut out = std::io::stdout().lock();
-    for input in rx {
-        let Input::Line(line) = input else { break };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let answer = handle(registry, &line);
+    loop {
+        let answer = match requests.next() {
+            Err(e) => {
+                registry.teardown();
+                return Err(e);
+            }
+            Ok(Input::Stop) => break,
+            Ok(Input::TooLong) => {
+                let msg = format!("a request line is at most {MAX_REQUEST} bytes");
+                answer(registry, Some(bad_request(&msg)))
+            }
+            Ok(Input::Line(bytes)) => match String::from_utf8(bytes) {
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => handle(registry, &line),
+                Err(_) => answer(registry, Some(bad_request("a request line is not UTF-8"))),
+            },
+        };
         if writeln!(out, "{answer}")
             .and_then(|()| out.flush())
             .is_err()

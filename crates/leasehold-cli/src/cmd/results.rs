@@ -109,20 +109,17 @@ pub fn main(args: ResultsArgs) -> Outcome {
         Verb::Abort { id } => waited(&id, &|b| store.abort(&id, b)),
         Verb::Pending => store.pending().map(|p| print_list(&p, json)),
         Verb::Sweep { older_than } => store.sweep(older_than).map(|report| {
-            if json {
-                println!("{}", serde_json::json!(report));
+            let text = if json {
+                format!("{}\n", serde_json::json!(report))
             } else {
-                report
-                    .removed
-                    .iter()
-                    .for_each(|id| println!("removed {id}"));
-                report
-                    .skipped
-                    .iter()
-                    .for_each(|id| println!("skipped {id} (busy)"));
-            }
+                let removed = report.removed.iter().map(|id| format!("removed {id}\n"));
+                let skipped = (report.skipped.iter()).map(|id| format!("skipped {id} (busy)\n"));
+                removed.chain(skipped).collect()
+            };
+            // The sweep has happened: a reader that went away loses only the report.
+            let _ = crate::out::print(&text);
             for (id, why) in &report.failed {
-                eprintln!("leasehold: sweep left {id:?} as it was: {why}");
+                crate::out::error_line(&format!("sweep left {id:?} as it was: {why}"));
             }
         }),
     };
@@ -143,13 +140,15 @@ fn busy(e: &ResultError) -> Option<&HolderInfo> {
     }
 }
 
-/// One item per line, or a JSON array.
+/// One item per line, or a JSON array; a reader that went away ends the output (EPIPE is
+/// not a failure: the verb's work is done).
 fn print_list(items: &[String], json: bool) {
-    if json {
-        println!("{}", serde_json::json!(items));
+    let text = if json {
+        format!("{}\n", serde_json::json!(items))
     } else {
-        items.iter().for_each(|i| println!("{i}"));
-    }
+        items.iter().map(|i| format!("{i}\n")).collect()
+    };
+    let _ = crate::out::print(&text);
 }
 
 /// `$LEASEHOLD_HOME/results`, else `~/.leasehold/results`.

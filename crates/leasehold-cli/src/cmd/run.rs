@@ -59,8 +59,15 @@ pub fn main(args: RunArgs) -> Outcome {
         });
     }
     let interrupts = Interrupts::install()?;
+    // Forwarding is set up before the lease is taken, so that a SIGINT/SIGTERM landing after
+    // the grant — before or while COMMAND is spawned — is queued and delivered to COMMAND
+    // once it exists, never lost (the handlers above would otherwise swallow it).
+    #[cfg(unix)]
+    let forward = Forward::install()?;
     let lease = acquire(&args, &interrupts)
         .map_err(|failure| failure.conflict_code(args.conflict_exit_code))?;
+    #[cfg(unix)]
+    forward.hangups()?;
     if interrupts.signal().is_some() {
         // Interrupted in the instant the lease arrived: COMMAND must not start.
         return Ok(interrupts.exit_code());
@@ -87,7 +94,7 @@ pub fn main(args: RunArgs) -> Outcome {
     #[cfg(unix)]
     let _ = lease.share_with_children(false);
     #[cfg(unix)]
-    forward_signals(child.id());
+    forward.start(child.id());
     let status = child
         .wait()
         .map_err(|e| Failure::failed(format!("waiting for {}: {e}", program.to_string_lossy())))?;
@@ -107,45 +114,76 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Lease, Failure> {
     };
     let holders = |e: &Error| match e {
         Error::Contended { path, holders } | Error::TimedOut { path, holders, .. } => {
-            Some((path.display().to_string(), holders.to_string()))
+            Some((path.display().to_string(), holders.who()))
         }
         _ => None,
     };
-    let held_by = |e: &Error| {
-        holders(e).map(|(path, holders)| format!("{path} held by another process{holders}"))
-    };
-    wait.run(|budget| Lease::acquire(&args.lockfile, budget), held_by)
+    let held_by = |e: &Error| holders(e).map(|(path, holders)| format!("{path} held by {holders}"));
+    let options = crate::env::lease_options();
+    wait.run(|budget| options.acquire(&args.lockfile, budget), held_by)
         .map_err(|e| {
             // How long it waited, before the holders are looked up (that takes a moment).
             let tail = wait.gave_up();
             match holders(&e) {
                 Some((path, holders)) => Failure::new(
                     ErrorClass::Contended,
-                    format!("{path}: lock is held by another process{holders}{tail}"),
+                    format!("{path}: lock is held by {holders}{tail}"),
                 ),
                 None => Failure::of(&e),
             }
         })
 }
 
-#[cfg(unix)]
 /// Passes termination signals sent to us on to COMMAND, so a supervisor stopping `run`
 /// stops COMMAND too; we then exit with COMMAND's status.
-pub(super) fn forward_signals(pid: u32) {
-    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT])
-    else {
-        return;
-    };
-    let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
-        return;
-    };
-    std::thread::spawn(move || {
-        for sig in signals.forever() {
-            if let Some(sig) = rustix::process::Signal::from_named_raw(sig) {
-                let _ = rustix::process::kill_process(pid, sig);
-            }
+///
+/// Installed before the wait for SIGINT/SIGTERM (which also cancel the wait, see
+/// [`Interrupts`]) and, once the lease is held, for SIGHUP/SIGQUIT (which until then keep
+/// their default action: they end a wait by ending `run`). signal-hook queues what arrives
+/// before [`start`](Self::start); the forwarding thread delivers it first.
+#[cfg(unix)]
+struct Forward(signal_hook::iterator::Signals);
+
+#[cfg(unix)]
+impl Forward {
+    fn install() -> Result<Forward, Failure> {
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+            .map(Forward)
+            .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))
+    }
+
+    fn hangups(&self) -> Result<(), Failure> {
+        for sig in [SIGHUP, SIGQUIT] {
+            self.0
+                .add_signal(sig)
+                .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
         }
-    });
+        Ok(())
+    }
+
+    fn start(self, pid: u32) {
+        let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
+            return;
+        };
+        let mut signals = self.0;
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                if let Some(sig) = rustix::process::Signal::from_named_raw(sig) {
+                    let _ = rustix::process::kill_process(pid, sig);
+                }
+            }
+        });
+    }
+}
+
+/// For `run --etcd`, which spawns COMMAND itself: forward every termination signal to
+/// COMMAND from now on.
+#[cfg(all(unix, feature = "etcd"))]
+pub(super) fn forward_signals(pid: u32) {
+    if let Ok(forward) = Forward::install() {
+        let _ = forward.hangups();
+        forward.start(pid);
+    }
 }
 
 /// COMMAND's exit status, or 128+N when a signal N killed it.

@@ -38,7 +38,8 @@ enum Action {
 }
 
 pub fn main(args: SessionArgs) -> Outcome {
-    let store = SessionStore::new(sessions_dir(args.dir)?);
+    let store =
+        SessionStore::new(sessions_dir(args.dir)?).with_lease_options(crate::env::lease_options());
     match args.action {
         Action::Append { id } => append(&store, &SessionId::from_os(&id).map_err(failure)?),
         Action::Read { id } => read(&store, &SessionId::from_os(&id).map_err(failure)?),

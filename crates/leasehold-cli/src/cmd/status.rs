@@ -8,6 +8,7 @@ use clap::Args;
 use leasehold::Holders;
 
 use crate::exit::{Failure, OK, Outcome};
+use crate::out::print_line;
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
@@ -41,15 +42,15 @@ pub fn main(args: StatusArgs) -> Outcome {
             "held": held,
             "holders": holders.pids(),
         });
-        println!("{doc}");
+        print_line(doc)?;
     } else {
         match &holders {
             Holders::Held { pids } if !pids.is_empty() => {
                 let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-                println!("held by pid {}", list.join(", "));
+                print_line(format!("held by pid {}", list.join(", ")))?;
             }
-            Holders::Held { .. } => println!("held"),
-            _ => println!("free"),
+            Holders::Held { .. } => print_line("held")?,
+            _ => print_line("free")?,
         }
     }
     Ok(OK)

@@ -496,6 +496,20 @@ pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
     lookup::at_path(path).map_err(|u| imp::holders_error(path, u))
 }
 
+/// Refuses an existing `path` (never following a final symlink) that another user could have
+/// prepared: one that belongs to a user other than this process's effective user or root, or
+/// that its group or others may write (a sticky, root-owned directory such as `/tmp`
+/// excepted). The rule the lease applies to lock files (see
+/// [`LeaseOptions::allow_shared_state`]), for the directories and documents a store keeps
+/// beside its lock. A missing path is fine. Windows: always `Ok` (ACLs are not judged).
+///
+/// # Errors
+/// [`Error::Untrusted`] naming the path and who else could change it; an I/O error of the
+/// look.
+pub fn check_trusted(path: impl AsRef<Path>) -> Result<()> {
+    imp::check_trusted(path.as_ref())
+}
+
 #[cfg(all(test, unix))]
 pub(crate) mod tests {
     use super::*;
@@ -635,12 +649,61 @@ pub(crate) mod tests {
         assert_eq!(info.get(), &Holders::Free);
         let again = Lease::try_acquire(&path).unwrap();
         let err = Lease::try_acquire(&path).unwrap_err();
+        // In-process contention names this process, not "another process (pid <ours>)".
+        let msg = err.to_string();
+        assert!(
+            msg.contains("held by this process (another lease of it);"),
+            "{msg}"
+        );
+        assert!(!msg.contains("another process"), "{msg}");
+        drop(again);
+    }
+
+    #[test]
+    fn state_other_users_could_have_prepared_is_refused_unless_shared_state_is_allowed() {
+        use std::fs::Permissions;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.lock");
+        std::fs::write(&path, b"").unwrap();
+        std::fs::set_permissions(&path, Permissions::from_mode(0o620)).unwrap();
+        let err = Lease::try_acquire(&path).unwrap_err();
+        assert!(
+            matches!(&err, Error::Untrusted { path: p, reason } if *p == path
+                && reason == "may be written by its group (mode 0620)"),
+            "{err:?}"
+        );
+        assert!(err.is_unusable_path());
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().mode() & 0o7777,
+            0o620,
+            "untouched"
+        );
+        LeaseOptions::new()
+            .allow_shared_state(true)
+            .try_acquire(&path)
+            .expect("opted in");
+        // Directories: world-writable is refused, unless sticky and root-owned (as /tmp).
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, Permissions::from_mode(0o777)).unwrap();
+        let err = check_trusted(&open).unwrap_err();
         assert!(
             err.to_string()
-                .contains(&format!("another process (pid {});", std::process::id())),
+                .contains("may be written by group and others"),
             "{err}"
         );
-        drop(again);
+        std::fs::set_permissions(&open, Permissions::from_mode(0o1777)).unwrap();
+        let sticky = check_trusted(&open);
+        if rustix::process::geteuid().is_root() {
+            sticky.expect("a sticky directory owned by root");
+        } else {
+            assert!(sticky.is_err(), "sticky but not root's");
+        }
+        check_trusted(dir.path().join("missing")).expect("nothing there");
+        // A symlink's own mode (0777) is not judged.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/nonexistent", &link).unwrap();
+        check_trusted(&link).expect("a symlink's mode means nothing");
     }
 
     #[test]

@@ -301,6 +301,15 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         Ok(Entry::Missing) => return Err(path_error(path, "stat lock file", Errno::NOENT)),
         Err(e) => return Err(path_error(path, "stat lock file", e)),
     };
+    if !opts.allow_shared_state
+        && let Some(reason) =
+            sys::untrusted(fd.as_fd()).map_err(|e| path_error(path, "stat lock file", e))?
+    {
+        return Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason,
+        });
+    }
     if !opts.allow_network_fs
         && let Some(fs) = network_fs(fd.as_fd(), id.dev, path)?
     {
@@ -387,6 +396,18 @@ pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
             path: target.display().to_path_buf(),
         }),
         Err(e) => Err(path_error(target.display(), "verify lock file", e)),
+    }
+}
+
+/// See `lease::check_trusted`.
+pub(crate) fn check_trusted(path: &Path) -> Result<()> {
+    match sys::untrusted_at(sys::cwd(), path) {
+        Ok(None) => Ok(()),
+        Ok(Some(reason)) => Err(Error::Untrusted {
+            path: path.to_path_buf(),
+            reason,
+        }),
+        Err(e) => Err(path_error(path, "inspect", e)),
     }
 }
 

@@ -94,6 +94,13 @@ impl KernelArbiter {
         }
     }
 
+    /// The same arbiter taking its lease with `options` (for example to accept a shared lock
+    /// file, or a network file system).
+    pub fn with_options(mut self, options: LeaseOptions) -> KernelArbiter {
+        self.options = options;
+        self
+    }
+
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -151,7 +158,7 @@ pub enum State {
 #[derive(Debug, thiserror::Error)]
 pub enum AuthorityError {
     /// Another process is the authority (or this one was torn down).
-    #[error("the store is held by another process{holders}")]
+    #[error("the store is held by {}", holders.who())]
     Contended {
         /// Holder pids, where the OS revealed them at the last attempt.
         holders: HolderInfo,
@@ -284,13 +291,6 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
         }
     }
 
-    /// The current state.
-    pub fn state(&self) -> State {
-        let mut core = lock(&self.core);
-        self.withdraw_if_lost(&mut core);
-        core.state.clone()
-    }
-
     /// Fails closed the moment the grant is known lost ([`Grant::is_lost`]): state
     /// `Contended` (someone else may hold the lock now), empty scope, every mutation refused
     /// until an acquisition or `refresh` takes a fresh grant.
@@ -302,11 +302,32 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
         }
     }
 
-    /// The published scope: the loaded records while active, empty otherwise (fail closed:
-    /// nothing read earlier is ever used to grant).
-    pub fn scope(&self) -> Arc<S::Records> {
+    /// The state as of now: an active authority verifies its grant first (for the kernel
+    /// lease one `fstatat`), so that a lease lost — the lock file replaced by a rename, say —
+    /// is reported as `StorageFailed("lease lost")` at once, not only at the next write; a
+    /// grant its arbiter knows lost (an expired etcd lease) withdraws to `Contended` first.
+    ///
+    /// Why reads verify too: once the lock file has been replaced, a newcomer locks the new
+    /// file and becomes the authority; a deposed one that kept answering "active" from
+    /// memory would go on granting what the newcomer has removed (fail closed on reads).
+    fn current(&self) -> MutexGuard<'_, Core<A::Grant, S::Records>> {
         let mut core = lock(&self.core);
         self.withdraw_if_lost(&mut core);
+        if core.state == State::Active && core.lease.as_ref().is_none_or(|g| g.verify().is_err()) {
+            self.fail(&mut core, "lease lost".into());
+        }
+        core
+    }
+
+    /// The current state (verifying the lease of an active authority first; see `current`).
+    pub fn state(&self) -> State {
+        self.current().state.clone()
+    }
+
+    /// The published scope: the loaded records while active — the lease verified first —
+    /// empty otherwise (fail closed: nothing read earlier is ever used to grant).
+    pub fn scope(&self) -> Arc<S::Records> {
+        let core = self.current();
         if core.state == State::Active {
             core.records.clone()
         } else {
@@ -314,11 +335,10 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
         }
     }
 
-    /// `Ok` while active; otherwise the typed error every mutation would get now
-    /// (`StorageFailed` takes precedence over `Contended`).
+    /// `Ok` while active (the lease verified); otherwise the typed error every mutation would
+    /// get now (`StorageFailed` takes precedence over `Contended`).
     pub fn ensure_active(&self) -> Result<(), AuthorityError> {
-        let mut core = lock(&self.core);
-        self.withdraw_if_lost(&mut core);
+        let core = self.current();
         if core.state == State::Active && !self.is_disposed() {
             Ok(())
         } else {

@@ -126,6 +126,58 @@ pub(crate) fn fd_entry(fd: BorrowedFd<'_>) -> Result<Entry, Errno> {
     })
 }
 
+/// Why an existing file or directory another user could have prepared is not trusted
+/// (OpenSSH's StrictModes rule), or `None` when it is fine.
+///
+/// Trusted: owned by this process's effective user or by root (root can replace anything
+/// anyway), and writable by neither group nor others — except a directory that is sticky
+/// and owned by root (`/tmp`): there nobody but an entry's owner may remove or rename it.
+/// A lock file another user owns can be unlinked by that user while we hold it, after
+/// which a second holder locks a new file; a group- or world-writable file or directory
+/// can be replaced by anyone who may write it.
+pub(crate) fn untrusted(fd: BorrowedFd<'_>) -> Result<Option<String>, Errno> {
+    Ok(judge_owner(&rustix::fs::fstat(fd)?))
+}
+
+/// [`untrusted`] for what stands at `name` (never following a final symlink); `None` when
+/// nothing is there.
+pub(crate) fn untrusted_at(dir: BorrowedFd<'_>, name: &Path) -> Result<Option<String>, Errno> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(judge_owner(&st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[allow(clippy::unnecessary_cast)] // st_mode/st_uid are not u32 on every platform
+fn judge_owner(st: &rustix::fs::Stat) -> Option<String> {
+    let mode = st.st_mode as u32;
+    let kind = FileType::from_raw_mode(st.st_mode as _);
+    let dir = kind == FileType::Directory;
+    let me = rustix::process::geteuid().as_raw();
+    let uid = st.st_uid as u32;
+    if uid != me && uid != 0 {
+        return Some(format!(
+            "belongs to another user (uid {uid}; this process runs as uid {me})"
+        ));
+    }
+    let sticky_root = dir && uid == 0 && mode & 0o1000 != 0;
+    // A symlink's own mode means nothing (always 0777); what it is gets judged by whoever
+    // refuses to follow it.
+    if mode & 0o022 != 0 && !sticky_root && kind != FileType::Symlink {
+        let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+            (true, true) => "group and others",
+            (true, false) => "its group",
+            _ => "others",
+        };
+        return Some(format!(
+            "may be written by {who} (mode {:04o})",
+            mode & 0o7777
+        ));
+    }
+    None
+}
+
 /// `flock(LOCK_EX|LOCK_NB)` (or `LOCK_SH|LOCK_NB` with `shared`). `Ok(false)` means another
 /// open file description holds a conflicting lock.
 pub(crate) fn try_lock(fd: BorrowedFd<'_>, shared: bool) -> Result<bool, Errno> {
@@ -214,7 +266,7 @@ pub(crate) fn nofile_limit() -> u64 {
         .unwrap_or(0)
 }
 
-/// Names the network file system `fd` lives on, if it does.
+/// Names the network (or FUSE) file system `fd` lives on, if it does.
 ///
 /// Why this matters (cargo's `flock.rs` tells the same story): on NFS, `flock` is emulated
 /// with byte-range locks through the lock manager; when that daemon is missing or slow,
@@ -237,6 +289,11 @@ pub(crate) fn network_fs_magic(magic: u64) -> Option<&'static str> {
         0xfe53_4d42 => Some("smb2"),
         0x5346_414f => Some("afs"),
         0x7362_6b69 => Some("coda"),
+        // FUSE (`fuse` and `fuseblk` share this magic; sshfs, bindfs, s3fs, rclone, ...):
+        // flock there is whatever the daemon implements — a bindfs mount and its backing
+        // path do not exclude each other, and a network FUSE file system's locks are local
+        // to one client — so it is refused by default like a network file system.
+        0x6573_5546 => Some("fuse"),
         _ => None,
     }
 }
@@ -256,6 +313,8 @@ pub(crate) fn network_fs(fd: BorrowedFd<'_>) -> Result<Option<&'static str>, Err
         b"smbfs" => Some("smbfs"),
         b"afpfs" => Some("afpfs"),
         b"webdav" => Some("webdav"),
+        // macFUSE (sshfs and friends) reports its own type name, older versions osxfuse.
+        b"macfuse" | b"osxfuse" => Some("fuse"),
         _ => None,
     })
 }
@@ -389,7 +448,8 @@ pub(crate) fn lookup(path: &Path) -> io::Result<Looked> {
 /// from the superblock device the kernel prints (btrfs subvolumes, some overlays), an
 /// inode-only match is accepted only after `/proc/PID/fd` proves that process has this very
 /// inode open: a pid shown must be right. A lock whose locker has exited while descendants
-/// still hold the descriptor shows pid 0: it is reported held with no pid.
+/// still hold the descriptor shows pid 0 (or the dead locker's pid): it is reported held
+/// with no pid.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn holders(id: FileId) -> Holders {
     let Ok(text) = read_proc_locks() else {
@@ -444,10 +504,15 @@ pub(crate) fn holders(id: FileId) -> Holders {
         return Holders::Free;
     }
     // pid 0: the locker is gone (its descendants inherited the lock); held, owner unknown.
+    // A positive pid is the process that took the lock, which may have died since while a
+    // child that inherited the descriptor keeps the lock (`run` SIGKILLed while COMMAND
+    // runs), and its pid may even have been reused: as lslocks does, a pid is shown only
+    // while that process is alive and has a descriptor of this inode (`/proc/PID/fd`).
     let mut pids: Vec<u32> = exact
         .into_iter()
         .filter(|p| *p > 0)
         .map(|p| p as u32)
+        .filter(|p| holds_open(*p, id))
         .collect();
     pids.sort_unstable();
     pids.dedup();
@@ -474,6 +539,24 @@ fn read_proc_locks() -> io::Result<String> {
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
         }
         size *= 2;
+    }
+}
+
+/// Whether the locker `pid` named by `/proc/locks` still holds the lock as far as we can
+/// see: it has a descriptor of the inode; or, where its descriptors are not ours to read
+/// (another user's process), it is at least alive and not a zombie.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn holds_open(pid: u32, id: FileId) -> bool {
+    match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            // "/proc/PID/stat": "PID (comm) S ..."; the state follows the last ')'.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .is_some_and(|state| state != "Z" && state != "X")
+            })
+        }
+        _ => process_has_open(pid, id),
     }
 }
 
@@ -513,7 +596,14 @@ mod tests {
         ] {
             assert_eq!(super::network_fs_magic(magic), Some(name));
         }
+        // FUSE (fuse and fuseblk report one magic): refused like a network file system.
+        assert_eq!(super::network_fs_magic(0x6573_5546), Some("fuse"));
         assert_eq!(super::network_fs_magic(0xef53), None, "ext4 is local");
+        assert_eq!(
+            super::network_fs_magic(0x794c_7630),
+            None,
+            "overlayfs is accepted"
+        );
         assert_eq!(super::network_fs_magic(0x0102_1994), None, "tmpfs is local");
     }
 }

@@ -303,7 +303,7 @@ fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
     violations.extend(audit.violations.iter().cloned());
 
     let mut present = BTreeSet::new();
-    let registry = Registry::new(layout.registry());
+    let registry = Registry::with_options(layout.registry(), crate::env::lease_options());
     match registry.acquire(&Budget::no_wait()) {
         Ok(()) => {
             let primaries: BTreeMap<PathBuf, u32> = (0..shared.lock().slots.len() as u32)

@@ -114,7 +114,9 @@ fn registry_op(layout: &Layout, logs: &Logs, rng: &mut Rng, seq: u64) -> Result<
     let remove = rng.below(3) == 0;
     let verb = if remove { "remove" } else { "add" };
     logs.op("intent", &format!("{seq} reg {verb} {root}"))?;
-    let registry = Registry::with_files(layout.registry(), Arc::new(PhasedFiles), None);
+    let options = crate::env::lease_options(); // e.g. a FUSE crash file system, opted into
+    let registry =
+        Registry::with_files_and_options(layout.registry(), Arc::new(PhasedFiles), None, options);
     match registry.acquire(&Budget::timeout(ACQUIRE_WAIT)) {
         Ok(()) => {}
         Err(RegistryError::Contended { .. }) => return Ok(()),
