@@ -431,3 +431,61 @@ fn sigterm_while_waiting_stops_promptly_with_nothing_changed() {
     assert_eq!(snapshot(root), before);
     release(holder);
 }
+
+/// The per-ID lock files under `root` (the collector lock left out).
+fn lock_files(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(root.join(".result-locks-v1"))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn gc_removes_only_unheld_lock_files_of_ids_without_records() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    for id in ["kept", "gone", "held", "published"] {
+        stage(&root, id, &[("a.txt", "a")]);
+    }
+    assert_eq!(run(results(&root).args(["finish", "published"])).code, 0);
+    // A candidate removed by hand leaves its ID with a lock file and no record.
+    fs::remove_dir_all(root.join("results").join("published")).unwrap();
+    for id in ["gone", "held"] {
+        assert_eq!(run(results(&root).args(["discard", id])).code, 0);
+    }
+    // Another process holds the lease of "held" (no record any more).
+    let holder = hold(&lock(&root, "held"));
+    let out = run(results(&root).args(["--json", "gc"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v, serde_json::json!({"removed": 1, "kept": 3}));
+    let mut expected = vec![lock_name("kept"), lock_name("held"), lock_name("published")];
+    expected.sort();
+    assert_eq!(lock_files(&root), expected);
+    // The held ID stays exclusive: a second holder cannot have it.
+    let busy = run(results(&root).args(["--timeout", "0", "discard", "held"]));
+    assert_eq!(busy.code, 75, "{busy:?}");
+    release(holder);
+    // Too young for --older-than: kept; then collected. Text output says both counts.
+    let out = run(results(&root).args(["gc", "--older-than", "3600"]));
+    assert_eq!(out.stdout, "removed 0 lock file(s), kept 3\n", "{out:?}");
+    let out = run(results(&root).args(["gc"]));
+    assert_eq!(out.stdout, "removed 1 lock file(s), kept 2\n", "{out:?}");
+    assert!(!lock(&root, "held").exists());
+    // A collected ID without a record is unknown again, and nothing is created for it.
+    let out = run(results(&root).args(["discard", "held"]));
+    assert_one_line_error(&out, "unknown-result");
+    assert_eq!(out.code, 2);
+    assert!(!lock(&root, "held").exists());
+    // A missing root is nothing to collect.
+    let out = run(results(&home.path().join("absent")).args(["--json", "gc"]));
+    assert_eq!(
+        (out.code, out.stdout.trim()),
+        (0, r#"{"kept":0,"removed":0}"#)
+    );
+}

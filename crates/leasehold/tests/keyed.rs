@@ -445,7 +445,10 @@ fn collect_never_waits_for_a_busy_namespace_and_an_acquisition_waits_out_a_colle
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !queued(fs::read_to_string("/proc/locks").unwrap()) {
-        assert!(std::time::Instant::now() < deadline, "the waiter never queued");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter never queued"
+        );
         std::thread::yield_now();
     }
     assert!(!waiter.is_finished());

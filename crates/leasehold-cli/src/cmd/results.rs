@@ -1,5 +1,5 @@
 //! `leasehold results`: the isolated result store (stage, inspect, publish, apply, discard,
-//! abort, sweep, list pending) in a managed root.
+//! abort, sweep, gc of lock files, list pending) in a managed root.
 //!
 //! Every verb but `pending` holds the ID's operation lease from admission through
 //! reinspection, mutation and cleanup; the wait is bounded by `--timeout` (30 s by default),
@@ -78,6 +78,13 @@ enum Verb {
         #[arg(long, value_name = "SECS", value_parser = super::parse_secs)]
         older_than: Duration,
     },
+    /// Remove lock files of IDs with no candidate and no publication that nobody holds;
+    /// never waits (held lock files are kept).
+    Gc {
+        /// Only lock files older than SECS (by modification time; default 0).
+        #[arg(long, value_name = "SECS", value_parser = super::parse_secs, default_value = "0")]
+        older_than: Duration,
+    },
     /// List published results (read-only).
     Pending,
 }
@@ -108,6 +115,24 @@ pub fn main(args: ResultsArgs) -> Outcome {
         Verb::Discard { id } => waited(&id, &|b| store.discard(&id, b)),
         Verb::Abort { id } => waited(&id, &|b| store.abort(&id, b)),
         Verb::Pending => store.pending().map(|p| print_list(&p, json)),
+        Verb::Gc { older_than } => store.gc(older_than).map(|report| {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"removed": report.removed, "kept": report.kept})
+                );
+            } else {
+                println!(
+                    "removed {} lock file(s), kept {}",
+                    report.removed, report.kept
+                );
+            }
+            if report.busy {
+                eprintln!(
+                    "leasehold: gc: another process was taking a result's lease at that instant; nothing was collected (run gc again)"
+                );
+            }
+        }),
         Verb::Sweep { older_than } => store.sweep(older_than).map(|report| {
             if json {
                 println!("{}", serde_json::json!(report));

@@ -7,7 +7,8 @@
 //! ROOT/results/<id>/entry.json      the record: ID, creation time, proposed files
 //! ROOT/results/<id>/files/...       the proposed files
 //! ROOT/published/<id>.json          a publication (finish): the result is ready to apply
-//! ROOT/.result-locks-v1/<sha256(id)>.lock   per-ID operation locks (never removed)
+//! ROOT/.result-locks-v1/<sha256(id)>.lock   per-ID operation locks (removed only by gc)
+//! ROOT/.result-locks-v1/.collector.lock      held shared by every admission, exclusive by gc
 //! ```
 //!
 //! Why every operation takes the ID's lease: two processes can inspect one result at once,
@@ -49,7 +50,7 @@ use leasehold::patterns::keyed::KeyedLeases;
 
 pub use error::ResultError;
 pub use records::{Entry, MAX_ID_LEN, Publication, normalize_id};
-pub use sweep::SweepReport;
+pub use sweep::{GcReport, SweepReport};
 
 /// The directory of the per-ID operation locks, under the managed root. Versioned: lock
 /// files are never removed and their names are this layout's (SHA-256 of the trimmed ID), so

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use leasehold::patterns::keyed::KeyError;
 use serde::Serialize;
 
 use super::ResultStore;
@@ -21,7 +22,55 @@ pub struct SweepReport {
     pub failed: Vec<(String, String)>,
 }
 
+/// What a lock-file collection ([`ResultStore::gc`]) did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct GcReport {
+    /// Lock files removed.
+    pub removed: usize,
+    /// Lock files kept: the ID has a candidate or publication, or the file is held, young or
+    /// unusable (or a collection could not run now: see [`busy`](Self::busy)).
+    pub kept: usize,
+    /// Another process was acquiring an ID's lease or collecting at that instant, so nothing
+    /// was examined; run it again.
+    #[serde(skip)]
+    pub busy: bool,
+}
+
 impl ResultStore {
+    /// Removes the operation lock files of IDs that have no candidate and no publication,
+    /// that no process holds, and whose lock file is older than `older_than`. Never waits.
+    /// Safe against every concurrent operation: see [`KeyedLeases::collect`], whose protocol
+    /// this is; the IDs with records are listed once before and once after each batch of
+    /// lock files is locked.
+    ///
+    /// [`KeyedLeases::collect`]: leasehold::patterns::keyed::KeyedLeases::collect
+    pub fn gc(&self, older_than: Duration) -> Result<GcReport> {
+        let live = || -> std::io::Result<Vec<String>> {
+            let io = |e: ResultError| std::io::Error::other(e.to_string());
+            let mut ids = list_names(&self.root.join("results"), "").map_err(io)?;
+            ids.extend(list_names(&self.root.join("published"), ".json").map_err(io)?);
+            Ok(ids)
+        };
+        let done = self.leases.collect(older_than, live).map_err(|e| match e {
+            KeyError::Records { root, source } => ResultError::Io {
+                op: "gc: list results",
+                path: root,
+                source,
+            },
+            KeyError::Lease(e) => ResultError::Lock(e),
+            other => ResultError::Io {
+                op: "gc",
+                path: self.root.join(super::RESULT_NAMESPACE),
+                source: std::io::Error::other(other.to_string()),
+            },
+        })?;
+        Ok(GcReport {
+            removed: done.removed,
+            kept: done.kept,
+            busy: done.busy,
+        })
+    }
+
     /// Removes every result older than `older_than`, never waiting: an ID whose lease is held
     /// is skipped and reported. Each removal reinspects the record and its age under the
     /// lease, so a result restaged meanwhile is not removed by its stale age.
