@@ -148,6 +148,9 @@ impl Store for RegistryStore {
 
     fn open(&mut self) -> Result<Scope, StoreFailure> {
         let doc = self.doc.load()?;
+        // Opened under the authority's lease: a temporary beside the document is a killed
+        // rewrite's, never one in progress. Best effort: a leftover is harmless.
+        let _ = leasehold::patterns::durable::remove_temporaries(self.doc.path());
         let scope = self.parse(&doc)?;
         self.loaded = Some(doc);
         Ok(scope)

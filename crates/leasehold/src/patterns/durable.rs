@@ -12,6 +12,12 @@
 //!    acknowledged write silently rolls back.
 //!
 //! If any step fails the temporary file is removed and the old document is untouched.
+//!
+//! Temporary names are `.NAME.tmp.PID.N`. A process killed mid-rewrite leaves its temporary
+//! behind (harmless: never read as the document); [`remove_temporaries`] removes them, and a
+//! store calls it under its lease when it opens the document (nobody else can be writing
+//! one then). A leftover whose name a later process would pick (its pid reused) is stepped
+//! over: the exclusive create fails with `EEXIST` and the rewrite tries a fresh name.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -122,10 +128,23 @@ pub fn replace_file_with(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let tmp = temp_name(path);
+    let mut tmp = temp_name(path);
     let mut renamed = false;
+    let mut created = false;
     let result = (|| {
-        let mut f = io.create(&tmp)?;
+        let mut taken = 0;
+        let mut f = loop {
+            match io.create(&tmp) {
+                Ok(f) => break f,
+                // A leftover of a killed rewrite whose pid we now have: step over it.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && taken < TEMP_NAME_TRIES => {
+                    taken += 1;
+                    tmp = temp_name(path);
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        created = true;
         after_step(Step::Created, &tmp)?;
         let mut rest = bytes;
         while !rest.is_empty() {
@@ -146,10 +165,56 @@ pub fn replace_file_with(
         io.sync_dir(dir)?;
         after_step(Step::DirSynced, &tmp)
     })();
-    if result.is_err() && !renamed {
+    if result.is_err() && !renamed && created {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// How many taken temporary names a rewrite steps over before it gives up (`EEXIST`).
+const TEMP_NAME_TRIES: u32 = 64;
+
+/// Removes the temporaries that killed rewrites of `path` left beside it (`.NAME.tmp.*`):
+/// regular files only — a symlink, directory or anything else of that name is left as it is,
+/// and nothing is followed (`unlink` removes a name, never what a link points to). Returns
+/// how many were removed; a missing directory has none.
+///
+/// Call it only while holding the lease that guards `path`: a temporary is then nobody's
+/// rewrite in progress (every writer holds that lease while it rewrites).
+///
+/// # Errors
+/// An I/O error listing the directory or removing a temporary.
+pub fn remove_temporaries(path: &Path) -> io::Result<usize> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = path.file_name() else {
+        return Ok(0);
+    };
+    let prefix = format!(".{}.tmp.", name.to_string_lossy());
+    let entries = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        // `file_type` does not follow a symlink.
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
 }
 
 /// Makes a rename in `dir` durable: `fsync` of the directory (POSIX).
@@ -189,6 +254,60 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "temporary files left behind");
+    }
+
+    #[test]
+    fn a_leftover_temporary_with_our_next_name_is_stepped_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("doc.json");
+        // The names the next rewrites of this process would pick, as a killed process whose
+        // pid we now have would have left them.
+        let next = COUNTER.load(Ordering::Relaxed);
+        let pid = std::process::id();
+        for n in next..next + 8 {
+            std::fs::write(dir.path().join(format!(".doc.json.tmp.{pid}.{n}")), b"old").unwrap();
+        }
+        replace_file(&p, b"new").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        // The leftovers are not ours to remove here; under the lease they are removed.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 9);
+        assert_eq!(remove_temporaries(&p).unwrap(), 8);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn remove_temporaries_removes_regular_files_only_and_follows_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = tempfile::tempdir().unwrap();
+        std::fs::write(victim.path().join("secret"), b"s").unwrap();
+        let p = dir.path().join("doc.json");
+        std::fs::write(&p, b"{}").unwrap();
+        std::fs::write(dir.path().join(".doc.json.tmp.1.0"), b"x").unwrap();
+        std::fs::write(dir.path().join(".other.json.tmp.1.0"), b"x").unwrap();
+        std::os::unix::fs::symlink(
+            victim.path().join("secret"),
+            dir.path().join(".doc.json.tmp.2.0"),
+        )
+        .unwrap();
+        std::fs::create_dir(dir.path().join(".doc.json.tmp.3.0")).unwrap();
+        std::fs::write(dir.path().join(".doc.json.tmp.3.0").join("inner"), b"i").unwrap();
+        assert_eq!(remove_temporaries(&p).unwrap(), 1);
+        assert!(!dir.path().join(".doc.json.tmp.1.0").exists());
+        assert!(dir.path().join(".other.json.tmp.1.0").exists());
+        assert!(
+            dir.path()
+                .join(".doc.json.tmp.2.0")
+                .symlink_metadata()
+                .is_ok()
+        );
+        assert!(dir.path().join(".doc.json.tmp.3.0").join("inner").exists());
+        assert_eq!(std::fs::read(victim.path().join("secret")).unwrap(), b"s");
+        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+        assert_eq!(
+            remove_temporaries(&dir.path().join("absent").join("x")).unwrap(),
+            0
+        );
     }
 
     #[test]

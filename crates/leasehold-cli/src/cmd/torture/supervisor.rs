@@ -368,6 +368,16 @@ fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
         Err(e) => violations.push(format!("registry at the end: {e}")),
     }
     registry.teardown();
+    // The counter is opened under its lease, as every increment does (all workers are dead
+    // now): a killed increment's temporary goes, as a store's go when it is opened.
+    match leasehold::Lease::try_acquire(layout.counter_lock()) {
+        Ok(_lease) => {
+            if let Err(e) = leasehold::patterns::durable::remove_temporaries(&layout.counter()) {
+                violations.push(format!("cannot clean the counter's temporaries: {e}"));
+            }
+        }
+        Err(e) => violations.push(format!("counter lease at the end: {e}")),
+    }
     let counter_text = read(&layout.counter())?;
     let counter = counter_text.trim().parse::<u64>().unwrap_or_else(|_| {
         violations.push(format!("counter torn at the end: {counter_text:?}"));

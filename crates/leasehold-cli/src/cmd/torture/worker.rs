@@ -170,6 +170,10 @@ pub fn increment(layout: &Layout, slot: u32, generation: u32) -> Outcome {
     logs.audit("enter", "counter")?;
     phase("holding");
     let path = layout.counter();
+    // Under the counter's lease: temporaries beside it are killed increments' leftovers.
+    leasehold::patterns::durable::remove_temporaries(&path).map_err(|e| {
+        Failure::failed(format!("{}: cannot clean temporaries: {e}", path.display()))
+    })?;
     let bytes = std::fs::read(&path)
         .map_err(|e| Failure::failed(format!("{}: cannot read: {e}", path.display())))?;
     let text = String::from_utf8_lossy(&bytes);
