@@ -271,10 +271,7 @@ fn whitespace_aliases_share_one_lease() {
     release(holder);
     let out = run(results(root).args(["--timeout", "0", "discard", " r1 "]));
     assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(
-        fs::read_dir(root.join(".result-locks-v1")).unwrap().count(),
-        1
-    );
+    assert_eq!(lock_files(root), [lock_name("r1")]);
 }
 
 #[test]

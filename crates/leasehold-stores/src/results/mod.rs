@@ -36,11 +36,11 @@ mod admission;
 mod asynchronous;
 mod error;
 mod files;
+mod handles;
 mod ops;
 mod records;
 mod sweep;
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +48,9 @@ use std::time::Duration;
 use leasehold::Error as LeaseError;
 use leasehold::patterns::keyed::KeyedLeases;
 
+use error::Result;
 pub use error::ResultError;
+use handles::Tree;
 pub use records::{Entry, MAX_ID_LEN, Publication, normalize_id};
 pub use sweep::{GcReport, SweepReport};
 
@@ -124,10 +126,38 @@ impl ResultStore {
         self.root.join("published").join(format!("{id}.json"))
     }
 
-    /// Whether a candidate or a publication stands for `id` (admission only, never authority).
+    /// The managed root, opened (its path is the caller's configuration: followed); with
+    /// `create`, created (0700) when missing. `Ok(None)`: missing.
+    fn root_dir(&self, create: bool) -> Result<Option<Tree>> {
+        Tree::open(&self.root, create.then_some(0o700)).map_err(|e| ResultError::Unusable {
+            path: self.root.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// A directory of the root (`results` or `published`), a real directory never followed;
+    /// with `create`, created (0700, and the root too) when missing.
+    fn area(&self, name: &str, create: bool) -> Result<Option<Tree>> {
+        let Some(root) = self.root_dir(create)? else {
+            return Ok(None);
+        };
+        root.child(name, create.then_some(0o700))
+            .map_err(|e| ResultError::Unusable {
+                path: root.join(name),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Whether a candidate or a publication stands for `id` (admission only, never
+    /// authority). Anything standing there counts, so that the operation is admitted and
+    /// judges it under the lease.
     fn exists(&self, id: &str) -> bool {
-        fs::symlink_metadata(self.candidate(id)).is_ok()
-            || fs::symlink_metadata(self.publication(id)).is_ok()
+        let stands = |area: &str, name: &str| match self.area(area, false) {
+            Ok(Some(dir)) => !matches!(dir.kind(name), Ok(None)),
+            Ok(None) => false,
+            Err(_) => true,
+        };
+        stands("results", id) || stands("published", &format!("{id}.json"))
     }
 
     fn unknown(&self, id: &str) -> ResultError {

@@ -47,8 +47,9 @@ impl ResultStore {
     pub fn gc(&self, older_than: Duration) -> Result<GcReport> {
         let live = || -> std::io::Result<Vec<String>> {
             let io = |e: ResultError| std::io::Error::other(e.to_string());
-            let mut ids = list_names(&self.root.join("results"), "").map_err(io)?;
-            ids.extend(list_names(&self.root.join("published"), ".json").map_err(io)?);
+            let area = |name| self.area(name, false).map_err(io);
+            let mut ids = list_names(area("results")?.as_ref(), "").map_err(io)?;
+            ids.extend(list_names(area("published")?.as_ref(), ".json").map_err(io)?);
             Ok(ids)
         };
         let done = self.leases.collect(older_than, live).map_err(|e| match e {
@@ -75,8 +76,11 @@ impl ResultStore {
     /// is skipped and reported. Each removal reinspects the record and its age under the
     /// lease, so a result restaged meanwhile is not removed by its stale age.
     pub fn sweep(&self, older_than: Duration) -> Result<SweepReport> {
-        let mut ids = list_names(&self.root.join("results"), "")?;
-        ids.extend(list_names(&self.root.join("published"), ".json")?);
+        let mut ids = list_names(self.area("results", false)?.as_ref(), "")?;
+        ids.extend(list_names(
+            self.area("published", false)?.as_ref(),
+            ".json",
+        )?);
         ids.sort();
         ids.dedup();
         let mut report = SweepReport::default();
@@ -120,6 +124,6 @@ impl ResultStore {
     /// The IDs with a publication, sorted. Read-only discovery: it takes no lease and grants
     /// nothing — an operation on a listed ID is admitted and reinspected like any other.
     pub fn pending(&self) -> Result<Vec<String>> {
-        list_names(&self.root.join("published"), ".json")
+        list_names(self.area("published", false)?.as_ref(), ".json")
     }
 }

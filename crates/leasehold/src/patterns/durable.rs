@@ -232,13 +232,21 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
 
 /// A temporary name beside `path`, unique within this process and across processes.
 fn temp_name(path: &Path) -> PathBuf {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
     let base = path
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    path.with_file_name(format!(".{base}.tmp.{pid}.{n}"))
+    path.with_file_name(temporary_name(&base))
+}
+
+/// The next temporary name for a rewrite of the file `name`: `.NAME.tmp.PID.N`, the one
+/// naming [`remove_temporaries`] recognises (for rewrites made through directory handles).
+/// A name may be taken by a leftover of a killed process whose pid was reused: create it
+/// exclusively and take the next name on `EEXIST`.
+pub fn temporary_name(name: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    format!(".{name}.tmp.{pid}.{n}")
 }
 
 #[cfg(test)]
