@@ -486,3 +486,126 @@ fn gc_removes_only_unheld_lock_files_of_ids_without_records() {
         (0, r#"{"kept":0,"removed":0}"#)
     );
 }
+
+#[test]
+fn apply_refuses_a_symlinked_directory_inside_target_and_writes_nothing_outside() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    stage(&root, "x", &[("sub/evil.txt", "payload"), ("a.txt", "a")]);
+    let target = home.path().join("target");
+    let outside = home.path().join("outside");
+    fs::create_dir_all(&target).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, target.join("sub")).unwrap();
+    let out = run(results(&root).args(["apply", "x", "--to"]).arg(&target));
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_one_line_error(&out, "symbolic link");
+    assert!(out.stderr.contains("sub"), "{out:?}");
+    assert!(snapshot(&outside).is_empty(), "apply wrote outside TARGET");
+    // The candidate is kept for a retry once TARGET is repaired.
+    assert!(root.join("results/x/entry.json").is_file());
+}
+
+#[test]
+fn discard_through_a_symlinked_results_area_removes_nothing_outside_the_root() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    stage(&root, "build", &[("a.txt", "a")]);
+    // Another user swaps ROOT/results for a link to a directory that holds a `build` that is
+    // not a result.
+    let elsewhere = home.path().join("elsewhere");
+    fs::create_dir_all(elsewhere.join("build")).unwrap();
+    fs::write(elsewhere.join("build/precious"), "keep").unwrap();
+    fs::rename(root.join("results"), home.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, root.join("results")).unwrap();
+    let before = snapshot(&elsewhere);
+    let out = run(results(&root).args(["discard", "build"]));
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_eq!(
+        snapshot(&elsewhere),
+        before,
+        "discard removed outside the root"
+    );
+    // A real directory without entry.json is not a candidate either.
+    fs::remove_file(root.join("results")).unwrap();
+    fs::create_dir_all(root.join("results/build")).unwrap();
+    fs::write(root.join("results/build/precious"), "keep").unwrap();
+    let out = run(results(&root).args(["discard", "build"]));
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(root.join("results/build/precious").exists());
+}
+
+#[test]
+fn staged_and_applied_files_lose_set_id_bits_and_candidate_dirs_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    let src = home.path().join("src");
+    fs::create_dir_all(src.join("bin")).unwrap();
+    fs::write(src.join("bin/tool"), "#!/bin/sh\n").unwrap();
+    fs::set_permissions(src.join("bin/tool"), fs::Permissions::from_mode(0o6755)).unwrap();
+    let out = run(results(&root).args(["stage", "x", "--from"]).arg(&src));
+    assert_eq!(out.code, 0, "{out:?}");
+    let staged = root.join("results/x/files/bin/tool");
+    assert_eq!(fs::metadata(&staged).unwrap().mode() & 0o7000, 0);
+    for dir in ["results/x", "results/x/files", "results/x/files/bin"] {
+        assert_eq!(
+            fs::metadata(root.join(dir)).unwrap().mode() & 0o777,
+            0o700,
+            "{dir}"
+        );
+    }
+    let target = home.path().join("t");
+    let out = run(results(&root).args(["apply", "x", "--to"]).arg(&target));
+    assert_eq!(out.code, 0, "{out:?}");
+    let mode = fs::metadata(target.join("bin/tool")).unwrap().mode();
+    assert_eq!(mode & 0o7000, 0, "{mode:o}");
+    assert_eq!(mode & 0o100, 0o100, "{mode:o}");
+}
+
+#[test]
+fn an_unusable_root_or_target_is_a_usage_error() {
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("file");
+    fs::write(&file, "x").unwrap();
+    let src = home.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a"), "a").unwrap();
+    let out = run(results(&file).args(["stage", "x", "--from"]).arg(&src));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "file");
+    let root = home.path().join("r");
+    stage(&root, "x", &[("a", "a")]);
+    let out = run(results(&root).args(["apply", "x", "--to"]).arg(&file));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "file");
+    assert!(root.join("results/x/entry.json").is_file());
+}
+
+#[test]
+fn a_staged_tree_with_a_fifo_or_symlink_is_refused_promptly() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    let src = home.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a"), "a").unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &src.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let out = run(results(&root).args(["stage", "x", "--from"]).arg(&src));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "FIFO");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    fs::remove_file(src.join("fifo")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", src.join("link")).unwrap();
+    let out = run(results(&root).args(["stage", "x", "--from"]).arg(&src));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "symbolic link");
+    assert!(!root.join("results/x").exists());
+}
