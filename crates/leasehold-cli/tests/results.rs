@@ -609,3 +609,67 @@ fn a_staged_tree_with_a_fifo_or_symlink_is_refused_promptly() {
     assert_one_line_error(&out, "symbolic link");
     assert!(!root.join("results/x").exists());
 }
+
+#[test]
+fn paths_quotes_names_a_line_could_not_carry() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    stage(
+        &root,
+        "x",
+        &[
+            ("plain.txt", "a"),
+            ("two\nlines", "b"),
+            ("back\\slash", "c"),
+            ("\"q", "d"),
+        ],
+    );
+    let out = run(results(&root).args(["paths", "x"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#""\"q""#,
+            r#""back\\slash""#,
+            "plain.txt",
+            r#""two\nlines""#
+        ],
+        "{out:?}"
+    );
+    // Each quoted line is a JSON string naming the path.
+    let decoded: Vec<String> = lines
+        .iter()
+        .map(|l| match l.starts_with('"') {
+            true => serde_json::from_str(l).unwrap(),
+            false => l.to_string(),
+        })
+        .collect();
+    assert_eq!(decoded, ["\"q", "back\\slash", "plain.txt", "two\nlines"]);
+}
+
+#[test]
+fn sweep_removes_leftovers_of_killed_operations_under_the_ids_lease() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    stage(&root, "keep", &[("a", "a")]);
+    // What a SIGKILLed stage, discard and publish leave behind.
+    fs::create_dir_all(root.join("results/.stage-dead/files")).unwrap();
+    fs::write(root.join("results/.stage-dead/files/x"), "x").unwrap();
+    fs::create_dir_all(root.join("results/.trash-gone")).unwrap();
+    fs::create_dir_all(root.join("published")).unwrap();
+    fs::write(root.join("published/.keep.json.tmp.4242.0"), "{").unwrap();
+    // A leftover whose ID is busy may be its owner's work in progress: kept.
+    fs::create_dir_all(root.join("results/.stage-busy")).unwrap();
+    let holder = hold(&lock(&root, "busy"));
+    let out = run(results(&root).args(["sweep", "--older-than", "3600"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    release(holder);
+    let mut left: Vec<String> = fs::read_dir(root.join("results"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".stage-busy", "keep"]);
+    assert_eq!(fs::read_dir(root.join("published")).unwrap().count(), 0);
+}

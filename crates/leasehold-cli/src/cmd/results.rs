@@ -109,7 +109,7 @@ pub fn main(args: ResultsArgs) -> Outcome {
     let json = args.json;
     let done = match args.verb {
         Verb::Stage { id, from } => waited(&id, &|b| store.stage(&id, &from, b).map(drop)),
-        Verb::Paths { id } => waited(&id, &|b| store.paths(&id, b).map(|p| print_list(&p, json))),
+        Verb::Paths { id } => waited(&id, &|b| store.paths(&id, b).map(|p| print_paths(&p, json))),
         Verb::Finish { id } => waited(&id, &|b| store.finish(&id, b).map(drop)),
         Verb::Apply { id, to } => waited(&id, &|b| store.apply(&id, &to, b).map(drop)),
         Verb::Discard { id } => waited(&id, &|b| store.discard(&id, b)),
@@ -165,6 +165,23 @@ fn busy(e: &ResultError) -> Option<&HolderInfo> {
         ResultError::Busy { holders, .. } => Some(holders),
         ResultError::NotPublished { source, .. } => busy(source),
         _ => None,
+    }
+}
+
+/// Relative paths one per line, or a JSON array. A path that a line could not carry
+/// unambiguously (a control character such as a newline, a backslash, or a leading `"`) is
+/// printed as a JSON string literal — `"` … `"` with JSON escapes — so every line is one path
+/// and a quoted line is never also a plain path.
+fn print_paths(paths: &[String], json: bool) {
+    if json {
+        return print_list(paths, json);
+    }
+    for p in paths {
+        if p.starts_with('"') || p.chars().any(|c| c.is_control() || c == '\\') {
+            println!("{}", serde_json::json!(p));
+        } else {
+            println!("{p}");
+        }
     }
 }
 

@@ -8,7 +8,8 @@ use serde::Serialize;
 use super::ResultStore;
 use super::error::{Result, ResultError};
 use super::files::now_ms;
-use super::records::list_names;
+use super::handles::Kind;
+use super::records::{list_names, normalize_id};
 
 /// What a sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -20,6 +21,11 @@ pub struct SweepReport {
     /// IDs that could not be examined or removed, with the reason (left as they were).
     #[serde(skip)]
     pub failed: Vec<(String, String)>,
+    /// Leftovers of killed operations removed under their ID's lease: staging and trash
+    /// directories (`results/.stage-ID`, `results/.trash-ID`) and temporaries of killed
+    /// rewrites (`published/.ID.json.tmp.*`).
+    #[serde(skip)]
+    pub leftovers: usize,
 }
 
 /// What a lock-file collection ([`ResultStore::gc`]) did.
@@ -118,7 +124,57 @@ impl ResultStore {
                 Err(e) => report.failed.push((id, e.to_string())),
             }
         }
+        self.sweep_leftovers(&mut report)?;
         Ok(report)
+    }
+
+    /// Removes what killed operations left (see [`SweepReport::leftovers`]), each under its
+    /// ID's lease taken without waiting (a busy ID's leftover may be its owner's work in
+    /// progress: kept). Regular files and real directories only; nothing is followed.
+    fn sweep_leftovers(&self, report: &mut SweepReport) -> Result<()> {
+        let mut found: Vec<(String, &'static str, String)> = Vec::new();
+        if let Some(results) = self.area("results", false)? {
+            for name in results.names().unwrap_or_default() {
+                for prefix in [".stage-", ".trash-"] {
+                    if let Some(id) = name.strip_prefix(prefix) {
+                        found.push((id.to_string(), "results", name.clone()));
+                    }
+                }
+            }
+        }
+        if let Some(published) = self.area("published", false)? {
+            for name in published.names().unwrap_or_default() {
+                if let Some((id, _)) = name
+                    .strip_prefix('.')
+                    .and_then(|n| n.split_once(".json.tmp."))
+                {
+                    found.push((id.to_string(), "published", name.clone()));
+                }
+            }
+        }
+        for (id, area, name) in found {
+            if normalize_id(&id).ok() != Some(id.as_str()) {
+                continue;
+            }
+            // A leftover is reason enough to allocate the ID's lock (gc collects it later).
+            let Ok(_lease) = self.leases.try_acquire(&id, |_| true) else {
+                continue;
+            };
+            let Some(dir) = self.area(area, false)? else {
+                continue;
+            };
+            let removed = match dir.kind(&name) {
+                Ok(Some(Kind::Dir)) if area == "results" => dir.remove_tree(&name),
+                Ok(Some(Kind::File)) if area == "published" => dir.remove_file(&name),
+                _ => Ok(false),
+            };
+            match removed {
+                Ok(true) => report.leftovers += 1,
+                Ok(false) => {}
+                Err(e) => report.failed.push((id, e.to_string())),
+            }
+        }
+        Ok(())
     }
 
     /// The IDs with a publication, sorted. Read-only discovery: it takes no lease and grants
