@@ -38,8 +38,10 @@
 //!   directory of that handle (a symlink is refused), and the lock file is opened relative to
 //!   the namespace handle (`openat`, `O_NOFOLLOW`) — never by joining path strings. A
 //!   non-regular lock file (directory, symlink, FIFO, …) is refused and left as it is; a lock
-//!   file's bytes and mode are never changed. Because the lease holds directory handles, a held
-//!   lease keeps working after the managed root is renamed.
+//!   file's bytes and mode are never changed. The lease holds directory handles, so its lock
+//!   stays held if the managed root or the namespace is renamed, but newcomers would then
+//!   resolve the path elsewhere: [`KeyLease::verify`] checks the whole chain from the root
+//!   path and fails closed.
 //! * **Admission.** An unknown key — no existing lock file, and the caller's `known`
 //!   predicate says there is no record — allocates nothing (not even the namespace directory)
 //!   and fails with [`KeyError::Unknown`]. Knowing a key is not authority: the caller must
