@@ -591,7 +591,7 @@ fn a_staged_tree_with_a_fifo_or_symlink_is_refused_promptly() {
     fs::write(src.join("a"), "a").unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &src.join("fifo"),
+        src.join("fifo"),
         rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o600),
         0,

@@ -40,6 +40,7 @@ fn refused(path: &std::path::Path, what: &str) -> std::io::Error {
 }
 
 #[cfg(unix)]
+#[allow(clippy::unnecessary_cast)] // st_mode is u32 on Linux, u16 on macOS
 mod unix {
     use std::fs::File;
     use std::io::{self, Read, Write};
