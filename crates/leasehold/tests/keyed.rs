@@ -381,6 +381,19 @@ fn collect_removes_only_free_lock_files_of_keys_without_records() {
     ));
     other.kill();
     drop(held);
+    // No spawns from here on (a child shares our lock descriptors until it execs), and the
+    // killed holder's group may outlive its reaped leader for a moment: wait until free.
+    let _quiet = testkit::quiet();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while leasehold::holders(leases.lock_path("held-by-process")).unwrap()
+        != leasehold::Holders::Free
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never went"
+        );
+        std::thread::yield_now();
+    }
     let report = leases.collect(Duration::ZERO, || Ok(Vec::new())).unwrap();
     assert_eq!((report.removed, report.kept), (3, 0));
     assert!(lock_files(root.path()).is_empty());
@@ -388,6 +401,7 @@ fn collect_removes_only_free_lock_files_of_keys_without_records() {
 
 #[test]
 fn collect_keeps_young_lock_files_and_a_key_whose_record_appears_meanwhile() {
+    let _quiet = testkit::quiet(); // a release must not look held through a forked child
     let root = tempfile::tempdir().unwrap();
     let leases = keys(root.path());
     drop(leases.try_acquire("young", |_| true).unwrap());
