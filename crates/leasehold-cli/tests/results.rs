@@ -673,3 +673,60 @@ fn sweep_removes_leftovers_of_killed_operations_under_the_ids_lease() {
     assert_eq!(left, [".stage-busy", "keep"]);
     assert_eq!(fs::read_dir(root.join("published")).unwrap().count(), 0);
 }
+
+#[test]
+fn a_fifo_or_symlink_swapped_into_src_while_stage_waits_is_refused_and_never_hangs() {
+    for swap in ["fifo", "symlink"] {
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join("r");
+        let src = home.path().join("src");
+        fs::create_dir_all(&src).unwrap();
+        fs::write(src.join("a"), "a").unwrap();
+        let secret = home.path().join("secret");
+        fs::write(&secret, "secret").unwrap();
+        // stage walks SRC, then waits for the ID's lease, which another process holds.
+        let holder = hold(&lock(&root, "x"));
+        let args = [
+            OsStr::new("stage"),
+            OsStr::new("x"),
+            OsStr::new("--from"),
+            src.as_os_str(),
+        ];
+        let (mut waiter, mut stderr) = spawn_parked(&root, &args);
+        // Swapped atomically (rename over `a`): a walk made meanwhile sees one or the other.
+        let aside = home.path().join("aside");
+        match swap {
+            "fifo" => rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &aside,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap(),
+            _ => std::os::unix::fs::symlink(&secret, &aside).unwrap(),
+        }
+        fs::rename(&aside, src.join("a")).unwrap();
+        release(holder);
+        let status = waiter
+            .wait_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("{swap}: stage hung on what was swapped in"));
+        let mut err = String::new();
+        stderr.read_to_string(&mut err).unwrap();
+        assert_eq!(status.code(), Some(2), "{swap}: {err}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("leasehold: ") && last.contains("src"),
+            "{swap}: {err}"
+        );
+        assert!(
+            !root.join("results/x").exists(),
+            "{swap}: something was staged"
+        );
+        let staged = snapshot(&root);
+        assert!(
+            !staged.values().any(|v| v == b"secret"),
+            "{swap}: the secret was staged"
+        );
+    }
+}
