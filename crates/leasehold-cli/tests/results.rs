@@ -589,14 +589,7 @@ fn a_staged_tree_with_a_fifo_or_symlink_is_refused_promptly() {
     let src = home.path().join("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("a"), "a").unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        src.join("fifo"),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    mkfifo(&src.join("fifo"));
     let started = Instant::now();
     let out = run(results(&root).args(["stage", "x", "--from"]).arg(&src));
     assert_eq!(out.code, 2, "{out:?}");
@@ -696,14 +689,7 @@ fn a_fifo_or_symlink_swapped_into_src_while_stage_waits_is_refused_and_never_han
         // Swapped atomically (rename over `a`): a walk made meanwhile sees one or the other.
         let aside = home.path().join("aside");
         match swap {
-            "fifo" => rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &aside,
-                rustix::fs::FileType::Fifo,
-                rustix::fs::Mode::from_raw_mode(0o600),
-                0,
-            )
-            .unwrap(),
+            "fifo" => mkfifo(&aside),
             _ => std::os::unix::fs::symlink(&secret, &aside).unwrap(),
         }
         fs::rename(&aside, src.join("a")).unwrap();
@@ -729,4 +715,10 @@ fn a_fifo_or_symlink_swapped_into_src_while_stage_waits_is_refused_and_never_han
             "{swap}: the secret was staged"
         );
     }
+}
+
+/// Makes a FIFO at `path` (`mkfifo(1)`: portable across the POSIX targets).
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
 }
