@@ -26,10 +26,18 @@
 //! candidate to a hidden trash name before deleting it, so a crash never leaves a half-deleted
 //! candidate that looks valid. Hidden names start with `.`, which no ID may.
 //!
+//! Handles, not paths: every read, write, rename and removal below the root (and every
+//! write into a TARGET, every read of a SRC) goes through directory descriptors opened one
+//! component at a time without following symlinks (`handles`), so another user who can
+//! write the root or TARGET cannot redirect a write or a removal; only a real candidate (a
+//! directory with a regular `entry.json`) is ever removed. Lock files of IDs without records
+//! are collected by [`ResultStore::gc`] (the keyed collector's protocol); leftovers of killed
+//! operations go in [`ResultStore::sweep`], each under its ID's lease.
+//!
 //! The code follows those seams: `error` (the typed errors), `records` (IDs,
 //! `entry.json` and publications), `admission` (taking an ID's lease), `ops` (stage, paths,
-//! finish, apply, discard, abort), `sweep` (expiry and discovery), `asynchronous` (the async
-//! faces) and `files` (the file-system steps they share).
+//! finish, apply, discard, abort), `sweep` (expiry, discovery, gc), `asynchronous` (the async
+//! faces), `files` (the file-system steps they share) and `handles` (directory handles).
 
 mod admission;
 #[cfg(feature = "tokio")]
