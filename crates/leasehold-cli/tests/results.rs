@@ -269,10 +269,7 @@ fn whitespace_aliases_share_one_lease() {
     release(holder);
     let out = run(results(root).args(["--timeout", "0", "discard", " r1 "]));
     assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(
-        fs::read_dir(root.join(".result-locks-v1")).unwrap().count(),
-        1
-    );
+    assert_eq!(lock_files(root), [lock_name("r1")]);
 }
 
 #[test]
@@ -428,4 +425,298 @@ fn sigterm_while_waiting_stops_promptly_with_nothing_changed() {
     assert_eq!(status.code(), Some(143));
     assert_eq!(snapshot(root), before);
     release(holder);
+}
+
+/// The per-ID lock files under `root` (the collector lock left out).
+fn lock_files(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(root.join(".result-locks-v1"))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn gc_removes_only_unheld_lock_files_of_ids_without_records() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    for id in ["kept", "gone", "held", "published"] {
+        stage(&root, id, &[("a.txt", "a")]);
+    }
+    assert_eq!(run(results(&root).args(["finish", "published"])).code, 0);
+    // A candidate removed by hand leaves its ID with a lock file and no record.
+    fs::remove_dir_all(root.join("results").join("published")).unwrap();
+    for id in ["gone", "held"] {
+        assert_eq!(run(results(&root).args(["discard", id])).code, 0);
+    }
+    // Another process holds the lease of "held" (no record any more).
+    let holder = hold(&lock(&root, "held"));
+    let out = run(results(&root).args(["--json", "gc"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v, serde_json::json!({"removed": 1, "kept": 3}));
+    let mut expected = vec![lock_name("kept"), lock_name("held"), lock_name("published")];
+    expected.sort();
+    assert_eq!(lock_files(&root), expected);
+    // The held ID stays exclusive: a second holder cannot have it.
+    let busy = run(results(&root).args(["--timeout", "0", "discard", "held"]));
+    assert_eq!(busy.code, 75, "{busy:?}");
+    release(holder);
+    // Too young for --older-than: kept; then collected. Text output says both counts.
+    let out = run(results(&root).args(["gc", "--older-than", "3600"]));
+    assert_eq!(out.stdout, "removed 0 lock file(s), kept 3\n", "{out:?}");
+    let out = run(results(&root).args(["gc"]));
+    assert_eq!(out.stdout, "removed 1 lock file(s), kept 2\n", "{out:?}");
+    assert!(!lock(&root, "held").exists());
+    // A collected ID without a record is unknown again, and nothing is created for it.
+    let out = run(results(&root).args(["discard", "held"]));
+    assert_one_line_error(&out, "unknown-result");
+    assert_eq!(out.code, 2);
+    assert!(!lock(&root, "held").exists());
+    // A missing root is nothing to collect.
+    let out = run(results(&home.path().join("absent")).args(["--json", "gc"]));
+    assert_eq!(
+        (out.code, out.stdout.trim()),
+        (0, r#"{"kept":0,"removed":0}"#)
+    );
+}
+
+#[test]
+fn apply_refuses_a_symlinked_directory_inside_target_and_writes_nothing_outside() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    stage(&root, "x", &[("sub/evil.txt", "payload"), ("a.txt", "a")]);
+    let target = home.path().join("target");
+    let outside = home.path().join("outside");
+    fs::create_dir_all(&target).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, target.join("sub")).unwrap();
+    let out = run(results(&root).args(["apply", "x", "--to"]).arg(&target));
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_one_line_error(&out, "symbolic link");
+    assert!(out.stderr.contains("sub"), "{out:?}");
+    assert!(snapshot(&outside).is_empty(), "apply wrote outside TARGET");
+    // The candidate is kept for a retry once TARGET is repaired.
+    assert!(root.join("results/x/entry.json").is_file());
+}
+
+#[test]
+fn discard_through_a_symlinked_results_area_removes_nothing_outside_the_root() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    stage(&root, "build", &[("a.txt", "a")]);
+    // Another user swaps ROOT/results for a link to a directory that holds a `build` that is
+    // not a result.
+    let elsewhere = home.path().join("elsewhere");
+    fs::create_dir_all(elsewhere.join("build")).unwrap();
+    fs::write(elsewhere.join("build/precious"), "keep").unwrap();
+    fs::rename(root.join("results"), home.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, root.join("results")).unwrap();
+    let before = snapshot(&elsewhere);
+    let out = run(results(&root).args(["discard", "build"]));
+    assert_ne!(out.code, 0, "{out:?}");
+    assert_eq!(
+        snapshot(&elsewhere),
+        before,
+        "discard removed outside the root"
+    );
+    // A real directory without entry.json is not a candidate either.
+    fs::remove_file(root.join("results")).unwrap();
+    fs::create_dir_all(root.join("results/build")).unwrap();
+    fs::write(root.join("results/build/precious"), "keep").unwrap();
+    let out = run(results(&root).args(["discard", "build"]));
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(root.join("results/build/precious").exists());
+}
+
+#[test]
+fn staged_and_applied_files_lose_set_id_bits_and_candidate_dirs_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    let src = home.path().join("src");
+    fs::create_dir_all(src.join("bin")).unwrap();
+    fs::write(src.join("bin/tool"), "#!/bin/sh\n").unwrap();
+    fs::set_permissions(src.join("bin/tool"), fs::Permissions::from_mode(0o6755)).unwrap();
+    let out = run(results(&root).args(["stage", "x", "--from"]).arg(&src));
+    assert_eq!(out.code, 0, "{out:?}");
+    let staged = root.join("results/x/files/bin/tool");
+    assert_eq!(fs::metadata(&staged).unwrap().mode() & 0o7000, 0);
+    for dir in ["results/x", "results/x/files", "results/x/files/bin"] {
+        assert_eq!(
+            fs::metadata(root.join(dir)).unwrap().mode() & 0o777,
+            0o700,
+            "{dir}"
+        );
+    }
+    let target = home.path().join("t");
+    let out = run(results(&root).args(["apply", "x", "--to"]).arg(&target));
+    assert_eq!(out.code, 0, "{out:?}");
+    let mode = fs::metadata(target.join("bin/tool")).unwrap().mode();
+    assert_eq!(mode & 0o7000, 0, "{mode:o}");
+    assert_eq!(mode & 0o100, 0o100, "{mode:o}");
+}
+
+#[test]
+fn an_unusable_root_or_target_is_a_usage_error() {
+    let home = tempfile::tempdir().unwrap();
+    let file = home.path().join("file");
+    fs::write(&file, "x").unwrap();
+    let src = home.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a"), "a").unwrap();
+    let out = run(results(&file).args(["stage", "x", "--from"]).arg(&src));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "file");
+    let root = home.path().join("r");
+    stage(&root, "x", &[("a", "a")]);
+    let out = run(results(&root).args(["apply", "x", "--to"]).arg(&file));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "file");
+    assert!(root.join("results/x/entry.json").is_file());
+}
+
+#[test]
+fn a_staged_tree_with_a_fifo_or_symlink_is_refused_promptly() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    let src = home.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a"), "a").unwrap();
+    mkfifo(&src.join("fifo"));
+    let started = Instant::now();
+    let out = run(results(&root).args(["stage", "x", "--from"]).arg(&src));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "FIFO");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    fs::remove_file(src.join("fifo")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", src.join("link")).unwrap();
+    let out = run(results(&root).args(["stage", "x", "--from"]).arg(&src));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "symbolic link");
+    assert!(!root.join("results/x").exists());
+}
+
+#[test]
+fn paths_quotes_names_a_line_could_not_carry() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    stage(
+        &root,
+        "x",
+        &[
+            ("plain.txt", "a"),
+            ("two\nlines", "b"),
+            ("back\\slash", "c"),
+            ("\"q", "d"),
+        ],
+    );
+    let out = run(results(&root).args(["paths", "x"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            r#""\"q""#,
+            r#""back\\slash""#,
+            "plain.txt",
+            r#""two\nlines""#
+        ],
+        "{out:?}"
+    );
+    // Each quoted line is a JSON string naming the path.
+    let decoded: Vec<String> = lines
+        .iter()
+        .map(|l| match l.starts_with('"') {
+            true => serde_json::from_str(l).unwrap(),
+            false => l.to_string(),
+        })
+        .collect();
+    assert_eq!(decoded, ["\"q", "back\\slash", "plain.txt", "two\nlines"]);
+}
+
+#[test]
+fn sweep_removes_leftovers_of_killed_operations_under_the_ids_lease() {
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    stage(&root, "keep", &[("a", "a")]);
+    // What a SIGKILLed stage, discard and publish leave behind.
+    fs::create_dir_all(root.join("results/.stage-dead/files")).unwrap();
+    fs::write(root.join("results/.stage-dead/files/x"), "x").unwrap();
+    fs::create_dir_all(root.join("results/.trash-gone")).unwrap();
+    fs::create_dir_all(root.join("published")).unwrap();
+    fs::write(root.join("published/.keep.json.tmp.4242.0"), "{").unwrap();
+    // A leftover whose ID is busy may be its owner's work in progress: kept.
+    fs::create_dir_all(root.join("results/.stage-busy")).unwrap();
+    let holder = hold(&lock(&root, "busy"));
+    let out = run(results(&root).args(["sweep", "--older-than", "3600"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    release(holder);
+    let mut left: Vec<String> = fs::read_dir(root.join("results"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, [".stage-busy", "keep"]);
+    assert_eq!(fs::read_dir(root.join("published")).unwrap().count(), 0);
+}
+
+#[test]
+fn a_fifo_or_symlink_swapped_into_src_while_stage_waits_is_refused_and_never_hangs() {
+    for swap in ["fifo", "symlink"] {
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join("r");
+        let src = home.path().join("src");
+        fs::create_dir_all(&src).unwrap();
+        fs::write(src.join("a"), "a").unwrap();
+        let secret = home.path().join("secret");
+        fs::write(&secret, "secret").unwrap();
+        // stage walks SRC, then waits for the ID's lease, which another process holds.
+        let holder = hold(&lock(&root, "x"));
+        let args = [
+            OsStr::new("stage"),
+            OsStr::new("x"),
+            OsStr::new("--from"),
+            src.as_os_str(),
+        ];
+        let (mut waiter, mut stderr) = spawn_parked(&root, &args);
+        // Swapped atomically (rename over `a`): a walk made meanwhile sees one or the other.
+        let aside = home.path().join("aside");
+        match swap {
+            "fifo" => mkfifo(&aside),
+            _ => std::os::unix::fs::symlink(&secret, &aside).unwrap(),
+        }
+        fs::rename(&aside, src.join("a")).unwrap();
+        release(holder);
+        let status = waiter
+            .wait_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("{swap}: stage hung on what was swapped in"));
+        let mut err = String::new();
+        stderr.read_to_string(&mut err).unwrap();
+        assert_eq!(status.code(), Some(2), "{swap}: {err}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("leasehold: ") && last.contains("src"),
+            "{swap}: {err}"
+        );
+        assert!(
+            !root.join("results/x").exists(),
+            "{swap}: something was staged"
+        );
+        let staged = snapshot(&root);
+        assert!(
+            !staged.values().any(|v| v == b"secret"),
+            "{swap}: the secret was staged"
+        );
+    }
+}
+
+/// Makes a FIFO at `path` (`mkfifo(1)`: portable across the POSIX targets).
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
 }

@@ -94,3 +94,33 @@ fn a_short_etcd_torture_run_finds_no_violation() {
         "the run directory is removed"
     );
 }
+
+/// The collector mode, short: keyed workers on four IDs with a collector removing unheld lock
+/// files concurrently; the audit finds no two holders of one ID at once.
+#[test]
+fn a_short_gc_torture_run_collects_lock_files_and_finds_no_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .arg("torture")
+        .args([
+            "--gc",
+            "--workers",
+            "4",
+            "--kills",
+            "60",
+            "--seconds",
+            "60",
+            "--json",
+            "--dir",
+        ])
+        .arg(dir.path()));
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["kills"], 60, "{v}");
+    assert!(v["lease_intervals"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["lock_files_collected"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["temporaries_left"], 0, "{v}");
+    let bad = run(leasehold().args(["torture", "--gc", "--workers", "1"]));
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+}

@@ -140,6 +140,15 @@ enum Backend {
 }
 
 impl Backend {
+    /// The document's file, for a file store (etcd keeps the document itself).
+    fn file_path(&self) -> Option<&Path> {
+        match self {
+            Backend::File(d) => Some(d.path()),
+            #[cfg(all(feature = "etcd", unix))]
+            Backend::Etcd(_) => None,
+        }
+    }
+
     fn load(&self) -> Result<Map<String, Value>, StoreFailure> {
         match self {
             Backend::File(d) => d.load(),
@@ -251,13 +260,9 @@ impl RegistryStore {
             return Ok(());
         }
         // Only a file store has directories of its own (etcd keeps the document itself).
-        let path = match &self.doc {
-            Backend::File(file) => file.path().to_path_buf(),
-            #[cfg(all(feature = "etcd", unix))]
-            Backend::Etcd(_) => {
-                self.dirs_durable = true;
-                return Ok(());
-            }
+        let Some(path) = self.doc.file_path().map(Path::to_path_buf) else {
+            self.dirs_durable = true;
+            return Ok(());
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             let home = dir
@@ -310,6 +315,11 @@ impl Store for RegistryStore {
     fn open(&mut self) -> Result<Scope, StoreFailure> {
         self.dirs_durable = false;
         let doc = self.doc.load()?;
+        // Opened under the authority's lease: a temporary beside the document is a killed
+        // rewrite's, never one in progress. Best effort: a leftover is harmless.
+        if let Some(path) = self.doc.file_path() {
+            let _ = leasehold::patterns::durable::remove_temporaries(path);
+        }
         let scope = self.parse(&doc)?;
         self.loaded = Some(doc);
         Ok(scope)

@@ -320,3 +320,33 @@ fn a_failed_write_is_not_acknowledged_and_fails_closed() {
         );
     }
 }
+
+#[test]
+fn opening_the_store_under_the_lease_removes_killed_rewrites_temporaries_and_follows_none() {
+    let home = Home::new();
+    let (p, r) = (home.dir("p"), home.dir("r"));
+    let reg = home.active();
+    reg.add(&p, &r).unwrap();
+    reg.teardown();
+    let doc = home.document();
+    let storages = doc.parent().unwrap();
+    let left = storages.join(".multi_root_workspace.json.tmp.4242.0");
+    std::fs::write(&left, b"{\"torn\":").unwrap();
+    let victim = home.path().join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let link = storages.join(".multi_root_workspace.json.tmp.4242.1");
+    symlink(&victim, &link).unwrap();
+    // Not opened (the lease is held elsewhere): nothing is touched.
+    let holder = Lease::try_acquire(&home.paths().lease).unwrap();
+    assert!(home.registry().acquire(&Budget::no_wait()).is_err());
+    assert!(left.exists());
+    drop(holder);
+    let reg = home.active();
+    assert!(!left.exists(), "the temporary was left behind");
+    assert!(
+        link.symlink_metadata().is_ok(),
+        "a symlink is not a temporary"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    assert_eq!(reg.scope().get(&p).map(|v| v.len()), Some(1));
+}

@@ -6,7 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use leasehold::patterns::keyed::{KeyError, KeyedLeases, lock_name};
+use leasehold::patterns::keyed::{COLLECTOR_LOCK, Collection, KeyError, KeyedLeases, lock_name};
 use leasehold::{Budget, CancelToken, Error};
 
 /// The keyed-lease namespace directory these tests use (the library takes it from its
@@ -119,9 +119,14 @@ fn whitespace_aliases_share_one_lease() {
     for alias in [" r1", "r1 ", "\tr1\n"] {
         assert!(contended(leases.try_acquire(alias, |_| true)), "{alias:?}");
     }
-    // Only one lock file exists for all of them.
+    // Only one lock file exists for all of them (besides the namespace's collector lock).
     let ns = root.path().join(NAMESPACE);
-    assert_eq!(fs::read_dir(ns).unwrap().count(), 1);
+    let names: Vec<String> = fs::read_dir(ns)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != COLLECTOR_LOCK)
+        .collect();
+    assert_eq!(names, [lock_name("r1")]);
 }
 
 #[test]
@@ -237,15 +242,29 @@ fn namespace_that_is_a_symlink_is_refused() {
 }
 
 #[test]
-fn held_lease_keeps_working_after_the_root_is_renamed() {
+fn a_renamed_root_or_namespace_fails_verify_but_the_held_lock_stays_held() {
     let parent = tempfile::tempdir().unwrap();
     let (old, new) = (parent.path().join("root"), parent.path().join("moved"));
     fs::create_dir(&old).unwrap();
     let mut lease = keys(&old).try_acquire("r1", |_| true).unwrap();
+    lease.verify().unwrap();
     fs::rename(&old, &new).unwrap();
-    lease
-        .verify()
-        .expect("still the lock file, through the directory handle");
+    // A newcomer resolving `old` would find a fresh namespace there: fail closed.
+    let lost = lease.verify().unwrap_err();
+    assert!(matches!(lost, leasehold::Error::LeaseLost { .. }), "{lost}");
+    fs::rename(&new, &old).unwrap();
+    lease.verify().expect("back in place");
+    // A namespace renamed away (and a fresh one made in its place) is noticed too.
+    let ns = old.join(NAMESPACE);
+    fs::rename(&ns, old.join("old-locks")).unwrap();
+    fs::create_dir(&ns).unwrap();
+    assert!(matches!(
+        lease.verify(),
+        Err(leasehold::Error::LeaseLost { .. })
+    ));
+    fs::remove_dir(&ns).unwrap();
+    fs::rename(old.join("old-locks"), &ns).unwrap();
+    fs::rename(&old, &new).unwrap();
     // The same lock, found at the new place, is still held.
     assert!(contended(keys(&new).try_acquire("r1", |_| false)));
     lease.release();
@@ -305,4 +324,148 @@ fn cancellation_racing_the_grant_is_caught_right_before_admission() {
     leases
         .try_acquire("r2", |_| true)
         .expect("nothing holds the key after the refused admission");
+}
+
+/// The key lock files in the namespace (the collector lock and foreign names left out).
+fn lock_files(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(root.join(NAMESPACE))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.len() == 69 && n.ends_with(".lock"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn collect_removes_only_free_lock_files_of_keys_without_records() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    for k in ["live", "dead", "held", "held-by-process"] {
+        drop(leases.try_acquire(k, |_| true).unwrap());
+    }
+    // A foreign file and a hidden one are not a key's lock file: never touched.
+    fs::write(root.path().join(NAMESPACE).join("notes.txt"), b"x").unwrap();
+    let held = leases.try_acquire("held", |_| false).unwrap();
+    let other = testkit::FlockHolder::hold(&leases.lock_path("held-by-process"));
+    let report = leases
+        .collect(Duration::ZERO, || Ok(vec!["live".to_string()]))
+        .unwrap();
+    assert_eq!(
+        report,
+        Collection {
+            removed: 1,
+            kept: 3,
+            busy: false
+        }
+    );
+    let mut expected = vec![
+        lock_name("live"),
+        lock_name("held"),
+        lock_name("held-by-process"),
+    ];
+    expected.sort();
+    assert_eq!(lock_files(root.path()), expected);
+    assert!(root.path().join(NAMESPACE).join("notes.txt").exists());
+    assert!(root.path().join(NAMESPACE).join(COLLECTOR_LOCK).exists());
+    // The holders still hold what they held and still verify.
+    held.verify().unwrap();
+    assert!(contended(leases.try_acquire("held", |_| false)));
+    assert!(contended(leases.try_acquire("held-by-process", |_| false)));
+    // A collected key without a record is unknown again: nothing is created for it.
+    assert!(matches!(
+        leases.try_acquire("dead", |_| false),
+        Err(KeyError::Unknown { .. })
+    ));
+    other.kill();
+    drop(held);
+    // No spawns from here on (a child shares our lock descriptors until it execs), and the
+    // killed holder's group may outlive its reaped leader for a moment: wait until free.
+    let _quiet = testkit::quiet();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while leasehold::holders(leases.lock_path("held-by-process")).unwrap()
+        != leasehold::Holders::Free
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never went"
+        );
+        std::thread::yield_now();
+    }
+    let report = leases.collect(Duration::ZERO, || Ok(Vec::new())).unwrap();
+    assert_eq!((report.removed, report.kept), (3, 0));
+    assert!(lock_files(root.path()).is_empty());
+}
+
+#[test]
+fn collect_keeps_young_lock_files_and_a_key_whose_record_appears_meanwhile() {
+    let _quiet = testkit::quiet(); // a release must not look held through a forked child
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    drop(leases.try_acquire("young", |_| true).unwrap());
+    let report = leases
+        .collect(Duration::from_secs(3600), || Ok(Vec::new()))
+        .unwrap();
+    assert_eq!((report.removed, report.kept), (0, 1));
+    // The second listing (made once the file is locked) sees a record the first did not.
+    let mut calls = 0;
+    let report = leases
+        .collect(Duration::ZERO, || {
+            calls += 1;
+            Ok(if calls == 1 {
+                Vec::new()
+            } else {
+                vec!["young".to_string()]
+            })
+        })
+        .unwrap();
+    assert_eq!((report.removed, report.kept, calls), (0, 1, 2));
+    assert_eq!(lock_files(root.path()), [lock_name("young")]);
+}
+
+#[test]
+fn collect_never_waits_for_a_busy_namespace_and_an_acquisition_waits_out_a_collection() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    drop(leases.try_acquire("k", |_| true).unwrap());
+    // A process holding the collector lock (as an acquisition does, shared, or a
+    // collection, exclusive): the collection keeps everything at once.
+    let collector = root.path().join(NAMESPACE).join(COLLECTOR_LOCK);
+    let holder = testkit::FlockHolder::hold(&collector);
+    let started = std::time::Instant::now();
+    let report = leases.collect(Duration::ZERO, || Ok(Vec::new())).unwrap();
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(
+        report,
+        Collection {
+            removed: 0,
+            kept: 1,
+            busy: true
+        }
+    );
+    // A "try once" acquisition is not refused because a collection passes by: it waits for
+    // the collector lock (up to a grace of a second), then takes the key.
+    let waiter = {
+        let leases = leases.clone();
+        std::thread::spawn(move || leases.try_acquire("k", |_| false).map(drop))
+    };
+    // Handshake with the kernel: the waiter is queued on the collector lock's inode.
+    let ino = fs::metadata(&collector).unwrap().ino();
+    let queued = |text: String| {
+        text.lines()
+            .any(|l| l.contains("->") && l.contains(&format!(":{ino} ")))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !queued(fs::read_to_string("/proc/locks").unwrap()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter never queued"
+        );
+        std::thread::yield_now();
+    }
+    assert!(!waiter.is_finished());
+    holder.kill();
+    waiter.join().unwrap().unwrap();
 }

@@ -303,10 +303,10 @@ mod imp {
                     Ok(Some(h)) => format!(" (pid {} on {})", h.pid, h.host),
                     _ => String::new(),
                 };
-                eprintln!(
-                    "leasehold: waiting for {} held by another process{who}",
+                crate::out::error_line(&format!(
+                    "waiting for {} held by another process{who}",
                     args.name
-                );
+                ));
                 arbiter.acquire(&budget(deadline))
             }
             other => other,
@@ -324,11 +324,11 @@ mod imp {
                 .collect();
             let doc =
                 serde_json::json!({"name": name, "held": owner.is_some(), "holders": holders});
-            println!("{doc}");
+            crate::out::print_line(doc)?;
         } else {
             match owner {
-                Some(h) => println!("held by {}@{}", h.pid, h.host),
-                None => println!("free"),
+                Some(h) => crate::out::print_line(format!("held by {}@{}", h.pid, h.host))?,
+                None => crate::out::print_line("free")?,
             }
         }
         Ok(OK)

@@ -1,5 +1,5 @@
 //! `leasehold results`: the isolated result store (stage, inspect, publish, apply, discard,
-//! abort, sweep, list pending) in a managed root.
+//! abort, sweep, gc of lock files, list pending) in a managed root.
 //!
 //! Every verb but `pending` holds the ID's operation lease from admission through
 //! reinspection, mutation and cleanup; the wait is bounded by `--timeout` (30 s by default),
@@ -78,6 +78,13 @@ enum Verb {
         #[arg(long, value_name = "SECS", value_parser = super::parse_secs)]
         older_than: Duration,
     },
+    /// Remove lock files of IDs with no candidate and no publication that nobody holds;
+    /// never waits (held lock files are kept).
+    Gc {
+        /// Only lock files older than SECS (by modification time; default 0).
+        #[arg(long, value_name = "SECS", value_parser = super::parse_secs, default_value = "0")]
+        older_than: Duration,
+    },
     /// List published results (read-only).
     Pending,
 }
@@ -102,12 +109,32 @@ pub fn main(args: ResultsArgs) -> Outcome {
     let json = args.json;
     let done = match args.verb {
         Verb::Stage { id, from } => waited(&id, &|b| store.stage(&id, &from, b).map(drop)),
-        Verb::Paths { id } => waited(&id, &|b| store.paths(&id, b).map(|p| print_list(&p, json))),
+        Verb::Paths { id } => waited(&id, &|b| store.paths(&id, b).map(|p| print_paths(&p, json))),
         Verb::Finish { id } => waited(&id, &|b| store.finish(&id, b).map(drop)),
         Verb::Apply { id, to } => waited(&id, &|b| store.apply(&id, &to, b).map(drop)),
         Verb::Discard { id } => waited(&id, &|b| store.discard(&id, b)),
         Verb::Abort { id } => waited(&id, &|b| store.abort(&id, b)),
         Verb::Pending => store.pending().map(|p| print_list(&p, json)),
+        Verb::Gc { older_than } => store.gc(older_than).map(|report| {
+            let text = if json {
+                format!(
+                    "{}\n",
+                    serde_json::json!({"removed": report.removed, "kept": report.kept})
+                )
+            } else {
+                format!(
+                    "removed {} lock file(s), kept {}\n",
+                    report.removed, report.kept
+                )
+            };
+            // A reader that went away ends the output (the collection is done).
+            let _ = crate::out::print(&text);
+            if report.busy {
+                crate::out::error_line(
+                    "gc: another process was taking a result's lease at that instant; nothing was collected (run gc again)",
+                );
+            }
+        }),
         Verb::Sweep { older_than } => store.sweep(older_than).map(|report| {
             let text = if json {
                 format!("{}\n", serde_json::json!(report))
@@ -138,6 +165,27 @@ fn busy(e: &ResultError) -> Option<&HolderInfo> {
         ResultError::NotPublished { source, .. } => busy(source),
         _ => None,
     }
+}
+
+/// Relative paths one per line, or a JSON array. A path that a line could not carry
+/// unambiguously (a control character such as a newline, a backslash, or a leading `"`) is
+/// printed as a JSON string literal — `"` … `"` with JSON escapes — so every line is one path
+/// and a quoted line is never also a plain path.
+fn print_paths(paths: &[String], json: bool) {
+    if json {
+        return print_list(paths, json);
+    }
+    let quoted: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            if p.starts_with('"') || p.chars().any(|c| c.is_control() || c == '\\') {
+                serde_json::json!(p).to_string()
+            } else {
+                p.clone()
+            }
+        })
+        .collect();
+    print_list(&quoted, false);
 }
 
 /// One item per line, or a JSON array; a reader that went away ends the output (EPIPE is

@@ -14,10 +14,17 @@
 //! *before* each kill. [`check`] then proves that no two holders of one lock overlapped, that
 //! every acknowledged mutation is in the final store, and that no store was ever torn.
 //!
+//! With `--gc`, the workers instead take keyed leases ([`KeyedLeases`]) on a small ID set
+//! while worker slot 0 is a collector that removes every lock file nobody holds
+//! ([`KeyedLeases::collect`], no ID has a record) as fast as the supervisor lets it: the
+//! audit check then proves that the collector never let two processes hold one ID at once.
+//!
 //! The run is bounded by `--kills` and `--seconds`, stops by itself and removes its directory
 //! (kept, and named, when a violation was found). Exit status: 0 with no violation, 1 otherwise.
 //!
 //! [`Registry`]: leasehold_stores::registry::Registry
+//! [`KeyedLeases`]: leasehold::patterns::keyed::KeyedLeases
+//! [`KeyedLeases::collect`]: leasehold::patterns::keyed::KeyedLeases::collect
 
 mod check;
 #[cfg(feature = "etcd")]
@@ -37,6 +44,12 @@ use crate::exit::{Failure, Outcome};
 
 /// How many roots the registry workers add and remove (per primary).
 const ROOT_POOL: usize = 6;
+
+/// How many IDs the keyed workers of `--gc` contend for.
+const KEY_POOL: u64 = 4;
+
+/// The keyed-lease namespace of `--gc` runs.
+const KEY_NAMESPACE: &str = ".torture-locks-v1";
 
 #[derive(Args, Debug)]
 pub struct TortureArgs {
@@ -69,6 +82,10 @@ pub struct TortureArgs {
     /// Internal: the etcd key prefix of the run.
     #[arg(long, hide = true, value_name = "P")]
     prefix: Option<String>,
+    /// Keyed leases on a small ID set with a lock-file collector running concurrently
+    /// (instead of the registry and the counter).
+    #[arg(long)]
+    gc: bool,
 }
 
 /// Arguments of a torture worker process (internal: not part of the contract).
@@ -83,6 +100,9 @@ pub struct WorkerArgs {
     /// Increment the counter (run as COMMAND under `leasehold run`) instead of looping.
     #[arg(long)]
     increment: bool,
+    /// A `--gc` run: keyed operations, or (slot 0) the collector.
+    #[arg(long)]
+    gc: bool,
 }
 
 /// Runs one torture worker (or one increment under `run`).
@@ -91,6 +111,10 @@ pub fn worker(args: WorkerArgs) -> Outcome {
     let layout = Layout::new(&args.dir);
     if args.increment {
         worker::increment(&layout, slot, generation)
+    } else if args.gc && slot == 0 {
+        worker::collect(&layout, slot, generation)
+    } else if args.gc {
+        worker::keyed(&layout, slot, generation)
     } else {
         worker::work(&layout, slot, generation)
     }
@@ -110,6 +134,7 @@ pub fn main(args: TortureArgs) -> Outcome {
         seconds: args.seconds,
         json: args.json,
         dir: args.dir,
+        gc: args.gc,
     })
 }
 
@@ -192,6 +217,14 @@ impl Layout {
     }
     fn counter_lock(&self) -> PathBuf {
         self.dir.join("counter.lock")
+    }
+    /// The managed root of the keyed leases (`--gc`).
+    fn keyed(&self) -> leasehold::patterns::keyed::KeyedLeases {
+        leasehold::patterns::keyed::KeyedLeases::new(self.dir.join("keyed"), KEY_NAMESPACE)
+    }
+    /// What the collector removed: one line per collection, the count.
+    fn collected(&self) -> PathBuf {
+        self.dir.join("collected.log")
     }
     fn primary(&self, slot: u32) -> PathBuf {
         self.dir.join("primaries").join(format!("p{slot}"))

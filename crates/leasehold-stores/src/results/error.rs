@@ -81,6 +81,15 @@ pub enum ResultError {
         /// The parse failure.
         reason: String,
     },
+    /// A directory the store must use (the managed root, one of its areas, a TARGET) is
+    /// unusable: not a directory, a symlink below the root, or not accessible.
+    #[error("{path}: unusable: {reason}; nothing was changed")]
+    Unusable {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// An operation failed after it had changed something.
     #[error("result {id:?}: {op} failed part-way: {source}; done: {done}; not done: {not_done}")]
     Partial {
@@ -122,7 +131,8 @@ impl ResultError {
             ResultError::InvalidId { .. }
             | ResultError::Unknown { .. }
             | ResultError::Exists { .. }
-            | ResultError::Source { .. } => ErrorClass::Usage,
+            | ResultError::Source { .. }
+            | ResultError::Unusable { .. } => ErrorClass::Usage,
             ResultError::Busy { .. } => ErrorClass::Contended,
             ResultError::Cancelled { .. } => ErrorClass::Cancelled,
             ResultError::NotPublished { source, .. } => source.class(),

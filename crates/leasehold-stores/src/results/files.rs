@@ -1,44 +1,89 @@
-//! The file-system steps the operations share: walking a source, creating private
-//! directories, removing, syncing a directory, and the clock.
+//! The file-system steps the operations share: walking a source, copying one file through
+//! directory handles, and the clock.
 
-use std::fs;
 use std::io;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::error::{Result, ResultError};
+use super::handles::{Kind, Tree};
 
-/// Collects the regular files under `dir` as `/`-separated paths relative to `base`.
-pub(super) fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+/// The mode of directories the store creates under its root, and in TARGET (where the umask
+/// applies on top).
+pub(super) const PRIVATE_DIR: u32 = 0o700;
+pub(super) const TARGET_DIR: u32 = 0o777;
+
+/// Collects the regular files under `dir` as `/`-separated paths (prefixed with `prefix`),
+/// through handles: a symlink, FIFO, socket or device anywhere is refused, never followed.
+pub(super) fn walk(dir: &Tree, prefix: &str, out: &mut Vec<String>) -> Result<()> {
     let source = |path: &Path, reason: String| ResultError::Source {
         path: path.to_path_buf(),
         reason,
     };
-    let rd = fs::read_dir(dir).map_err(|e| source(dir, format!("cannot read directory: {e}")))?;
-    for e in rd {
-        let e = e.map_err(|e| source(dir, format!("cannot read directory: {e}")))?;
-        let path = e.path();
-        let ft = e
-            .file_type()
-            .map_err(|e| source(&path, format!("cannot inspect: {e}")))?;
-        if ft.is_dir() {
-            walk(base, &path, out)?;
-        } else if ft.is_file() {
-            let rel = path
-                .strip_prefix(base)
-                .ok()
-                .and_then(|r| r.to_str())
-                .ok_or_else(|| source(&path, "file name is not valid UTF-8".into()))?;
-            out.push(rel.to_string());
-        } else {
-            return Err(source(
-                &path,
-                "is not a regular file or directory (symlinks and special files are not staged)"
-                    .into(),
-            ));
+    let names = dir
+        .names()
+        .map_err(|e| source(dir.path(), format!("cannot read directory: {e}")))?;
+    for name in names {
+        let rel = format!("{prefix}{name}");
+        let path = dir.join(&name);
+        match dir
+            .kind(&name)
+            .map_err(|e| source(&path, format!("cannot inspect: {e}")))?
+        {
+            Some(Kind::Dir) => {
+                let child = dir
+                    .child(&name, None)
+                    .map_err(|e| source(&path, e.to_string()))?;
+                if let Some(child) = child {
+                    walk(&child, &format!("{rel}/"), out)?;
+                }
+            }
+            Some(Kind::File) => out.push(rel),
+            Some(Kind::Other(what)) => {
+                return Err(source(
+                    &path,
+                    format!("is {what} (only regular files and directories are staged)"),
+                ));
+            }
+            None => {} // gone meanwhile
         }
     }
     Ok(())
+}
+
+/// `rel` split into its directory part and its file name.
+pub(super) fn split(rel: &str) -> (&str, &str) {
+    rel.rsplit_once('/').unwrap_or(("", rel))
+}
+
+/// Copies the regular file `rel` from `from` into `to` (creating directories with
+/// `dir_mode`), through handles on both sides: the source is opened without following and
+/// checked regular (a FIFO swapped in is refused at once), the copy gets the source's
+/// permission bits without set-id bits at creation (umask applying), and replaces the
+/// destination durably. `Err(Ok(e))`: the source is unusable; `Err(Err(e))`: writing failed.
+pub(super) fn copy(
+    from: &Tree,
+    to: &Tree,
+    rel: &str,
+    dir_mode: u32,
+) -> std::result::Result<(), (bool, io::Error)> {
+    let (dir, name) = split(rel);
+    let gone = || io::Error::new(io::ErrorKind::NotFound, format!("{rel}: vanished"));
+    let src_dir = from.descend(dir, None).map_err(|e| (true, e))?;
+    let src_dir = src_dir.ok_or_else(|| (true, gone()))?;
+    let (mut file, mode) = src_dir
+        .open_file(name)
+        .map_err(|e| (true, e))?
+        .ok_or_else(|| (true, gone()))?;
+    let dst_dir = to
+        .descend(dir, Some(dir_mode))
+        .map_err(|e| (false, e))?
+        .ok_or_else(|| (false, gone()))?;
+    dst_dir
+        .write_with(name, mode & 0o777, &mut |out| {
+            io::copy(&mut file, out).map(drop)
+        })
+        .map_err(|e| (false, e))
 }
 
 pub(super) fn describe_files(verb: &str, files: &[String], target: &Path) -> String {
@@ -54,34 +99,4 @@ pub(super) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
-}
-
-/// Creates `dir` (a directory directly under the managed root) durably: its name and the
-/// root's own name survive a power cut (the keyed leases may have created the root without
-/// syncing its parent). Found necessary by the power-loss torture (`crates/crashfs`).
-pub(super) fn create_dirs_io(dir: &Path) -> io::Result<()> {
-    let root = dir
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(dir);
-    leasehold::patterns::durable::create_dir_durable(dir, root)
-}
-
-pub(super) fn create_dirs(dir: &Path) -> Result<()> {
-    create_dirs_io(dir).map_err(|source| ResultError::Io {
-        op: "create directory",
-        path: dir.to_path_buf(),
-        source,
-    })
-}
-
-pub(super) fn remove_dir_if_present(dir: &Path) -> io::Result<()> {
-    match fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
-
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
 }

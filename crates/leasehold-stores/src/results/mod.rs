@@ -7,7 +7,8 @@
 //! ROOT/results/<id>/entry.json      the record: ID, creation time, proposed files
 //! ROOT/results/<id>/files/...       the proposed files
 //! ROOT/published/<id>.json          a publication (finish): the result is ready to apply
-//! ROOT/.result-locks-v1/<sha256(id)>.lock   per-ID operation locks (never removed)
+//! ROOT/.result-locks-v1/<sha256(id)>.lock   per-ID operation locks (removed only by gc)
+//! ROOT/.result-locks-v1/.collector.lock      held shared by every admission, exclusive by gc
 //! ```
 //!
 //! Why every operation takes the ID's lease: two processes can inspect one result at once,
@@ -25,21 +26,29 @@
 //! candidate to a hidden trash name before deleting it, so a crash never leaves a half-deleted
 //! candidate that looks valid. Hidden names start with `.`, which no ID may.
 //!
+//! Handles, not paths: every read, write, rename and removal below the root (and every
+//! write into a TARGET, every read of a SRC) goes through directory descriptors opened one
+//! component at a time without following symlinks (`handles`), so another user who can
+//! write the root or TARGET cannot redirect a write or a removal; only a real candidate (a
+//! directory with a regular `entry.json`) is ever removed. Lock files of IDs without records
+//! are collected by [`ResultStore::gc`] (the keyed collector's protocol); leftovers of killed
+//! operations go in [`ResultStore::sweep`], each under its ID's lease.
+//!
 //! The code follows those seams: `error` (the typed errors), `records` (IDs,
 //! `entry.json` and publications), `admission` (taking an ID's lease), `ops` (stage, paths,
-//! finish, apply, discard, abort), `sweep` (expiry and discovery), `asynchronous` (the async
-//! faces) and `files` (the file-system steps they share).
+//! finish, apply, discard, abort), `sweep` (expiry, discovery, gc), `asynchronous` (the async
+//! faces), `files` (the file-system steps they share) and `handles` (directory handles).
 
 mod admission;
 #[cfg(feature = "tokio")]
 mod asynchronous;
 mod error;
 mod files;
+mod handles;
 mod ops;
 mod records;
 mod sweep;
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,9 +56,11 @@ use std::time::Duration;
 use leasehold::Error as LeaseError;
 use leasehold::patterns::keyed::KeyedLeases;
 
+use error::Result;
 pub use error::ResultError;
+use handles::Tree;
 pub use records::{Entry, MAX_ID_LEN, Publication, normalize_id};
-pub use sweep::SweepReport;
+pub use sweep::{GcReport, SweepReport};
 
 /// The directory of the per-ID operation locks, under the managed root. Versioned: lock
 /// files are never removed and their names are this layout's (SHA-256 of the trimmed ID), so
@@ -123,10 +134,38 @@ impl ResultStore {
         self.root.join("published").join(format!("{id}.json"))
     }
 
-    /// Whether a candidate or a publication stands for `id` (admission only, never authority).
+    /// The managed root, opened (its path is the caller's configuration: followed); with
+    /// `create`, created (0700) when missing. `Ok(None)`: missing.
+    fn root_dir(&self, create: bool) -> Result<Option<Tree>> {
+        Tree::open(&self.root, create.then_some(0o700)).map_err(|e| ResultError::Unusable {
+            path: self.root.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// A directory of the root (`results` or `published`), a real directory never followed;
+    /// with `create`, created (0700, and the root too) when missing.
+    fn area(&self, name: &str, create: bool) -> Result<Option<Tree>> {
+        let Some(root) = self.root_dir(create)? else {
+            return Ok(None);
+        };
+        root.child(name, create.then_some(0o700))
+            .map_err(|e| ResultError::Unusable {
+                path: root.join(name),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Whether a candidate or a publication stands for `id` (admission only, never
+    /// authority). Anything standing there counts, so that the operation is admitted and
+    /// judges it under the lease.
     fn exists(&self, id: &str) -> bool {
-        fs::symlink_metadata(self.candidate(id)).is_ok()
-            || fs::symlink_metadata(self.publication(id)).is_ok()
+        let stands = |area: &str, name: &str| match self.area(area, false) {
+            Ok(Some(dir)) => !matches!(dir.kind(name), Ok(None)),
+            Ok(None) => false,
+            Err(_) => true,
+        };
+        stands("results", id) || stands("published", &format!("{id}.json"))
     }
 
     fn unknown(&self, id: &str) -> ResultError {

@@ -1,19 +1,16 @@
 //! The operations on one result, each under its ID's lease: stage, paths, finish, apply,
 //! discard and abort (and the removal they share).
 
-use std::fs;
 use std::io;
 use std::path::Path;
 
 use leasehold::Budget;
-use leasehold::patterns::durable::{create_dir_durable, replace_file};
 use leasehold::patterns::keyed::KeyLease;
 
 use super::admission::verify;
 use super::error::{Result, ResultError, not_published};
-use super::files::{
-    create_dirs, create_dirs_io, describe_files, now_ms, remove_dir_if_present, sync_dir, walk,
-};
+use super::files::{PRIVATE_DIR, TARGET_DIR, copy, describe_files, now_ms, walk};
+use super::handles::{Kind, Tree};
 use super::records::normalize_id;
 use super::{Entry, Publication, ResultStore};
 
@@ -28,12 +25,14 @@ impl ResultStore {
         self.stage_admitted(id, source, files, &lease)
     }
 
-    /// Before admission: the sorted regular files under `source`, and the results directory.
+    /// Before admission: the sorted regular files under `source` (walked through handles),
+    /// and the results directory (0700, with the root).
     pub(super) fn stage_files(&self, source: &Path) -> Result<Vec<String>> {
+        let src = open_source(source)?;
         let mut files = Vec::new();
-        walk(source, source, &mut files)?;
+        walk(&src, "", &mut files)?;
         files.sort();
-        create_dirs(&self.root.join("results"))?;
+        self.area("results", true)?;
         Ok(files)
     }
 
@@ -44,47 +43,61 @@ impl ResultStore {
         files: Vec<String>,
         lease: &KeyLease,
     ) -> Result<Entry> {
-        let results = self.root.join("results");
         if self.exists(id) {
             return Err(ResultError::Exists {
                 id: id.to_string(),
                 root: self.root.clone(),
             });
         }
+        let src = open_source(source)?;
+        let results = self
+            .area("results", true)?
+            .ok_or_else(|| self.unknown(id))?;
         // Assembled under a hidden name and renamed into place whole: a crash never leaves a
         // candidate without its record. Only the ID's owner touches this name.
-        let staging = results.join(format!(".stage-{id}"));
+        let staging = format!(".stage-{id}");
         let entry = Entry {
             id: id.to_string(),
             created_ms: now_ms(),
             files,
         };
+        let io_error = |source| ResultError::Io {
+            op: "stage",
+            path: self.candidate(id),
+            source,
+        };
         let built = (|| {
-            remove_dir_if_present(&staging)?;
-            fs::create_dir(&staging)?;
-            let files = staging.join("files");
+            results.remove_tree(&staging).map_err(|e| (false, e))?;
+            let dir = results
+                .child(&staging, Some(PRIVATE_DIR))
+                .and_then(|d| d.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
+                .map_err(|e| (false, e))?;
+            let into = dir
+                .child("files", Some(PRIVATE_DIR))
+                .and_then(|d| d.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
+                .map_err(|e| (false, e))?;
             for rel in &entry.files {
-                let to = files.join(rel);
-                if let Some(parent) = to.parent() {
-                    // Nested names too must be durable before the candidate is renamed in.
-                    create_dir_durable(parent, &files)?;
-                }
-                let from = source.join(rel);
-                replace_file(&to, &fs::read(&from)?)?;
-                fs::set_permissions(&to, fs::metadata(&from)?.permissions())?;
+                copy(&src, &into, rel, PRIVATE_DIR)?;
             }
-            let record = serde_json::to_vec_pretty(&entry).map_err(io::Error::other)?;
-            verify(lease)?;
-            replace_file(&staging.join("entry.json"), &record)?;
-            fs::rename(&staging, self.candidate(id))?;
-            sync_dir(&results)
+            let record = serde_json::to_vec_pretty(&entry)
+                .map_err(io::Error::other)
+                .map_err(|e| (false, e))?;
+            verify(lease).map_err(|e| (false, e))?;
+            dir.write("entry.json", 0o600, &record)
+                .map_err(|e| (false, e))?;
+            results
+                .rename(&staging, &results, id)
+                .map_err(|e| (false, e))?;
+            results.sync().map_err(|e| (false, e))
         })();
-        if let Err(source) = built {
-            let _ = fs::remove_dir_all(&staging);
-            return Err(ResultError::Io {
-                op: "stage",
-                path: self.candidate(id),
-                source,
+        if let Err((from_source, e)) = built {
+            let _ = results.remove_tree(&staging);
+            return Err(match from_source {
+                true => ResultError::Source {
+                    path: source.to_path_buf(),
+                    reason: e.to_string(),
+                },
+                false => io_error(e),
             });
         }
         Ok(entry)
@@ -151,9 +164,12 @@ impl ResultStore {
         let path = self.publication(id);
         let written = (|| {
             let doc = serde_json::to_vec_pretty(&publication).map_err(io::Error::other)?;
-            create_dirs_io(&self.root.join("published"))?;
+            let published = self
+                .area("published", true)
+                .map_err(|e| io::Error::other(e.to_string()))?
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
             verify(lease)?;
-            replace_file(&path, &doc)
+            published.write(&format!("{id}.json"), 0o600, &doc)
         })();
         written.map_err(|source| ResultError::Io {
             op: "publish",
@@ -188,20 +204,44 @@ impl ResultStore {
                 None => Err(self.unknown(id)),
             };
         };
-        let files_dir = self.candidate(id).join("files");
+        let into = Tree::open(target, Some(TARGET_DIR))
+            .and_then(|t| t.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
+            .map_err(|e| ResultError::Unusable {
+                path: target.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        let from = self
+            .area("results", false)?
+            .and_then(|r| r.child(id, None).transpose())
+            .transpose()
+            .and_then(|c| c.map(|c| c.child("files", None)).transpose())
+            .map(Option::flatten);
+        let from = match from {
+            Ok(Some(dir)) => Some(dir),
+            Ok(None) if entry.files.is_empty() => None,
+            Ok(None) => {
+                return Err(ResultError::Corrupt {
+                    id: id.to_string(),
+                    path: self.candidate(id).join("files"),
+                    reason: "missing".into(),
+                });
+            }
+            Err(e) => {
+                return Err(ResultError::Corrupt {
+                    id: id.to_string(),
+                    path: self.candidate(id),
+                    reason: e.to_string(),
+                });
+            }
+        };
         let mut written: Vec<String> = Vec::new();
         for rel in &entry.files {
             let step = (|| {
                 verify(lease)?;
-                let from = files_dir.join(rel);
-                let to = target.join(rel);
-                if let Some(parent) = to.parent() {
-                    // TARGET and its subdirectories, new or not, must keep their names
-                    // through a power cut once `apply` has answered.
-                    create_dir_durable(parent, target)?;
-                }
-                replace_file(&to, &fs::read(&from)?)?;
-                fs::set_permissions(&to, fs::metadata(&from)?.permissions())
+                let from = from
+                    .as_ref()
+                    .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+                copy(from, &into, rel, TARGET_DIR).map_err(|(_, e)| e)
             })();
             if let Err(source) = step {
                 let left = entry.files.len() - written.len();
@@ -278,28 +318,101 @@ impl ResultStore {
             source,
         };
         verify(lease).map_err(|e| partial(&done, "publication and candidate kept", e))?;
-        let publication = self.publication(id);
-        match fs::remove_file(&publication) {
-            Ok(()) => {
-                let _ = sync_dir(&self.root.join("published"));
-                done.push(format!("removed {}", publication.display()));
+        let area = |name| {
+            self.area(name, false).map_err(|e| {
+                partial(
+                    &done,
+                    "publication and candidate kept",
+                    io::Error::other(e.to_string()),
+                )
+            })
+        };
+        let (published, results) = (area("published")?, area("results")?);
+        // The candidate is judged before anything is removed: only a real candidate (a
+        // directory with its regular entry.json) is ours to remove.
+        let candidate = match &results {
+            None => None,
+            Some(results) => match results.kind(id) {
+                Ok(None) => None,
+                Ok(Some(Kind::Dir)) => {
+                    let dir = results.child(id, None);
+                    match dir
+                        .as_ref()
+                        .map(|d| d.as_ref().map(|d| d.kind("entry.json")))
+                    {
+                        Ok(Some(Ok(Some(Kind::File)))) => Some(results),
+                        Ok(None) => None,
+                        _ => {
+                            return Err(partial(
+                                &done,
+                                "publication and candidate kept",
+                                io::Error::other(format!(
+                                    "{} is not a result (no regular entry.json); left as it is",
+                                    self.candidate(id).display()
+                                )),
+                            ));
+                        }
+                    }
+                }
+                Ok(Some(_)) | Err(_) => {
+                    return Err(partial(
+                        &done,
+                        "publication and candidate kept",
+                        io::Error::other(format!(
+                            "{} is not a real directory; left as it is",
+                            self.candidate(id).display()
+                        )),
+                    ));
+                }
+            },
+        };
+        if let Some(published) = &published {
+            let name = format!("{id}.json");
+            match published.kind(&name) {
+                Ok(Some(Kind::File)) => match published.remove_file(&name) {
+                    Ok(_) => {
+                        let _ = published.sync();
+                        done.push(format!("removed {}", self.publication(id).display()));
+                    }
+                    Err(e) => return Err(partial(&done, "publication and candidate kept", e)),
+                },
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    return Err(partial(
+                        &done,
+                        "publication and candidate kept",
+                        io::Error::other(format!(
+                            "{} is not a regular file; left as it is",
+                            self.publication(id).display()
+                        )),
+                    ));
+                }
+                Err(e) => return Err(partial(&done, "publication and candidate kept", e)),
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(partial(&done, "publication and candidate kept", e)),
         }
-        let candidate = self.candidate(id);
-        let results = self.root.join("results");
-        let trash = results.join(format!(".trash-{id}"));
+        let Some(results) = candidate else {
+            return Ok(());
+        };
+        let trash = format!(".trash-{id}");
         let removed = (|| {
-            remove_dir_if_present(&trash)?;
-            match fs::rename(&candidate, &trash) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(e),
+            results.remove_tree(&trash)?;
+            if !results.rename(id, results, &trash)? {
+                return Ok(());
             }
-            sync_dir(&results)?;
-            fs::remove_dir_all(&trash)
+            results.sync()?;
+            results.remove_tree(&trash).map(drop)
         })();
         removed.map_err(|e| partial(&done, "candidate not (fully) removed", e))
     }
+}
+
+/// Opens a source directory for `stage` (the caller's path: followed; below it nothing is).
+fn open_source(source: &Path) -> Result<Tree> {
+    let unusable = |reason: String| ResultError::Source {
+        path: source.to_path_buf(),
+        reason,
+    };
+    Tree::open(source, None)
+        .map_err(|e| unusable(e.to_string()))?
+        .ok_or_else(|| unusable("does not exist".into()))
 }

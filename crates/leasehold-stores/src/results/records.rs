@@ -1,13 +1,12 @@
 //! Result IDs and the store's records: a candidate's `entry.json` and its publication.
 
-use std::fs;
-use std::io;
 use std::path::{Component, Path};
 
 use serde::{Deserialize, Serialize};
 
 use super::ResultStore;
 use super::error::{Result, ResultError};
+use super::handles::Tree;
 
 /// The longest ID accepted (bytes after trimming).
 pub const MAX_ID_LEN: usize = 128;
@@ -64,19 +63,34 @@ pub fn normalize_id(id: &str) -> Result<&str> {
     Ok(t)
 }
 
+/// The largest record or publication read (a bigger file is refused, not read into memory).
+const MAX_RECORD: u64 = 64 << 20;
+
 impl ResultStore {
-    /// Reads the candidate's record under the lease: `None` when there is no candidate.
+    /// Reads the candidate's record under the lease, through directory handles: `None` when
+    /// there is no candidate. A candidate that is not a real directory, or has no regular
+    /// `entry.json`, is [`ResultError::Corrupt`] (left as it is).
     pub(super) fn entry(&self, id: &str) -> Result<Option<Entry>> {
         let path = self.candidate(id).join("entry.json");
-        if fs::symlink_metadata(self.candidate(id)).is_err() {
-            return Ok(None);
-        }
         let corrupt = |reason: String| ResultError::Corrupt {
             id: id.to_string(),
             path: path.clone(),
             reason,
         };
-        let bytes = fs::read(&path).map_err(|e| corrupt(e.to_string()))?;
+        let Some(results) = self.area("results", false)? else {
+            return Ok(None);
+        };
+        let Some(candidate) = results
+            .child(id, None)
+            .map_err(|e| corrupt(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let bytes = match candidate.read("entry.json", MAX_RECORD) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Err(corrupt("missing (not a result)".into())),
+            Err(e) => return Err(corrupt(e.to_string())),
+        };
         let entry: Entry = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
         if let Some(bad) = entry.files.iter().find(|f| !is_safe_relative(f)) {
             return Err(corrupt(format!("unsafe file path {bad:?}")));
@@ -86,53 +100,46 @@ impl ResultStore {
 
     pub(super) fn read_publication(&self, id: &str) -> Result<Option<Publication>> {
         let path = self.publication(id);
-        match fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|e| ResultError::Corrupt {
-                        id: id.to_string(),
-                        path,
-                        reason: e.to_string(),
-                    })
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(ResultError::Io {
-                op: "read publication",
-                path,
-                source: e,
-            }),
+        let corrupt = |reason: String| ResultError::Corrupt {
+            id: id.to_string(),
+            path: path.clone(),
+            reason,
+        };
+        let Some(published) = self.area("published", false)? else {
+            return Ok(None);
+        };
+        match published.read(&format!("{id}.json"), MAX_RECORD) {
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| corrupt(e.to_string())),
+            Ok(None) => Ok(None),
+            Err(e) => Err(corrupt(e.to_string())),
         }
     }
 }
 
-/// Names in `dir` ending with `suffix` (suffix removed) that are valid IDs; hidden and
-/// foreign names are ignored. A missing directory is empty.
-pub(super) fn list_names(dir: &Path, suffix: &str) -> Result<Vec<String>> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(ResultError::Io {
-                op: "list",
-                path: dir.to_path_buf(),
-                source,
-            });
-        }
+/// Names in the area `dir` ending with `suffix` (suffix removed) that are valid IDs; hidden
+/// and foreign names are ignored. A missing area is empty.
+pub(super) fn list_names(dir: Option<&Tree>, suffix: &str) -> Result<Vec<String>> {
+    let Some(dir) = dir else {
+        return Ok(Vec::new());
     };
-    let mut names = Vec::new();
-    for e in rd.flatten() {
-        let Ok(name) = e.file_name().into_string() else {
-            continue;
-        };
-        if let Some(id) = name.strip_suffix(suffix)
-            && normalize_id(id).is_ok_and(|t| t == id)
-        {
-            names.push(id.to_string());
-        }
-    }
-    names.sort();
-    Ok(names)
+    let names = dir.names().map_err(|source| ResultError::Io {
+        op: "list",
+        path: dir.path().to_path_buf(),
+        source,
+    })?;
+    let mut ids: Vec<String> = names
+        .into_iter()
+        .filter_map(|name| {
+            let id = name.strip_suffix(suffix)?;
+            normalize_id(id)
+                .is_ok_and(|t| t == id)
+                .then(|| id.to_string())
+        })
+        .collect();
+    ids.sort();
+    Ok(ids)
 }
 
 /// A record's file path must stay inside the directory it is joined to.

@@ -2,12 +2,14 @@
 
 use std::time::Duration;
 
+use leasehold::patterns::keyed::KeyError;
 use serde::Serialize;
 
 use super::ResultStore;
 use super::error::{Result, ResultError};
 use super::files::now_ms;
-use super::records::list_names;
+use super::handles::Kind;
+use super::records::{list_names, normalize_id};
 
 /// What a sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -19,15 +21,72 @@ pub struct SweepReport {
     /// IDs that could not be examined or removed, with the reason (left as they were).
     #[serde(skip)]
     pub failed: Vec<(String, String)>,
+    /// Leftovers of killed operations removed under their ID's lease: staging and trash
+    /// directories (`results/.stage-ID`, `results/.trash-ID`) and temporaries of killed
+    /// rewrites (`published/.ID.json.tmp.*`).
+    #[serde(skip)]
+    pub leftovers: usize,
+}
+
+/// What a lock-file collection ([`ResultStore::gc`]) did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct GcReport {
+    /// Lock files removed.
+    pub removed: usize,
+    /// Lock files kept: the ID has a candidate or publication, or the file is held, young or
+    /// unusable (or a collection could not run now: see [`busy`](Self::busy)).
+    pub kept: usize,
+    /// Another process was acquiring an ID's lease or collecting at that instant, so nothing
+    /// was examined; run it again.
+    #[serde(skip)]
+    pub busy: bool,
 }
 
 impl ResultStore {
+    /// Removes the operation lock files of IDs that have no candidate and no publication,
+    /// that no process holds, and whose lock file is older than `older_than`. Never waits.
+    /// Safe against every concurrent operation: see [`KeyedLeases::collect`], whose protocol
+    /// this is; the IDs with records are listed once before and once after each batch of
+    /// lock files is locked.
+    ///
+    /// [`KeyedLeases::collect`]: leasehold::patterns::keyed::KeyedLeases::collect
+    pub fn gc(&self, older_than: Duration) -> Result<GcReport> {
+        let live = || -> std::io::Result<Vec<String>> {
+            let io = |e: ResultError| std::io::Error::other(e.to_string());
+            let area = |name| self.area(name, false).map_err(io);
+            let mut ids = list_names(area("results")?.as_ref(), "").map_err(io)?;
+            ids.extend(list_names(area("published")?.as_ref(), ".json").map_err(io)?);
+            Ok(ids)
+        };
+        let done = self.leases.collect(older_than, live).map_err(|e| match e {
+            KeyError::Records { root, source } => ResultError::Io {
+                op: "gc: list results",
+                path: root,
+                source,
+            },
+            KeyError::Lease(e) => ResultError::Lock(e),
+            other => ResultError::Io {
+                op: "gc",
+                path: self.root.join(super::RESULT_NAMESPACE),
+                source: std::io::Error::other(other.to_string()),
+            },
+        })?;
+        Ok(GcReport {
+            removed: done.removed,
+            kept: done.kept,
+            busy: done.busy,
+        })
+    }
+
     /// Removes every result older than `older_than`, never waiting: an ID whose lease is held
     /// is skipped and reported. Each removal reinspects the record and its age under the
     /// lease, so a result restaged meanwhile is not removed by its stale age.
     pub fn sweep(&self, older_than: Duration) -> Result<SweepReport> {
-        let mut ids = list_names(&self.root.join("results"), "")?;
-        ids.extend(list_names(&self.root.join("published"), ".json")?);
+        let mut ids = list_names(self.area("results", false)?.as_ref(), "")?;
+        ids.extend(list_names(
+            self.area("published", false)?.as_ref(),
+            ".json",
+        )?);
         ids.sort();
         ids.dedup();
         let mut report = SweepReport::default();
@@ -65,12 +124,62 @@ impl ResultStore {
                 Err(e) => report.failed.push((id, e.to_string())),
             }
         }
+        self.sweep_leftovers(&mut report)?;
         Ok(report)
+    }
+
+    /// Removes what killed operations left (see [`SweepReport::leftovers`]), each under its
+    /// ID's lease taken without waiting (a busy ID's leftover may be its owner's work in
+    /// progress: kept). Regular files and real directories only; nothing is followed.
+    fn sweep_leftovers(&self, report: &mut SweepReport) -> Result<()> {
+        let mut found: Vec<(String, &'static str, String)> = Vec::new();
+        if let Some(results) = self.area("results", false)? {
+            for name in results.names().unwrap_or_default() {
+                for prefix in [".stage-", ".trash-"] {
+                    if let Some(id) = name.strip_prefix(prefix) {
+                        found.push((id.to_string(), "results", name.clone()));
+                    }
+                }
+            }
+        }
+        if let Some(published) = self.area("published", false)? {
+            for name in published.names().unwrap_or_default() {
+                if let Some((id, _)) = name
+                    .strip_prefix('.')
+                    .and_then(|n| n.split_once(".json.tmp."))
+                {
+                    found.push((id.to_string(), "published", name.clone()));
+                }
+            }
+        }
+        for (id, area, name) in found {
+            if normalize_id(&id).ok() != Some(id.as_str()) {
+                continue;
+            }
+            // A leftover is reason enough to allocate the ID's lock (gc collects it later).
+            let Ok(_lease) = self.leases.try_acquire(&id, |_| true) else {
+                continue;
+            };
+            let Some(dir) = self.area(area, false)? else {
+                continue;
+            };
+            let removed = match dir.kind(&name) {
+                Ok(Some(Kind::Dir)) if area == "results" => dir.remove_tree(&name),
+                Ok(Some(Kind::File)) if area == "published" => dir.remove_file(&name),
+                _ => Ok(false),
+            };
+            match removed {
+                Ok(true) => report.leftovers += 1,
+                Ok(false) => {}
+                Err(e) => report.failed.push((id, e.to_string())),
+            }
+        }
+        Ok(())
     }
 
     /// The IDs with a publication, sorted. Read-only discovery: it takes no lease and grants
     /// nothing — an operation on a listed ID is admitted and reinspected like any other.
     pub fn pending(&self) -> Result<Vec<String>> {
-        list_names(&self.root.join("published"), ".json")
+        list_names(self.area("published", false)?.as_ref(), ".json")
     }
 }

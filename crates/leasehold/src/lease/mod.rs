@@ -146,6 +146,25 @@ impl LockDir {
     pub(crate) fn sync(&self) -> std::io::Result<()> {
         self.0.sync()
     }
+
+    /// Checks that the chain of directories this handle was reached through still stands:
+    /// the path given to [`open`](Self::open) names the same directory (symlinks followed,
+    /// as there), and every [`child`](Self::child) name on the way names the same child
+    /// (never followed). A handle keeps working after a rename, so without this check a
+    /// lease held in a renamed directory would no longer exclude newcomers, who resolve the
+    /// path to somewhere else. Costs one `fstatat` per level (POSIX; Windows binds names to
+    /// the real path resolved at open and answers `Ok`).
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] naming the first directory that moved, or an I/O error.
+    pub(crate) fn verify(&self) -> Result<()> {
+        self.0.verify()
+    }
+
+    /// The names of this directory's entries (none on Windows, which keeps no lock files).
+    pub(crate) fn names(&self) -> Result<Vec<std::ffi::OsString>> {
+        self.0.names()
+    }
 }
 
 impl LeaseOptions {
@@ -187,6 +206,33 @@ impl LeaseOptions {
     pub fn acquire_at(&self, dir: &LockDir, name: &str, budget: &Budget) -> Result<Lease> {
         let target = imp::Target::at(&dir.0, name)?;
         self.acquire_target(target, budget, Mode::Exclusive)
+    }
+
+    /// [`acquire_at`](Self::acquire_at) in either mode: the keyed pattern holds its
+    /// namespace's collector lock *shared* while it opens, locks and verifies a key's lock
+    /// file, and its collector holds it *exclusive* (see `patterns::keyed`).
+    pub(crate) fn acquire_at_mode(
+        &self,
+        dir: &LockDir,
+        name: &str,
+        budget: &Budget,
+        mode: Mode,
+    ) -> Result<Lease> {
+        let target = imp::Target::at(&dir.0, name)?;
+        self.acquire_target(target, budget, mode)
+    }
+
+    /// [`acquire_at_mode`](Self::acquire_at_mode) without blocking the executor.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn acquire_at_mode_async(
+        &self,
+        dir: &LockDir,
+        name: &str,
+        budget: &Budget,
+        mode: Mode,
+    ) -> Result<Lease> {
+        let target = imp::Target::at(&dir.0, name)?;
+        self.acquire_target_async(target, budget, mode).await
     }
 
     fn acquire_target(&self, target: imp::Target, budget: &Budget, mode: Mode) -> Result<Lease> {
@@ -339,6 +385,34 @@ impl Lease {
             path: self.path().to_path_buf(),
         })?;
         imp::verify(&self.target, held)
+    }
+
+    /// Removes the lock file while holding its lease, if the path still names the locked
+    /// inode (`Ok(true)`: removed). For the keyed pattern's collector only: it holds this
+    /// lease exclusively and its namespace's collector lock exclusively, so no other process
+    /// can be between opening and verifying this file, and whoever opened it earlier finds,
+    /// after locking, that the path no longer names its inode and reopens (the post-lock
+    /// check every acquisition makes). Windows keeps no lock files: `Ok(false)`.
+    ///
+    /// # Errors
+    /// [`Error::Released`], or an I/O error from the check or the unlink.
+    pub(crate) fn unlink_locked(&self) -> Result<bool> {
+        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+            path: self.path().to_path_buf(),
+        })?;
+        imp::unlink_held(&self.target, held)
+    }
+
+    /// The lock file's modification time, while held (when it was created: lock files are
+    /// never written).
+    ///
+    /// # Errors
+    /// [`Error::Released`], or an I/O error from `fstat`.
+    pub(crate) fn modified(&self) -> Result<std::time::SystemTime> {
+        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+            path: self.path().to_path_buf(),
+        })?;
+        imp::modified(&self.target, held)
     }
 
     /// Releases the lease by closing its descriptor. Idempotent. The lock file stays.

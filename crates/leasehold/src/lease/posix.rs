@@ -29,16 +29,57 @@ pub(crate) const NOTIFIES: bool = true;
 pub(crate) struct Dir {
     fd: Arc<OwnedFd>,
     path: PathBuf,
+    /// The directory's identity when it was opened.
+    id: FileId,
+    /// How it was reached, so that [`Dir::verify`] can walk the chain again.
+    parent: Option<Arc<Dir>>,
 }
 
 impl Dir {
     pub(crate) fn open(path: &Path) -> Result<Dir> {
         let fd = sys::open_dir_at(sys::cwd(), path, true)
             .map_err(|e| dir_error(sys::cwd(), path, path, e))?;
+        let id = sys::fd_id(fd.as_fd()).map_err(|e| path_error(path, "stat directory", e))?;
         Ok(Dir {
             fd: Arc::new(fd),
             path: path.to_path_buf(),
+            id,
+            parent: None,
         })
+    }
+
+    /// Checks that every directory from the path the chain was opened as down to this one
+    /// still is the directory that was opened: the configured path (symlinks followed, as at
+    /// [`Dir::open`]) names the root's inode, and each child name (never followed) names its
+    /// child's inode. A directory renamed or replaced anywhere on the way means newcomers
+    /// resolve elsewhere, so a lease held in it no longer excludes them.
+    pub(crate) fn verify(&self) -> Result<()> {
+        let (at, name, follow) = match &self.parent {
+            None => (sys::cwd(), self.path.as_path(), true),
+            Some(parent) => (
+                parent.fd.as_fd(),
+                Path::new(self.path.file_name().unwrap_or_default()),
+                false,
+            ),
+        };
+        match sys::dir_id_at(at, name, follow) {
+            Ok(Some(now)) if now == self.id => {}
+            Ok(_) => {
+                return Err(Error::LeaseLost {
+                    path: self.path.clone(),
+                });
+            }
+            Err(e) => return Err(path_error(&self.path, "verify directory", e)),
+        }
+        match &self.parent {
+            Some(parent) => parent.verify(),
+            None => Ok(()),
+        }
+    }
+
+    /// The names of the entries of this directory.
+    pub(crate) fn names(&self) -> Result<Vec<std::ffi::OsString>> {
+        sys::dir_names(self.fd.as_fd()).map_err(|e| path_error(&self.path, "list directory", e))
     }
 
     pub(crate) fn create(path: &Path) -> Result<Dir> {
@@ -57,9 +98,12 @@ impl Dir {
         }
         let fd = sys::open_dir_at(self.fd.as_fd(), Path::new(name), false)
             .map_err(|e| dir_error(self.fd.as_fd(), Path::new(name), &path, e))?;
+        let id = sys::fd_id(fd.as_fd()).map_err(|e| path_error(&path, "stat directory", e))?;
         Ok(Dir {
             fd: Arc::new(fd),
             path,
+            id,
+            parent: Some(Arc::new(self.clone())),
         })
     }
 
@@ -409,6 +453,29 @@ pub(crate) fn check_trusted(path: &Path) -> Result<()> {
         }),
         Err(e) => Err(path_error(path, "inspect", e)),
     }
+}
+
+/// Removes a held lease's lock file, if the path still names the locked inode: `Ok(true)`
+/// when it was unlinked. Only the collector of keyed lock files calls this, holding both the
+/// file's exclusive lock and the namespace's exclusive lock: nobody else ever unlinks or
+/// replaces a lock file, so the path cannot change between the check and the unlink.
+pub(crate) fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
+    match sys::entry_at(target.dir(), &target.name) {
+        Ok(Entry::Regular(now)) if now == held.id => {}
+        Ok(_) => return Ok(false),
+        Err(e) => return Err(path_error(target.display(), "inspect lock file", e)),
+    }
+    match sys::unlink_at(target.dir(), &target.name) {
+        Ok(()) => Ok(true),
+        Err(Errno::NOENT) => Ok(false),
+        Err(e) => Err(path_error(target.display(), "remove lock file", e)),
+    }
+}
+
+/// The modification time of a held lease's lock file (lock files are never written, so it
+/// is when the file was created unless someone touched it).
+pub(crate) fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
+    sys::fd_modified(held.fd.as_fd()).map_err(|e| path_error(target.display(), "stat lock file", e))
 }
 
 /// Maps a failed holder look-up to the error naming `path`.

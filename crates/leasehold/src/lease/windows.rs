@@ -186,6 +186,17 @@ impl Dir {
         &self.path
     }
 
+    /// Leases in a `LockDir` are bound to the directory resolved when it was opened (their
+    /// object names derive from its real path), so there is no chain to walk again.
+    pub(crate) fn verify(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Windows keeps no lock files, so there are none to list (or collect).
+    pub(crate) fn names(&self) -> Result<Vec<std::ffi::OsString>> {
+        Ok(Vec::new())
+    }
+
     pub(crate) fn real_path(&self) -> &Path {
         &self.real
     }
@@ -448,6 +459,16 @@ impl Drop for KernelWait {
 
 /// Checks that the lease still stands for its path.
 ///
+/// A named object vanishes with its last handle: there is no lock file to remove.
+pub(crate) fn unlink_held(_target: &Target, _held: &Held) -> Result<bool> {
+    Ok(false)
+}
+
+/// A kernel object has no modification time; it counts as just made (never collected).
+pub(crate) fn modified(_target: &Target, _held: &Held) -> Result<std::time::SystemTime> {
+    Ok(std::time::SystemTime::now())
+}
+
 /// Nobody can destroy or replace a named object while we hold a handle to it, so a held
 /// lease is only lost when the *path* now resolves to another object — a directory on the
 /// way was re-pointed (a junction changed), and newcomers would lock elsewhere. A path that

@@ -12,6 +12,12 @@
 //!    acknowledged write silently rolls back.
 //!
 //! If any step fails the temporary file is removed and the old document is untouched.
+//!
+//! Temporary names are `.NAME.tmp.PID.N`. A process killed mid-rewrite leaves its temporary
+//! behind (harmless: never read as the document); [`remove_temporaries`] removes them, and a
+//! store calls it under its lease when it opens the document (nobody else can be writing
+//! one then). A leftover whose name a later process would pick (its pid reused) is stepped
+//! over: the exclusive create fails with `EEXIST` and the rewrite tries a fresh name.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -124,22 +130,21 @@ pub fn replace_file_with(
     };
     let mut tmp = temp_name(path);
     let mut renamed = false;
+    let mut created = false;
     let result = (|| {
-        // A temporary of a rewrite killed before its rename can carry this very name: pids
-        // are reused, and after a reboot they start again from low numbers. Such a file is
-        // stale (the live process with this pid is us, and the counter is unique within
-        // it), so try the next name rather than fail the write. (Found by the power-loss
-        // torture, `crates/crashfs`: registry saves failing with EEXIST after many cuts.)
-        let mut attempts = 0;
+        let mut taken = 0;
         let mut f = loop {
             match io.create(&tmp) {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 16 => {
-                    attempts += 1;
+                Ok(f) => break f,
+                // A leftover of a killed rewrite whose pid we now have: step over it.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && taken < TEMP_NAME_TRIES => {
+                    taken += 1;
                     tmp = temp_name(path);
                 }
-                other => break other?,
+                Err(e) => return Err(e),
             }
         };
+        created = true;
         after_step(Step::Created, &tmp)?;
         let mut rest = bytes;
         while !rest.is_empty() {
@@ -160,7 +165,7 @@ pub fn replace_file_with(
         io.sync_dir(dir)?;
         after_step(Step::DirSynced, &tmp)
     })();
-    if result.is_err() && !renamed {
+    if result.is_err() && !renamed && created {
         let _ = std::fs::remove_file(&tmp);
     }
     result
@@ -230,6 +235,52 @@ pub fn create_dir_durable(dir: &Path, base: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// How many taken temporary names a rewrite steps over before it gives up (`EEXIST`).
+const TEMP_NAME_TRIES: u32 = 64;
+
+/// Removes the temporaries that killed rewrites of `path` left beside it (`.NAME.tmp.*`):
+/// regular files only — a symlink, directory or anything else of that name is left as it is,
+/// and nothing is followed (`unlink` removes a name, never what a link points to). Returns
+/// how many were removed; a missing directory has none.
+///
+/// Call it only while holding the lease that guards `path`: a temporary is then nobody's
+/// rewrite in progress (every writer holds that lease while it rewrites).
+///
+/// # Errors
+/// An I/O error listing the directory or removing a temporary.
+pub fn remove_temporaries(path: &Path) -> io::Result<usize> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = path.file_name() else {
+        return Ok(0);
+    };
+    let prefix = format!(".{}.tmp.", name.to_string_lossy());
+    let entries = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        // `file_type` does not follow a symlink.
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
+}
+
 /// Makes a rename in `dir` durable: `fsync` of the directory (POSIX).
 #[cfg(unix)]
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -245,13 +296,21 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
 
 /// A temporary name beside `path`, unique within this process and across processes.
 fn temp_name(path: &Path) -> PathBuf {
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
     let base = path
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    path.with_file_name(format!(".{base}.tmp.{pid}.{n}"))
+    path.with_file_name(temporary_name(&base))
+}
+
+/// The next temporary name for a rewrite of the file `name`: `.NAME.tmp.PID.N`, the one
+/// naming [`remove_temporaries`] recognises (for rewrites made through directory handles).
+/// A name may be taken by a leftover of a killed process whose pid was reused: create it
+/// exclusively and take the next name on `EEXIST`.
+pub fn temporary_name(name: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    format!(".{name}.tmp.{pid}.{n}")
 }
 
 #[cfg(test)]
@@ -313,6 +372,60 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "temporary files left behind");
+    }
+
+    #[test]
+    fn a_leftover_temporary_with_our_next_name_is_stepped_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("doc.json");
+        // The names the next rewrites of this process would pick, as a killed process whose
+        // pid we now have would have left them.
+        let next = COUNTER.load(Ordering::Relaxed);
+        let pid = std::process::id();
+        for n in next..next + 8 {
+            std::fs::write(dir.path().join(format!(".doc.json.tmp.{pid}.{n}")), b"old").unwrap();
+        }
+        replace_file(&p, b"new").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        // The leftovers are not ours to remove here; under the lease they are removed.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 9);
+        assert_eq!(remove_temporaries(&p).unwrap(), 8);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn remove_temporaries_removes_regular_files_only_and_follows_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = tempfile::tempdir().unwrap();
+        std::fs::write(victim.path().join("secret"), b"s").unwrap();
+        let p = dir.path().join("doc.json");
+        std::fs::write(&p, b"{}").unwrap();
+        std::fs::write(dir.path().join(".doc.json.tmp.1.0"), b"x").unwrap();
+        std::fs::write(dir.path().join(".other.json.tmp.1.0"), b"x").unwrap();
+        std::os::unix::fs::symlink(
+            victim.path().join("secret"),
+            dir.path().join(".doc.json.tmp.2.0"),
+        )
+        .unwrap();
+        std::fs::create_dir(dir.path().join(".doc.json.tmp.3.0")).unwrap();
+        std::fs::write(dir.path().join(".doc.json.tmp.3.0").join("inner"), b"i").unwrap();
+        assert_eq!(remove_temporaries(&p).unwrap(), 1);
+        assert!(!dir.path().join(".doc.json.tmp.1.0").exists());
+        assert!(dir.path().join(".other.json.tmp.1.0").exists());
+        assert!(
+            dir.path()
+                .join(".doc.json.tmp.2.0")
+                .symlink_metadata()
+                .is_ok()
+        );
+        assert!(dir.path().join(".doc.json.tmp.3.0").join("inner").exists());
+        assert_eq!(std::fs::read(victim.path().join("secret")).unwrap(), b"s");
+        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+        assert_eq!(
+            remove_temporaries(&dir.path().join("absent").join("x")).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -16,15 +16,32 @@
 //! * **Versioned namespace outside the records.** Lock files live in `<root>/<namespace>/`,
 //!   a directory the caller names (the result store's is its own `.result-locks-v1`), never
 //!   inside the removable record, so removing a record never removes its lock.
-//! * **Never unlinked.** Recreating a lock pathname while an older holder still owns the first
-//!   inode would create a second mutex. Lock files therefore accumulate; a safe collector needs
-//!   a quiescent boundary (see DESIGN.md) and does not exist yet.
+//! * **Unlinked only by the collector's protocol.** Recreating a lock pathname while an older
+//!   holder still owns the first inode would create a second mutex, so nothing but
+//!   [`KeyedLeases::collect`] ever removes a lock file, and it does so only like this:
+//!   1. every acquisition holds the namespace's collector lock (`<namespace>/.collector.lock`,
+//!      never removed) *shared* across open → lock → verify of a key's lock file; the
+//!      collector holds it *exclusive*, without waiting (a busy namespace is skipped), so no
+//!      acquisition is ever between opening and verifying a file the collector removes;
+//!   2. per file, the collector opens it without following, takes `LOCK_EX|LOCK_NB` (a held
+//!      file is kept), lists the live keys *again* (every earlier holder has released, so a
+//!      record it created is now visible), checks that the path still names the inode it
+//!      locked, and unlinks while it holds the lock;
+//!   3. an acquisition that waited in a key's queue (it waits without the collector lock, so
+//!      a collection is never held up by a wait) may wake on an unlinked inode: the post-lock
+//!      inode check every lease makes sees the path no longer names it and reopens — a key
+//!      without a record is then unknown, as if it had never been seen.
+//!
+//!   Two holders of one key would need two inodes both named by the path while held, and the
+//!   only unlink happens under the lock of the inode it removes.
 //! * **Rooted opens.** The root directory is opened, the namespace is opened as a real child
 //!   directory of that handle (a symlink is refused), and the lock file is opened relative to
 //!   the namespace handle (`openat`, `O_NOFOLLOW`) — never by joining path strings. A
 //!   non-regular lock file (directory, symlink, FIFO, …) is refused and left as it is; a lock
-//!   file's bytes and mode are never changed. Because the lease holds directory handles, a held
-//!   lease keeps working after the managed root is renamed.
+//!   file's bytes and mode are never changed. The lease holds directory handles, so its lock
+//!   stays held if the managed root or the namespace is renamed, but newcomers would then
+//!   resolve the path elsewhere: [`KeyLease::verify`] checks the whole chain from the root
+//!   path and fails closed.
 //! * **Admission.** An unknown key — no existing lock file, and the caller's `known`
 //!   predicate says there is no record — allocates nothing (not even the namespace directory)
 //!   and fails with [`KeyError::Unknown`]. Knowing a key is not authority: the caller must
@@ -42,10 +59,25 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use crate::lease::claim::Mode;
 use crate::{Budget, Error, ErrorClass, Lease, LeaseOptions, LockDir};
 
 /// How long an acquisition waits at most unless [`KeyedLeases::max_wait`] says otherwise.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// The namespace's collector lock (see the module documentation): held shared by every
+/// acquisition across open → lock → verify, exclusive by a collection. Hidden, so it is never
+/// mistaken for a key's lock file; never removed.
+pub const COLLECTOR_LOCK: &str = ".collector.lock";
+
+/// However short the caller's budget (even "try once"), an acquisition waits this long for a
+/// collection that holds the collector lock: a collection holds it for a batch of
+/// non-blocking lock-and-unlink steps (microseconds each), and "the key is busy" must mean
+/// that a key holder has it, not that a collector was passing by.
+const COLLECTOR_GRACE: Duration = Duration::from_secs(1);
+
+/// How many lock files a collection locks before it lists the live keys again.
+const COLLECT_BATCH: usize = 256;
 
 /// Errors of keyed admission.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +102,14 @@ pub enum KeyError {
     /// The lease could not be had or the lock path is unusable (see [`Error`]).
     #[error(transparent)]
     Lease(#[from] Error),
+    /// A collection could not list the keys that have records; nothing more was removed.
+    #[error("cannot list the records under {root}: {source}; lock files were kept")]
+    Records {
+        /// The managed root.
+        root: PathBuf,
+        /// Why the listing failed.
+        source: std::io::Error,
+    },
 }
 
 impl KeyError {
@@ -79,6 +119,7 @@ impl KeyError {
         match self {
             KeyError::EmptyKey { .. } | KeyError::Unknown { .. } => ErrorClass::Usage,
             KeyError::Lease(e) => e.class(),
+            KeyError::Records { .. } => ErrorClass::Failure,
         }
     }
 }
@@ -190,30 +231,36 @@ impl KeyedLeases {
     ) -> Result<KeyLease, KeyError> {
         let adm = self.prepare(key)?;
         let budget = self.capped(budget);
-        if let Some(ns) = adm.existing()? {
-            match self
-                .options
-                .create(false)
-                .acquire_at(ns, &adm.name, &budget)
-            {
-                Err(Error::NotFound { .. }) => {} // no lock file yet: ask `known`
-                other => return admit(adm.key, other?, &budget),
+        let mut vouch = Vouch::new(known);
+        let mut at = self.namespace(&adm, &mut vouch)?;
+        let lease = loop {
+            let entered = self.enter(&at.ns, &Self::graced(&budget))?;
+            let step = self.try_once(&adm, at, &mut vouch);
+            drop(entered);
+            match step? {
+                Step::Done(lease, ns) => break (lease, ns),
+                Step::Again(next) => at = next,
+                Step::Wait(next) => {
+                    let waited = self
+                        .options
+                        .create(next.create)
+                        .acquire_at(&next.ns, &adm.name, &budget);
+                    match self.after_wait(&adm, next, waited, &mut vouch)? {
+                        Step::Done(lease, ns) => break (lease, ns),
+                        Step::Again(next) | Step::Wait(next) => at = next,
+                    }
+                }
             }
-        }
-        let ns = self.allocate(&adm, known)?;
-        let lease = self
-            .options
-            .create(true)
-            .acquire_at(&ns, &adm.name, &budget)?;
+        };
         admit(adm.key, lease, &budget)
     }
 
     /// [`acquire`](Self::acquire) for async code (feature `tokio`): the same admission rules
     /// (unknown keys allocate nothing, the [`max_wait`](Self::max_wait) cap, the cancellation
-    /// re-check right before admission), but the wait never blocks an executor thread and
-    /// costs no thread of its own (see [`LeaseOptions::acquire_at_async`]). Dropping the
-    /// future abandons the wait and leaves the key free. `known` and the directory opens run
-    /// inline: they are a few local, non-blocking metadata calls.
+    /// re-check right before admission, the collector lock), but the wait never blocks an
+    /// executor thread and costs no thread of its own (see [`LeaseOptions::acquire_at_async`]).
+    /// Dropping the future abandons the wait and leaves the key free. `known` and the
+    /// directory opens run inline: they are a few local, non-blocking metadata calls.
     #[cfg(feature = "tokio")]
     pub async fn acquire_async(
         &self,
@@ -223,20 +270,232 @@ impl KeyedLeases {
     ) -> Result<KeyLease, KeyError> {
         let adm = self.prepare(key)?;
         let budget = self.capped(budget);
-        if let Some(ns) = adm.existing()? {
-            let options = self.options.create(false);
-            match options.acquire_at_async(ns, &adm.name, &budget).await {
-                Err(Error::NotFound { .. }) => {} // no lock file yet: ask `known`
-                other => return admit(adm.key, other?, &budget),
+        let mut vouch = Vouch::new(known);
+        let mut at = self.namespace(&adm, &mut vouch)?;
+        let lease = loop {
+            let entered = self.enter_async(&at.ns, &Self::graced(&budget)).await?;
+            let step = self.try_once(&adm, at, &mut vouch);
+            drop(entered);
+            match step? {
+                Step::Done(lease, ns) => break (lease, ns),
+                Step::Again(next) => at = next,
+                Step::Wait(next) => {
+                    let waited = self
+                        .options
+                        .create(next.create)
+                        .acquire_at_async(&next.ns, &adm.name, &budget)
+                        .await;
+                    match self.after_wait(&adm, next, waited, &mut vouch)? {
+                        Step::Done(lease, ns) => break (lease, ns),
+                        Step::Again(next) | Step::Wait(next) => at = next,
+                    }
+                }
             }
+        };
+        admit(adm.key, lease, &budget)
+    }
+
+    /// Where to try first: the existing namespace (its lock file is opened without creating
+    /// it), or — for a key `known` vouches for — a namespace created now.
+    fn namespace(
+        &self,
+        adm: &Admission<'_>,
+        vouch: &mut Vouch<impl FnOnce(&str) -> bool>,
+    ) -> Result<At, KeyError> {
+        match &adm.ns {
+            Some(ns) => Ok(At {
+                ns: ns.clone(),
+                create: false,
+            }),
+            None => Ok(At {
+                ns: self.allocate(adm, vouch)?,
+                create: true,
+            }),
         }
-        let ns = self.allocate(&adm, known)?;
-        let lease = self
+    }
+
+    /// One non-blocking try, made while the collector lock is held shared: open, lock and
+    /// verify the key's lock file. A missing file is created only for a key `known` vouches
+    /// for; a busy one is waited for afterwards, outside the collector lock.
+    fn try_once(
+        &self,
+        adm: &Admission<'_>,
+        at: At,
+        vouch: &mut Vouch<impl FnOnce(&str) -> bool>,
+    ) -> Result<Step, KeyError> {
+        let tried = self
+            .options
+            .create(at.create)
+            .try_acquire_at(&at.ns, &adm.name);
+        match tried {
+            Ok(lease) => Ok(Step::Done(lease, at.ns)),
+            Err(Error::NotFound { .. }) if !at.create => Ok(Step::Again(At {
+                ns: self.allocate(adm, vouch)?,
+                create: true,
+            })),
+            Err(e) if e.is_contended() => Ok(Step::Wait(at)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The outcome of a wait in a key's queue. A lock file the collector removed meanwhile
+    /// (the waiter woke on an unlinked inode and found no file to reopen) makes the key
+    /// unknown unless `known` vouches for it.
+    fn after_wait(
+        &self,
+        adm: &Admission<'_>,
+        at: At,
+        waited: crate::Result<Lease>,
+        vouch: &mut Vouch<impl FnOnce(&str) -> bool>,
+    ) -> Result<Step, KeyError> {
+        match waited {
+            Ok(lease) => Ok(Step::Done(lease, at.ns)),
+            Err(Error::NotFound { .. }) if !at.create => Ok(Step::Again(At {
+                ns: self.allocate(adm, vouch)?,
+                create: true,
+            })),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Holds the namespace's collector lock shared (POSIX; Windows keeps no lock files to
+    /// collect, and its named objects have no shared mode).
+    fn enter(&self, ns: &LockDir, budget: &Budget) -> Result<Option<Lease>, KeyError> {
+        if cfg!(windows) {
+            return Ok(None);
+        }
+        let entered =
+            self.options
+                .create(true)
+                .acquire_at_mode(ns, COLLECTOR_LOCK, budget, Mode::Shared)?;
+        Ok(Some(entered))
+    }
+
+    #[cfg(feature = "tokio")]
+    async fn enter_async(&self, ns: &LockDir, budget: &Budget) -> Result<Option<Lease>, KeyError> {
+        if cfg!(windows) {
+            return Ok(None);
+        }
+        let entered = self
             .options
             .create(true)
-            .acquire_at_async(&ns, &adm.name, &budget)
+            .acquire_at_mode_async(ns, COLLECTOR_LOCK, budget, Mode::Shared)
             .await?;
-        admit(adm.key, lease, &budget)
+        Ok(Some(entered))
+    }
+
+    /// The budget of the wait for the collector lock: the caller's, but at least
+    /// [`COLLECTOR_GRACE`] (a cancellation still ends it at once).
+    fn graced(budget: &Budget) -> Budget {
+        let floor = Instant::now().checked_add(COLLECTOR_GRACE);
+        let graced = match (budget.deadline(), floor) {
+            (Some(d), Some(f)) => Budget::until(d.max(f)),
+            (None, _) => Budget::unlimited(),
+            (Some(d), None) => Budget::until(d),
+        };
+        match budget.cancel_token() {
+            Some(t) => graced.with_cancel(t.clone()),
+            None => graced,
+        }
+    }
+
+    /// Removes the lock files of keys that have no record, that nobody holds, and that are
+    /// older than `older_than` (by modification time: lock files are never written, so it is
+    /// their creation), by the protocol in the module documentation. `live` lists the keys
+    /// that have records; it is called once before and once after each batch of lock files
+    /// is locked. Never waits: a held lock file is kept, and a namespace whose collector lock
+    /// is busy (an acquisition is between open and verify, or another collection runs) is
+    /// left alone and reported [`busy`](Collection::busy).
+    ///
+    /// Lock files that are not a key's (foreign or hidden names, non-regular files) are left
+    /// as they are and not counted.
+    ///
+    /// # Errors
+    /// [`KeyError::Records`] when `live` fails, [`KeyError::Lease`] for an unusable root or
+    /// namespace or an I/O failure.
+    pub fn collect(
+        &self,
+        older_than: Duration,
+        mut live: impl FnMut() -> std::io::Result<Vec<String>>,
+    ) -> Result<Collection, KeyError> {
+        let mut report = Collection::default();
+        let root = match LockDir::open(&self.root) {
+            Ok(dir) => dir,
+            Err(Error::NotFound { .. }) => return Ok(report),
+            Err(e) => return Err(e.into()),
+        };
+        let ns = match root.child(&self.namespace, false) {
+            Ok(ns) => ns,
+            Err(Error::NotFound { .. }) => return Ok(report),
+            Err(e) => return Err(e.into()),
+        };
+        let names: Vec<String> = ns
+            .names()?
+            .into_iter()
+            .filter_map(|n| n.into_string().ok())
+            .filter(|n| is_lock_name(n))
+            .collect();
+        let exclusive = self.options.create(true).acquire_at_mode(
+            &ns,
+            COLLECTOR_LOCK,
+            &Budget::no_wait(),
+            Mode::Exclusive,
+        );
+        let _exclusive = match exclusive {
+            Ok(lease) => lease,
+            Err(e) if e.is_contended() => {
+                report.kept = names.len();
+                report.busy = true;
+                return Ok(report);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut list = || -> Result<std::collections::HashSet<String>, KeyError> {
+            let keys = live().map_err(|source| KeyError::Records {
+                root: self.root.clone(),
+                source,
+            })?;
+            Ok(keys.iter().map(|k| lock_name(k)).collect())
+        };
+        let first = list()?;
+        let (live_names, candidates): (Vec<String>, Vec<String>) =
+            names.into_iter().partition(|n| first.contains(n));
+        report.kept += live_names.len();
+        let now = std::time::SystemTime::now();
+        for batch in candidates.chunks(COLLECT_BATCH) {
+            let mut locked = Vec::with_capacity(batch.len());
+            for name in batch {
+                match self.options.create(false).try_acquire_at(&ns, name) {
+                    Ok(lease) => {
+                        let age = now.duration_since(lease.modified()?).unwrap_or_default();
+                        if age < older_than {
+                            report.kept += 1;
+                        } else {
+                            locked.push((name, lease));
+                        }
+                    }
+                    Err(Error::NotFound { .. }) => {} // gone meanwhile
+                    Err(_) => report.kept += 1,       // held, or unusable: left as it is
+                }
+            }
+            if locked.is_empty() {
+                continue;
+            }
+            // Every holder that had one of these files before us has released it now, so a
+            // record it created is visible to this second listing.
+            let again = list()?;
+            for (name, lease) in locked {
+                if !again.contains(name) && lease.unlink_locked()? {
+                    report.removed += 1;
+                } else {
+                    report.kept += 1;
+                }
+            }
+        }
+        if report.removed > 0 {
+            let _ = ns.sync();
+        }
+        Ok(report)
     }
 
     /// Admission before any wait: the trimmed key, its lock name, the managed root and the
@@ -270,9 +529,9 @@ impl KeyedLeases {
     fn allocate(
         &self,
         adm: &Admission<'_>,
-        known: impl FnOnce(&str) -> bool,
+        vouch: &mut Vouch<impl FnOnce(&str) -> bool>,
     ) -> Result<LockDir, KeyError> {
-        if !known(adm.key) {
+        if !vouch.ask(adm.key) {
             return Err(KeyError::Unknown {
                 key: adm.key.to_string(),
                 root: self.root.clone(),
@@ -298,10 +557,10 @@ impl KeyedLeases {
     }
 }
 
-/// Admits the operation holding `lease`, unless the budget was cancelled meanwhile: a
-/// cancellation that raced with the lock being granted must still stop the operation from
-/// starting (the lease is then released by the drop).
-/// A key admitted to try for its lease.
+/// A key admitted to try for its lease. The namespace, when it exists, is tried first with
+/// `create(false)`: the open itself answers whether the key's lock file exists, which saves a
+/// lookup in a directory that may hold a lock file for every key ever seen. (On Windows,
+/// which keeps no lock files, that answer is "no" unless someone left a file of that name.)
 struct Admission<'k> {
     key: &'k str,
     name: String,
@@ -309,17 +568,64 @@ struct Admission<'k> {
     ns: Option<LockDir>,
 }
 
-impl Admission<'_> {
-    /// The namespace to try the existing lock file in: the open itself (with
-    /// `create(false)`) answers whether the key's lock file exists, which saves a lookup in a
-    /// directory that may hold a lock file for every key ever seen. (On Windows, which keeps
-    /// no lock files, that answer is "no" unless someone left a file of that name.)
-    fn existing(&self) -> Result<Option<&LockDir>, KeyError> {
-        Ok(self.ns.as_ref())
+/// Where the next try goes: the namespace, and whether a missing lock file may be created.
+struct At {
+    ns: LockDir,
+    create: bool,
+}
+
+/// What a try (or a wait) came to.
+enum Step {
+    Done(Lease, LockDir),
+    /// Try again at once (the lock file was missing and may now be created).
+    Again(At),
+    /// The key is busy: wait in its queue.
+    Wait(At),
+}
+
+/// The caller's `known`, asked at most once (a key may be found missing twice: before its
+/// first try and after a wait that woke on a collected inode).
+struct Vouch<F> {
+    known: Option<F>,
+    answer: bool,
+}
+
+impl<F: FnOnce(&str) -> bool> Vouch<F> {
+    fn new(known: F) -> Vouch<F> {
+        Vouch {
+            known: Some(known),
+            answer: false,
+        }
+    }
+    fn ask(&mut self, key: &str) -> bool {
+        if let Some(known) = self.known.take() {
+            self.answer = known(key);
+        }
+        self.answer
     }
 }
 
-fn admit(key: &str, lease: Lease, budget: &Budget) -> Result<KeyLease, KeyError> {
+/// Whether `name` is a key's lock file name: 64 lowercase hex digits and `.lock`.
+fn is_lock_name(name: &str) -> bool {
+    name.strip_suffix(".lock")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// What a [`KeyedLeases::collect`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Collection {
+    /// Lock files removed.
+    pub removed: usize,
+    /// Lock files kept: a key with a record, held, too young, or unusable.
+    pub kept: usize,
+    /// The collector lock was busy, so nothing was examined (everything was kept).
+    pub busy: bool,
+}
+
+/// Admits the operation holding `lease`, unless the budget was cancelled meanwhile: a
+/// cancellation that raced with the lock being granted must still stop the operation from
+/// starting (the lease is then released by the drop).
+fn admit(key: &str, (lease, ns): (Lease, LockDir), budget: &Budget) -> Result<KeyLease, KeyError> {
     if budget.cancel_token().is_some_and(|t| t.is_cancelled()) {
         return Err(Error::Cancelled {
             path: lease.path().to_path_buf(),
@@ -329,6 +635,7 @@ fn admit(key: &str, lease: Lease, budget: &Budget) -> Result<KeyLease, KeyError>
     Ok(KeyLease {
         key: key.to_string(),
         lease,
+        ns,
     })
 }
 
@@ -338,6 +645,8 @@ fn admit(key: &str, lease: Lease, budget: &Budget) -> Result<KeyLease, KeyError>
 pub struct KeyLease {
     key: String,
     lease: Lease,
+    /// The namespace handle, reached from the root path: [`KeyLease::verify`] walks it again.
+    ns: LockDir,
 }
 
 impl KeyLease {
@@ -351,10 +660,18 @@ impl KeyLease {
         self.lease.path()
     }
 
-    /// Checks that the locked inode is still the key's lock file; call it before a write and
-    /// fail closed on an error.
+    /// Checks that the lease still excludes newcomers; call it before a write and fail
+    /// closed on an error. The whole chain is checked, from the root path to the lock file:
+    /// the locked inode is still the key's lock file in the namespace handle, the namespace
+    /// is still the root's child of that name, and the root path still names the root
+    /// handle. (A renamed namespace or root would keep our handles working while a newcomer
+    /// resolves the path to a fresh namespace and takes the same key.) Three `fstatat`s.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] naming what moved, [`Error::Released`], or an I/O error.
     pub fn verify(&self) -> crate::Result<()> {
-        self.lease.verify()
+        self.lease.verify()?;
+        self.ns.verify()
     }
 
     /// Whether the lease is still held.

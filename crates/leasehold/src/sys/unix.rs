@@ -117,6 +117,67 @@ pub(crate) fn mkdir_at(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
     rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))
 }
 
+/// The identity of the directory at `name` relative to `dir` (`follow`: a final symlink is
+/// followed, as for a configured path; otherwise it is not). `Ok(None)`: nothing there, or
+/// something that is not a directory.
+pub(crate) fn dir_id_at(
+    dir: BorrowedFd<'_>,
+    name: &Path,
+    follow: bool,
+) -> Result<Option<FileId>, Errno> {
+    let flags = if follow {
+        AtFlags::empty()
+    } else {
+        AtFlags::SYMLINK_NOFOLLOW
+    };
+    match rustix::fs::statat(dir, name, flags) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode as _) == FileType::Directory => {
+            Ok(Some(id_of(&st)))
+        }
+        Ok(_) | Err(Errno::NOENT) | Err(Errno::NOTDIR) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The identity of an open descriptor, whatever its kind.
+pub(crate) fn fd_id(fd: BorrowedFd<'_>) -> Result<FileId, Errno> {
+    rustix::fs::fstat(fd).map(|st| id_of(&st))
+}
+
+/// The modification time of an open descriptor's file.
+pub(crate) fn fd_modified(fd: BorrowedFd<'_>) -> Result<std::time::SystemTime, Errno> {
+    let st = rustix::fs::fstat(fd)?;
+    let secs = u64::try_from(st.st_mtime).unwrap_or(0);
+    let nanos = u32::try_from(st.st_mtime_nsec).unwrap_or(0);
+    Ok(std::time::UNIX_EPOCH + Duration::new(secs, nanos.min(999_999_999)))
+}
+
+/// `unlinkat(dir, name)` of a file (never a directory; unlink never follows a symlink).
+pub(crate) fn unlink_at(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
+    rustix::fs::unlinkat(dir, name, AtFlags::empty())
+}
+
+/// The names in an open directory (`.` and `..` left out), read through a duplicate of the
+/// descriptor so the handle's own offset is untouched.
+pub(crate) fn dir_names(dir: BorrowedFd<'_>) -> Result<Vec<std::ffi::OsString>, Errno> {
+    use std::os::unix::ffi::OsStringExt;
+    let fd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&fd)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(std::ffi::OsString::from_vec(name.to_vec()));
+        }
+    }
+    Ok(names)
+}
+
 /// Identity and kind of an open descriptor.
 pub(crate) fn fd_entry(fd: BorrowedFd<'_>) -> Result<Entry, Errno> {
     let st = rustix::fs::fstat(fd)?;

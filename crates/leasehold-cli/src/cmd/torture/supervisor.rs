@@ -27,6 +27,10 @@ const HUNTED: [&str; 6] = [
     "write-DirSynced",
 ];
 
+/// The phases a hunting kill aims at in a `--gc` run: holding a key's lease, and the
+/// collector between collections (random kills land inside collections).
+const HUNTED_GC: [&str; 2] = ["holding", "collect"];
+
 /// How long a hunt waits for a worker to reach its phase before giving up on it.
 const HUNT_PATIENCE: Duration = Duration::from_secs(2);
 
@@ -37,6 +41,7 @@ pub struct Settings {
     pub seconds: f64,
     pub json: bool,
     pub dir: Option<PathBuf>,
+    pub gc: bool,
 }
 
 #[derive(Default)]
@@ -95,6 +100,11 @@ impl Shared {
 }
 
 pub fn run(settings: &Settings) -> Outcome {
+    if settings.gc && settings.workers < 2 {
+        return Err(Failure::usage(
+            "torture --gc: needs at least 2 workers (one is the collector)",
+        ));
+    }
     let started = Instant::now();
     let layout = prepare(settings)?;
     let audit = AppendLog::open(&layout.audit()).map_err(|e| io_failure(&layout.audit(), e))?;
@@ -111,7 +121,8 @@ pub fn run(settings: &Settings) -> Outcome {
     let threads: Vec<_> = (0..settings.workers as usize)
         .map(|slot| {
             let (shared, layout, exe) = (shared.clone(), layout.clone(), exe.clone());
-            thread::spawn(move || tend(&shared, &layout, &exe, slot))
+            let gc = settings.gc;
+            thread::spawn(move || tend(&shared, &layout, &exe, slot, gc))
         })
         .collect();
 
@@ -169,6 +180,7 @@ fn prepare(settings: &Settings) -> Result<Layout, Failure> {
     for r in 0..ROOT_POOL {
         mkdir(&layout.root(r))?;
     }
+    mkdir(layout.keyed().root())?;
     if let Some(storages) = layout.registry().document.parent() {
         mkdir(storages)?;
     }
@@ -196,7 +208,8 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
             shared.kill(&mut st, slot, "random");
             continue;
         }
-        let phase = HUNTED[rng.below(HUNTED.len() as u64) as usize];
+        let hunted: &[&'static str] = if settings.gc { &HUNTED_GC } else { &HUNTED };
+        let phase = hunted[rng.below(hunted.len() as u64) as usize];
         let mut st = shared.lock();
         st.hunt = Some(phase);
         let patience = HUNT_PATIENCE.min(deadline.saturating_duration_since(Instant::now()));
@@ -210,7 +223,7 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
 
 /// Keeps one worker slot busy: starts an incarnation, answers its phases (or kills it in
 /// the hunted one), reaps it, and starts the next until the run stops.
-fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize) {
+fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, gc: bool) {
     for generation in 0u32.. {
         if shared.lock().stopping {
             return;
@@ -226,6 +239,7 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize) {
                 .arg(format!("{slot}:{generation}"))
                 .arg("--dir")
                 .arg(&layout.dir)
+                .args(gc.then_some("--gc"))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(err)
@@ -292,6 +306,31 @@ struct Report {
     ops: check::OpsReport,
     violations: Vec<String>,
     temporaries: usize,
+    gc: Collected,
+}
+
+/// What the collector of a `--gc` run did.
+#[derive(Default)]
+struct Collected {
+    /// Collections that ran.
+    collections: u64,
+    /// Collections that found the namespace busy and examined nothing.
+    busy: u64,
+    /// Lock files removed.
+    removed: u64,
+}
+
+/// Sums the collector's log (`REMOVED BUSY` per collection; a missing log is no collection).
+fn collected(layout: &Layout) -> Collected {
+    let mut c = Collected::default();
+    let text = std::fs::read_to_string(layout.collected()).unwrap_or_default();
+    for line in text.lines() {
+        let mut f = line.split(' ').map(|n| n.parse::<u64>().unwrap_or(0));
+        c.collections += 1;
+        c.removed += f.next().unwrap_or(0);
+        c.busy += f.next().unwrap_or(0);
+    }
+    c
 }
 
 /// Checks the audit log, loads the final registry through the authority (a torn document
@@ -329,6 +368,16 @@ fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
         Err(e) => violations.push(format!("registry at the end: {e}")),
     }
     registry.teardown();
+    // The counter is opened under its lease, as every increment does (all workers are dead
+    // now): a killed increment's temporary goes, as a store's go when it is opened.
+    match leasehold::Lease::try_acquire(layout.counter_lock()) {
+        Ok(_lease) => {
+            if let Err(e) = leasehold::patterns::durable::remove_temporaries(&layout.counter()) {
+                violations.push(format!("cannot clean the counter's temporaries: {e}"));
+            }
+        }
+        Err(e) => violations.push(format!("counter lease at the end: {e}")),
+    }
     let counter_text = read(&layout.counter())?;
     let counter = counter_text.trim().parse::<u64>().unwrap_or_else(|_| {
         violations.push(format!("counter torn at the end: {counter_text:?}"));
@@ -342,6 +391,7 @@ fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
         ops,
         violations,
         temporaries,
+        gc: collected(layout),
     })
 }
 
@@ -394,6 +444,9 @@ fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) 
                 "p50": pct(50.0), "p90": pct(90.0), "p99": pct(99.0), "max": pct(100.0),
             },
             "temporaries_left": r.temporaries,
+            "collections": r.gc.collections,
+            "collections_busy": r.gc.busy,
+            "lock_files_collected": r.gc.removed,
             "violations": r.violations.len(),
             "violation_details": r.violations,
         });
@@ -422,6 +475,12 @@ fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) 
     );
     println!("lease intervals checked: {}", r.audit.intervals);
     println!("temporaries left by killed rewrites: {}", r.temporaries);
+    if settings.gc {
+        println!(
+            "collections: {} ({} found the namespace busy), lock files removed: {}",
+            r.gc.collections, r.gc.busy, r.gc.removed
+        );
+    }
     println!("violations: {}", r.violations.len());
     for v in &r.violations {
         println!("  {v}");

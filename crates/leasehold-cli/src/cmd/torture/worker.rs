@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use leasehold::Budget;
 use leasehold::patterns::durable::replace_file_observed;
+use leasehold::patterns::keyed::KeyError;
 use leasehold_stores::document::{DocumentFiles, RealFiles};
 use leasehold_stores::registry::{Registry, RegistryError};
 
-use super::{AppendLog, Layout, ROOT_POOL, Rng, now_ns};
+use super::{AppendLog, KEY_POOL, Layout, ROOT_POOL, Rng, now_ns};
 use crate::exit::{Failure, Outcome};
 
 /// How long a worker waits for a lease before giving up on that operation (unacknowledged).
@@ -171,6 +172,10 @@ pub fn increment(layout: &Layout, slot: u32, generation: u32) -> Outcome {
     logs.audit("enter", "counter")?;
     phase("holding");
     let path = layout.counter();
+    // Under the counter's lease: temporaries beside it are killed increments' leftovers.
+    leasehold::patterns::durable::remove_temporaries(&path).map_err(|e| {
+        Failure::failed(format!("{}: cannot clean temporaries: {e}", path.display()))
+    })?;
     let bytes = std::fs::read(&path)
         .map_err(|e| Failure::failed(format!("{}: cannot read: {e}", path.display())))?;
     let text = String::from_utf8_lossy(&bytes);
@@ -182,4 +187,58 @@ pub fn increment(layout: &Layout, slot: u32, generation: u32) -> Outcome {
         .map_err(|e| Failure::failed(format!("{}: cannot write: {e}", path.display())))?;
     logs.audit("exit", "counter")?;
     Ok(0)
+}
+
+/// A keyed worker of `--gc`: takes the lease of a random ID of the pool (waiting, or trying
+/// once), holds it through a phase, releases. Most acquisitions vouch for their ID (as
+/// `stage` does); the others may only take an ID whose lock file exists (as `paths` does).
+pub fn keyed(layout: &Layout, slot: u32, generation: u32) -> Outcome {
+    let logs = Logs::open(layout, slot, generation)?;
+    let leases = layout.keyed();
+    let mut rng = Rng::seeded();
+    loop {
+        let id = format!("k{}", rng.below(KEY_POOL));
+        let vouch = rng.below(4) != 0;
+        let budget = match rng.below(3) {
+            0 => Budget::no_wait(),
+            _ => Budget::timeout(ACQUIRE_WAIT),
+        };
+        let lease = match leases.acquire(&id, &budget, |_| vouch) {
+            Ok(lease) => lease,
+            Err(KeyError::Unknown { .. }) if !vouch => continue,
+            Err(KeyError::Lease(e)) if e.is_contended() => continue,
+            Err(e) => {
+                logs.op("violation", &format!("keyed {id}: {e}"))?;
+                continue;
+            }
+        };
+        logs.audit("enter", &format!("key-{id}"))?;
+        phase("holding");
+        if let Err(e) = lease.verify() {
+            logs.op(
+                "violation",
+                &format!("keyed {id}: lease lost while held: {e}"),
+            )?;
+        }
+        logs.audit("exit", &format!("key-{id}"))?;
+        drop(lease);
+    }
+}
+
+/// The collector of `--gc`: removes every lock file nobody holds (no ID has a record), once
+/// per phase, and records how many it removed.
+pub fn collect(layout: &Layout, slot: u32, generation: u32) -> Outcome {
+    let logs = Logs::open(layout, slot, generation)?;
+    let collected = AppendLog::open(&layout.collected())
+        .map_err(|e| Failure::failed(format!("{}: {e}", layout.collected().display())))?;
+    let leases = layout.keyed();
+    loop {
+        phase("collect");
+        match leases.collect(Duration::ZERO, || Ok(Vec::new())) {
+            Ok(done) => collected
+                .record(&format!("{} {}", done.removed, u8::from(done.busy)))
+                .map_err(|e| Failure::failed(format!("collected log: {e}")))?,
+            Err(e) => logs.op("violation", &format!("collect: {e}"))?,
+        }
+    }
 }
