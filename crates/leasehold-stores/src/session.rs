@@ -25,7 +25,6 @@
 
 use std::ffi::OsStr;
 use std::fmt;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -577,7 +576,7 @@ impl Iterator for SessionReader {
 }
 
 fn sync_dir(dir: &LockDir) -> std::io::Result<()> {
-    File::from(dir.as_fd().try_clone_to_owned()?).sync_all()
+    dir.sync()
 }
 
 #[cfg(test)]

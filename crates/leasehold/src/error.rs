@@ -2,7 +2,7 @@
 //! what to do: a lock library is debugged from its error messages.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::holders::HolderInfo;
@@ -200,7 +200,7 @@ impl Error {
     /// [`Error::Io`] of the `lock` operation. Contention (`EWOULDBLOCK`) and `EINTR` are not
     /// errors and must be handled by the caller before this is asked.
     #[cfg(unix)]
-    pub(crate) fn from_lock_errno(path: &Path, errno: rustix::io::Errno) -> Error {
+    pub(crate) fn from_lock_errno(path: &std::path::Path, errno: rustix::io::Errno) -> Error {
         use rustix::io::Errno;
         let source = io::Error::from(errno);
         let path = path.to_path_buf();
@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn lock_errnos_that_mean_no_locking_here_are_typed_apart_from_io_and_contention() {
         use rustix::io::Errno;
-        let path = Path::new("/mnt/fuse/app.lock");
+        let path = std::path::Path::new("/mnt/fuse/app.lock");
         for errno in [Errno::NOLCK, Errno::OPNOTSUPP, Errno::NOTSUP, Errno::NOSYS] {
             let e = Error::from_lock_errno(path, errno);
             assert!(

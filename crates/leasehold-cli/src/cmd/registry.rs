@@ -6,7 +6,10 @@
 //! answers one JSON line per request line, and on EOF or SIGTERM drains, closes the store
 //! and releases the lease before exiting 0. Requests are handled one at a time on the main
 //! thread; a signal only queues a stop behind the request being handled, so SIGTERM never
-//! interrupts a write.
+//! interrupts a write. On Windows the stops are the console's control events (Ctrl-C,
+//! Ctrl-Break, closing the console window, logoff, shutdown); for the last three Windows ends
+//! the process soon after it is told, so teardown there is best effort — the kernel destroys
+//! the lease object with the process anyway, and every answered mutation is already durable.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -19,7 +22,6 @@ use leasehold::{Budget, ErrorClass};
 use leasehold::patterns::authority::State;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths, Scope, existing_dir};
 use serde_json::{Map, Value, json};
-use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::exit::{Failure, OK, Outcome};
 use crate::signals::Interrupts;
@@ -179,15 +181,9 @@ enum Input {
 
 fn serve(registry: &Registry) -> Outcome {
     let (tx, rx) = mpsc::channel();
-    // SIGTERM/SIGINT only queue a stop: the request being handled finishes first.
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
-    let stop = tx.clone();
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            let _ = stop.send(Input::Stop);
-        }
-    });
+    // SIGTERM/SIGINT (Windows: console control events) only queue a stop: the request being
+    // handled finishes first.
+    on_stop_request(tx.clone())?;
     // Contended or failed is a state to report, not a reason to exit: serve never waits.
     let _ = registry.acquire(&Budget::no_wait());
     std::thread::spawn(move || {
@@ -215,6 +211,30 @@ fn serve(registry: &Registry) -> Outcome {
     }
     registry.teardown();
     Ok(OK)
+}
+
+/// Queues [`Input::Stop`] on SIGTERM or SIGINT.
+#[cfg(unix)]
+fn on_stop_request(stop: mpsc::Sender<Input>) -> Result<(), Failure> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            let _ = stop.send(Input::Stop);
+        }
+    });
+    Ok(())
+}
+
+/// Queues [`Input::Stop`] on any console control event (Ctrl-C, Ctrl-Break, close, logoff,
+/// shutdown: `SetConsoleCtrlHandler` through the `ctrlc` crate).
+#[cfg(windows)]
+fn on_stop_request(stop: mpsc::Sender<Input>) -> Result<(), Failure> {
+    ctrlc::set_handler(move || {
+        let _ = stop.send(Input::Stop);
+    })
+    .map_err(|e| Failure::failed(format!("cannot install console control handler: {e}")))
 }
 
 /// Answers one request line with one JSON value.

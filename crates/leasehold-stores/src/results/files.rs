@@ -79,6 +79,4 @@ pub(super) fn remove_dir_if_present(dir: &Path) -> io::Result<()> {
     }
 }
 
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
-}
+pub(super) use leasehold::patterns::durable::sync_dir;

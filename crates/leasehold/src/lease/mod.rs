@@ -127,8 +127,6 @@ impl LockDir {
         self.0.real_path()
     }
 
-    // Used by the append-only log, which is POSIX-only so far.
-    #[cfg_attr(windows, allow(dead_code))]
     /// Opens the data file `name` in this directory as carefully as a lock file (see
     /// `imp::Dir::open_file`): the file and whether it existed before; `Ok(None)` when it
     /// does not exist and `create` is false.
@@ -141,9 +139,13 @@ impl LockDir {
         self.0.open_file(name, write, create)
     }
 
-    /// Makes the directory's entries durable (`fsync` of the directory).
-    #[cfg_attr(windows, allow(dead_code))]
-    pub(crate) fn sync(&self) -> std::io::Result<()> {
+    /// Makes the directory's entries durable: `fsync` of the directory on POSIX; nothing on
+    /// Windows, which cannot `fsync` a directory (NTFS journals the entry itself). Stores call
+    /// it after creating a file in the directory, so that the new name survives a crash.
+    ///
+    /// # Errors
+    /// The `fsync`'s I/O error.
+    pub fn sync(&self) -> std::io::Result<()> {
         self.0.sync()
     }
 }

@@ -30,8 +30,7 @@
 //!   symlink to a victim file is never written through, and a FIFO never hangs the opener.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorClass};
@@ -271,7 +270,7 @@ impl AppendLog {
             });
         }
         lease.verify()?;
-        if let Err(e) = (&self.file).write_all(lines) {
+        if let Err(e) = write_at_end(&self.file, lines, self.len) {
             self.roll_back();
             return Err(io_error(&self.path, "append record", e).into());
         }
@@ -319,8 +318,7 @@ impl AppendLog {
             return Ok(None);
         }
         let mut last = [0u8; 1];
-        self.file
-            .read_exact_at(&mut last, self.len - 1)
+        read_exact_at(&self.file, &mut last, self.len - 1)
             .map_err(|e| io_error(&self.path, "read log", e))?;
         if last[0] == b'\n' {
             return Ok(None);
@@ -434,13 +432,67 @@ fn last_newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
     while hi > 0 {
         let lo = hi.saturating_sub(CHUNK);
         let chunk = &mut buf[..(hi - lo) as usize];
-        file.read_exact_at(chunk, lo)?;
+        read_exact_at(file, chunk, lo)?;
         if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
             return Ok(Some(lo + i as u64));
         }
         hi = lo;
     }
     Ok(None)
+}
+
+/// Writes whole lines at the end of the log in one `write` call (more calls only if the
+/// kernel completes it partially).
+///
+/// POSIX: the descriptor is `O_APPEND`, so the write lands at the end whatever the offset.
+/// Windows: the handle has `FILE_WRITE_DATA` (truncating a torn tail or a failed write needs
+/// it, and with it `FILE_APPEND_DATA` no longer forces writes to the end), so the write is
+/// positioned at `end`, the length after our last append — we are the only writer.
+#[cfg(unix)]
+fn write_at_end(file: &File, lines: &[u8], _end: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    (&*file).write_all(lines)
+}
+
+#[cfg(windows)]
+fn write_at_end(file: &File, mut lines: &[u8], mut end: u64) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !lines.is_empty() {
+        match file.seek_write(lines, end) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                lines = &lines[n..];
+                end += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Fills `buf` from `offset` without moving a shared file position (`pread` on POSIX,
+/// `ReadFile` with an offset on Windows).
+#[cfg(unix)]
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        match file.seek_read(buf, offset) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &LockDir) -> std::io::Result<()> {
