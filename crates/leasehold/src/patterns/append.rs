@@ -510,7 +510,6 @@ fn io_error(path: &Path, op: &'static str, source: std::io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     struct Fixture {
         _tmp: tempfile::TempDir,
@@ -575,16 +574,22 @@ mod tests {
             "{err:?}"
         );
         assert_eq!(content(&f), b"1\n");
-        // The lock file replaced: the batch is refused before any byte is written.
-        std::fs::remove_file(f.dir.path().join("log.lock")).unwrap();
-        let err = log.append_batch(&f.lease, [&b"5"[..], b"6"]);
-        assert!(err.is_err(), "a lost lease must stop the batch");
-        assert_eq!(content(&f), b"1\n");
+        // The lock file replaced (POSIX: there the file is the lock): the batch is refused
+        // before any byte is written.
+        #[cfg(unix)]
+        {
+            std::fs::remove_file(f.dir.path().join("log.lock")).unwrap();
+            let err = log.append_batch(&f.lease, [&b"5"[..], b"6"]);
+            assert!(err.is_err(), "a lost lease must stop the batch");
+            assert_eq!(content(&f), b"1\n");
+        }
         assert_eq!(log.append_batch(&f.lease, Vec::<&[u8]>::new()).unwrap(), 0);
     }
 
+    #[cfg(unix)] // Windows files have no mode bits
     #[test]
     fn new_log_is_mode_0600() {
+        use std::os::unix::fs::PermissionsExt;
         let f = fixture();
         AppendLog::open_at(&f.dir, "log.jsonl", &f.lease, Durability::default()).unwrap();
         let meta = std::fs::metadata(f.dir.path().join("log.jsonl")).unwrap();
@@ -654,6 +659,7 @@ mod tests {
         assert!(!f.dir.path().join("log.jsonl").exists());
     }
 
+    #[cfg(unix)] // symlinks and FIFOs; Windows: a directory in the way is refused below
     #[test]
     fn hostile_log_paths_are_refused_untouched() {
         let f = fixture();
@@ -695,6 +701,23 @@ mod tests {
         assert!(log.is_dir());
     }
 
+    #[test]
+    fn a_directory_in_place_of_the_log_is_refused_untouched() {
+        let f = fixture();
+        let log = f.dir.path().join("log.jsonl");
+        std::fs::create_dir(&log).unwrap();
+        let e =
+            AppendLog::open_at(&f.dir, "log.jsonl", &f.lease, Durability::default()).unwrap_err();
+        assert!(e.is_unusable_path(), "{e}");
+        assert!(
+            LogReader::open_at(&f.dir, "log.jsonl")
+                .unwrap_err()
+                .is_unusable_path()
+        );
+        assert!(log.is_dir());
+    }
+
+    #[cfg(unix)] // replacing the lock file loses the lease only where the file is the lock
     #[test]
     fn appends_fail_closed_when_the_lease_is_lost() {
         let f = fixture();
