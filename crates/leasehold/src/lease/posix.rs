@@ -201,7 +201,7 @@ impl Held {
             Ok(()) => {
                 // A mark left from waiting for this lease goes now, after the unlock, so it
                 // costs the waiters the kernel just woke nothing.
-                #[cfg(target_os = "linux")]
+                #[cfg(all(target_os = "linux", not(leasehold_portable)))]
                 sys::unmark_waiting(fd.as_fd());
                 Some(Opened { fd, id })
             }
@@ -343,7 +343,7 @@ pub(crate) fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<
 /// the handoff's critical path, measured ~16 µs on the 2-core reference VM). Only for waits
 /// that nothing can end but the grant: an unlimited budget without a cancellation token.
 pub(crate) fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result<Granted> {
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(leasehold_portable)))]
     sys::mark_waiting(opened.fd.as_fd());
     // The mark stays until the lease's descriptor closes (which drops it) or a handle
     // unlocks (`Held::unlock_keep`): removing it here measured ~1 µs on the handoff path.
@@ -466,7 +466,7 @@ impl KernelWait {
         let (id, job_slot) = (opened.id, slot.clone());
         let started = helpers::run(Box::new(move || {
             let fd = opened.fd;
-            #[cfg(target_os = "linux")]
+            #[cfg(all(target_os = "linux", not(leasehold_portable)))]
             sys::mark_waiting(fd.as_fd());
             // The mark stays with the lease (see `lock_inline`).
             let res = sys::lock_blocking(fd.as_fd(), shared);
@@ -588,13 +588,13 @@ mod helpers {
 /// are waiting (see `sys::mark_waiting`), so that a handle that releases gives its waiters
 /// the same chance a closing releaser gives them.
 #[derive(Debug)]
-pub(crate) struct Probe(#[cfg(target_os = "linux")] Option<OwnedFd>);
+pub(crate) struct Probe(#[cfg(all(target_os = "linux", not(leasehold_portable)))] Option<OwnedFd>);
 
 impl Probe {
     pub(crate) fn open(target: &Target) -> Probe {
-        #[cfg(target_os = "linux")]
+        #[cfg(all(target_os = "linux", not(leasehold_portable)))]
         return Probe(sys::open_probe(target.dir(), &target.name));
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(not(all(target_os = "linux", not(leasehold_portable))))]
         {
             let _ = target;
             Probe()
@@ -603,12 +603,12 @@ impl Probe {
 
     /// Whether another process waits for the lock (always `false` where nobody can tell).
     pub(crate) fn others_waiting(&self) -> bool {
-        #[cfg(target_os = "linux")]
+        #[cfg(all(target_os = "linux", not(leasehold_portable)))]
         return self
             .0
             .as_ref()
             .is_some_and(|fd| sys::others_waiting(fd.as_fd()));
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(not(all(target_os = "linux", not(leasehold_portable))))]
         false
     }
 }

@@ -173,7 +173,7 @@ pub(crate) fn unlock(fd: BorrowedFd<'_>) -> Result<(), Errno> {
 /// sign of waiters it takes the lock back every time (measured: 1 handoff in 24,530). Only
 /// Linux: on the BSDs and macOS flock and fcntl locks share one lock list and would conflict.
 /// Best effort: a failure only costs fairness, never exclusion.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) fn mark_waiting(fd: BorrowedFd<'_>) {
     let _ = rustix::fs::fcntl_lock(fd, FlockOperation::NonBlockingLockShared);
 }
@@ -182,7 +182,7 @@ pub(crate) fn mark_waiting(fd: BorrowedFd<'_>) {
 /// any descriptor of the file is closed (POSIX lock semantics), which is how a cold lease's
 /// mark goes at release. Fine: in-process leases on one file are serialized by the claim
 /// table, and a mark only ever costs fairness, never exclusion.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) fn unmark_waiting(fd: BorrowedFd<'_>) {
     let _ = rustix::fs::fcntl_lock(fd, FlockOperation::NonBlockingUnlock);
 }
@@ -190,7 +190,7 @@ pub(crate) fn unmark_waiting(fd: BorrowedFd<'_>) {
 /// Whether another process has marked itself waiting ([`mark_waiting`]) on the file `probe`
 /// (opened read-write: a write-lock test needs write access) is open on. One `F_SETLK`
 /// write-lock try, undone at once when it succeeds.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) fn others_waiting(probe: BorrowedFd<'_>) -> bool {
     match rustix::fs::fcntl_lock(probe, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {
@@ -204,7 +204,7 @@ pub(crate) fn others_waiting(probe: BorrowedFd<'_>) -> bool {
 
 /// Opens `name` read-write for [`others_waiting`] only (never written); `None` when the file
 /// may not be opened for writing, which only costs the fairness aid.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) fn open_probe(dir: BorrowedFd<'_>, name: &Path) -> Option<OwnedFd> {
     let flags =
         OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
@@ -322,19 +322,28 @@ pub(crate) fn is_readable(fd: BorrowedFd<'_>) -> bool {
 #[derive(Debug)]
 pub(crate) struct Notifier {
     read: OwnedFd,
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[cfg(not(all(
+        any(target_os = "linux", target_os = "android"),
+        not(leasehold_portable)
+    )))]
     write: OwnedFd,
 }
 
 impl Notifier {
     pub(crate) fn new() -> Result<Notifier, Errno> {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
+        #[cfg(all(
+            any(target_os = "linux", target_os = "android"),
+            not(leasehold_portable)
+        ))]
         {
             use rustix::event::EventfdFlags;
             let read = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
             Ok(Notifier { read })
         }
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        #[cfg(not(all(
+            any(target_os = "linux", target_os = "android"),
+            not(leasehold_portable)
+        )))]
         {
             let (read, write) = pipe()?;
             Ok(Notifier { read, write })
@@ -343,9 +352,15 @@ impl Notifier {
 
     /// Makes the notifier readable (async-signal-safe, never blocks).
     pub(crate) fn poke(&self) {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
+        #[cfg(all(
+            any(target_os = "linux", target_os = "android"),
+            not(leasehold_portable)
+        ))]
         let _ = rustix::io::write(&self.read, &1u64.to_ne_bytes());
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        #[cfg(not(all(
+            any(target_os = "linux", target_os = "android"),
+            not(leasehold_portable)
+        )))]
         poke(self.write.as_fd());
     }
 
@@ -402,7 +417,10 @@ pub(crate) fn lookup(path: &Path) -> io::Result<Looked> {
 /// inode-only match is accepted only after `/proc/PID/fd` proves that process has this very
 /// inode open: a pid shown must be right. A lock whose locker has exited while descendants
 /// still hold the descriptor shows pid 0: it is reported held with no pid.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(leasehold_portable)
+))]
 pub(crate) fn holders(id: FileId) -> Holders {
     let Ok(text) = read_proc_locks() else {
         return Holders::Unknown;
@@ -473,7 +491,10 @@ pub(crate) fn holders(id: FileId) -> Holders {
 /// repeat entries while other processes lock and unlock: the core tests saw their own held
 /// lease missing. Each call also takes the global `file_rwsem` for writing, stalling every
 /// lock operation on the machine. A buffer that came back full is retried twice as large.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(leasehold_portable)
+))]
 fn read_proc_locks() -> io::Result<String> {
     use std::io::Read;
     let mut size = 1 << 16;
@@ -489,7 +510,10 @@ fn read_proc_locks() -> io::Result<String> {
     }
 }
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(leasehold_portable)
+))]
 fn process_has_open(pid: u32, id: FileId) -> bool {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
@@ -502,7 +526,10 @@ fn process_has_open(pid: u32, id: FileId) -> bool {
 }
 
 /// Who holds flock locks on the inode `id`: this platform does not tell.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(not(all(
+    any(target_os = "linux", target_os = "android"),
+    not(leasehold_portable)
+)))]
 pub(crate) fn holders(_id: FileId) -> Holders {
     Holders::Unknown
 }
