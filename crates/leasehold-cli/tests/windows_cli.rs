@@ -291,12 +291,15 @@ fn registry_contention_hand_over_and_takeover_after_a_kill() {
         "durable read-back after the kill: {doc}"
     );
 
-    // One-shot verbs hand over too: remove, then the entry is gone.
+    // Stored in the form users write (no verbatim `\\?\` prefix), so that a root deleted
+    // since is still removable by its path.
+    assert!(roots(&doc).iter().all(|r| !r.starts_with(r"\\?\")), "{doc}");
+    std::fs::remove_dir(root1).unwrap();
     let out = run(registry(&home).arg("remove").arg(primary).arg(root1));
     assert_eq!(out.code, 0, "{out:?}");
     let out = run(registry(&home).args(["list", "--json"]));
     let doc: Value = serde_json::from_str(out.stdout.trim()).unwrap();
-    assert_eq!(roots(&doc).len(), 1, "{doc}");
+    assert_eq!(roots(&doc).len(), 1, "the deleted root was removed: {doc}");
 }
 
 #[test]
