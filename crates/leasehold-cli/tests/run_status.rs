@@ -103,7 +103,7 @@ fn a_waiter_takes_over_and_says_once_what_it_waits_for() {
     assert!(notice.starts_with("leasehold: "), "{notice:?}");
     assert!(notice.contains(&lock.display().to_string()), "{notice:?}");
     assert!(
-        notice.contains(&format!("pid {}", holder.pid())),
+        notice.contains(&common::pid_note(holder.pid())),
         "{notice:?}"
     );
     release(holder);
@@ -123,9 +123,12 @@ fn command_keeps_the_lease_when_leasehold_itself_is_sigkilled() {
         out.code, 75,
         "COMMAND still runs, so nobody else may: {out:?}"
     );
-    let st = status_text(&lock);
-    assert_eq!(st.code, 0);
-    assert!(st.stdout.starts_with("held"), "{st:?}");
+    if !cfg!(leasehold_portable) {
+        // (The portable build's status cannot tell; the refused try above is the proof.)
+        let st = status_text(&lock);
+        assert_eq!(st.code, 0);
+        assert!(st.stdout.starts_with("held"), "{st:?}");
+    }
     // COMMAND ends (its stdin is our pipe): the lease goes with it.
     holder.send("go");
     assert_eq!(holder.line(), "done");
