@@ -301,7 +301,7 @@ impl Registry {
             return false;
         }
         let scope = self.scope();
-        let (Ok(primary), Some(target)) = (canonicalize(&primary), canonical_target(path)) else {
+        let (Ok(primary), Some(target)) = (canonicalize(primary), canonical_target(path)) else {
             return false;
         };
         if target.starts_with(&primary) {
