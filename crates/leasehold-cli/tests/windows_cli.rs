@@ -515,6 +515,12 @@ fn run_contention_hand_over_takeover_and_status() {
         .arg(&lock)
         .args(["--", "cmd", "/c", "exit", "0"]));
     assert_eq!(out.code, 75, "{out:?}");
+    // What Windows cannot do is said: `run --help` names the missing inheritance.
+    let help = run(leasehold().args(["run", "--help"]));
+    assert!(
+        help.stdout.contains("COMMAND does not inherit the lease"),
+        "{help:?}"
+    );
     // Windows does not reveal holders: status says so in one line.
     let out = run(leasehold().arg("status").arg(&lock));
     assert_error(&out, 1, "does not reveal lock holders");
