@@ -59,7 +59,6 @@ impl Classified for leasehold_stores::results::ResultError {
     }
 }
 
-#[cfg(unix)]
 impl Classified for leasehold_stores::session::SessionError {
     fn class(&self) -> ErrorClass {
         leasehold_stores::session::SessionError::class(self)

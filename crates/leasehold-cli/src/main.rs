@@ -18,10 +18,11 @@
 //! * `torture`, `bench` — measure the claims: crash torture with SIGKILLed workers, and
 //!   latencies and costs against kernel floors measured in the same run.
 //!
-//! `env` maps the opt-in environment variables to lease options; `exit` maps errors to the contract's statuses and prints them; `out` writes stderr lines in one
-//! `write` each and treats a closed stdout as the end of output; `signals` turns SIGINT and
-//! SIGTERM into cancellation of a wait. Where a verb needs what the platform lacks (POSIX
-//! processes and logs, Linux's `/proc`), it says it is not available (`cmd/unsupported.rs`). Being a binary, this crate has no public
+//! `env` maps the opt-in environment variables to lease options; `exit` maps errors to the contract's statuses and prints them; `out` writes stderr lines in one `write` each and treats a closed stdout as
+//! the end of output; `signals` turns SIGINT and
+//! SIGTERM into cancellation of a wait. Where a verb needs what the platform lacks (`bench`:
+//! Linux's `/proc` and flock floors; `torture` on Windows: process-group kills), it says it is
+//! not available (`cmd/unsupported.rs`). Being a binary, this crate has no public
 //! API: the library is `leasehold`, the stores are `leasehold-stores`.
 #![forbid(unsafe_code)]
 

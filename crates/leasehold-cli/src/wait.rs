@@ -86,8 +86,8 @@ impl Wait {
     /// long it waited since it started (the quiet first second included) and the option
     /// that waits longer.
     pub fn gave_up(&self) -> String {
-        // A single try did not wait, however long the try and the holder look-up took
-        // (reading /proc on a loaded machine can take milliseconds).
+        // A single try did not wait, however long the try itself took on a loaded machine
+        // (seen: over 1 ms under CI load, which then read "gave up after 0.0s").
         if self.deadline == Some(self.started) {
             return gave_up_after(Duration::ZERO);
         }

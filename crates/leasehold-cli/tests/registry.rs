@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{gave_up_after, hold, leasehold, release};
+use common::{gave_up_after, hold, leasehold, pid_note, release, with_pid};
 use serde_json::{Value, json};
 use testkit::{Proc, assert_one_line_error, run};
 
@@ -185,11 +185,11 @@ fn one_shot_while_held_exits_75_naming_the_holder_pid() {
     let (p, r) = (h.dir("p"), h.dir("r"));
     let mut a = h.serve();
     assert_eq!(a.list()["state"], "active");
-    let pid = format!("(pid {})", a.0.pid());
+    let pid = with_pid(a.0.pid());
 
     let out = run(&mut h.reg(&["add", &p, &r]));
     assert_eq!(out.code, 75, "{out:?}");
-    assert_one_line_error(&out, &format!("registry is held by another process {pid}"));
+    assert_one_line_error(&out, &format!("registry is held by another process{pid}"));
     assert_one_line_error(&out, "did not wait (wait for it with --timeout SECS)");
 
     let out = run(&mut h.reg(&["list", "--json"]));
@@ -202,7 +202,7 @@ fn one_shot_while_held_exits_75_naming_the_holder_pid() {
     assert_eq!(out.code, 75, "a bounded wait gives up: {out:?}");
     assert_one_line_error(
         &out,
-        &format!("registry is held by another process {pid}; gave up after "),
+        &format!("registry is held by another process{pid}; gave up after "),
     );
     let waited = gave_up_after(out.stderr.trim_end());
     assert!(waited.is_some_and(|s| (0.2..1.0).contains(&s)), "{out:?}");
@@ -237,7 +237,7 @@ fn a_contended_server_fails_closed_and_refresh_takes_over_after_a_clean_exit() {
     for answer in [b.list(), b.add(&p, &r2), b.refresh()] {
         assert_refused(&answer, "contended", "registry-contended");
         let msg = answer["message"].as_str().unwrap();
-        assert!(msg.contains(&format!("(pid {})", a.0.pid())), "{msg}");
+        assert!(msg.contains(&pid_note(a.0.pid())), "{msg}");
     }
     let removed = b.ask(json!({"op": "remove", "primary": &p, "root": &r1}));
     assert_refused(&removed, "contended", "registry-contended");
@@ -435,10 +435,7 @@ fn a_waiting_one_shot_says_so_and_takes_over_after_the_holder_exits() {
         notice.starts_with("leasehold: waiting for the registry"),
         "{notice:?}"
     );
-    assert!(
-        notice.contains(&format!("(pid {})", a.0.pid())),
-        "{notice:?}"
-    );
+    assert!(notice.contains(&pid_note(a.0.pid())), "{notice:?}");
     a.finish();
     let answer: Value = serde_json::from_str(&waiter.line()).unwrap();
     assert_eq!(answer, json!({"state": "active", "scope": {&p: [&r]}}));

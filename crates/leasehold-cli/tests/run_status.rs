@@ -78,7 +78,7 @@ fn release_on_clean_exit_and_contention_names_lock_and_pid() {
     let out = try_run(&lock);
     assert_eq!(out.code, 75);
     assert_one_line_error(&out, &lock.display().to_string());
-    assert_one_line_error(&out, &format!("(pid {})", holder.pid()));
+    assert_one_line_error(&out, &common::pid_note(holder.pid()));
     release(holder);
     assert_eq!(try_run(&lock).code, 0);
 }
@@ -103,7 +103,7 @@ fn a_waiter_takes_over_and_says_once_what_it_waits_for() {
     assert!(notice.starts_with("leasehold: "), "{notice:?}");
     assert!(notice.contains(&lock.display().to_string()), "{notice:?}");
     assert!(
-        notice.contains(&format!("pid {}", holder.pid())),
+        notice.contains(&common::pid_note(holder.pid())),
         "{notice:?}"
     );
     release(holder);
@@ -123,9 +123,12 @@ fn command_keeps_the_lease_when_leasehold_itself_is_sigkilled() {
         out.code, 75,
         "COMMAND still runs, so nobody else may: {out:?}"
     );
-    let st = status_text(&lock);
-    assert_eq!(st.code, 0);
-    assert!(st.stdout.starts_with("held"), "{st:?}");
+    if !cfg!(leasehold_portable) {
+        // (The portable build's status cannot tell; the refused try above is the proof.)
+        let st = status_text(&lock);
+        assert_eq!(st.code, 0);
+        assert!(st.stdout.starts_with("held"), "{st:?}");
+    }
     // COMMAND ends (its stdin is our pipe): the lease goes with it.
     holder.send("go");
     assert_eq!(holder.line(), "done");
@@ -173,9 +176,9 @@ fn timeout_and_no_wait_give_up_with_75_or_the_conflict_code_and_never_run_comman
     assert_one_line_error(
         &out,
         &format!(
-            "{}: lock is held by another process (pid {}); gave up after ",
+            "{}: lock is held by another process{}; gave up after ",
             lock.display(),
-            holder.pid()
+            common::with_pid(holder.pid())
         ),
     );
     let waited = gave_up_after(out.stderr.trim_end());
@@ -193,9 +196,11 @@ fn timeout_and_no_wait_give_up_with_75_or_the_conflict_code_and_never_run_comman
     assert_eq!(out.code, 0);
     assert!(!marker.exists(), "COMMAND must never run without the lease");
     // The abandoned waiters hold nothing: the holder's pid is the only one.
-    let st = run(leasehold().args(["status", "--json"]).arg(&lock));
-    let v: serde_json::Value = serde_json::from_str(&st.stdout).unwrap();
-    assert_eq!(v["holders"], serde_json::json!([holder.pid()]));
+    if !cfg!(leasehold_portable) {
+        let st = run(leasehold().args(["status", "--json"]).arg(&lock));
+        let v: serde_json::Value = serde_json::from_str(&st.stdout).unwrap();
+        assert_eq!(v["holders"], serde_json::json!([holder.pid()]));
+    }
     release(holder);
     assert_eq!(try_run(&lock).code, 0);
 }
@@ -214,9 +219,9 @@ fn a_long_wait_gives_notice_once_and_reports_the_whole_wait_when_it_gives_up() {
     assert_eq!(out.code, 75, "{out:?}");
     let lines: Vec<&str> = out.stderr.lines().collect();
     let held = format!(
-        "{} held by another process (pid {})",
+        "{} held by another process{}",
         lock.display(),
-        holder.pid()
+        common::with_pid(holder.pid())
     );
     assert_eq!(lines.len(), 2, "{out:?}");
     assert_eq!(lines[0], format!("leasehold: waiting for {held}"));
@@ -408,6 +413,13 @@ fn status_reports_free_held_and_json_without_creating_anything() {
     );
     let holder = hold(&lock);
     let out = status_text(&lock);
+    if cfg!(leasehold_portable) {
+        // The macOS/BSD path: the OS does not reveal holders, and status says so in one line.
+        assert_eq!(out.code, 1, "{out:?}");
+        assert_one_line_error(&out, "this system does not reveal lock holders");
+        release(holder);
+        return;
+    }
     assert_eq!(out.stdout, format!("held by pid {}\n", holder.pid()));
     let out = run(leasehold().args(["status", "--json"]).arg(&lock));
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
@@ -435,7 +447,9 @@ fn status_during_a_storm_of_no_wait_runs_causes_no_spurious_failure() {
         std::thread::spawn(move || {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                assert_eq!(status_text(&lock).code, 0);
+                // Portable build: "does not reveal lock holders" (exit 1), never a disturbance.
+                let want = if cfg!(leasehold_portable) { 1 } else { 0 };
+                assert_eq!(status_text(&lock).code, want);
                 n += 1;
             }
             n

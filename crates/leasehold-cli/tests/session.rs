@@ -114,9 +114,7 @@ fn log_of(dir: &Path, id: &str) -> PathBuf {
 }
 
 fn status(lock: &Path) -> String {
-    let out = run(leasehold().arg("status").arg(lock));
-    assert_eq!(out.code, 0, "{out:?}");
-    out.stdout.trim().to_string()
+    common::status_line(lock)
 }
 
 #[test]
@@ -127,10 +125,7 @@ fn appends_each_line_as_it_arrives_and_holds_the_lease_until_exit() {
     a.send(r#"{"n":1}"#);
     // Seen while stdin is still open: the line was appended on arrival, not at EOF.
     assert_eq!(wait_for_records(&dir, "s1", 1), [r#"{"n":1}"#]);
-    assert_eq!(
-        status(&lock_of(&dir, "s1")),
-        format!("held by pid {}", a.pid())
-    );
+    assert_eq!(status(&lock_of(&dir, "s1")), common::held_by(a.pid()));
     a.send("");
     a.send(r#"  {"n": 2}  "#);
     assert_eq!(
@@ -157,7 +152,10 @@ fn second_writer_is_refused_with_the_holders_pid() {
     a.send(r#"{"from":"a"}"#);
     wait_for_records(&dir, "s", 1);
 
-    let owned = format!("session s is owned by another process (pid {})", a.pid());
+    let owned = format!(
+        "session s is owned by another process{}",
+        common::with_pid(a.pid())
+    );
     // A writer started now finds an existing session and is refused at once.
     let c = append(&dir, "s", "{\"from\":\"c\"}\n");
     assert_eq!(c.code, 75, "{c:?}");

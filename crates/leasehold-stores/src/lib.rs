@@ -25,5 +25,4 @@
 pub mod document;
 pub mod registry;
 pub mod results;
-#[cfg(unix)] // the append-only log is POSIX-only (O_APPEND through directory handles)
 pub mod session;

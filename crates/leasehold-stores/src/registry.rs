@@ -624,7 +624,7 @@ impl Registry {
             return false;
         }
         let scope = self.scope();
-        let (Ok(primary), Some(target)) = (primary.canonicalize(), canonical_target(path)) else {
+        let (Ok(primary), Some(target)) = (canonicalize(primary), canonical_target(path)) else {
             return false;
         };
         if target.starts_with(&primary) {
@@ -724,14 +724,34 @@ pub fn existing_dir(path: &Path) -> Result<PathBuf, RegistryError> {
         path: path.to_path_buf(),
         reason,
     };
-    let canonical = path
-        .canonicalize()
-        .map_err(|e| invalid(format!("not an existing directory ({e})")))?;
+    let canonical =
+        canonicalize(path).map_err(|e| invalid(format!("not an existing directory ({e})")))?;
     if !canonical.is_dir() {
         return Err(invalid("not a directory".into()));
     }
     if canonical.to_str().is_none() {
         return Err(invalid("path is not valid UTF-8".into()));
+    }
+    Ok(canonical)
+}
+
+/// `path.canonicalize()` in the form users write and `std::path::absolute` returns: on
+/// Windows without the verbatim prefix (`\\?\C:\…`, `\\?\UNC\…`) that `canonicalize` adds, so
+/// that stored paths read `C:\…` and a deleted directory's absolute form (which has no
+/// prefix) still matches its stored entry at removal. (The standard library adds the prefix
+/// itself where a long path needs it.)
+fn canonicalize(path: &Path) -> std::io::Result<PathBuf> {
+    let canonical = path.canonicalize()?;
+    #[cfg(windows)]
+    if let Some(s) = canonical.to_str() {
+        if let Some(rest) = s.strip_prefix(r"\\?\UNC\") {
+            return Ok(PathBuf::from(format!(r"\\{rest}")));
+        }
+        if let Some(rest) = s.strip_prefix(r"\\?\")
+            && rest.as_bytes().get(1) == Some(&b':')
+        {
+            return Ok(PathBuf::from(rest));
+        }
     }
     Ok(canonical)
 }
@@ -749,7 +769,7 @@ fn spellings_for_removal(path: &Path) -> Result<Vec<PathBuf>, RegistryError> {
         reason: format!("cannot make the path absolute ({e})"),
     })?;
     let mut out = vec![normalize_lexically(&absolute)];
-    if let Ok(c) = path.canonicalize()
+    if let Ok(c) = canonicalize(path)
         && !out.contains(&c)
     {
         out.push(c);
@@ -776,7 +796,7 @@ fn normalize_lexically(path: &Path) -> PathBuf {
 /// The canonical form of `path`, or of its parent joined with its final name when `path`
 /// itself does not exist yet.
 fn canonical_target(path: &Path) -> Option<PathBuf> {
-    if let Ok(c) = path.canonicalize() {
+    if let Ok(c) = canonicalize(path) {
         return Some(c);
     }
     if path.symlink_metadata().is_ok() {
@@ -789,7 +809,7 @@ fn canonical_target(path: &Path) -> Option<PathBuf> {
         _ => return None,
     };
     let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.canonicalize().ok()?,
+        Some(p) if !p.as_os_str().is_empty() => canonicalize(p).ok()?,
         _ => std::env::current_dir().ok()?,
     };
     Some(parent.join(name))

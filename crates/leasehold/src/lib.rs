@@ -24,11 +24,13 @@
 //! ## Platforms
 //!
 //! Linux, macOS and the BSDs share the POSIX primitive (`flock` on a lock file; Linux adds
-//! `/proc/locks` for holders and inotify for prompt wake-ups). On Windows a lease is a named
+//! `/proc/locks` for holders, waiting marks for fair hand-over and eventfd wake-ups — all
+//! switched off by `RUSTFLAGS="--cfg leasehold_portable"`, which runs the macOS/BSD code path
+//! on Linux). On Windows a lease is a named
 //! kernel semaphore, `Local\leasehold-<hex sha256(real path, case-folded)>`, whose existence is
 //! the lock: no lock file is created or held, the kernel destroys the object when its holder
 //! closes it or dies, and [`holders`] answers [`Holders::Unknown`]. The public names are the
-//! same; POSIX-only pieces (descriptor inheritance, the append-only log) are `cfg(unix)`.
+//! same; POSIX-only pieces (descriptor inheritance) are `cfg(unix)`.
 //!
 //! ## `unsafe`
 //!

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use leasehold::{Budget, CancelToken, Error, Holders, Lease, holders};
+use leasehold::{Budget, CancelToken, Error, Lease};
 use testkit::{Canary, FlockHolder};
 
 async fn many_waiters_take_turns_exclusively() {
@@ -33,7 +33,7 @@ async fn many_waiters_take_turns_exclusively() {
         t.await.unwrap();
     }
     assert_eq!(done.load(Ordering::SeqCst), 24);
-    assert_eq!(holders(&*path).unwrap(), Holders::Free);
+    testkit::assert_free(path.as_path());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,7 +62,7 @@ async fn dropping_the_future_cancels_and_leaves_nothing_held() {
         "still contended, so the wait was abandoned by drop"
     );
     holder.release();
-    assert_eq!(holders(&path).unwrap(), Holders::Free);
+    testkit::assert_free(&path);
     Lease::try_acquire(&path).unwrap();
 }
 

@@ -31,7 +31,9 @@ fn an_abandoned_kernel_wait_never_ends_up_holding_the_lease() {
     holder.kill(); // the kernel drops its lock; our abandoned helper is granted it
     let next = FlockHolder::hold(&path); // blocks until it has the lock: ours was dropped
     let _quiet = testkit::quiet();
+    // The portable build cannot name holders; there the blocking hold above is the proof.
     match leasehold::holders(&path).unwrap() {
+        Holders::Unknown if cfg!(leasehold_portable) => {}
         Holders::Held { pids } => assert!(
             !pids.contains(&std::process::id()),
             "an abandoned waiter of this process holds the lease: {pids:?}"

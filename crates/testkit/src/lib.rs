@@ -13,6 +13,7 @@
 //!   [`assert_one_line_error`] for the CLI's error contract.
 //! * [`Canary`]: a tokio task whose ticks prove that no executor thread was blocked.
 //! * [`Recorder`]: the labelled, ordered events of one or more authorities.
+//! * [`assert_free`]: nothing holds a lock, asserted the way the build can tell.
 //!
 //! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
 //! tests compile) stay in that crate's `tests/common`.
@@ -20,12 +21,14 @@
 #![deny(missing_docs)]
 
 mod canary;
+mod free;
 #[cfg(unix)]
 mod process;
 mod recorder;
 mod spawns;
 
 pub use canary::Canary;
+pub use free::assert_free;
 #[cfg(unix)]
 pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run};
 pub use recorder::Recorder;

@@ -89,7 +89,7 @@ pub fn status(_: &str, _: &str, _: bool) -> crate::exit::Outcome {
     Err(unsupported())
 }
 
-#[cfg(all(not(all(feature = "etcd", unix)), unix))]
+#[cfg(not(all(feature = "etcd", unix)))]
 pub fn registry(
     _: &str,
     _: &str,

@@ -5,13 +5,9 @@
 #[cfg_attr(not(target_os = "linux"), allow(clippy::duplicate_mod))]
 pub mod bench;
 pub mod etcd;
-#[cfg_attr(windows, path = "unsupported.rs")]
-#[cfg_attr(windows, allow(clippy::duplicate_mod))]
 pub mod registry;
 pub mod results;
 pub mod run;
-#[cfg_attr(windows, path = "unsupported.rs")]
-#[cfg_attr(windows, allow(clippy::duplicate_mod))] // one stub per verb, named by its module
 pub mod session;
 pub mod status;
 #[cfg_attr(windows, path = "unsupported.rs")]

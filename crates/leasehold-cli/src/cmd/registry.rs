@@ -7,7 +7,10 @@
 //! and releases the lease before exiting 0. Requests are read and handled one at a time on
 //! the main thread (a flooding writer is held back by the pipe); a signal only raises a
 //! stop seen before the next request, so SIGTERM never interrupts a write and never waits
-//! for a backlog.
+//! for a backlog. On Windows the stops are the console's control events (Ctrl-C,
+//! Ctrl-Break, closing the console window, logoff, shutdown); for the last three Windows ends
+//! the process soon after it is told, so teardown there is best effort — the kernel destroys
+//! the lease object with the process anyway, and every answered mutation is already durable.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,8 +21,10 @@ use leasehold::{Budget, ErrorClass};
 
 use leasehold::patterns::authority::State;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths, Scope, existing_dir};
+#[cfg(unix)]
 use rustix::event::{PollFd, PollFlags};
 use serde_json::{Map, Value, json};
+#[cfg(unix)]
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::exit::{Failure, OK, Outcome};
@@ -234,6 +239,7 @@ enum Input {
 /// of the request being answered beyond one chunk, so a writer that floods stdin is held
 /// back by the pipe (back-pressure) instead of filling our memory, and a stop signal is
 /// seen before the next request, not after the whole backlog.
+#[cfg(unix)]
 struct Requests {
     buf: Vec<u8>,
     /// Bytes of `buf` already searched for a newline.
@@ -245,6 +251,7 @@ struct Requests {
     wake: std::os::unix::net::UnixStream,
 }
 
+#[cfg(unix)]
 impl Requests {
     fn new() -> Result<Requests, Failure> {
         let fail =
@@ -324,6 +331,7 @@ impl Requests {
     }
 }
 
+#[cfg(unix)]
 fn serve(registry: &Registry) -> Outcome {
     // SIGTERM/SIGINT only raise a flag: the request being handled finishes first.
     let mut requests = Requests::new()?;
@@ -331,22 +339,17 @@ fn serve(registry: &Registry) -> Outcome {
     let _ = registry.acquire(&Budget::no_wait());
     let mut out = std::io::stdout().lock();
     loop {
-        let answer = match requests.next() {
+        let input = match requests.next() {
             Err(e) => {
                 registry.teardown();
                 return Err(e);
             }
-            Ok(Input::Stop) => break,
-            Ok(Input::TooLong) => {
-                let msg = format!("a request line is at most {MAX_REQUEST} bytes");
-                answer(registry, Some(bad_request(&msg)))
-            }
-            Ok(Input::Line(bytes)) => match String::from_utf8(bytes) {
-                Ok(line) if line.trim().is_empty() => continue,
-                Ok(line) => handle(registry, &line),
-                Err(_) => answer(registry, Some(bad_request("a request line is not UTF-8"))),
-            },
+            Ok(input) => input,
         };
+        let Some(answer) = respond(registry, input) else {
+            break;
+        };
+        let Some(answer) = answer else { continue };
         if writeln!(out, "{answer}")
             .and_then(|()| out.flush())
             .is_err()
@@ -356,6 +359,86 @@ fn serve(registry: &Registry) -> Outcome {
     }
     registry.teardown();
     Ok(OK)
+}
+
+/// Windows: stdin is read on a thread into a one-slot channel (the reader blocks until the
+/// request before it was taken: back-pressure), and console control events (`ctrlc`:
+/// `SetConsoleCtrlHandler`) raise a stop seen before the next request.
+#[cfg(windows)]
+fn serve(registry: &Registry) -> Outcome {
+    use std::io::BufRead;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Input>(1);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    {
+        let (stop, tx) = (stop.clone(), tx.clone());
+        ctrlc::set_handler(move || {
+            stop.store(true, Ordering::SeqCst);
+            let _ = tx.try_send(Input::Stop);
+        })
+        .map_err(|e| Failure::failed(format!("cannot install console control handler: {e}")))?;
+    }
+    let _ = registry.acquire(&Budget::no_wait());
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            let mut line = Vec::new();
+            match stdin.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if line.last() == Some(&b'\n') {
+                        line.pop();
+                    }
+                    if line.last() == Some(&b'\r') {
+                        line.pop();
+                    }
+                    let input = match line.len() > MAX_REQUEST {
+                        true => Input::TooLong,
+                        false => Input::Line(line),
+                    };
+                    if tx.send(input).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = tx.send(Input::Stop);
+    });
+    let mut out = std::io::stdout().lock();
+    for input in rx {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Some(answer) = respond(registry, input) else {
+            break;
+        };
+        let Some(answer) = answer else { continue };
+        if writeln!(out, "{answer}")
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            break; // nobody is listening any more: tear down as on EOF
+        }
+    }
+    registry.teardown();
+    Ok(OK)
+}
+
+/// What one input asks of `serve`: `None` to stop, `Some(None)` to skip (a blank line),
+/// `Some(Some(answer))` to answer.
+fn respond(registry: &Registry, input: Input) -> Option<Option<Value>> {
+    Some(Some(match input {
+        Input::Stop => return None,
+        Input::TooLong => {
+            let msg = format!("a request line is at most {MAX_REQUEST} bytes");
+            answer(registry, Some(bad_request(&msg)))
+        }
+        Input::Line(bytes) => match String::from_utf8(bytes) {
+            Ok(line) if line.trim().is_empty() => return Some(None),
+            Ok(line) => handle(registry, &line),
+            Err(_) => answer(registry, Some(bad_request("a request line is not UTF-8"))),
+        },
+    }))
 }
 
 /// Answers one request line with one JSON value.

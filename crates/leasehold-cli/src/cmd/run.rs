@@ -22,6 +22,12 @@ use crate::signals::Interrupts;
 use crate::wait::Wait;
 
 #[derive(Args, Debug)]
+#[cfg_attr(
+    windows,
+    command(
+        after_help = "On Windows COMMAND does not inherit the lease (a kernel object handle, not a descriptor): the lease lasts while leasehold runs, and killing leasehold frees it while COMMAND may still run. Contention messages name no pid: Windows does not reveal holders."
+    )
+)]
 pub struct RunArgs {
     /// Give up after SECS seconds (decimals allowed); default: wait without limit.
     #[arg(long, value_name = "SECS", value_parser = super::parse_secs, conflicts_with = "no_wait")]

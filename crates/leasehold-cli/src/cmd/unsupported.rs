@@ -1,10 +1,9 @@
-//! A verb that needs facilities this platform lacks (POSIX on Windows; `/proc` for `bench`): it parses any arguments and fails with one
-//! clear line (exit 2) instead of the binary not building there.
+//! A verb that needs facilities this platform lacks: it parses any arguments and fails with
+//! one clear line (exit 2) instead of the binary not building there.
 //!
-//! `registry` (its `serve` waits on POSIX signals through `signal_hook::iterator`),
-//! `session` (the append-only log opens files relative to directory descriptors with
-//! `O_APPEND`), and `bench` and `torture` (worker processes, SIGKILL, `/proc`) are included
-//! from this file on Windows; `cmd/mod.rs` says which.
+//! `bench` (kernel `flock` floors, FIFOs, `/proc` thread states: Linux only) and, on Windows,
+//! `torture` (it kills a worker's whole process group, which Windows can only do through a job
+//! object) are included from this file; `cmd/mod.rs` says which.
 
 use std::ffi::OsString;
 
@@ -19,14 +18,8 @@ pub struct Unsupported {
     _args: Vec<OsString>,
 }
 
-/// The arguments of `registry` on this platform.
-#[allow(dead_code)] // each inclusion of this file uses one of the aliases
-pub type RegistryArgs = Unsupported;
-/// The arguments of `session` on this platform.
-#[allow(dead_code)]
-pub type SessionArgs = Unsupported;
 /// The arguments of `bench` on this platform.
-#[allow(dead_code)]
+#[allow(dead_code)] // each inclusion of this file uses one of the aliases
 pub type BenchArgs = Unsupported;
 /// The arguments of `torture` on this platform.
 #[allow(dead_code)]
@@ -35,7 +28,11 @@ pub type TortureArgs = Unsupported;
 /// Fails with a one-line explanation naming the verb (this module's name).
 pub fn main(_args: Unsupported) -> Outcome {
     let verb = module_path!().rsplit("::").next().unwrap_or("this verb");
+    let why = match verb {
+        "bench" => "it measures Linux kernel floors (flock, /proc); it runs on Linux only",
+        _ => "it kills workers' process groups, which this build does only on POSIX systems",
+    };
     Err(Failure::usage(format!(
-        "{verb}: not available on this platform (it needs facilities this system lacks); `run` and `status` work everywhere, the rest on Linux"
+        "{verb}: not available on this platform: {why}"
     )))
 }

@@ -35,13 +35,70 @@ pub fn hold(lock: &Path) -> Proc {
     p
 }
 
+/// The note a contention message adds for holder `pid`: `(pid N)` on Linux; nothing when
+/// the OS does not reveal holders — built with `--cfg leasehold_portable` (the macOS/BSD code
+/// path, README "Platforms"), where messages must then carry no pid at all.
+pub fn pid_note(pid: u32) -> String {
+    if cfg!(leasehold_portable) {
+        String::new()
+    } else {
+        format!("(pid {pid})")
+    }
+}
+
+/// What `status` says of `lock`: `free`, `held` or `held by pid N`. Without holder
+/// information (the portable build, where `status` says it cannot tell) a `run --no-wait`
+/// try answers `free` or `held` instead.
+pub fn status_line(lock: &Path) -> String {
+    if cfg!(leasehold_portable) {
+        let out = run(leasehold()
+            .args(["run", "--no-wait"])
+            .arg(lock)
+            .args(["--", "true"]));
+        return if out.code == 0 { "free" } else { "held" }.to_string();
+    }
+    let out = run(leasehold().arg("status").arg(lock));
+    assert_eq!(out.code, 0, "{out:?}");
+    out.stdout.trim().to_string()
+}
+
+/// What [`status_line`] says of a lock held by `pid`.
+pub fn held_by(pid: u32) -> String {
+    if cfg!(leasehold_portable) {
+        "held".to_string()
+    } else {
+        format!("held by pid {pid}")
+    }
+}
+
+/// ` (pid N)` as it follows "held by another process" in messages (see [`pid_note`]).
+pub fn with_pid(pid: u32) -> String {
+    if cfg!(leasehold_portable) {
+        String::new()
+    } else {
+        format!(" (pid {pid})")
+    }
+}
+
 /// Waits (at most 10 s) until `leasehold status` reports `lock` free. After SIGKILLing a
 /// [`hold`] group, `wait()` reaps only `leasehold`; its COMMAND, which shares the lease, dies
 /// a moment later, so the release is observed rather than assumed.
 pub fn wait_until_free(lock: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = run(leasehold().arg("status").arg(lock));
+        // Without holder information (the portable build) only a try tells: `run --no-wait`.
+        let out = if cfg!(leasehold_portable) {
+            let out = run(leasehold()
+                .args(["run", "--no-wait"])
+                .arg(lock)
+                .args(["--", "true"]));
+            if out.code == 0 {
+                return;
+            }
+            out
+        } else {
+            run(leasehold().arg("status").arg(lock))
+        };
         if out.stdout == "free\n" {
             return;
         }

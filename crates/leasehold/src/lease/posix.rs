@@ -243,9 +243,9 @@ impl Held {
     /// Whether other processes wait for this lease (Linux: their marks, `sys::mark_waiting`;
     /// elsewhere nobody can tell cheaply, and the answer is `false`).
     pub(crate) fn others_waiting(&self) -> bool {
-        #[cfg(target_os = "linux")]
+        #[cfg(all(target_os = "linux", not(leasehold_portable)))]
         return sys::others_waiting(self.fd.as_fd());
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(not(all(target_os = "linux", not(leasehold_portable))))]
         false
     }
 
@@ -262,7 +262,7 @@ impl Held {
             Ok(()) => {
                 // A mark left from waiting for this lease goes now, after the unlock, so it
                 // costs the waiters the kernel just woke nothing.
-                #[cfg(target_os = "linux")]
+                #[cfg(all(target_os = "linux", not(leasehold_portable)))]
                 if marked {
                     sys::unmark_waiting(fd.as_fd());
                 }
@@ -411,7 +411,7 @@ pub(crate) fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<
 /// the handoff's critical path, measured ~16 µs on the 2-core reference VM). Only for waits
 /// that nothing can end but the grant: an unlimited budget without a cancellation token.
 pub(crate) fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result<Granted> {
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(leasehold_portable)))]
     sys::mark_waiting(opened.fd.as_fd());
     // The mark stays until the lease's descriptor closes (which drops it) or a handle
     // unlocks (`Held::unlock_keep`): removing it here measured ~1 µs on the handoff path.
@@ -570,7 +570,7 @@ impl KernelWait {
         let (id, job_slot) = (opened.id, slot.clone());
         let started = helpers::run(Box::new(move || {
             let fd = opened.fd;
-            #[cfg(target_os = "linux")]
+            #[cfg(all(target_os = "linux", not(leasehold_portable)))]
             sys::mark_waiting(fd.as_fd());
             // The mark stays with the lease (see `lock_inline`).
             let res = sys::lock_blocking(fd.as_fd(), shared);

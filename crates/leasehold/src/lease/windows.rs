@@ -138,7 +138,6 @@ impl Dir {
         }
     }
 
-    #[allow(dead_code)] // the append-only log is POSIX-only so far
     /// Opens a data file `name` (never following a final link): the file and whether it
     /// existed before; `Ok(None)` when missing and `create` is false.
     pub(crate) fn open_file(
@@ -177,7 +176,6 @@ impl Dir {
     }
 
     /// Windows cannot `fsync` a directory; NTFS journals the entry itself.
-    #[allow(dead_code)] // the append-only log is POSIX-only so far
     pub(crate) fn sync(&self) -> io::Result<()> {
         Ok(())
     }

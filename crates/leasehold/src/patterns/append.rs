@@ -30,8 +30,7 @@
 //!   symlink to a victim file is never written through, and a FIFO never hangs the opener.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorClass};
@@ -271,7 +270,7 @@ impl AppendLog {
             });
         }
         lease.verify()?;
-        if let Err(e) = (&self.file).write_all(lines) {
+        if let Err(e) = write_at_end(&self.file, lines, self.len) {
             self.roll_back();
             return Err(io_error(&self.path, "append record", e).into());
         }
@@ -319,8 +318,7 @@ impl AppendLog {
             return Ok(None);
         }
         let mut last = [0u8; 1];
-        self.file
-            .read_exact_at(&mut last, self.len - 1)
+        read_exact_at(&self.file, &mut last, self.len - 1)
             .map_err(|e| io_error(&self.path, "read log", e))?;
         if last[0] == b'\n' {
             return Ok(None);
@@ -434,13 +432,67 @@ fn last_newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
     while hi > 0 {
         let lo = hi.saturating_sub(CHUNK);
         let chunk = &mut buf[..(hi - lo) as usize];
-        file.read_exact_at(chunk, lo)?;
+        read_exact_at(file, chunk, lo)?;
         if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
             return Ok(Some(lo + i as u64));
         }
         hi = lo;
     }
     Ok(None)
+}
+
+/// Writes whole lines at the end of the log in one `write` call (more calls only if the
+/// kernel completes it partially).
+///
+/// POSIX: the descriptor is `O_APPEND`, so the write lands at the end whatever the offset.
+/// Windows: the handle has `FILE_WRITE_DATA` (truncating a torn tail or a failed write needs
+/// it, and with it `FILE_APPEND_DATA` no longer forces writes to the end), so the write is
+/// positioned at `end`, the length after our last append — we are the only writer.
+#[cfg(unix)]
+fn write_at_end(file: &File, lines: &[u8], _end: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    (&*file).write_all(lines)
+}
+
+#[cfg(windows)]
+fn write_at_end(file: &File, mut lines: &[u8], mut end: u64) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !lines.is_empty() {
+        match file.seek_write(lines, end) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                lines = &lines[n..];
+                end += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Fills `buf` from `offset` without moving a shared file position (`pread` on POSIX,
+/// `ReadFile` with an offset on Windows).
+#[cfg(unix)]
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        match file.seek_read(buf, offset) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &LockDir) -> std::io::Result<()> {
@@ -458,7 +510,6 @@ fn io_error(path: &Path, op: &'static str, source: std::io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     struct Fixture {
         _tmp: tempfile::TempDir,
@@ -523,16 +574,22 @@ mod tests {
             "{err:?}"
         );
         assert_eq!(content(&f), b"1\n");
-        // The lock file replaced: the batch is refused before any byte is written.
-        std::fs::remove_file(f.dir.path().join("log.lock")).unwrap();
-        let err = log.append_batch(&f.lease, [&b"5"[..], b"6"]);
-        assert!(err.is_err(), "a lost lease must stop the batch");
-        assert_eq!(content(&f), b"1\n");
+        // The lock file replaced (POSIX: there the file is the lock): the batch is refused
+        // before any byte is written.
+        #[cfg(unix)]
+        {
+            std::fs::remove_file(f.dir.path().join("log.lock")).unwrap();
+            let err = log.append_batch(&f.lease, [&b"5"[..], b"6"]);
+            assert!(err.is_err(), "a lost lease must stop the batch");
+            assert_eq!(content(&f), b"1\n");
+        }
         assert_eq!(log.append_batch(&f.lease, Vec::<&[u8]>::new()).unwrap(), 0);
     }
 
+    #[cfg(unix)] // Windows files have no mode bits
     #[test]
     fn new_log_is_mode_0600() {
+        use std::os::unix::fs::PermissionsExt;
         let f = fixture();
         AppendLog::open_at(&f.dir, "log.jsonl", &f.lease, Durability::default()).unwrap();
         let meta = std::fs::metadata(f.dir.path().join("log.jsonl")).unwrap();
@@ -602,6 +659,7 @@ mod tests {
         assert!(!f.dir.path().join("log.jsonl").exists());
     }
 
+    #[cfg(unix)] // symlinks and FIFOs; Windows: a directory in the way is refused below
     #[test]
     fn hostile_log_paths_are_refused_untouched() {
         let f = fixture();
@@ -643,6 +701,23 @@ mod tests {
         assert!(log.is_dir());
     }
 
+    #[test]
+    fn a_directory_in_place_of_the_log_is_refused_untouched() {
+        let f = fixture();
+        let log = f.dir.path().join("log.jsonl");
+        std::fs::create_dir(&log).unwrap();
+        let e =
+            AppendLog::open_at(&f.dir, "log.jsonl", &f.lease, Durability::default()).unwrap_err();
+        assert!(e.is_unusable_path(), "{e}");
+        assert!(
+            LogReader::open_at(&f.dir, "log.jsonl")
+                .unwrap_err()
+                .is_unusable_path()
+        );
+        assert!(log.is_dir());
+    }
+
+    #[cfg(unix)] // replacing the lock file loses the lease only where the file is the lock
     #[test]
     fn appends_fail_closed_when_the_lease_is_lost() {
         let f = fixture();

@@ -281,16 +281,20 @@ pub fn remove_temporaries(path: &Path) -> io::Result<usize> {
     Ok(removed)
 }
 
-/// Makes a rename in `dir` durable: `fsync` of the directory (POSIX).
+/// Makes a rename, creation or removal in `dir` durable: `fsync` of the directory on POSIX;
+/// nothing on Windows (below). The one directory sync of the crate and of the stores.
+///
+/// # Errors
+/// Opening or syncing the directory failed.
 #[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
 /// Windows cannot `fsync` a directory (a directory handle needs backup semantics and write
 /// access); NTFS records the rename in its metadata journal instead.
 #[cfg(windows)]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
+pub fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 

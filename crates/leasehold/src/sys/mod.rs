@@ -3,7 +3,9 @@
 //! Everything above `sys` speaks in terms of "open this lock file without following or
 //! blocking", "try an exclusive lock", "what is the identity of this file", "who holds it" and
 //! "wait until something changes". Linux and the BSDs/macOS share the POSIX implementation
-//! (`flock`); Linux adds `/proc/locks` for holders and inotify for prompt, cheap wake-ups.
+//! (`flock`); Linux adds `/proc/locks` for holders, waiting marks (POSIX read locks) for fair
+//! hand-over and eventfd wake-ups. `--cfg leasehold_portable` switches those three off, so that
+//! CI runs on Linux the code macOS and the BSDs run (README, "Platforms").
 //! Windows has no equivalent of these calls that leasehold could use safely; its leases are
 //! named kernel semaphores (see `windows.rs`), named by [`naming`] on every platform so that
 //! the naming rules are tested everywhere.

@@ -286,7 +286,7 @@ pub(crate) fn unlock(fd: BorrowedFd<'_>) -> Result<(), Errno> {
 /// sign of waiters it takes the lock back every time (measured: 1 handoff in 24,530). Only
 /// Linux: on the BSDs and macOS flock and fcntl locks share one lock list and would conflict.
 /// Best effort: a failure only costs fairness, never exclusion.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) fn mark_waiting(fd: BorrowedFd<'_>) {
     let _ = rustix::fs::fcntl_lock(fd, FlockOperation::NonBlockingLockShared);
 }
@@ -295,7 +295,7 @@ pub(crate) fn mark_waiting(fd: BorrowedFd<'_>) {
 /// any descriptor of the file is closed (POSIX lock semantics), which is how a cold lease's
 /// mark goes at release. Fine: in-process leases on one file are serialized by the claim
 /// table, and a mark only ever costs fairness, never exclusion.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) fn unmark_waiting(fd: BorrowedFd<'_>) {
     let _ = rustix::fs::fcntl_lock(fd, FlockOperation::NonBlockingUnlock);
 }
@@ -304,7 +304,7 @@ pub(crate) fn unmark_waiting(fd: BorrowedFd<'_>) {
 /// open on: one `fcntl(F_GETLK)` asking about a whole-file write lock, which reports any
 /// other process's POSIX lock on the file (this process's own never conflict) and changes
 /// nothing. Works on a read-only descriptor: `F_GETLK` checks no access mode.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) fn others_waiting(fd: BorrowedFd<'_>) -> bool {
     use rustix::process::{Flock, FlockType, fcntl_getlk};
     matches!(
@@ -430,19 +430,28 @@ pub(crate) fn is_readable(fd: BorrowedFd<'_>) -> bool {
 #[derive(Debug)]
 pub(crate) struct Notifier {
     read: OwnedFd,
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[cfg(not(all(
+        any(target_os = "linux", target_os = "android"),
+        not(leasehold_portable)
+    )))]
     write: OwnedFd,
 }
 
 impl Notifier {
     pub(crate) fn new() -> Result<Notifier, Errno> {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
+        #[cfg(all(
+            any(target_os = "linux", target_os = "android"),
+            not(leasehold_portable)
+        ))]
         {
             use rustix::event::EventfdFlags;
             let read = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
             Ok(Notifier { read })
         }
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        #[cfg(not(all(
+            any(target_os = "linux", target_os = "android"),
+            not(leasehold_portable)
+        )))]
         {
             let (read, write) = pipe()?;
             Ok(Notifier { read, write })
@@ -451,9 +460,15 @@ impl Notifier {
 
     /// Makes the notifier readable (async-signal-safe, never blocks).
     pub(crate) fn poke(&self) {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
+        #[cfg(all(
+            any(target_os = "linux", target_os = "android"),
+            not(leasehold_portable)
+        ))]
         let _ = rustix::io::write(&self.read, &1u64.to_ne_bytes());
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        #[cfg(not(all(
+            any(target_os = "linux", target_os = "android"),
+            not(leasehold_portable)
+        )))]
         poke(self.write.as_fd());
     }
 
@@ -511,7 +526,10 @@ pub(crate) fn lookup(path: &Path) -> io::Result<Looked> {
 /// inode open: a pid shown must be right. A lock whose locker has exited while descendants
 /// still hold the descriptor shows pid 0 (or the dead locker's pid): it is reported held
 /// with no pid.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(leasehold_portable)
+))]
 pub(crate) fn holders(id: FileId) -> Holders {
     let Ok(text) = read_proc_locks() else {
         return Holders::Unknown;
@@ -587,7 +605,10 @@ pub(crate) fn holders(id: FileId) -> Holders {
 /// repeat entries while other processes lock and unlock: the core tests saw their own held
 /// lease missing. Each call also takes the global `file_rwsem` for writing, stalling every
 /// lock operation on the machine. A buffer that came back full is retried twice as large.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(leasehold_portable)
+))]
 fn read_proc_locks() -> io::Result<String> {
     use std::io::Read;
     let mut size = 1 << 16;
@@ -606,7 +627,10 @@ fn read_proc_locks() -> io::Result<String> {
 /// Whether the locker `pid` named by `/proc/locks` still holds the lock as far as we can
 /// see: it has a descriptor of the inode; or, where its descriptors are not ours to read
 /// (another user's process), it is at least alive and not a zombie.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(leasehold_portable)
+))]
 fn holds_open(pid: u32, id: FileId) -> bool {
     match std::fs::read_dir(format!("/proc/{pid}/fd")) {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
@@ -621,7 +645,10 @@ fn holds_open(pid: u32, id: FileId) -> bool {
     }
 }
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    not(leasehold_portable)
+))]
 fn process_has_open(pid: u32, id: FileId) -> bool {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
@@ -634,7 +661,10 @@ fn process_has_open(pid: u32, id: FileId) -> bool {
 }
 
 /// Who holds flock locks on the inode `id`: this platform does not tell.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(not(all(
+    any(target_os = "linux", target_os = "android"),
+    not(leasehold_portable)
+)))]
 pub(crate) fn holders(_id: FileId) -> Holders {
     Holders::Unknown
 }

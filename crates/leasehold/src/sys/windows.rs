@@ -137,10 +137,14 @@ pub(crate) fn create_dirs(path: &Path) -> io::Result<()> {
     std::fs::create_dir_all(path)
 }
 
-/// Opens a data file (a log) for reading or appending; `create` creates a missing one. Never
-/// follows a final link: `FILE_FLAG_OPEN_REPARSE_POINT` opens a link itself, which the
-/// caller's type check then refuses.
-#[allow(dead_code)] // the append-only log is POSIX-only so far
+/// Opens a data file (a log) for reading, or for reading and writing; `create` creates a
+/// missing one. Never follows a final link: `FILE_FLAG_OPEN_REPARSE_POINT` opens a link
+/// itself, which the caller's type check then refuses.
+///
+/// A writer gets `FILE_WRITE_DATA` (plain write access, not append-only): truncating a torn
+/// tail or a failed append needs it, and the log positions each write at its end itself.
+/// Every handle shares read, write and delete, so readers, searches and directory removal
+/// are never blocked by the writer.
 pub(crate) fn open_data_file(path: &Path, write: bool, create: bool) -> io::Result<std::fs::File> {
     use std::os::windows::fs::OpenOptionsExt;
     /// `FILE_FLAG_OPEN_REPARSE_POINT`.
@@ -148,7 +152,7 @@ pub(crate) fn open_data_file(path: &Path, write: bool, create: bool) -> io::Resu
     let mut o = std::fs::OpenOptions::new();
     o.read(true).custom_flags(OPEN_REPARSE_POINT);
     if write {
-        o.append(true);
+        o.write(true);
     }
     if create {
         o.create(true);
