@@ -144,6 +144,15 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A shared lease was asked for where the platform has no shared mode (Windows, where a
+    /// lease is a named kernel object whose existence is the lock). Nothing was taken.
+    #[error(
+        "{path}: shared leases are not available on this platform; take an exclusive lease instead"
+    )]
+    SharedUnsupported {
+        /// The lock path.
+        path: PathBuf,
+    },
     /// The file system holding the lock file cannot lock files: `flock` answered `ENOLCK`,
     /// `EOPNOTSUPP`/`ENOTSUP` or `ENOSYS` (some FUSE and network mounts, some container
     /// overlays). Not contention — waiting would never help — and not a transient I/O error.
@@ -170,7 +179,8 @@ impl Error {
             | Error::ParentNotDirectory { .. }
             | Error::PermissionDenied { .. }
             | Error::NameTooLong { .. }
-            | Error::NetworkFilesystem { .. } => ErrorClass::Usage,
+            | Error::NetworkFilesystem { .. }
+            | Error::SharedUnsupported { .. } => ErrorClass::Usage,
             Error::NotFound { .. }
             | Error::Unstable { .. }
             | Error::LeaseLost { .. }

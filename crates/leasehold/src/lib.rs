@@ -68,5 +68,9 @@ pub use budget::{Budget, CancelToken};
 pub use error::{Error, ErrorClass, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
-pub use lease::{HandleLease, Lease, LeaseHandle, LockDir, MAX_REOPENS, holders};
+#[cfg(unix)]
+pub use lease::unlock_descriptor;
+pub use lease::{
+    HandleLease, Lease, LeaseHandle, LockDir, LockMode, MAX_REOPENS, SharedLease, holders,
+};
 pub use options::LeaseOptions;
