@@ -138,9 +138,7 @@ pub(crate) struct Target {
 
 impl Target {
     pub(crate) fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
-        let gate = path
-            .file_name()
-            .map(|n| path.with_file_name(gate::name(n)));
+        let gate = path.file_name().map(|n| path.with_file_name(gate::name(n)));
         Ok(Target {
             dir: None,
             name: path.to_path_buf(),
@@ -406,7 +404,11 @@ pub(crate) fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result
     sys::mark_waiting(opened.fd.as_fd());
     // The mark stays until the lease's descriptor closes (which drops it) or a handle
     // unlocks (`Held::unlock_keep`): removing it here measured ~1 µs on the handoff path.
-    let res = gate::block(opened.fd.as_fd(), gate::open(target, mode == Mode::Shared), mode == Mode::Shared);
+    let res = gate::block(
+        opened.fd.as_fd(),
+        gate::open(target, mode == Mode::Shared),
+        mode == Mode::Shared,
+    );
     res.map_err(|e| lock_error(target.display(), e))?;
     Ok(Granted {
         fd: opened.fd,
@@ -418,9 +420,9 @@ pub(crate) fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result
 pub(crate) fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
     !target.checked
         || matches!(
-        sys::entry_at(target.dir(), &target.name),
-        Ok(Entry::Regular(now)) if Some(now) == id
-    )
+            sys::entry_at(target.dir(), &target.name),
+            Ok(Entry::Regular(now)) if Some(now) == id
+        )
 }
 
 /// Checks that a held lease's inode is still the file at the path (one `fstatat`).
@@ -739,7 +741,11 @@ pub(crate) mod gate {
 
     /// Blocks until the lock on `fd` is granted in `shared` or exclusive mode, through the
     /// gate when there is one (see the module documentation for the protocol).
-    pub(crate) fn block(fd: BorrowedFd<'_>, gate: Option<OwnedFd>, shared: bool) -> std::result::Result<(), Errno> {
+    pub(crate) fn block(
+        fd: BorrowedFd<'_>,
+        gate: Option<OwnedFd>,
+        shared: bool,
+    ) -> std::result::Result<(), Errno> {
         let Some(gate) = gate else {
             return sys::lock_blocking(fd, shared);
         };

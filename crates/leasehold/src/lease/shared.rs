@@ -222,7 +222,12 @@ impl LeaseOptions {
     /// [`Error::Contended`]/[`Error::TimedOut`], [`Error::Cancelled`], [`Error::Io`] (a
     /// closed descriptor: `EBADF`).
     #[cfg(unix)]
-    pub fn lock_descriptor(&self, fd: BorrowedFd<'_>, mode: LockMode, budget: &Budget) -> Result<()> {
+    pub fn lock_descriptor(
+        &self,
+        fd: BorrowedFd<'_>,
+        mode: LockMode,
+        budget: &Budget,
+    ) -> Result<()> {
         let display = std::path::PathBuf::from(format!("descriptor {}", fd.as_raw_fd()));
         let target = imp::Target::descriptor(display);
         let opened = imp::open_descriptor(&target, fd)?;

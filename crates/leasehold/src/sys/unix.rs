@@ -130,7 +130,10 @@ pub(crate) fn fd_entry(fd: BorrowedFd<'_>) -> Result<Entry, Errno> {
 /// caller opened: unlike [`fd_entry`] it names the identity of directories too.
 pub(crate) fn fd_identity(fd: BorrowedFd<'_>) -> Result<(FileId, Option<FileKind>), Errno> {
     let st = rustix::fs::fstat(fd)?;
-    Ok((id_of(&st), kind_of(FileType::from_raw_mode(st.st_mode as _))))
+    Ok((
+        id_of(&st),
+        kind_of(FileType::from_raw_mode(st.st_mode as _)),
+    ))
 }
 
 /// A close-on-exec duplicate of `fd`: the same open file description, so a `flock` taken
