@@ -4,6 +4,10 @@
 #[cfg_attr(not(target_os = "linux"), path = "unsupported.rs")]
 #[cfg_attr(not(target_os = "linux"), allow(clippy::duplicate_mod))]
 pub mod bench;
+// The NUMBER form needs Linux's pidfd_getfd (see the module).
+#[cfg_attr(not(target_os = "linux"), path = "unsupported.rs")]
+#[cfg_attr(not(target_os = "linux"), allow(clippy::duplicate_mod))]
+pub mod flock;
 #[cfg_attr(windows, path = "unsupported.rs")]
 #[cfg_attr(windows, allow(clippy::duplicate_mod))]
 pub mod registry;

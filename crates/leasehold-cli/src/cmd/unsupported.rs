@@ -28,6 +28,9 @@ pub type SessionArgs = Unsupported;
 /// The arguments of `bench` on this platform.
 #[allow(dead_code)]
 pub type BenchArgs = Unsupported;
+/// The arguments of `flock` on this platform.
+#[allow(dead_code)]
+pub type FlockArgs = Unsupported;
 /// The arguments of `torture` on this platform.
 #[allow(dead_code)]
 pub type TortureArgs = Unsupported;
