@@ -443,6 +443,24 @@ fn shared_newcomers_queue_behind_a_waiting_exclusive_one() {
     assert!(gate.exists(), "the gate is never removed");
 }
 
+/// Exclusive use alone — tries and waits — never creates a gate (keyed leases' namespaces stay
+/// free of them): only a shared acquisition does.
+#[test]
+fn exclusive_waits_create_no_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("exclusive-only.lock");
+    let holder = testkit::FlockHolder::hold(&lock);
+    let err = Lease::acquire(&lock, &Budget::timeout(Duration::from_millis(20))).unwrap_err();
+    assert!(err.is_contended(), "{err:?}");
+    drop(holder);
+    drop(Lease::acquire(&lock, &generous()).unwrap());
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("exclusive-only.lock")]);
+}
+
 /// A timed-out exclusive waiter leaves nothing holding the lock or the gate once the shared
 /// holders it waited for are gone: shared newcomers get in again.
 #[test]

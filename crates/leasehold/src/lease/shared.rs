@@ -73,6 +73,13 @@ impl From<LockMode> for Mode {
 /// assert!(SharedLease::try_acquire(&path).unwrap_err().is_contended());
 /// # drop(writer);
 /// ```
+///
+/// There is no conversion to an exclusive lease (this does not compile):
+///
+/// ```compile_fail
+/// let shared = leasehold::SharedLease::try_acquire("cache.lock").unwrap();
+/// let exclusive: leasehold::Lease = shared.into();
+/// ```
 #[derive(Debug)]
 pub struct SharedLease {
     held: Option<imp::Held>,
