@@ -2,7 +2,9 @@
 //! what to do: a lock library is debugged from its error messages.
 
 use std::io;
-use std::path::{Path, PathBuf};
+#[cfg(unix)]
+use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::holders::HolderInfo;
