@@ -86,13 +86,16 @@ impl Wait {
     /// long it waited since it started (the quiet first second included) and the option
     /// that waits longer.
     pub fn gave_up(&self) -> String {
+        if self.deadline == Some(self.started) {
+            return gave_up_after(Duration::ZERO);
+        }
         gave_up_after(self.started.elapsed())
     }
 }
 
-/// The contention message's tail for a wait of `waited`.
+/// The contention message's tail for a wait of `waited` (zero: a single try).
 fn gave_up_after(waited: Duration) -> String {
-    if waited < Duration::from_millis(1) {
+    if waited.is_zero() {
         "; did not wait (wait for it with --timeout SECS)".to_string()
     } else {
         // In seconds, the unit of --timeout.
@@ -116,6 +119,13 @@ mod tests {
             "; gave up after 0.2s; wait longer with --timeout SECS"
         );
         assert!(gave_up_after(Duration::ZERO).contains("--timeout SECS"));
+        // A single try says so however long the try itself took.
+        let token = CancelToken::new().unwrap();
+        let once = Wait::no_wait(&token);
+        assert_eq!(
+            once.gave_up(),
+            "; did not wait (wait for it with --timeout SECS)"
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use leasehold::patterns::authority::{
     Authority, AuthorityError, KernelArbiter, Observer, State, Store, StoreFailure,
 };
+use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
 use leasehold::{Budget, ErrorClass, HolderInfo};
@@ -104,12 +105,43 @@ impl From<AuthorityError> for RegistryError {
 pub struct RegistryStore {
     doc: JsonDocument,
     loaded: Option<Map<String, Value>>,
+    /// Whether the document's directory and its home have been made durable since the store
+    /// was opened (see [`RegistryStore::ensure_durable_dirs`]).
+    dirs_durable: bool,
 }
 
 impl RegistryStore {
     /// The store over `doc`.
     pub fn new(doc: JsonDocument) -> RegistryStore {
-        RegistryStore { doc, loaded: None }
+        RegistryStore {
+            doc,
+            loaded: None,
+            dirs_durable: false,
+        }
+    }
+
+    /// Before the first save after opening: makes the names of the document's directory
+    /// (`storages/`) and of the home holding it durable. The lease creates `storages/` for
+    /// its lock file without syncing its parent, so a fresh home's first acknowledged
+    /// mutation would otherwise vanish with its directories in a power cut (found by the
+    /// power-loss torture, `crates/crashfs`). Once per opening: two directory fsyncs.
+    fn ensure_durable_dirs(&mut self) -> Result<(), StoreFailure> {
+        if self.dirs_durable {
+            return Ok(());
+        }
+        let path = self.doc.path().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let home = dir
+                .parent()
+                .filter(|h| !h.as_os_str().is_empty())
+                .unwrap_or(dir);
+            create_dir_durable(dir, home).map_err(|e| {
+                self.doc
+                    .failure(format!("cannot make its directory durable: {e}"))
+            })?;
+        }
+        self.dirs_durable = true;
+        Ok(())
     }
 
     fn parse(&self, doc: &Map<String, Value>) -> Result<Scope, StoreFailure> {
@@ -147,6 +179,7 @@ impl Store for RegistryStore {
     type Records = Scope;
 
     fn open(&mut self) -> Result<Scope, StoreFailure> {
+        self.dirs_durable = false;
         let doc = self.doc.load()?;
         let scope = self.parse(&doc)?;
         self.loaded = Some(doc);
@@ -177,6 +210,7 @@ impl Store for RegistryStore {
         }
         doc.entry("version").or_insert(json!(1));
         doc.insert("workspaces".into(), Value::Object(workspaces));
+        self.ensure_durable_dirs()?;
         self.doc.save(&doc)?;
         self.loaded = Some(doc);
         Ok(())

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use leasehold::patterns::append::{AppendError, AppendLog, Durability, LogReader, TornTail};
+use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
 use leasehold::{Error, ErrorClass, HolderInfo, Lease, LeaseOptions, LockDir};
@@ -418,6 +419,23 @@ impl SessionWriter {
     /// Creates the session directory (and `DIR`) and takes the lease: right before the
     /// first write, never earlier.
     fn materialize(&mut self) -> Result<(), SessionError> {
+        if self.store.durability != Durability::None {
+            // `DIR` (and a fresh home above it) must survive a power cut like the records:
+            // `LockDir::create` makes the directories but syncs no parent (found by the
+            // power-loss torture, `crates/crashfs`).
+            let dir = &self.store.dir;
+            let base = dir
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(dir);
+            create_dir_durable(dir, base).map_err(|source| {
+                SessionError::Lease(Error::Io {
+                    op: "create sessions directory",
+                    path: dir.clone(),
+                    source,
+                })
+            })?;
+        }
         let root = LockDir::create(&self.store.dir).map_err(SessionError::Lease)?;
         let dir = root
             .child(self.id.as_str(), true)

@@ -231,6 +231,20 @@ impl Error {
         }
     }
 
+    /// A failure to create or reach a lock file's parent directory, restated for the lock
+    /// path itself: the user asked about the lock file, so the message names it.
+    pub(crate) fn for_lock_path(self, path: &std::path::Path) -> Error {
+        match self {
+            Error::ParentNotDirectory { .. } => Error::ParentNotDirectory {
+                path: path.to_path_buf(),
+            },
+            Error::PermissionDenied { .. } => Error::PermissionDenied {
+                path: path.to_path_buf(),
+            },
+            other => other,
+        }
+    }
+
     /// The holders recorded in a contention error.
     pub fn holders(&self) -> Option<&HolderInfo> {
         match self {

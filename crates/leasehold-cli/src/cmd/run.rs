@@ -105,15 +105,16 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
         true => SharedLease::acquire(&args.lockfile, budget).map(Held::Shared),
         false => Lease::acquire(&args.lockfile, budget).map(Held::Exclusive),
     };
-    wait.run(attempt, held_by).map_err(|e| match holders(&e) {
-        Some((path, holders)) => Failure::new(
-            ErrorClass::Contended,
-            format!(
-                "{path}: lock is held by another process{holders}{}",
-                wait.gave_up()
+    wait.run(attempt, held_by).map_err(|e| {
+        // How long it waited, before the holders are looked up (that takes a moment).
+        let tail = wait.gave_up();
+        match holders(&e) {
+            Some((path, holders)) => Failure::new(
+                ErrorClass::Contended,
+                format!("{path}: lock is held by another process{holders}{tail}"),
             ),
-        ),
-        None => Failure::of(&e),
+            None => Failure::of(&e),
+        }
     })
 }
 

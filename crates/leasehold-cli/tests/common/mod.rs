@@ -59,3 +59,13 @@ pub fn release(mut p: Proc) {
     assert_eq!(p.line(), "done");
     assert!(p.wait().success());
 }
+
+/// The seconds in a contention message's "…; gave up after S s; wait longer with --timeout
+/// SECS" tail (`None` if the line has no such tail). Compared by range, never exactly: a
+/// loaded machine wakes a deadline late.
+#[allow(dead_code)] // used by the waiting verbs' tests only
+pub fn gave_up_after(line: &str) -> Option<f64> {
+    line.strip_suffix("s; wait longer with --timeout SECS")
+        .and_then(|l| l.rsplit_once("; gave up after "))
+        .and_then(|(_, secs)| secs.parse().ok())
+}

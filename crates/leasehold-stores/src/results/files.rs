@@ -56,12 +56,15 @@ pub(super) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Creates `dir` (a directory directly under the managed root) durably: its name and the
+/// root's own name survive a power cut (the keyed leases may have created the root without
+/// syncing its parent). Found necessary by the power-loss torture (`crates/crashfs`).
 pub(super) fn create_dirs_io(dir: &Path) -> io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
+    let root = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(dir);
+    leasehold::patterns::durable::create_dir_durable(dir, root)
 }
 
 pub(super) fn create_dirs(dir: &Path) -> Result<()> {

@@ -6,7 +6,7 @@ use std::io;
 use std::path::Path;
 
 use leasehold::Budget;
-use leasehold::patterns::durable::replace_file;
+use leasehold::patterns::durable::{create_dir_durable, replace_file};
 use leasehold::patterns::keyed::KeyLease;
 
 use super::admission::verify;
@@ -62,10 +62,12 @@ impl ResultStore {
         let built = (|| {
             remove_dir_if_present(&staging)?;
             fs::create_dir(&staging)?;
+            let files = staging.join("files");
             for rel in &entry.files {
-                let to = staging.join("files").join(rel);
+                let to = files.join(rel);
                 if let Some(parent) = to.parent() {
-                    fs::create_dir_all(parent)?;
+                    // Nested names too must be durable before the candidate is renamed in.
+                    create_dir_durable(parent, &files)?;
                 }
                 let from = source.join(rel);
                 replace_file(&to, &fs::read(&from)?)?;
@@ -194,7 +196,9 @@ impl ResultStore {
                 let from = files_dir.join(rel);
                 let to = target.join(rel);
                 if let Some(parent) = to.parent() {
-                    fs::create_dir_all(parent)?;
+                    // TARGET and its subdirectories, new or not, must keep their names
+                    // through a power cut once `apply` has answered.
+                    create_dir_durable(parent, target)?;
                 }
                 replace_file(&to, &fs::read(&from)?)?;
                 fs::set_permissions(&to, fs::metadata(&from)?.permissions())

@@ -257,12 +257,10 @@ impl LeaseOptions {
     pub fn open_handle(&self, path: impl AsRef<Path>) -> Result<LeaseHandle> {
         let target = imp::Target::path(self, path.as_ref())?;
         let opened = imp::open(self, &target)?;
-        let probe = imp::Probe::open(&target);
         Ok(LeaseHandle {
             opts: *self,
             target,
             opened: Some(opened),
-            probe,
         })
     }
 }
@@ -399,14 +397,13 @@ impl Lease {
 /// Fairness: a release that re-locks at once would win every race against a waiter the
 /// kernel has just woken (measured: 1 handoff in 24,530 in a back-to-back loop). On Linux
 /// waiters mark themselves (a POSIX read lock, which flock ignores), and a handle whose
-/// release sees such a mark closes its file instead of unlocking it, so its next `lock`
-/// reopens and waiters get the chance a closing releaser gives them.
+/// release sees such a mark (one `F_GETLK`) closes its file instead of unlocking it, so its
+/// next `lock` reopens and waiters get the chance a closing releaser gives them.
 #[derive(Debug)]
 pub struct LeaseHandle {
     opts: LeaseOptions,
     target: imp::Target,
     opened: Option<imp::Opened>,
-    probe: imp::Probe,
 }
 
 impl LeaseHandle {
@@ -480,7 +477,7 @@ impl HandleLease<'_> {
 
     fn unlock(&mut self) {
         if let Some(held) = self.held.take() {
-            self.handle.opened = match self.handle.probe.others_waiting() {
+            self.handle.opened = match held.others_waiting() {
                 true => None, // dropping `held` closes the file
                 false => held.unlock_keep(),
             };

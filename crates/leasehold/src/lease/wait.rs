@@ -180,11 +180,14 @@ impl<'a> Acquisition<'a> {
                         Some(o) => o,
                         None => imp::open(&self.opts, self.target)?,
                     };
-                    let queue_with = match self.try_once() {
-                        true => None,
-                        false => Some(self.ensure_notifier()?),
-                    };
-                    match claim::take(opened.key(), self.mode, queue_with.as_ref()) {
+                    // First without a place in the queue: the uncontended path creates no
+                    // notifier (an eventfd and its close measured ~15 % of a cold cycle).
+                    let mut taken = claim::take(opened.key(), self.mode, None);
+                    if matches!(taken, Taken::Busy) && !self.try_once() {
+                        let n = self.ensure_notifier()?;
+                        taken = claim::take(opened.key(), self.mode, Some(&n));
+                    }
+                    match taken {
                         Taken::Claim(claim) => {
                             if let Some(next) = self.locked_try(opened, claim)? {
                                 return Ok(next);

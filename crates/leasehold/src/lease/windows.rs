@@ -277,6 +277,10 @@ impl Held {
     pub(crate) fn file_id(&self) -> Option<FileId> {
         None
     }
+    /// Nobody can tell who waits for a named object.
+    pub(crate) fn others_waiting(&self) -> bool {
+        false
+    }
     /// Releases and gives back the resolved lock for the next try.
     pub(crate) fn unlock_keep(self) -> Option<Opened> {
         let Held {
@@ -325,7 +329,7 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
                 _ => PathBuf::from("."),
             };
             if opts.create_parents {
-                create_dirs(&parent).map_err(|e| with_path(e, p))?;
+                create_dirs(&parent).map_err(|e| e.for_lock_path(p))?;
             }
             (parent, file_name.to_string())
         }
@@ -360,7 +364,7 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
             std::path::MAIN_SEPARATOR,
         ),
         TargetKind::Path(_) => naming::resolve_key(&parent, &file_name)
-            .map_err(|e| with_path(dir_error(&parent, "resolve directory", e), path))?,
+            .map_err(|e| dir_error(&parent, "resolve directory", e).for_lock_path(path))?,
     };
     if !opts.allow_network_fs && is_network_path(&key) {
         return Err(Error::NetworkFilesystem {
@@ -446,19 +450,6 @@ impl Drop for KernelWait {
     }
 }
 
-/// Nothing to probe: Windows handles never keep an object between leases.
-#[derive(Debug)]
-pub(crate) struct Probe;
-
-impl Probe {
-    pub(crate) fn open(_target: &Target) -> Probe {
-        Probe
-    }
-    pub(crate) fn others_waiting(&self) -> bool {
-        false
-    }
-}
-
 /// Checks that the lease still stands for its path.
 ///
 /// Nobody can destroy or replace a named object while we hold a handle to it, so a held
@@ -533,18 +524,6 @@ fn dir_error(path: &Path, op: &'static str, e: io::Error) -> Error {
         };
     }
     io_error(path, op, e)
-}
-
-fn with_path(e: Error, path: &Path) -> Error {
-    match e {
-        Error::ParentNotDirectory { .. } => Error::ParentNotDirectory {
-            path: path.to_path_buf(),
-        },
-        Error::PermissionDenied { .. } => Error::PermissionDenied {
-            path: path.to_path_buf(),
-        },
-        other => other,
-    }
 }
 
 /// Maps an I/O error to the typed error a user can act on.

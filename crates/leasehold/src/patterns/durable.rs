@@ -122,10 +122,24 @@ pub fn replace_file_with(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let tmp = temp_name(path);
+    let mut tmp = temp_name(path);
     let mut renamed = false;
     let result = (|| {
-        let mut f = io.create(&tmp)?;
+        // A temporary of a rewrite killed before its rename can carry this very name: pids
+        // are reused, and after a reboot they start again from low numbers. Such a file is
+        // stale (the live process with this pid is us, and the counter is unique within
+        // it), so try the next name rather than fail the write. (Found by the power-loss
+        // torture, `crates/crashfs`: registry saves failing with EEXIST after many cuts.)
+        let mut attempts = 0;
+        let mut f = loop {
+            match io.create(&tmp) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 16 => {
+                    attempts += 1;
+                    tmp = temp_name(path);
+                }
+                other => break other?,
+            }
+        };
         after_step(Step::Created, &tmp)?;
         let mut rest = bytes;
         while !rest.is_empty() {
@@ -150,6 +164,70 @@ pub fn replace_file_with(
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Creates the directory `dir` (and any missing parents, mode 0700) so that its name
+/// survives a power cut, and makes the names from `base` down to `dir` durable too.
+///
+/// A new name lives in its parent directory, and only an `fsync` of that parent makes it
+/// durable: a document saved with [`replace_file`] into a directory that was just created
+/// (a fresh home, `storages/`, a session directory) would otherwise vanish with its
+/// directory after a power loss, acknowledged write and all. So this `fsync`s the parent of
+/// every directory it creates, and — because another process (a lease taking its lock file
+/// beside the document, say) may have created part of the path without syncing it — also
+/// the parent of every directory from `dir` up to and including `base`, whether created now
+/// or not. `base` is the root of what the caller owns (the store's home); pass `dir` itself
+/// when only `dir`'s own name matters. Directories above `base` that already existed are
+/// taken to be durable. Proven by the power-loss torture (`crates/crashfs`), which loses
+/// such writes without it.
+pub fn create_dir_durable(dir: &Path, base: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut probe = dir;
+    while std::fs::symlink_metadata(probe).is_err() {
+        missing.push(probe.to_path_buf());
+        match probe.parent() {
+            Some(p) if !p.as_os_str().is_empty() => probe = p,
+            _ => break,
+        }
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)?;
+    let mut parents: Vec<PathBuf> = Vec::new();
+    let mut push_parent = |d: &Path| {
+        let parent = match d.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !parents.contains(&parent) {
+            parents.push(parent);
+        }
+    };
+    for d in &missing {
+        push_parent(d);
+    }
+    if dir.starts_with(base) {
+        let mut d = dir;
+        loop {
+            push_parent(d);
+            if d == base {
+                break;
+            }
+            match d.parent() {
+                Some(p) => d = p,
+                None => break,
+            }
+        }
+    } else {
+        push_parent(dir);
+    }
+    // Deepest first: a name is synced before the name of the directory holding it.
+    for parent in parents {
+        sync_dir(&parent)?;
+    }
+    Ok(())
 }
 
 /// Makes a rename in `dir` durable: `fsync` of the directory (POSIX).
@@ -179,6 +257,52 @@ fn temp_name(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn create_dir_durable_creates_missing_parents_and_accepts_an_existing_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("a/b/c");
+        create_dir_durable(&deep, &dir.path().join("a")).unwrap();
+        assert!(deep.is_dir());
+        create_dir_durable(&deep, &deep).unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(create_dir_durable(&file.join("d"), &file).is_err());
+    }
+
+    #[test]
+    fn a_stale_temporary_under_the_chosen_name_does_not_fail_the_write() {
+        // What a rewrite killed before its rename leaves under a name this process picks
+        // again (a reused pid): creating it exclusively fails with EEXIST.
+        struct Stale {
+            left: usize,
+            tried: Vec<PathBuf>,
+        }
+        impl DurableIo for Stale {
+            fn create(&mut self, tmp: &Path) -> io::Result<File> {
+                self.tried.push(tmp.to_path_buf());
+                if self.left > 0 {
+                    self.left -= 1;
+                    std::fs::write(tmp, b"stale")?;
+                }
+                let mut options = OpenOptions::new();
+                options.write(true).create_new(true);
+                options.open(tmp)
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("doc.json");
+        let mut io = Stale {
+            left: 3,
+            tried: Vec::new(),
+        };
+        replace_file_with(&p, b"new", &mut io, &mut |_, _| Ok(())).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert_eq!(io.tried.len(), 4, "one fresh name per stale one");
+        let mut names = io.tried.clone();
+        names.dedup();
+        assert_eq!(names.len(), 4);
+    }
 
     #[test]
     fn replaces_content_and_leaves_no_temporaries() {

@@ -203,29 +203,17 @@ pub(crate) fn unmark_waiting(fd: BorrowedFd<'_>) {
     let _ = rustix::fs::fcntl_lock(fd, FlockOperation::NonBlockingUnlock);
 }
 
-/// Whether another process has marked itself waiting ([`mark_waiting`]) on the file `probe`
-/// (opened read-write: a write-lock test needs write access) is open on. One `F_SETLK`
-/// write-lock try, undone at once when it succeeds.
+/// Whether another process has marked itself waiting ([`mark_waiting`]) on the file `fd` is
+/// open on: one `fcntl(F_GETLK)` asking about a whole-file write lock, which reports any
+/// other process's POSIX lock on the file (this process's own never conflict) and changes
+/// nothing. Works on a read-only descriptor: `F_GETLK` checks no access mode.
 #[cfg(target_os = "linux")]
-pub(crate) fn others_waiting(probe: BorrowedFd<'_>) -> bool {
-    match rustix::fs::fcntl_lock(probe, FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {
-            let _ = rustix::fs::fcntl_lock(probe, FlockOperation::NonBlockingUnlock);
-            false
-        }
-        Err(Errno::AGAIN) | Err(Errno::ACCESS) => true,
-        Err(_) => false,
-    }
-}
-
-/// Opens `name` read-write for [`others_waiting`] only (never written); `None` when the file
-/// may not be opened for writing, which only costs the fairness aid.
-#[cfg(target_os = "linux")]
-pub(crate) fn open_probe(dir: BorrowedFd<'_>, name: &Path) -> Option<OwnedFd> {
-    let flags =
-        OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-    let fd = rustix::fs::openat(dir, name, flags, Mode::empty()).ok()?;
-    matches!(fd_entry(fd.as_fd()), Ok(Entry::Regular(_))).then_some(fd)
+pub(crate) fn others_waiting(fd: BorrowedFd<'_>) -> bool {
+    use rustix::process::{Flock, FlockType, fcntl_getlk};
+    matches!(
+        fcntl_getlk(fd, &Flock::from(FlockType::WriteLock)),
+        Ok(Some(_))
+    )
 }
 
 /// Marks a descriptor inheritable (clears `FD_CLOEXEC`) or not.
