@@ -12,6 +12,7 @@
 //! * `run` — run a command while holding an exclusive lease; the command inherits the
 //!   lease's descriptor (as with `flock(1)`), so the lease lasts while it lives.
 //! * `status` — who holds a lock file, without creating, taking or changing anything.
+//! * `flock` — a drop-in for util-linux `flock(1)`, also when the binary is run as `flock`.
 //! * `registry`, `session`, `results` — the stores of `leasehold-stores`: the multi-root
 //!   workspace registry under a store-wide authority, append-only session logs, and
 //!   isolated results under per-ID leases.
@@ -47,8 +48,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run COMMAND while holding an exclusive lease on LOCKFILE.
+    /// Run COMMAND while holding an exclusive (or --shared) lease on LOCKFILE.
     Run(cmd::run::RunArgs),
+    /// A drop-in for util-linux flock(1) 2.38 (also when this binary is run as `flock`).
+    Flock(cmd::flock::FlockArgs),
     /// Tell whether LOCKFILE is held, and by which pids, without touching it.
     Status(cmd::status::StatusArgs),
     /// Measure lease costs and waiter latencies against kernel floors, on this machine.
@@ -71,8 +74,17 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // flock(1)'s argv is its own (getopt-style, options before FILE): it never meets clap.
+    #[cfg(target_os = "linux")]
+    {
+        let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        if let Some((args, prog)) = cmd::flock::argv_of(&argv) {
+            return finish(cmd::flock::run(args, prog));
+        }
+    }
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::Flock(args) => cmd::flock::main(args),
         Command::Run(args) => cmd::run::main(args),
         Command::Status(args) => cmd::status::main(args),
         Command::Bench(args) => cmd::bench::main(args),
@@ -84,6 +96,11 @@ fn main() -> ExitCode {
         Command::Worker(args) => cmd::worker::main(args),
         Command::ExecWithParentDeathSignal(args) => cmd::etcd::exec(args),
     };
+    finish(outcome)
+}
+
+/// The exit status of a verb's outcome, printing its failure.
+fn finish(outcome: exit::Outcome) -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {

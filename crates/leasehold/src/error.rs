@@ -158,6 +158,15 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A shared lease was asked for where the platform has no shared mode (Windows, where a
+    /// lease is a named kernel object whose existence is the lock). Nothing was taken.
+    #[error(
+        "{path}: shared leases are not available on this platform; take an exclusive lease instead"
+    )]
+    SharedUnsupported {
+        /// The lock path.
+        path: PathBuf,
+    },
     /// The file system holding the lock file cannot lock files: `flock` answered `ENOLCK`,
     /// `EOPNOTSUPP`/`ENOTSUP` or `ENOSYS` (some FUSE and network mounts, some container
     /// overlays). Not contention — waiting would never help — and not a transient I/O error.
@@ -203,7 +212,8 @@ impl Error {
             | Error::PermissionDenied { .. }
             | Error::NameTooLong { .. }
             | Error::NetworkFilesystem { .. }
-            | Error::Untrusted { .. } => ErrorClass::Usage,
+            | Error::Untrusted { .. }
+            | Error::SharedUnsupported { .. } => ErrorClass::Usage,
             Error::NotFound { .. }
             | Error::Unstable { .. }
             | Error::LeaseLost { .. }

@@ -72,5 +72,10 @@ pub use budget::{Budget, CancelToken};
 pub use error::{Error, ErrorClass, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
-pub use lease::{HandleLease, Lease, LeaseHandle, LockDir, MAX_REOPENS, check_trusted, holders};
+#[cfg(unix)]
+pub use lease::unlock_descriptor;
+pub use lease::{
+    HandleLease, Lease, LeaseHandle, LockDir, LockMode, MAX_REOPENS, SharedLease, check_trusted,
+    holders,
+};
 pub use options::LeaseOptions;

@@ -218,6 +218,21 @@ fn object_names_follow_the_real_path_and_fold_case() {
     assert_eq!(Lease::try_acquire(&dotted).unwrap().object_name(), name);
 }
 
+/// A named semaphore has no shared mode: shared leases are refused, typed, taking nothing.
+#[test]
+fn shared_leases_are_refused_with_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.lock");
+    match leasehold::SharedLease::try_acquire(&path) {
+        Err(Error::SharedUnsupported { path: p }) => assert_eq!(p, path),
+        other => panic!("expected SharedUnsupported, got {other:?}"),
+    }
+    let err = leasehold::SharedLease::acquire(&path, &generous()).unwrap_err();
+    assert!(err.is_unusable_path(), "{err:?}");
+    // Nothing was taken: an exclusive lease is free.
+    drop(Lease::try_acquire(&path).unwrap());
+}
+
 #[test]
 fn same_process_leases_exclude_and_release_is_idempotent() {
     let dir = tempfile::tempdir().unwrap();

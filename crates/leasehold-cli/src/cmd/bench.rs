@@ -15,7 +15,8 @@
 //!
 //! Scenarios are plain functions returning [`Row`]s, run in order by [`main`]: in-process
 //! lease costs (`micro`), handoff between processes (`handoff`), figures of waiting itself:
-//! threads, CPU, takeover, cancellation (`waiters`), and the stores' figures: registry mutation vs a raw durable rewrite, session
+//! threads, CPU, takeover, cancellation (`waiters`), shared-mode figures: shared acquire
+//! cost, and a writer among overlapping shared holders vs `flock -s` readers (`shared`), and the stores' figures: registry mutation vs a raw durable rewrite, session
 //! append vs raw write+fdatasync, keyed lease cost at 10 vs 100,000 IDs (`stores`).
 
 mod crew;
@@ -23,6 +24,7 @@ mod crew;
 mod etcd;
 mod handoff;
 mod micro;
+mod shared;
 mod stores;
 mod uncued;
 mod waiters;
@@ -273,6 +275,7 @@ pub fn main(args: BenchArgs) -> Outcome {
     let mut rows = micro::run(tmp.path(), &plan)?;
     rows.extend(handoff::handoff(tmp.path(), &plan)?);
     rows.extend(waiters::run(tmp.path(), &plan)?);
+    rows.extend(shared::run(tmp.path(), &plan)?);
     rows.extend(stores::run(tmp.path(), &plan)?);
     let uncued = uncued::run(tmp.path(), &plan)?;
     let elapsed = started.elapsed().as_secs_f64();

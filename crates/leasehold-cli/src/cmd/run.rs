@@ -1,4 +1,5 @@
-//! `leasehold run`: hold an exclusive kernel lease on LOCKFILE while COMMAND runs.
+//! `leasehold run`: hold an exclusive (with `--shared`, a shared) kernel lease on LOCKFILE
+//! while COMMAND runs.
 //!
 //! The lease's descriptor is inherited by COMMAND (as with `flock(1)`), so the kernel keeps
 //! the lock for as long as COMMAND or any descendant holding the descriptor lives — even when
@@ -13,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{Error, ErrorClass, Lease};
+use leasehold::{Budget, Error, ErrorClass, Lease, SharedLease};
 #[cfg(unix)]
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
@@ -29,6 +30,10 @@ use crate::wait::Wait;
     )
 )]
 pub struct RunArgs {
+    /// Take a shared lease: shared holders run at once; shared and exclusive exclude each
+    /// other, and a waiting exclusive `run` is never starved by overlapping shared ones.
+    #[arg(long)]
+    shared: bool,
     /// Give up after SECS seconds (decimals allowed); default: wait without limit.
     #[arg(long, value_name = "SECS", value_parser = super::parse_secs, conflicts_with = "no_wait")]
     timeout: Option<Duration>,
@@ -111,7 +116,7 @@ pub fn main(args: RunArgs) -> Outcome {
 /// Waits for the lease within the user's budget (see [`Wait`]: it says once when it takes
 /// over a second). Contention names the lock file, its holders, how long `run` waited and
 /// the option that waits longer.
-fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Lease, Failure> {
+fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
     let token = interrupts.token();
     let wait = match (args.no_wait, args.timeout) {
         (true, _) => Wait::no_wait(token),
@@ -126,18 +131,40 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Lease, Failure> {
     };
     let held_by = |e: &Error| holders(e).map(|(path, holders)| format!("{path} held by {holders}"));
     let options = crate::env::lease_options();
-    wait.run(|budget| options.acquire(&args.lockfile, budget), held_by)
-        .map_err(|e| {
-            // How long it waited, before the holders are looked up (that takes a moment).
-            let tail = wait.gave_up();
-            match holders(&e) {
-                Some((path, holders)) => Failure::new(
-                    ErrorClass::Contended,
-                    format!("{path}: lock is held by {holders}{tail}"),
-                ),
-                None => Failure::of(&e),
-            }
-        })
+    let attempt = |budget: &Budget| match args.shared {
+        true => options
+            .acquire_shared(&args.lockfile, budget)
+            .map(Held::Shared),
+        false => options.acquire(&args.lockfile, budget).map(Held::Exclusive),
+    };
+    wait.run(attempt, held_by).map_err(|e| {
+        // How long it waited, before the holders are looked up (that takes a moment).
+        let tail = wait.gave_up();
+        match holders(&e) {
+            Some((path, holders)) => Failure::new(
+                ErrorClass::Contended,
+                format!("{path}: lock is held by {holders}{tail}"),
+            ),
+            None => Failure::of(&e),
+        }
+    })
+}
+
+/// The lease `run` holds: exclusive, or shared with `--shared`.
+#[cfg_attr(windows, allow(dead_code))] // only Unix hands the lease to COMMAND
+enum Held {
+    Exclusive(Lease),
+    Shared(SharedLease),
+}
+
+impl Held {
+    #[cfg(unix)]
+    fn share_with_children(&self, share: bool) -> Result<(), Error> {
+        match self {
+            Held::Exclusive(l) => l.share_with_children(share),
+            Held::Shared(l) => l.share_with_children(share),
+        }
+    }
 }
 
 /// Passes termination signals sent to us on to COMMAND, so a supervisor stopping `run`
@@ -182,10 +209,10 @@ impl Forward {
     }
 }
 
-/// For `run --etcd`, which spawns COMMAND itself: forward every termination signal to
-/// COMMAND from now on.
-#[cfg(all(unix, feature = "etcd"))]
-pub(super) fn forward_signals(pid: u32) {
+/// For `run --etcd` and `flock`, which spawn COMMAND themselves: forward every termination
+/// signal to COMMAND from now on.
+#[cfg(unix)]
+pub(crate) fn forward_signals(pid: u32) {
     if let Ok(forward) = Forward::install() {
         let _ = forward.hangups();
         forward.start(pid);
@@ -194,7 +221,7 @@ pub(super) fn forward_signals(pid: u32) {
 
 /// COMMAND's exit status, or 128+N when a signal N killed it.
 #[cfg(unix)]
-pub(super) fn exit_status(status: std::process::ExitStatus) -> u8 {
+pub(crate) fn exit_status(status: std::process::ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,

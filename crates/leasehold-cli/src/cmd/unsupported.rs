@@ -21,6 +21,9 @@ pub struct Unsupported {
 /// The arguments of `bench` on this platform.
 #[allow(dead_code)] // each inclusion of this file uses one of the aliases
 pub type BenchArgs = Unsupported;
+/// The arguments of `flock` on this platform.
+#[allow(dead_code)]
+pub type FlockArgs = Unsupported;
 /// The arguments of `torture` on this platform.
 #[allow(dead_code)]
 pub type TortureArgs = Unsupported;

@@ -27,7 +27,6 @@ pub(crate) type Key = (u64, u64);
 
 /// Whether a lease excludes everyone (`Exclusive`) or only exclusive holders (`Shared`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // `Shared`: the waiter and the table support it; public shared leases come next
 pub(crate) enum Mode {
     Exclusive,
     Shared,

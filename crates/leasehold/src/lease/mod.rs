@@ -24,6 +24,10 @@
 //!   the wait at once), which makes it as fair and as fast as a blocking `flock` (`wait.rs`
 //!   has the decisions, `blocking.rs` and `tokio.rs` the two drivers).
 //! * **Release** closes the descriptor; it is idempotent, and `Drop` does it.
+//! * **Shared leases** ([`SharedLease`], `shared.rs`) take `LOCK_SH` on the same files with
+//!   the same open and verification; they cannot be upgraded, and an exclusive waiter is
+//!   never starved by them (a turnstile: the claim queue in-process, the lock's gate across
+//!   processes, `posix.rs`).
 //!
 //! One acquisition, from the top: [`LeaseOptions::acquire`] → `wait.rs`
 //! (`Acquisition::next`) → `posix.rs` (`open`, `try_lock`, `KernelWait`) → `sys/unix.rs`
@@ -42,6 +46,7 @@ use crate::options::LeaseOptions;
 
 mod blocking;
 pub(crate) mod claim;
+mod shared;
 #[cfg(feature = "tokio")]
 mod tokio;
 mod wait;
@@ -55,6 +60,10 @@ mod imp;
 
 use claim::Mode;
 use wait::Acquisition;
+
+#[cfg(unix)]
+pub use shared::unlock_descriptor;
+pub use shared::{LockMode, SharedLease};
 
 /// How many times a lock file replaced between open and lock is reopened before giving up.
 pub const MAX_REOPENS: u32 = 3;

@@ -166,20 +166,29 @@ impl Dir {
 }
 
 /// Where a lock file is: a path (resolved against the working directory) or a name inside an
-/// opened [`Dir`].
+/// opened [`Dir`] — or, for [`LeaseOptions::lock_descriptor`](super::LeaseOptions), no path
+/// at all (`checked == false`: a descriptor the caller opened, whose inode nothing can be
+/// checked against).
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     dir: Option<Arc<OwnedFd>>,
     name: PathBuf,
     display: PathBuf,
+    /// The lock's gate (see [`gate`]), relative to `dir`; `None` where there is none.
+    gate: Option<PathBuf>,
+    /// Whether the locked inode is checked against `name` (false only for descriptors).
+    checked: bool,
 }
 
 impl Target {
     pub(crate) fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
+        let gate = path.file_name().map(|n| path.with_file_name(gate::name(n)));
         Ok(Target {
             dir: None,
             name: path.to_path_buf(),
             display: path.to_path_buf(),
+            gate,
+            checked: true,
         })
     }
 
@@ -190,7 +199,20 @@ impl Target {
             dir: Some(dir.fd.clone()),
             name: PathBuf::from(name),
             display,
+            gate: Some(PathBuf::from(gate::name(OsStr::new(name)))),
+            checked: true,
         })
+    }
+
+    /// A descriptor the caller opened (`display` names it in messages): no path, no gate.
+    pub(crate) fn descriptor(display: PathBuf) -> Target {
+        Target {
+            dir: None,
+            name: PathBuf::new(),
+            display,
+            gate: None,
+            checked: false,
+        }
     }
 
     fn dir(&self) -> BorrowedFd<'_> {
@@ -210,6 +232,21 @@ impl Target {
 pub(crate) struct Opened {
     fd: OwnedFd,
     id: FileId,
+}
+
+/// A caller's descriptor, duplicated (the same open file description, so the lock taken is
+/// the description's), as a lock to take; it must be a regular file or a directory.
+pub(crate) fn open_descriptor(target: &Target, fd: BorrowedFd<'_>) -> Result<Opened> {
+    let path = target.display();
+    let (id, kind) = sys::fd_identity(fd).map_err(|e| path_error(path, "stat descriptor", e))?;
+    if let Some(kind) = kind.filter(|k| *k != FileKind::Directory) {
+        return Err(Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    let fd = sys::dup_cloexec(fd).map_err(|e| path_error(path, "duplicate descriptor", e))?;
+    Ok(Opened { fd, id })
 }
 
 impl Opened {
@@ -375,7 +412,19 @@ pub(crate) fn try_lock(
 ) -> Result<Attempt> {
     #[cfg(test)]
     super::tests::before_lock_hook();
-    match sys::try_lock(opened.fd.as_fd(), mode == Mode::Shared) {
+    let shared = mode == Mode::Shared;
+    // A shared try passes the gate first: while an exclusive waiter holds it, newcomers
+    // are busy (they wait behind it, see `gate`). The gate closes once the try is done.
+    let gate = match shared {
+        true => gate::open(target, true),
+        false => None,
+    };
+    if gate.as_ref().is_some_and(|g| !gate::pass_now(g)) {
+        return Ok(Attempt::Busy(opened, claim));
+    }
+    let locked = sys::try_lock(opened.fd.as_fd(), shared);
+    drop(gate);
+    match locked {
         Ok(true) => {}
         Ok(false) => return Ok(Attempt::Busy(opened, claim)),
         Err(e) => return Err(lock_error(target.display(), e)),
@@ -395,6 +444,15 @@ pub(crate) fn try_lock(
 /// `Ok(None)` (the descriptor closed, releasing the orphan's lock) when it was replaced.
 pub(crate) fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
     let Granted { fd, id, marked } = granted;
+    if !target.checked {
+        // A caller's descriptor: there is no path to check it against.
+        return Ok(Some(Held {
+            fd,
+            id,
+            marked,
+            _claim: claim,
+        }));
+    }
     match sys::entry_at(target.dir(), &target.name) {
         Ok(Entry::Regular(now)) if now == id => Ok(Some(Held {
             fd,
@@ -415,7 +473,11 @@ pub(crate) fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result
     sys::mark_waiting(opened.fd.as_fd());
     // The mark stays until the lease's descriptor closes (which drops it) or a handle
     // unlocks (`Held::unlock_keep`): removing it here measured ~1 µs on the handoff path.
-    let res = sys::lock_blocking(opened.fd.as_fd(), mode == Mode::Shared);
+    let res = gate::block(
+        opened.fd.as_fd(),
+        gate::open(target, mode == Mode::Shared),
+        mode == Mode::Shared,
+    );
     res.map_err(|e| lock_error(target.display(), e))?;
     Ok(Granted {
         fd: opened.fd,
@@ -426,10 +488,11 @@ pub(crate) fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result
 
 /// Whether the inode `id` is still the file at the path (else a waiter follows the path).
 pub(crate) fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
-    matches!(
-        sys::entry_at(target.dir(), &target.name),
-        Ok(Entry::Regular(now)) if Some(now) == id
-    )
+    !target.checked
+        || matches!(
+            sys::entry_at(target.dir(), &target.name),
+            Ok(Entry::Regular(now)) if Some(now) == id
+        )
 }
 
 /// Checks that a held lease's inode is still the file at the path (one `fstatat`).
@@ -544,6 +607,7 @@ impl KernelWait {
     /// Starts (or adopts) a kernel wait for `opened` in `mode`; `notifier` is poked on grant.
     /// (`Err` gives the file back where no kernel queue exists: never on POSIX.)
     pub(crate) fn start(
+        target: &Target,
         opened: Opened,
         mode: Mode,
         notifier: Arc<Notifier>,
@@ -568,12 +632,14 @@ impl KernelWait {
         pending.push((opened.id, shared, slot.clone()));
         drop(pending);
         let (id, job_slot) = (opened.id, slot.clone());
+        // Opened here, by the waiter, so the helper needs nothing of the target.
+        let gate = gate::open(target, shared);
         let started = helpers::run(Box::new(move || {
             let fd = opened.fd;
             #[cfg(all(target_os = "linux", not(leasehold_portable)))]
             sys::mark_waiting(fd.as_fd());
             // The mark stays with the lease (see `lock_inline`).
-            let res = sys::lock_blocking(fd.as_fd(), shared);
+            let res = gate::block(fd.as_fd(), gate, shared);
             guard(&PENDING).retain(|(_, _, s)| !Arc::ptr_eq(s, &job_slot));
             let mut state = guard(&job_slot.state);
             if let SlotState::Waiting(n) = &*state {
@@ -685,6 +751,127 @@ mod helpers {
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The gate: the cross-process half of the turnstile of shared leases
+// ---------------------------------------------------------------------------------------
+
+/// The gate of a lock file: the cross-process half of the turnstile that keeps shared holders
+/// from starving an exclusive waiter (the in-process half is the claim queue, `claim.rs`).
+///
+/// Why: `flock` grants `LOCK_SH` to a newcomer whenever only shared locks are held, even
+/// while a `LOCK_EX` waiter is queued, so readers that overlap each other keep a writer out
+/// for ever (util-linux `flock -s` readers do exactly that to a `flock -x` writer; BENCHMARKS.md
+/// has the figure).
+///
+/// The protocol, over a second lock file next to the lock file:
+///
+/// * An **exclusive waiter** (one that found the lock busy and waits) holds the gate
+///   exclusively (`LOCK_EX`, waiting for it if need be) while it waits for the lock, and
+///   lets go as soon as it has the lock. An exclusive *try* never touches the gate, and an
+///   exclusive waiter never creates it (shared acquirers do).
+/// * A **shared acquirer** passes the gate: takes it shared (waiting, within its budget,
+///   while an exclusive waiter holds it), tries `LOCK_SH` on the lock, and lets the gate go
+///   at once; if the lock was busy (held exclusively), it then waits for the lock *without*
+///   the gate, so it never blocks the next exclusive waiter for longer than one try.
+///
+/// So once an exclusive waiter holds the gate, no newcomer gets the lock shared: the waiter
+/// gets it as soon as the shared holders present when it took the gate (plus any shared
+/// waiter that had already passed it) have released, however they overlap. Exclusive waiters
+/// queue on the gate among themselves, in the kernel's order. Everyone takes the gate before
+/// the lock and nobody waits for the gate while holding the lock, so there is no deadlock.
+/// (One process must not nest shared leases on one file while an exclusive waiter may
+/// queue: the inner one waits behind the waiter, which waits for the outer one.)
+///
+/// An abandoned exclusive wait (deadline, cancellation, dropped future) keeps its place on
+/// the gate until the kernel grants its helper the lock, which it drops at once (see
+/// [`KernelWait`]): new shared acquirers are held back for no longer than the waiter itself
+/// would have waited, and a later waiter of the process that adopts the helper keeps the
+/// place in line.
+///
+/// Where it lives and what it costs: `.<name>.leasehold-gate` in the lock file's directory
+/// (`.leasehold-gate-<sha256 of the name>` when that would be too long a file name), opened
+/// exactly like a lock file (relative to the same directory handle, never following a
+/// symlink, never blocking, close-on-exec, created 0600, never written, truncated or
+/// removed) and used only while it is a regular file. A shared acquisition pays one more
+/// open, `fstat`, `flock` and close (BENCHMARKS.md: shared acquire vs the floor); an
+/// exclusive try pays nothing, an exclusive wait one open and two `flock`s. The gate only
+/// ever costs fairness, never exclusion: where it cannot be opened or locked (a read-only
+/// directory, a file system without locks) leases work as plain `flock` does, and lockers
+/// that do not know it (util-linux `flock(1)`, other libraries) are excluded by the lock
+/// itself as before. Descriptors locked with `lock_descriptor` have no path and no gate.
+///
+/// Not a POSIX record lock on the lock file itself: Linux waiters already mark themselves
+/// with whole-file POSIX read locks there (`sys::mark_waiting`), which a write lock would
+/// collide with, and on the BSDs and macOS record locks and `flock` share one lock list.
+pub(crate) mod gate {
+    use super::*;
+
+    /// The suffix of a gate's name (and how an operator recognises one).
+    const SUFFIX: &str = ".leasehold-gate";
+    /// The longest file name the common file systems take (`NAME_MAX`).
+    const NAME_MAX: usize = 255;
+
+    /// The gate's file name for the lock file named `lock`.
+    pub(crate) fn name(lock: &OsStr) -> std::ffi::OsString {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = lock.as_bytes();
+        if 1 + bytes.len() + SUFFIX.len() <= NAME_MAX {
+            let mut n = std::ffi::OsString::from(".");
+            n.push(lock);
+            n.push(SUFFIX);
+            return n;
+        }
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(bytes);
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        std::ffi::OsString::from(format!("{SUFFIX}-{hex}"))
+    }
+
+    /// Opens the gate of `target`, or `None` where it has none or it cannot be used (see the
+    /// module documentation: fairness only). With `create` (shared acquirers) a missing gate
+    /// is created 0600; exclusive waiters never create one, so a lock that only ever had
+    /// exclusive users never gets a gate (and keyed leases' namespaces none at all). Where
+    /// no gate exists no shared lease of ours is held or was ever taken, bar one created at
+    /// this very moment, whose first holder then goes unqueued.
+    pub(crate) fn open(target: &Target, create: bool) -> Option<OwnedFd> {
+        let gate = target.gate.as_deref()?;
+        let fd = sys::open_lock_file(target.dir(), gate, create).ok()?;
+        matches!(sys::fd_entry(fd.as_fd()), Ok(Entry::Regular(_))).then_some(fd)
+    }
+
+    /// A shared acquirer's non-blocking pass: `false` while an exclusive waiter holds the gate.
+    /// A gate that cannot be locked at all lets everyone pass.
+    pub(crate) fn pass_now(gate: &OwnedFd) -> bool {
+        sys::try_lock(gate.as_fd(), true).unwrap_or(true)
+    }
+
+    /// Blocks until the lock on `fd` is granted in `shared` or exclusive mode, through the
+    /// gate when there is one (see the module documentation for the protocol).
+    pub(crate) fn block(
+        fd: BorrowedFd<'_>,
+        gate: Option<OwnedFd>,
+        shared: bool,
+    ) -> std::result::Result<(), Errno> {
+        let Some(gate) = gate else {
+            return sys::lock_blocking(fd, shared);
+        };
+        // A gate that cannot be locked costs fairness only: go on to the lock.
+        let _ = sys::lock_blocking(gate.as_fd(), shared);
+        if shared {
+            let now = sys::try_lock(fd, true);
+            drop(gate); // passed: never wait for the lock while holding the gate shared
+            return match now {
+                Ok(true) => Ok(()),
+                Ok(false) => sys::lock_blocking(fd, true),
+                Err(e) => Err(e),
+            };
+        }
+        let res = sys::lock_blocking(fd, false);
+        drop(gate); // the lock is ours (or failed): the shared acquirers behind us may pass
+        res
     }
 }
 

@@ -286,7 +286,7 @@ impl<'a> Acquisition<'a> {
                 }
                 let id = opened.file_id();
                 let n = self.ensure_notifier()?;
-                match imp::KernelWait::start(opened, self.mode, n) {
+                match imp::KernelWait::start(self.target, opened, self.mode, n) {
                     Ok(kw) => {
                         self.state = State::Kernel(kw, claim, id);
                         self.interval = CHECK_MIN;

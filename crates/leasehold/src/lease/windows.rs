@@ -396,8 +396,16 @@ pub(crate) fn try_lock(
     target: &Target,
     opened: Opened,
     claim: Claim,
-    _mode: Mode,
+    mode: Mode,
 ) -> Result<Attempt> {
+    if mode == Mode::Shared {
+        // A named semaphore's existence is the lock: it has no shared mode, and a counted
+        // semaphore cannot tell readers from a writer without a second object and a
+        // protocol no other process could be trusted to follow. Refused, typed.
+        return Err(Error::SharedUnsupported {
+            path: target.display().to_path_buf(),
+        });
+    }
     match sys::create_named(&opened.name) {
         Ok(Created::Held(handle)) => Ok(Attempt::Acquired(Held {
             _handle: handle,
@@ -437,6 +445,7 @@ pub(crate) enum KernelWait {}
 
 impl KernelWait {
     pub(crate) fn start(
+        _target: &Target,
         opened: Opened,
         _mode: Mode,
         _notifier: Arc<Notifier>,

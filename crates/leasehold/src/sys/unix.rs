@@ -239,6 +239,22 @@ fn judge_owner(st: &rustix::fs::Stat) -> Option<String> {
     None
 }
 
+/// Identity of an open descriptor and its kind (`None`: a regular file), for a descriptor the
+/// caller opened: unlike [`fd_entry`] it names the identity of directories too.
+pub(crate) fn fd_identity(fd: BorrowedFd<'_>) -> Result<(FileId, Option<FileKind>), Errno> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok((
+        id_of(&st),
+        kind_of(FileType::from_raw_mode(st.st_mode as _)),
+    ))
+}
+
+/// A close-on-exec duplicate of `fd`: the same open file description, so a `flock` taken
+/// through it is the description's (and stays when the duplicate is closed).
+pub(crate) fn dup_cloexec(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+    rustix::io::fcntl_dupfd_cloexec(fd, 0)
+}
+
 /// `flock(LOCK_EX|LOCK_NB)` (or `LOCK_SH|LOCK_NB` with `shared`). `Ok(false)` means another
 /// open file description holds a conflicting lock.
 pub(crate) fn try_lock(fd: BorrowedFd<'_>, shared: bool) -> Result<bool, Errno> {

@@ -13,6 +13,8 @@
 //! * `hold`: take the lease, print `H`, hold until stdin closes (or SIGKILL).
 //! * `wait`: print `W`, wait for the lease, print `A <acquired at ns> <cpu ns> <wall ns>` where
 //!   cpu is the process CPU time spent in the wait, then release and exit.
+//! * `share` (the shared-mode scenario, `shared.rs`): loop shared holds out of phase with the
+//!   other readers until the cued end (`--method floor`: plain `flock(LOCK_SH)`).
 //! * `crowd`: start `--of` waiters on a lease held elsewhere, print `T <threads before>
 //!   <threads while all wait>`, then wait until stdin closes (the waiters die with it).
 //! * `loop` (the uncued back-to-back scenario): prepare `--method`, print `R`, read
@@ -494,6 +496,9 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
             out.write_all(text.as_bytes())
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
+        }
+        "share" => {
+            super::shared::share_loop(lock, args.method, args.index, &mut lines)?;
         }
         "crowd" => {
             // Threads before any waiter exists (the runtime, if any, already built), and

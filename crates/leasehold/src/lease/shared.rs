@@ -1,0 +1,257 @@
+//! Shared leases, and locks on descriptors the caller opened.
+//!
+//! A [`SharedLease`] is taken on the same lock files as a [`Lease`](super::Lease), with the
+//! same safe open and inode verification: shared holders coexist, and shared and exclusive
+//! holders exclude each other — across processes, and against any other `flock` user of the
+//! file (util-linux `flock -s`, Python's `fcntl.flock`, std's `File::lock_shared`).
+//!
+//! **No writer starvation.** An exclusive waiter gets the lease as soon as the shared holders
+//! present when it started waiting have released, even while shared holders overlap each
+//! other without a gap: new shared acquirers wait behind it — in this process through the
+//! claim queue (`claim.rs`), across processes through the lock's gate (`posix.rs`, `gate`),
+//! which every leasehold process honours. (Plain `flock -s` readers starve a `flock -x`
+//! writer for ever; BENCHMARKS.md has both figures.)
+//!
+//! **No upgrade.** `flock` converts a shared lock to an exclusive one non-atomically — it
+//! drops the shared lock first, so another writer can get in between — and a failed
+//! non-blocking conversion leaves the caller with no lock at all, silently. So a
+//! `SharedLease` has no way to become exclusive: to write, release it, then acquire a
+//! [`Lease`](super::Lease), and re-read whatever was read under the shared lease. Do not
+//! take a second lease on the same file while holding a shared one: an exclusive waiter
+//! queued in between waits for the first, and the second waits behind it.
+
+use std::path::Path;
+
+#[cfg(unix)]
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use super::claim::Mode;
+use super::wait::Acquisition;
+use super::{blocking, imp};
+use crate::budget::Budget;
+use crate::error::{Error, Result};
+use crate::kind::FileId;
+use crate::options::LeaseOptions;
+
+/// Whether a lock excludes everyone ([`Exclusive`](LockMode::Exclusive)) or only exclusive
+/// holders ([`Shared`](LockMode::Shared)): for [`LeaseOptions::lock_descriptor`], where the
+/// mode is the caller's choice at run time (path leases have a type per mode: [`Lease`](super::Lease)
+/// and [`SharedLease`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// `LOCK_EX`.
+    Exclusive,
+    /// `LOCK_SH`.
+    Shared,
+}
+
+impl From<LockMode> for Mode {
+    fn from(m: LockMode) -> Mode {
+        match m {
+            LockMode::Exclusive => Mode::Exclusive,
+            LockMode::Shared => Mode::Shared,
+        }
+    }
+}
+
+/// A shared lease, held until [`release`](SharedLease::release) or drop.
+///
+/// While it is held no exclusive lease on the same lock file is held by anyone (any process,
+/// this one included), and any number of shared leases may be. It never expires. It cannot
+/// be upgraded (see the module documentation): release it, then acquire a
+/// [`Lease`](super::Lease).
+///
+/// ```
+/// use leasehold::{Lease, SharedLease};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("cache.lock");
+/// let a = SharedLease::try_acquire(&path).unwrap();
+/// let b = SharedLease::try_acquire(&path).unwrap(); // readers coexist
+/// assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
+/// drop((a, b));
+/// let writer = Lease::try_acquire(&path).unwrap();
+/// assert!(SharedLease::try_acquire(&path).unwrap_err().is_contended());
+/// # drop(writer);
+/// ```
+///
+/// There is no conversion to an exclusive lease (this does not compile):
+///
+/// ```compile_fail
+/// let shared = leasehold::SharedLease::try_acquire("cache.lock").unwrap();
+/// let exclusive: leasehold::Lease = shared.into();
+/// ```
+#[derive(Debug)]
+pub struct SharedLease {
+    held: Option<imp::Held>,
+    target: imp::Target,
+}
+
+impl SharedLease {
+    /// Takes a shared lease on `path` if no exclusive holder has it and no exclusive waiter
+    /// is queued for it right now (default [`LeaseOptions`]).
+    ///
+    /// # Errors
+    /// As [`LeaseOptions::try_acquire`].
+    pub fn try_acquire(path: impl AsRef<Path>) -> Result<SharedLease> {
+        LeaseOptions::default().try_acquire_shared(path)
+    }
+
+    /// Takes a shared lease on `path`, waiting within `budget` (default [`LeaseOptions`]).
+    ///
+    /// # Errors
+    /// As [`LeaseOptions::acquire`].
+    pub fn acquire(path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
+        LeaseOptions::default().acquire_shared(path, budget)
+    }
+
+    /// [`SharedLease::acquire`] for async code (see [`Lease::acquire_async`](super::Lease::acquire_async)).
+    ///
+    /// # Errors
+    /// As [`LeaseOptions::acquire`].
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async(path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
+        LeaseOptions::default()
+            .acquire_shared_async(path, budget)
+            .await
+    }
+
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        self.target.display()
+    }
+
+    /// Whether the lease is still held (not yet released).
+    pub fn is_held(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// The identity of the locked inode, while held.
+    pub fn file_id(&self) -> Option<FileId> {
+        self.held.as_ref().and_then(imp::Held::file_id)
+    }
+
+    /// Checks that the lease still stands for its path (see [`Lease::verify`](super::Lease::verify)).
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`], [`Error::Released`].
+    pub fn verify(&self) -> Result<()> {
+        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+            path: self.path().to_path_buf(),
+        })?;
+        imp::verify(&self.target, held)
+    }
+
+    /// Releases the lease by closing its descriptor. Idempotent. The lock file stays.
+    pub fn release(&mut self) {
+        self.held = None;
+    }
+
+    /// Lets child processes spawned from now on inherit the lease (see
+    /// [`Lease::share_with_children`](super::Lease::share_with_children)).
+    ///
+    /// # Errors
+    /// [`Error::Released`], or [`Error::Io`] from `fcntl`.
+    #[cfg(unix)]
+    pub fn share_with_children(&self, share: bool) -> Result<()> {
+        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+            path: self.path().to_path_buf(),
+        })?;
+        crate::sys::set_inheritable(held.as_fd(), share)
+            .map_err(|e| imp::path_error(self.path(), "set descriptor inheritance", e))
+    }
+
+    /// The locked descriptor, while held.
+    #[cfg(unix)]
+    pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.held.as_ref().map(imp::Held::as_fd)
+    }
+}
+
+impl LeaseOptions {
+    /// Takes a shared lease on `path` if it can be had right now: no exclusive holder and no
+    /// exclusive waiter ahead (a waiter of ours holds the gate: see [`SharedLease`]).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire); [`Error::SharedUnsupported`] on Windows.
+    pub fn try_acquire_shared(&self, path: impl AsRef<Path>) -> Result<SharedLease> {
+        self.acquire_shared(path, &Budget::no_wait())
+    }
+
+    /// Takes a shared lease on `path`, waiting within `budget` — behind any exclusive waiter
+    /// already queued, so that writers are never starved.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
+    pub fn acquire_shared(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
+        let target = imp::Target::path(self, path.as_ref())?;
+        let held = blocking::run(Acquisition::new(*self, &target, budget, Mode::Shared, None))?;
+        Ok(SharedLease {
+            held: Some(held),
+            target,
+        })
+    }
+
+    /// Takes a shared lease on `path` without blocking the executor; dropping the future
+    /// abandons the wait and leaves nothing held.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_shared_async(
+        &self,
+        path: impl AsRef<Path>,
+        budget: &Budget,
+    ) -> Result<SharedLease> {
+        let target = imp::Target::path(self, path.as_ref())?;
+        let acq = Acquisition::new(*self, &target, budget, Mode::Shared, None);
+        let held = super::tokio::run(acq).await?;
+        Ok(SharedLease {
+            held: Some(held),
+            target,
+        })
+    }
+
+    /// Locks the open file description behind `fd`, a descriptor the caller opened (or
+    /// inherited: `exec 9>lockfile` in a shell), in `mode`, waiting within `budget` — what
+    /// `flock(1)` does with a descriptor number.
+    ///
+    /// The lock belongs to the open file description, not to a lease object: it stays after
+    /// this call returns, for as long as any descriptor of that description is open, until
+    /// [`unlock_descriptor`] or until every one of them is closed. `fd` must be a regular
+    /// file or a directory. Unlike a path lease there is no inode-vs-path check (there is no
+    /// path to check against: the caller vouches for what it opened), no gate (an exclusive
+    /// waiter here does not hold shared acquirers back), and no in-process exclusion once
+    /// the call has returned. A description that already holds a lock in the other mode is
+    /// converted the way `flock(2)` converts: not atomically.
+    ///
+    /// # Errors
+    /// [`Error::NotRegularFile`] for anything but a regular file or a directory,
+    /// [`Error::Contended`]/[`Error::TimedOut`], [`Error::Cancelled`], [`Error::Io`] (a
+    /// closed descriptor: `EBADF`).
+    #[cfg(unix)]
+    pub fn lock_descriptor(
+        &self,
+        fd: BorrowedFd<'_>,
+        mode: LockMode,
+        budget: &Budget,
+    ) -> Result<()> {
+        let display = std::path::PathBuf::from(format!("descriptor {}", fd.as_raw_fd()));
+        let target = imp::Target::descriptor(display);
+        let opened = imp::open_descriptor(&target, fd)?;
+        let acq = Acquisition::new(*self, &target, budget, mode.into(), Some(opened));
+        // Closing our duplicate leaves the lock with the caller's description.
+        drop(blocking::run(acq)?);
+        Ok(())
+    }
+}
+
+/// Drops the lock of the open file description behind `fd` (`flock(LOCK_UN)`): for every
+/// descriptor sharing it, in every process — what `flock -u` does.
+///
+/// # Errors
+/// [`Error::Io`] (for example `EBADF` for a closed descriptor).
+#[cfg(unix)]
+pub fn unlock_descriptor(fd: BorrowedFd<'_>) -> Result<()> {
+    let display = std::path::PathBuf::from(format!("descriptor {}", fd.as_raw_fd()));
+    crate::sys::unlock(fd).map_err(|e| imp::path_error(&display, "unlock", e))
+}

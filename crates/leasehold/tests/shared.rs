@@ -1,0 +1,601 @@
+//! Shared leases (issue 15) with real processes: shared holders coexist, shared and exclusive
+//! exclude each other across processes and across implementations (util-linux `flock(1)`,
+//! Python's `fcntl.flock`, std's `File::lock`/`File::lock_shared`), and an exclusive waiter
+//! is not starved by shared holders of other processes that overlap each other without a gap.
+//!
+//! Other processes are util-linux `flock`, `python3`, or this test binary re-executed as a
+//! helper (the [`helper`] test, a no-op in a normal run; its role comes from [`ROLE`]).
+//! Every handshake is a line on a pipe or a state read from `/proc/locks`, never a sleep.
+#![cfg(target_os = "linux")]
+
+use std::io::{BufRead, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use leasehold::{Budget, Holders, Lease, LeaseOptions, LockMode, SharedLease, holders};
+use testkit::{Proc, run};
+
+/// The environment variable naming a helper's role: `readers`, `std-shared`, `std-exclusive`,
+/// `try-shared` (its argument, the lock path, is in [`LOCK`]).
+const ROLE: &str = "LEASEHOLD_SHARED_TEST_ROLE";
+const LOCK: &str = "LEASEHOLD_SHARED_TEST_LOCK";
+/// A `readers` helper's phase: it starts after this many quarters of [`READER_HOLD`].
+const PHASE: &str = "LEASEHOLD_SHARED_TEST_PHASE";
+
+/// How long each looping reader holds its shared lease per turn.
+const READER_HOLD: Duration = Duration::from_millis(50);
+
+/// Not a test of its own: the body of the helper processes (a no-op in a normal run).
+///
+/// * `readers`: after its [`PHASE`], loops `SharedLease::acquire` → hold [`READER_HOLD`] →
+///   release → again at once; prints `S` once it first holds; stops at stdin EOF.
+/// * `std-shared` / `std-exclusive`: `File::lock_shared` / `File::lock`, prints `locked`,
+///   holds until stdin EOF.
+/// * `std-try-shared` / `std-try-exclusive`: `File::try_lock_shared` / `File::try_lock`;
+///   exits 0 when it got the lock, 1 when it would block.
+/// * `try-shared`: one `SharedLease::try_acquire`; prints `ok` or `contended`.
+#[test]
+#[allow(clippy::incompatible_msrv)] // File::lock (1.89) only in this helper, as the interop peer
+fn helper() {
+    let (Some(role), Some(lock)) = (std::env::var_os(ROLE), std::env::var_os(LOCK)) else {
+        return;
+    };
+    let lock = PathBuf::from(lock);
+    let mut out = std::io::stdout();
+    let stdin_eof = || {
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        std::thread::spawn(move || {
+            for _ in std::io::stdin().lock().lines() {}
+            d.store(true, Ordering::SeqCst);
+        });
+        done
+    };
+    match role.to_str().unwrap() {
+        "readers" => {
+            let done = stdin_eof();
+            // Out of phase with the other readers (a quarter hold each), so that their
+            // short gaps between holds never coincide: the lock is never free.
+            let phase: u32 = std::env::var(PHASE).map_or(0, |p| p.parse().unwrap());
+            std::thread::sleep(READER_HOLD / 4 * phase);
+            let mut first = true;
+            while !done.load(Ordering::SeqCst) {
+                let lease = SharedLease::acquire(&lock, &Budget::unlimited()).unwrap();
+                if first {
+                    writeln!(out, "@S").unwrap();
+                    out.flush().unwrap();
+                    first = false;
+                }
+                std::thread::sleep(READER_HOLD);
+                drop(lease);
+            }
+        }
+        "std-shared" | "std-exclusive" => {
+            let f = std::fs::File::open(&lock).unwrap();
+            if role == "std-shared" {
+                f.lock_shared().unwrap();
+            } else {
+                f.lock().unwrap();
+            }
+            writeln!(out, "@locked").unwrap();
+            out.flush().unwrap();
+            for _ in std::io::stdin().lock().lines() {}
+        }
+        "std-try-shared" | "std-try-exclusive" => {
+            let f = std::fs::File::open(&lock).unwrap();
+            let got = if role == "std-try-shared" {
+                f.try_lock_shared()
+            } else {
+                f.try_lock()
+            };
+            match got {
+                Ok(()) => std::process::exit(0),
+                Err(std::fs::TryLockError::WouldBlock) => std::process::exit(1),
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        "try-shared" => {
+            let answer = match SharedLease::try_acquire(&lock) {
+                Ok(_) => "ok",
+                Err(e) if e.is_contended() => "contended",
+                Err(e) => panic!("{e}"),
+            };
+            writeln!(out, "@{answer}").unwrap();
+        }
+        other => panic!("unknown helper role {other}"),
+    }
+    std::process::exit(0);
+}
+
+/// This test binary re-executed as the helper `role` on `lock`.
+fn helper_cmd(role: &str, lock: &Path) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "helper", "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .env(LOCK, lock);
+    cmd
+}
+
+/// The next line a helper or holder printed, after its `@` (libtest prints its own lines
+/// around a helper's, on the same stream); empty at EOF.
+fn said(p: &mut Proc) -> String {
+    for _ in 0..8 {
+        let line = p.line();
+        if let Some((_, mine)) = line.rsplit_once('@') {
+            return mine.to_string();
+        }
+    }
+    String::new()
+}
+
+/// A holder from another implementation, holding until its stdin closes.
+#[derive(Clone, Copy, Debug)]
+enum Foreign {
+    UtilLinux,
+    Python,
+    Std,
+}
+
+const FOREIGN: [Foreign; 3] = [Foreign::UtilLinux, Foreign::Python, Foreign::Std];
+
+impl Foreign {
+    fn command(self, lock: &Path, shared: bool) -> Command {
+        match self {
+            Foreign::UtilLinux => {
+                let mut c = Command::new("flock");
+                c.arg(if shared { "-s" } else { "-x" })
+                    .arg(lock)
+                    .args(["-c", "echo @locked; read -r _ || true"]);
+                c
+            }
+            Foreign::Python => {
+                let op = if shared { "LOCK_SH" } else { "LOCK_EX" };
+                let mut c = Command::new("python3");
+                c.arg("-c").arg(format!(
+                    "import fcntl, sys\nf = open(sys.argv[1], 'rb')\nfcntl.flock(f, fcntl.{op})\nprint('@locked', flush=True)\nsys.stdin.read()"
+                ));
+                c.arg(lock);
+                c
+            }
+            Foreign::Std => helper_cmd(
+                if shared {
+                    "std-shared"
+                } else {
+                    "std-exclusive"
+                },
+                lock,
+            ),
+        }
+    }
+
+    fn hold(self, lock: &Path, shared: bool) -> Proc {
+        let mut p = Proc::spawn(&mut self.command(lock, shared));
+        assert_eq!(said(&mut p), "locked", "{self:?} did not take the lock");
+        p
+    }
+
+    /// One non-blocking try from this implementation: whether it got the lock.
+    fn try_once(self, lock: &Path, shared: bool) -> bool {
+        let mode = if shared { "shared" } else { "exclusive" };
+        let out = match self {
+            Foreign::UtilLinux => run(Command::new("flock")
+                .args(["-n", if shared { "-s" } else { "-x" }])
+                .arg(lock)
+                .arg("true")),
+            Foreign::Python => {
+                let op = if shared { "LOCK_SH" } else { "LOCK_EX" };
+                run(Command::new("python3")
+                    .arg("-c")
+                    .arg(format!(
+                        "import fcntl, sys\nf = open(sys.argv[1], 'rb')\ntry:\n    fcntl.flock(f, fcntl.{op} | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(1)"
+                    ))
+                    .arg(lock))
+            }
+            Foreign::Std => {
+                let role = if shared {
+                    "std-try-shared"
+                } else {
+                    "std-try-exclusive"
+                };
+                run(&mut helper_cmd(role, lock))
+            }
+        };
+        assert!(out.code == 0 || out.code == 1, "{self:?} {mode}: {out:?}");
+        out.code == 0
+    }
+}
+
+/// Whether process `pid` is blocked in the kernel's queue for the lock of `path`'s inode
+/// (a `->` line of `/proc/locks`).
+fn blocked_on(pid: u32, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(path).unwrap().ino();
+    std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .any(|l| {
+            l.contains("->")
+                && l.split_whitespace().nth(5) == Some(&pid.to_string())
+                && l.contains(&format!(":{ino} "))
+        })
+}
+
+fn generous() -> Budget {
+    Budget::timeout(Duration::from_secs(30))
+}
+
+/// Pids holding the lock file (shared or exclusive), per `/proc/locks`.
+fn pids(path: &Path) -> Vec<u32> {
+    match holders(path).unwrap() {
+        Holders::Held { pids } => pids,
+        Holders::Free => Vec::new(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Waits (by looking, not sleeping for a set time) until `cond` holds; fails after 20 s.
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting until {what}");
+        std::thread::yield_now();
+    }
+}
+
+fn gate_of(lock: &Path) -> PathBuf {
+    let name = lock.file_name().unwrap().to_str().unwrap();
+    lock.with_file_name(format!(".{name}.leasehold-gate"))
+}
+
+#[test]
+fn foreign_shared_holders_coexist_with_ours_and_foreign_exclusive_ones_exclude_ours() {
+    let dir = tempfile::tempdir().unwrap();
+    for foreign in FOREIGN {
+        let lock = dir.path().join(format!("{foreign:?}.lock"));
+        std::fs::File::create(&lock).unwrap();
+        // A shared holder elsewhere: our shared lease coexists, our exclusive one is refused.
+        let mut holder = foreign.hold(&lock, true);
+        let ours = SharedLease::try_acquire(&lock).expect("shared coexists with shared");
+        ours.verify().unwrap();
+        let err = Lease::try_acquire(&lock).unwrap_err();
+        assert!(err.is_contended(), "{foreign:?}: {err:?}");
+        drop(ours);
+        // ... and our exclusive waiter gets in once that holder releases.
+        let p = lock.clone();
+        let waiter = std::thread::spawn(move || Lease::acquire(&p, &generous()));
+        until("our exclusive waiter waits", || {
+            blocked_on(std::process::id(), &lock)
+        });
+        holder.close_stdin();
+        holder.wait();
+        let lease = waiter
+            .join()
+            .unwrap()
+            .expect("granted after the foreign release");
+        assert_eq!(pids(&lock), vec![std::process::id()]);
+        drop(lease);
+
+        // An exclusive holder elsewhere excludes our shared and exclusive leases alike,
+        // and our shared waiter gets in when it goes.
+        let mut holder = foreign.hold(&lock, false);
+        assert!(SharedLease::try_acquire(&lock).unwrap_err().is_contended());
+        assert!(Lease::try_acquire(&lock).unwrap_err().is_contended());
+        let p = lock.clone();
+        let waiter = std::thread::spawn(move || SharedLease::acquire(&p, &generous()));
+        holder.close_stdin();
+        holder.wait();
+        let lease = waiter.join().unwrap().expect("shared waiter granted");
+        lease.verify().unwrap();
+    }
+}
+
+#[test]
+fn our_leases_exclude_foreign_lockers_as_flock_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("ours.lock");
+    for foreign in FOREIGN {
+        let shared = SharedLease::try_acquire(&lock).unwrap();
+        assert!(
+            foreign.try_once(&lock, true),
+            "{foreign:?}: shared with ours"
+        );
+        assert!(
+            !foreign.try_once(&lock, false),
+            "{foreign:?}: exclusive vs our shared"
+        );
+        drop(shared);
+        let exclusive = Lease::try_acquire(&lock).unwrap();
+        assert!(
+            !foreign.try_once(&lock, true),
+            "{foreign:?}: shared vs our exclusive"
+        );
+        assert!(
+            !foreign.try_once(&lock, false),
+            "{foreign:?}: exclusive vs ours"
+        );
+        drop(exclusive);
+        assert!(foreign.try_once(&lock, false), "{foreign:?}: free again");
+    }
+    // std's blocking File::lock waits while we hold, and gets it when we release.
+    let shared = SharedLease::try_acquire(&lock).unwrap();
+    let mut peer = Foreign::Std.hold(&lock, true); // returns only once std got it, shared
+    let mut blocked = Proc::spawn(&mut Foreign::Std.command(&lock, false));
+    until("std's exclusive locker waits", || {
+        blocked_on(blocked.pid(), &lock)
+    });
+    drop(shared);
+    peer.close_stdin();
+    peer.wait();
+    assert_eq!(
+        said(&mut blocked),
+        "locked",
+        "std's File::lock got it after we released"
+    );
+    assert!(SharedLease::try_acquire(&lock).unwrap_err().is_contended());
+    blocked.close_stdin();
+    blocked.wait();
+}
+
+/// The turnstile across processes: four processes hold shared leases in loops that overlap
+/// each other continuously, so the lock is never free; an exclusive waiter still gets in,
+/// as soon as the shared holders present when it started have released (one hold, 50 ms),
+/// and while it holds, nobody else does. Without the gate it would wait until the readers
+/// stop (the bench's figure for util-linux `flock -s` readers).
+#[test]
+fn an_exclusive_waiter_gets_in_while_four_processes_overlap_shared_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("readers.lock");
+    let mut readers: Vec<Proc> = (0..4)
+        .map(|i| Proc::spawn(helper_cmd("readers", &lock).env(PHASE, i.to_string())))
+        .collect();
+    for r in &mut readers {
+        assert_eq!(said(r), "S");
+    }
+    for round in 0..5 {
+        let started = Instant::now();
+        // One 50 ms hold of the readers present, with room for a loaded 2-core machine;
+        // without the gate the writer waits until the readers' phases drift into a common
+        // gap (seconds to minutes: the bench's `flock -s` figure).
+        let lease = Lease::acquire(&lock, &Budget::timeout(Duration::from_secs(1)))
+            .unwrap_or_else(|e| panic!("round {round}: the writer was starved: {e}"));
+        let waited = started.elapsed();
+        let _quiet = testkit::quiet();
+        assert_eq!(
+            pids(&lock),
+            vec![std::process::id()],
+            "round {round}: {waited:?}"
+        );
+        drop(lease);
+    }
+    // The async writer too.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    #[cfg(feature = "tokio")]
+    {
+        let lease = rt
+            .block_on(Lease::acquire_async(
+                &lock,
+                &Budget::timeout(Duration::from_secs(1)),
+            ))
+            .expect("the async writer was starved");
+        drop(lease);
+    }
+    drop(rt);
+    // The readers go on after the writer.
+    let after = SharedLease::acquire(&lock, &generous()).unwrap();
+    drop(after);
+    for r in &mut readers {
+        r.close_stdin();
+        r.wait();
+    }
+}
+
+/// While an exclusive waiter of ours waits (holding the gate), a shared try from another
+/// leasehold process is refused although only shared holders hold the lock — it would get
+/// in with plain flock, and does with util-linux `flock -s`, which knows no gate. When the
+/// holder goes, the waiter is granted, then shared acquirers get in again.
+#[test]
+fn shared_newcomers_queue_behind_a_waiting_exclusive_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("turnstile.lock");
+    // A leasehold shared acquisition creates the gate; exclusive use alone never does.
+    drop(Lease::try_acquire(&lock).unwrap());
+    assert!(!gate_of(&lock).exists(), "exclusive use creates no gate");
+    drop(SharedLease::try_acquire(&lock).unwrap());
+    let gate = gate_of(&lock);
+    assert_eq!(
+        std::fs::metadata(&gate).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let mut reader = Foreign::UtilLinux.hold(&lock, true);
+    let p = lock.clone();
+    let writer = std::thread::spawn(move || Lease::acquire(&p, &generous()));
+    until("the exclusive waiter holds the gate", || {
+        pids(&gate) == vec![std::process::id()]
+    });
+    let try_shared = |lock: &Path| {
+        let mut p = Proc::spawn(&mut helper_cmd("try-shared", lock));
+        said(&mut p)
+    };
+    assert_eq!(
+        try_shared(&lock),
+        "contended",
+        "a newcomer must queue behind the writer"
+    );
+    assert!(
+        Foreign::UtilLinux.try_once(&lock, true),
+        "plain flock -s knows no gate and still gets in"
+    );
+    reader.close_stdin();
+    reader.wait();
+    let lease = writer.join().unwrap().expect("the writer is granted");
+    assert_eq!(try_shared(&lock), "contended", "held exclusively now");
+    drop(lease);
+    assert_eq!(try_shared(&lock), "ok");
+    assert!(gate.exists(), "the gate is never removed");
+}
+
+/// Exclusive use alone — tries and waits — never creates a gate (keyed leases' namespaces stay
+/// free of them): only a shared acquisition does.
+#[test]
+fn exclusive_waits_create_no_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("exclusive-only.lock");
+    let holder = testkit::FlockHolder::hold(&lock);
+    let err = Lease::acquire(&lock, &Budget::timeout(Duration::from_millis(20))).unwrap_err();
+    assert!(err.is_contended(), "{err:?}");
+    drop(holder);
+    drop(Lease::acquire(&lock, &generous()).unwrap());
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("exclusive-only.lock")]);
+}
+
+/// A timed-out exclusive waiter leaves nothing holding the lock or the gate once the shared
+/// holders it waited for are gone: shared newcomers get in again.
+#[test]
+fn an_abandoned_exclusive_wait_lets_shared_acquirers_through_after_the_holders_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("abandoned.lock");
+    drop(SharedLease::try_acquire(&lock).unwrap());
+    let mut reader = Foreign::UtilLinux.hold(&lock, true);
+    let err = Lease::acquire(&lock, &Budget::timeout(Duration::from_millis(50))).unwrap_err();
+    assert!(err.is_contended(), "{err:?}");
+    reader.close_stdin();
+    reader.wait();
+    let gate = gate_of(&lock);
+    until("the abandoned helper let go of lock and gate", || {
+        pids(&lock).is_empty() && pids(&gate).is_empty()
+    });
+    let mut p = Proc::spawn(&mut helper_cmd("try-shared", &lock));
+    assert_eq!(said(&mut p), "ok");
+}
+
+#[test]
+fn shared_leases_open_like_leases_and_a_hostile_gate_costs_only_fairness() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let link = dir.path().join("link.lock");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let err = SharedLease::try_acquire(&link).unwrap_err();
+    assert!(err.is_unusable_path(), "{err:?}");
+    // A gate replaced by a symlink is never followed; the lease still excludes.
+    let lock = dir.path().join("g.lock");
+    std::os::unix::fs::symlink(&victim, gate_of(&lock)).unwrap();
+    let a = SharedLease::try_acquire(&lock).unwrap();
+    let b = SharedLease::acquire(&lock, &generous()).unwrap();
+    assert!(Lease::try_acquire(&lock).unwrap_err().is_contended());
+    drop((a, b));
+    drop(Lease::acquire(&lock, &generous()).unwrap());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    // New lock files are 0600, parents 0700, as for exclusive leases.
+    let deep = dir.path().join("a/b/s.lock");
+    let s = SharedLease::try_acquire(&deep).unwrap();
+    assert_eq!(
+        std::fs::metadata(&deep).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        std::fs::metadata(dir.path().join("a"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
+    // A replaced lock file is detected.
+    std::fs::remove_file(&deep).unwrap();
+    assert!(s.verify().is_err());
+}
+
+/// `lock_descriptor` locks the open file description the caller holds (as `flock -n 9`):
+/// the lock stays after the call, for every process sharing the description, until
+/// `unlock_descriptor`; directories can be locked; FIFOs cannot.
+#[test]
+fn a_descriptor_lock_belongs_to_the_description() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("fd.lock");
+    let file = std::fs::File::create(&lock).unwrap();
+    let opts = LeaseOptions::new();
+    opts.lock_descriptor(file.as_fd(), LockMode::Exclusive, &Budget::no_wait())
+        .unwrap();
+    assert!(
+        !Foreign::UtilLinux.try_once(&lock, true),
+        "held after the call returned"
+    );
+    assert!(Lease::try_acquire(&lock).unwrap_err().is_contended());
+    leasehold::unlock_descriptor(file.as_fd()).unwrap();
+    assert!(Foreign::UtilLinux.try_once(&lock, false));
+    // Shared, next to a foreign shared holder; an exclusive try is contended.
+    let mut holder = Foreign::Python.hold(&lock, true);
+    opts.lock_descriptor(file.as_fd(), LockMode::Shared, &Budget::no_wait())
+        .unwrap();
+    let err = opts
+        .lock_descriptor(file.as_fd(), LockMode::Exclusive, &Budget::no_wait())
+        .unwrap_err();
+    assert!(err.is_contended(), "{err:?}");
+    holder.close_stdin();
+    holder.wait();
+    // A wait within a budget is granted when the holder goes.
+    let mut holder = Foreign::Python.hold(&lock, false);
+    let fd2 = std::fs::File::open(&lock).unwrap();
+    let waiter = std::thread::spawn(move || {
+        LeaseOptions::new()
+            .lock_descriptor(fd2.as_fd(), LockMode::Exclusive, &generous())
+            .map(|()| fd2)
+    });
+    holder.close_stdin();
+    holder.wait();
+    let fd2 = waiter.join().unwrap().unwrap();
+    assert!(!Foreign::UtilLinux.try_once(&lock, true));
+    drop(fd2); // the last descriptor of the description: the lock goes
+    assert!(Foreign::UtilLinux.try_once(&lock, false));
+    // A directory is a lockable description; a FIFO is refused without blocking.
+    let d = std::fs::File::open(dir.path()).unwrap();
+    opts.lock_descriptor(d.as_fd(), LockMode::Exclusive, &Budget::no_wait())
+        .unwrap();
+    assert!(!Foreign::UtilLinux.try_once(dir.path(), false));
+    let fifo = dir.path().join("fifo");
+    assert!(run(Command::new("mkfifo").arg(&fifo)).code == 0);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    let err = opts
+        .lock_descriptor(f.as_fd(), LockMode::Shared, &Budget::no_wait())
+        .unwrap_err();
+    assert!(err.is_unusable_path(), "{err:?}");
+}
+
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn an_async_shared_waiter_is_granted_when_the_exclusive_holder_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("async.lock");
+    std::fs::File::create(&lock).unwrap();
+    let mut holder = Foreign::UtilLinux.hold(&lock, false);
+    let canary = testkit::Canary::start();
+    let p = lock.clone();
+    let waiter = tokio::spawn(async move { SharedLease::acquire_async(&p, &generous()).await });
+    let before = canary.ticks();
+    while canary.ticks() < before + 3 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    holder.close_stdin();
+    holder.wait();
+    let lease = waiter.await.unwrap().expect("granted");
+    lease.verify().unwrap();
+    assert!(SharedLease::try_acquire(&lock).is_ok(), "shared coexists");
+}
