@@ -720,3 +720,46 @@ fn mkfifo(path: &Path) {
     let status = Command::new("mkfifo").arg(path).status().unwrap();
     assert!(status.success(), "mkfifo {}", path.display());
 }
+
+/// A managed root or lock namespace that others may write (issue 18, item 6) could have its
+/// lock files removed or replaced under their holders: it is refused (exit 2, one line naming
+/// it and the mode) unless the user opts in with LEASEHOLD_ALLOW_SHARED=1, and nothing is
+/// created or changed by the refusal.
+#[cfg(unix)]
+#[test]
+fn a_root_or_namespace_others_may_write_is_refused_unless_shared_state_is_allowed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(src.path().join("a.txt"), b"a").unwrap();
+    let out = run(results(&root)
+        .args(["stage", "r1", "--from"])
+        .arg(src.path()));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, &root.display().to_string());
+    assert_one_line_error(&out, "may be written by group and others (mode 0777)");
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        0,
+        "nothing created"
+    );
+    let out = run(results(&root)
+        .env("LEASEHOLD_ALLOW_SHARED", "1")
+        .args(["stage", "r1", "--from"])
+        .arg(src.path()));
+    assert_eq!(out.code, 0, "opted in: {out:?}");
+    // The root made private again, but the namespace writable by others: refused too.
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let ns = root.join(".result-locks-v1");
+    std::fs::set_permissions(&ns, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = run(results(&root).args(["discard", "r1"]));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, &ns.display().to_string());
+    assert!(
+        root.join("results/r1").exists(),
+        "the refused discard removed nothing"
+    );
+}

@@ -97,7 +97,9 @@ pub fn main(args: ResultsArgs) -> Outcome {
     let interrupts = Interrupts::install()?;
     let wait = Wait::up_to(args.timeout.unwrap_or(DEFAULT_TIMEOUT), interrupts.token());
     // The CLI's wait is the whole budget: no cap of the store's own on top of it.
-    let store = ResultStore::new(root).max_wait(None);
+    let store = ResultStore::new(root)
+        .max_wait(None)
+        .with_lease_options(crate::env::lease_options());
     // A busy ID fails admission before anything is changed, so the operation may be tried
     // again after the notice (see `Wait::run`).
     let waited = |id: &str, op: &dyn Fn(&leasehold::Budget) -> Result<(), ResultError>| {

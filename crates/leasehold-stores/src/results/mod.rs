@@ -99,6 +99,13 @@ impl ResultStore {
         }
     }
 
+    /// Takes the IDs' leases with `options` (see [`KeyedLeases::with_options`]: to accept a
+    /// managed root shared with other users, or one on a network or FUSE file system).
+    pub fn with_lease_options(mut self, options: leasehold::LeaseOptions) -> ResultStore {
+        self.leases = self.leases.with_options(options);
+        self
+    }
+
     /// Caps every wait (see [`KeyedLeases::max_wait`]; 30 s by default).
     pub fn max_wait(mut self, max: Option<Duration>) -> ResultStore {
         self.leases = self.leases.max_wait(max);
@@ -137,6 +144,10 @@ impl ResultStore {
     /// The managed root, opened (its path is the caller's configuration: followed); with
     /// `create`, created (0700) when missing. `Ok(None)`: missing.
     fn root_dir(&self, create: bool) -> Result<Option<Tree>> {
+        // A root others may write is refused before anything is created in it.
+        self.leases
+            .check_dirs()
+            .map_err(|e| self.admission_error("", e))?;
         Tree::open(&self.root, create.then_some(0o700)).map_err(|e| ResultError::Unusable {
             path: self.root.clone(),
             reason: e.to_string(),

@@ -197,6 +197,33 @@ impl KeyedLeases {
         self
     }
 
+    /// Takes every lease with `options` (their `create` is managed here). With
+    /// [`LeaseOptions::allow_shared_state`] the managed root and the lock namespace may belong
+    /// to another user or be writable by others (see [`check_trusted`](crate::check_trusted)),
+    /// as lock files then may; without it (the default) such a root or namespace is refused
+    /// with [`Error::Untrusted`]: whoever may write it can remove or replace lock files under
+    /// their holders (issue 18).
+    pub fn with_options(mut self, options: LeaseOptions) -> KeyedLeases {
+        self.options = options;
+        self
+    }
+
+    /// The managed root and the lock namespace, judged as lock files are: nobody else may
+    /// be able to write them, unless shared state is allowed. Every acquisition checks this
+    /// first; a store that creates directories under the root before it asks for a lease
+    /// calls it before it creates anything.
+    ///
+    /// # Errors
+    /// [`Error::Untrusted`] naming the directory and who else could write it.
+    pub fn check_dirs(&self) -> Result<(), KeyError> {
+        if self.options.allows_shared_state() {
+            return Ok(());
+        }
+        crate::check_trusted(&self.root)?;
+        crate::check_trusted(self.root.join(&self.namespace))?;
+        Ok(())
+    }
+
     /// The managed root.
     pub fn root(&self) -> &Path {
         &self.root
@@ -506,6 +533,7 @@ impl KeyedLeases {
             key: key.to_string(),
             root: self.root.clone(),
         };
+        self.check_dirs()?;
         let root = match LockDir::open(&self.root) {
             Ok(dir) => dir,
             Err(Error::NotFound { .. }) => return Err(unknown()),
