@@ -219,9 +219,10 @@ impl LeaseOptions {
         self.acquire_target(target, budget, Mode::Exclusive)
     }
 
-    /// [`acquire_at`](Self::acquire_at) in either mode: the keyed pattern holds its
-    /// namespace's collector lock *shared* while it opens, locks and verifies a key's lock
-    /// file, and its collector holds it *exclusive* (see `patterns::keyed`).
+    /// [`acquire_at`](Self::acquire_at) in either mode, without the shared leases' gate: the
+    /// keyed pattern holds its namespace's collector lock *shared* while it opens, locks and
+    /// verifies a key's lock file, and its collector holds it *exclusive* and never waits
+    /// (see `patterns::keyed`), so no turnstile is needed there.
     pub(crate) fn acquire_at_mode(
         &self,
         dir: &LockDir,
@@ -229,7 +230,7 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?;
+        let target = imp::Target::at(&dir.0, name)?.without_gate();
         self.acquire_target(target, budget, mode)
     }
 
@@ -242,7 +243,7 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?;
+        let target = imp::Target::at(&dir.0, name)?.without_gate();
         self.acquire_target_async(target, budget, mode).await
     }
 

@@ -204,6 +204,14 @@ impl Target {
         })
     }
 
+    /// The same lock without a gate: for an internal lock whose exclusive holder never waits
+    /// (the keyed namespace's collector lock), where a turnstile protects nobody and its
+    /// gate file would only be one more file in the namespace.
+    pub(crate) fn without_gate(mut self) -> Target {
+        self.gate = None;
+        self
+    }
+
     /// A descriptor the caller opened (`display` names it in messages): no path, no gate.
     pub(crate) fn descriptor(display: PathBuf) -> Target {
         Target {

@@ -243,6 +243,11 @@ impl Target {
         &self.display
     }
 
+    /// Windows leases have no gate (no shared mode): the same target.
+    pub(crate) fn without_gate(self) -> Target {
+        self
+    }
+
     pub(crate) fn object_name(&self) -> &str {
         self.name.get().map_or("", String::as_str)
     }
