@@ -62,6 +62,7 @@ impl From<LockMode> for Mode {
 /// [`Lease`](super::Lease).
 ///
 /// ```
+/// # #[cfg(unix)] { // Windows refuses shared leases (`Error::SharedUnsupported`)
 /// use leasehold::{Lease, SharedLease};
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("cache.lock");
@@ -72,6 +73,7 @@ impl From<LockMode> for Mode {
 /// let writer = Lease::try_acquire(&path).unwrap();
 /// assert!(SharedLease::try_acquire(&path).unwrap_err().is_contended());
 /// # drop(writer);
+/// # }
 /// ```
 ///
 /// There is no conversion to an exclusive lease (this does not compile):
