@@ -49,6 +49,9 @@ pub(crate) fn of_inode(id: Option<FileId>) -> Holders {
 pub struct HolderInfo {
     source: Source,
     resolved: Arc<OnceLock<Holders>>,
+    /// Another lease of this process holds it (known from the in-process claim table, on
+    /// every platform, whatever the OS reveals).
+    this_process: bool,
 }
 
 #[derive(Clone, Default)]
@@ -66,6 +69,16 @@ impl HolderInfo {
         HolderInfo {
             source: id.map_or(Source::Nothing, Source::Inode),
             resolved: Arc::default(),
+            this_process: false,
+        }
+    }
+
+    /// Holders of a lock another lease of this process holds: looked up lazily as
+    /// [`of_inode`](Self::of_inode), and said to be "this process" in any case.
+    pub(crate) fn held_here(id: Option<FileId>) -> HolderInfo {
+        HolderInfo {
+            this_process: true,
+            ..HolderInfo::of_inode(id)
         }
     }
 
@@ -75,6 +88,7 @@ impl HolderInfo {
         HolderInfo {
             source: Source::Path(path.as_ref().to_path_buf()),
             resolved: Arc::default(),
+            this_process: false,
         }
     }
 
@@ -85,6 +99,7 @@ impl HolderInfo {
         HolderInfo {
             source: Source::Nothing,
             resolved: Arc::new(resolved),
+            this_process: false,
         }
     }
 
@@ -107,6 +122,9 @@ impl HolderInfo {
     /// when the only holder revealed is this very process — in-process contention, which
     /// must not be reported as "another process (pid <our own pid>)".
     pub fn who(&self) -> String {
+        if self.this_process {
+            return "this process (another lease of it)".to_string();
+        }
         let pids = self.pids();
         if pids == [std::process::id()] {
             return "this process (another lease of it)".to_string();

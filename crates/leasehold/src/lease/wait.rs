@@ -197,7 +197,12 @@ impl<'a> Acquisition<'a> {
                             self.state = State::Queued(opened, q);
                             return Ok(self.sleep());
                         }
-                        Taken::Busy => return Err(self.contended(opened.file_id())),
+                        // Another lease of this very process has it: that is known on every
+                        // platform (the claim table), whatever the OS reveals of holders.
+                        Taken::Busy => {
+                            let here = HolderInfo::held_here(opened.file_id());
+                            return Err(self.contended_with(here));
+                        }
                     }
                 }
                 State::Queued(opened, q) => match q.granted() {
@@ -366,6 +371,11 @@ impl<'a> Acquisition<'a> {
             Some(_) => HolderInfo::of_inode(id),
             None => HolderInfo::known(crate::kind::Holders::Held { pids: Vec::new() }),
         };
+        self.contended_with(holders)
+    }
+
+    /// Contention (try-once) or a passed deadline, with these holders.
+    fn contended_with(&self, holders: HolderInfo) -> Error {
         if self.try_once() {
             return Error::Contended {
                 path: self.path().to_path_buf(),
