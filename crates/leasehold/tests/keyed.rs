@@ -341,6 +341,13 @@ fn lock_files(root: &Path) -> Vec<String> {
 
 #[test]
 fn collect_removes_only_free_lock_files_of_keys_without_records() {
+    // It observes holders through /proc/locks, which the portable build does not read.
+    if cfg!(leasehold_portable) {
+        eprintln!(
+            "SKIP: collect_removes_only_free_lock_files_of_keys_without_records: needs /proc/locks (off in the portable build)"
+        );
+        return;
+    }
     let root = tempfile::tempdir().unwrap();
     let leases = keys(root.path());
     for k in ["live", "dead", "held", "held-by-process"] {
