@@ -76,6 +76,14 @@ pub struct Failure {
     pub message: String,
 }
 
+/// An I/O failure of the layers below (writing output, installing signal handlers): class
+/// Failure, the message as they worded it.
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        Failure::failed(e)
+    }
+}
+
 impl Failure {
     /// A failure of `class` with its contract status.
     pub fn new(class: ErrorClass, message: impl fmt::Display) -> Failure {

@@ -12,8 +12,6 @@
 
 use std::io::Write;
 
-use crate::exit::Failure;
-
 /// Writes `leasehold: LINE\n` to stderr in one `write` (embedded newlines are flattened, so
 /// a message is always one line).
 pub fn error_line(line: &str) {
@@ -26,16 +24,20 @@ pub fn error_line(line: &str) {
 
 /// Writes `text` to stdout and flushes. A reader that went away (EPIPE) is the end of
 /// output, not a failure; any other write error is one.
-pub fn print(text: &str) -> Result<(), Failure> {
+/// (An error converts into the CLI's `Failure` with `?`: this module sits below `exit`.)
+pub fn print(text: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(Failure::failed(format!("writing stdout: {e}"))),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("writing stdout: {e}"),
+        )),
     }
 }
 
 /// [`print`] of `line` and a newline.
-pub fn print_line(line: impl std::fmt::Display) -> Result<(), Failure> {
+pub fn print_line(line: impl std::fmt::Display) -> std::io::Result<()> {
     print(&format!("{line}\n"))
 }

@@ -6,8 +6,6 @@ use std::sync::{Arc, OnceLock};
 use leasehold::CancelToken;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use crate::exit::Failure;
-
 /// The signal that cancelled a wait (0: none yet), shared by every [`Interrupts`] of the
 /// process so that [`exit_code`] — which the exit-status map asks — needs no handle.
 fn fired() -> &'static Arc<AtomicUsize> {
@@ -34,12 +32,14 @@ pub struct Interrupts {
 impl Interrupts {
     /// Installs the handlers. They only write to a pipe and store a number, both
     /// async-signal-safe (signal-hook does the registration).
-    pub fn install() -> Result<Interrupts, Failure> {
-        let token = CancelToken::new().map_err(|e| Failure::failed(&e))?;
+    ///
+    /// (An error converts into the CLI's `Failure` with `?`: this module sits below `exit`.)
+    pub fn install() -> std::io::Result<Interrupts> {
+        let token = CancelToken::new().map_err(std::io::Error::other)?;
         let which = fired().clone();
         for sig in [SIGINT, SIGTERM] {
             #[cfg(unix)]
-            let fd = token.write_end().map_err(|e| Failure::failed(&e))?;
+            let fd = token.write_end().map_err(std::io::Error::other)?;
             signal_hook::flag::register_usize(sig, which.clone(), sig as usize)
                 .and_then(|_| {
                     #[cfg(unix)]
@@ -49,7 +49,9 @@ impl Interrupts {
                     let registered = signal_hook::flag::register(sig, token.flag());
                     registered
                 })
-                .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
+                .map_err(|e| {
+                    std::io::Error::other(format!("cannot install signal handler: {e}"))
+                })?;
         }
         Ok(Interrupts { token, which })
     }
