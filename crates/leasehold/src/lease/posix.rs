@@ -602,6 +602,17 @@ pub(crate) fn holders_error(path: &Path, u: Unusable) -> Error {
 /// Blocking in `flock` cannot be cancelled without signals, so a helper thread blocks instead
 /// of the waiter, and the waiter sleeps on its notifier and its budget's cancellation pipe.
 ///
+/// The price, measured (issue 12, BENCHMARKS.md "Issue 12 — after"): a grant lands on the
+/// helper, which must then wake the waiting thread — a second thread wake-up on the
+/// handoff's critical path, 16–18 µs p50 on the 2-vCPU reference VM (an idle vCPU's wake-up
+/// through the hypervisor; an eventfd ping-pong between two busy threads costs 4 µs), so a
+/// cancellable handoff is 2.5–3.8× a blocking `flock`'s instead of the 1.3× the issue asks.
+/// The alternative — the waiting thread itself blocked in `flock`, a signal to end the wait
+/// — needs a handler installed without `SA_RESTART` (else the kernel restarts `flock`):
+/// `signal-hook` always sets `SA_RESTART`, and `sigaction` itself is `unsafe`, which this
+/// crate does not write. Waits nothing but a grant can end (no deadline, no token) block the
+/// calling thread inline (`lock_inline`) and pay one wake-up, as `flock` does.
+///
 /// Abandoning (dropping) the wait leaves the helper blocked; when the kernel grants it the
 /// lock nobody wants any more, it closes the descriptor at once, so the lease is held by
 /// nobody of ours for more than the few microseconds that takes. A later waiter in this
