@@ -236,7 +236,6 @@ mod unix {
             }
         }
 
-
         /// Durably replaces `name` with what `fill` writes: a temporary beside it, created
         /// exclusively (never following) with `mode` (permission bits only; the umask
         /// applies), written, fsynced, renamed over `name` (a symlink standing there is
