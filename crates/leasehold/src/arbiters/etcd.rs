@@ -713,11 +713,16 @@ fn connect_failure(e: &etcd_client::Error, tls: bool) -> String {
             "TLS: no trusted root certificates ({what}); install the system's CA certificates (Debian: ca-certificates), or set SSL_CERT_FILE to a PEM file holding the CA that signed etcd's certificate"
         );
     }
+    if tls && lower.contains("not valid for name") {
+        return format!(
+            "TLS handshake failed: {what}; use a URL whose host the certificate names, or have etcd's certificate reissued for this host"
+        );
+    }
     if tls
         && (lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake"))
     {
         return format!(
-            "TLS handshake failed: {what}; if etcd's certificate is signed by a private CA, set SSL_CERT_FILE to that CA's PEM file (or SSL_CERT_DIR to a directory of them), and check that the certificate names the URL's host"
+            "TLS handshake failed: {what}; if etcd's certificate is signed by a private CA, set SSL_CERT_FILE to that CA's PEM file (or SSL_CERT_DIR to a directory of them)"
         );
     }
     if !tls && (lower.contains("broken pipe") || lower.contains("connection reset")) {
