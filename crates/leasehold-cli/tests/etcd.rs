@@ -526,7 +526,9 @@ mod with_etcd {
     }
 
     /// `https://` endpoints: a real etcd serving TLS with a throwaway CA, trusted the way
-    /// users trust a private CA (`SSL_CERT_FILE`), or not trusted at all.
+    /// users trust a private CA (`SSL_CERT_FILE`), or not trusted at all. (Where TLS is built:
+    /// see leasehold's Cargo.toml, `leasehold_etcd_without_tls`.)
+    #[cfg(not(leasehold_etcd_without_tls))]
     mod tls {
         use std::path::Path;
         use std::process::Command;

@@ -232,8 +232,10 @@ fn a_list_mixing_http_and_https_is_refused_as_unusable_input() {
 /// Set (to the endpoint) in the child that [`https_endpoints_use_tls_and_trust_ssl_cert_file`]
 /// starts with `SSL_CERT_FILE`: the environment is the process's, so trusting a CA is a
 /// property of a process, and setting it in this one would take `unsafe` (edition 2024).
+#[cfg(not(leasehold_etcd_without_tls))]
 const TLS_CHILD: &str = "LEASEHOLD_TEST_TLS_ENDPOINT";
 
+#[cfg(not(leasehold_etcd_without_tls))]
 #[test]
 fn https_endpoints_use_tls_and_trust_ssl_cert_file() {
     if let Ok(endpoint) = std::env::var(TLS_CHILD) {

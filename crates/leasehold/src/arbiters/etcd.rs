@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
-    SortTarget, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -247,13 +247,10 @@ impl EtcdArbiter {
             .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
             .with_keep_alive_while_idle(true);
         if tls {
-            // Without options etcd-client would use tonic's default TLS config, which trusts
-            // no root at all; the native roots are the system's store (or SSL_CERT_FILE/DIR).
-            options = options.with_tls(
-                TlsOptions::new()
-                    .with_native_roots()
-                    .timeout(CONNECT_TIMEOUT),
-            );
+            options = with_tls(options).map_err(|reason| Error::BadEndpoints {
+                endpoints: endpoints.to_string(),
+                reason: reason.into(),
+            })?;
         }
         // Not `block_on`: connecting must work from inside another runtime too.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -684,6 +681,27 @@ fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
         ));
     }
     Ok(list)
+}
+
+/// TLS for `https://` endpoints. Without options etcd-client would use tonic's default TLS
+/// config, which trusts no root at all; the native roots are the system's store, or instead
+/// the certificates in SSL_CERT_FILE / SSL_CERT_DIR (rustls-native-certs, as OpenSSL).
+#[cfg(not(leasehold_etcd_without_tls))]
+fn with_tls(options: ConnectOptions) -> std::result::Result<ConnectOptions, &'static str> {
+    use etcd_client::TlsOptions;
+    Ok(options.with_tls(
+        TlsOptions::new()
+            .with_native_roots()
+            .timeout(CONNECT_TIMEOUT),
+    ))
+}
+
+/// A build for linting only (`--cfg leasehold_etcd_without_tls`, see Cargo.toml) has no TLS.
+#[cfg(leasehold_etcd_without_tls)]
+fn with_tls(_: ConnectOptions) -> std::result::Result<ConnectOptions, &'static str> {
+    Err(
+        "this leasehold was built without TLS (--cfg leasehold_etcd_without_tls); rebuild it without that flag",
+    )
 }
 
 /// Why connecting failed, in words a user can act on. A failed TLS handshake (rustls says

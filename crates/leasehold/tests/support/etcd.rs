@@ -40,7 +40,9 @@ struct Tls {
 }
 
 /// Writes a fresh CA (`ca.pem`) and a server certificate signed by it for `names` (IP
-/// addresses or DNS names, as subject alternative names) with its key into `dir`.
+/// addresses or DNS names, as subject alternative names) with its key into `dir`. (TLS
+/// helpers exist where TLS is built: see leasehold's Cargo.toml.)
+#[cfg(not(leasehold_etcd_without_tls))]
 fn make_certificates(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
@@ -106,32 +108,34 @@ impl EtcdServer {
     /// Starts etcd and waits until it is healthy; `None` (after a SKIP line) when etcd is not
     /// installed.
     pub fn start(test: &str) -> Option<EtcdServer> {
-        Self::start_with(test, None)
+        Self::start_with(test, |_| None)
     }
 
     /// Starts etcd serving its client URL `https://127.0.0.1:PORT` with a certificate for
     /// `names` (say `["127.0.0.1", "localhost"]`) signed by a throwaway CA — see
     /// [`ca_file`](Self::ca_file) — and waits until it is healthy; `None` (after a SKIP line)
     /// when etcd is not installed.
+    #[cfg(not(leasehold_etcd_without_tls))]
     pub fn start_tls(test: &str, names: &[&str]) -> Option<EtcdServer> {
-        Self::start_with(test, Some(names))
+        Self::start_with(test, |dir| {
+            let (ca, cert, key) = make_certificates(dir, names);
+            Some(Tls {
+                ca,
+                cert,
+                key,
+                metrics_port: free_port(),
+            })
+        })
     }
 
-    fn start_with(test: &str, tls: Option<&[&str]>) -> Option<EtcdServer> {
+    /// Starts etcd with the TLS files `tls` writes into its directory (`None`: plain).
+    fn start_with(test: &str, tls: impl FnOnce(&Path) -> Option<Tls>) -> Option<EtcdServer> {
         if !available(test) {
             return None;
         }
         let dir = tempfile::tempdir().expect("temporary directory");
         let (client_port, peer_port) = (free_port(), free_port());
-        let tls = tls.map(|names| {
-            let (ca, cert, key) = make_certificates(dir.path(), names);
-            Tls {
-                ca,
-                cert,
-                key,
-                metrics_port: free_port(),
-            }
-        });
+        let tls = tls(dir.path());
         let scheme = if tls.is_some() { "https" } else { "http" };
         let mut server = EtcdServer {
             child: None,
