@@ -37,6 +37,13 @@
 //! if the writer's lock key still exists with the create revision it was granted — etcd
 //! itself refuses the deposed writer, atomically with the write.
 //!
+//! # TLS
+//!
+//! `https://` endpoints speak TLS through rustls (ring), trusting the system's roots or, as
+//! with OpenSSL, the certificates in `SSL_CERT_FILE` / `SSL_CERT_DIR` instead; the server's
+//! certificate must name the URL's host. A list is all `https://` or all plain
+//! ([`EtcdArbiter::connect`]).
+//!
 //! # Runtime
 //!
 //! etcd-client is async; the arbiter owns a small private tokio runtime (one worker thread) on
