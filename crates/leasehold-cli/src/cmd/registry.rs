@@ -42,7 +42,8 @@ pub struct RegistryArgs {
     /// One-shot verbs: wait up to SECS for the authority (default: try once).
     #[arg(long, value_name = "SECS", value_parser = super::parse_secs, global = true)]
     timeout: Option<Duration>,
-    /// etcd endpoints (comma-separated http URLs): the registry lives in etcd.
+    /// etcd endpoints (comma-separated http:// or https:// URLs; https trusts the system's
+    /// CAs, or SSL_CERT_FILE): the registry lives in etcd.
     #[arg(long, value_name = "ENDPOINTS", global = true)]
     etcd: Option<String>,
     /// With --etcd: the key prefix (default leasehold/registry).
