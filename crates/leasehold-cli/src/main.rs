@@ -65,7 +65,6 @@ enum Command {
     /// Crash torture: workers mutate under leases while they are SIGKILLed; checks exclusion.
     Torture(cmd::torture::TortureArgs),
     /// Internal: a worker process of `bench` or `torture` (not part of the contract).
-    #[cfg(unix)]
     #[command(hide = true)]
     Worker(cmd::worker::WorkerArgs),
     /// Internal (`run --etcd`): arm the parent-death signal, then exec COMMAND.
@@ -92,7 +91,6 @@ fn main() -> ExitCode {
         Command::Results(args) => cmd::results::main(args),
         Command::Session(args) => cmd::session::main(args),
         Command::Torture(args) => cmd::torture::main(args),
-        #[cfg(unix)]
         Command::Worker(args) => cmd::worker::main(args),
         Command::ExecWithParentDeathSignal(args) => cmd::etcd::exec(args),
     };

@@ -9,15 +9,13 @@ pub mod etcd;
 #[cfg_attr(not(target_os = "linux"), path = "unsupported.rs")]
 #[cfg_attr(not(target_os = "linux"), allow(clippy::duplicate_mod))]
 pub mod flock;
+pub mod platform;
 pub mod registry;
 pub mod results;
 pub mod run;
 pub mod session;
 pub mod status;
-#[cfg_attr(windows, path = "unsupported.rs")]
-#[cfg_attr(windows, allow(clippy::duplicate_mod))]
 pub mod torture;
-#[cfg(unix)] // bench and torture, the verbs with workers, are POSIX-only
 pub mod worker;
 
 use std::time::Duration;

@@ -27,14 +27,13 @@
 //! [`KeyedLeases::collect`]: leasehold::patterns::keyed::KeyedLeases::collect
 
 mod check;
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 mod etcd;
 mod supervisor;
 mod worker;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -86,6 +85,10 @@ pub struct TortureArgs {
     /// (instead of the registry and the counter).
     #[arg(long)]
     gc: bool,
+    /// Self-check of the checker (hidden): every worker takes the counter's lease on a
+    /// lock file of its own, so increments overlap and get lost; the run must fail.
+    #[arg(long, hide = true, conflicts_with = "gc")]
+    break_exclusion: bool,
 }
 
 /// Arguments of a torture worker process (internal: not part of the contract).
@@ -103,12 +106,16 @@ pub struct WorkerArgs {
     /// A `--gc` run: keyed operations, or (slot 0) the collector.
     #[arg(long)]
     gc: bool,
+    /// The checker's self-check: the counter's lease on a lock file of this worker's own.
+    #[arg(long)]
+    break_exclusion: bool,
 }
 
 /// Runs one torture worker (or one increment under `run`).
 pub fn worker(args: WorkerArgs) -> Outcome {
     let (slot, generation) = parse_id(&args.id)?;
-    let layout = Layout::new(&args.dir);
+    let mut layout = Layout::new(&args.dir);
+    layout.broken = args.break_exclusion;
     if args.increment {
         worker::increment(&layout, slot, generation)
     } else if args.gc && slot == 0 {
@@ -135,10 +142,11 @@ pub fn main(args: TortureArgs) -> Outcome {
         json: args.json,
         dir: args.dir,
         gc: args.gc,
+        break_exclusion: args.break_exclusion,
     })
 }
 
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 fn etcd_mode(args: &TortureArgs) -> Outcome {
     if let Some(id) = &args.etcd_worker {
         let (slot, generation) = parse_id(id)?;
@@ -165,14 +173,21 @@ fn etcd_mode(args: &TortureArgs) -> Outcome {
     })
 }
 
-#[cfg(not(feature = "etcd"))]
+#[cfg(windows)]
+fn etcd_mode(_: &TortureArgs) -> Outcome {
+    Err(Failure::failed(
+        "torture --etcd: not available on Windows: it pauses workers past their lease's TTL with SIGSTOP, and Windows has no way to pause a process from outside",
+    ))
+}
+
+#[cfg(all(not(feature = "etcd"), unix))]
 fn etcd_mode(_: &TortureArgs) -> Outcome {
     Err(Failure::failed(
         "torture --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc)",
     ))
 }
 
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 fn dir_of(args: &TortureArgs) -> Result<&Path, Failure> {
     args.dir
         .as_deref()
@@ -189,12 +204,15 @@ fn parse_id(id: &str) -> Result<(u32, u32), Failure> {
 #[derive(Debug, Clone)]
 pub struct Layout {
     dir: PathBuf,
+    /// `--break-exclusion`: each worker slot locks a counter lock file of its own.
+    broken: bool,
 }
 
 impl Layout {
     fn new(dir: &Path) -> Layout {
         Layout {
             dir: dir.to_path_buf(),
+            broken: false,
         }
     }
     /// Lease enter/exit and kill records.
@@ -218,6 +236,15 @@ impl Layout {
     fn counter_lock(&self) -> PathBuf {
         self.dir.join("counter.lock")
     }
+    /// The lock file worker `slot` takes the counter's lease on: the counter's, unless the
+    /// run breaks exclusion on purpose.
+    fn counter_lock_of(&self, slot: u32) -> PathBuf {
+        if self.broken {
+            self.dir.join(format!("counter.{slot}.lock"))
+        } else {
+            self.counter_lock()
+        }
+    }
     /// The managed root of the keyed leases (`--gc`).
     fn keyed(&self) -> leasehold::patterns::keyed::KeyedLeases {
         leasehold::patterns::keyed::KeyedLeases::new(self.dir.join("keyed"), KEY_NAMESPACE)
@@ -240,12 +267,12 @@ struct AppendLog(File);
 
 impl AppendLog {
     fn open(path: &Path) -> io::Result<AppendLog> {
-        OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)
-            .map(AppendLog)
+        let mut options = OpenOptions::new();
+        // Windows: append-only access (FILE_APPEND_DATA), each write lands at the end.
+        options.append(true).create(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        options.open(path).map(AppendLog)
     }
 
     /// Appends `line` and a newline in a single `write`.
@@ -262,12 +289,9 @@ impl AppendLog {
     }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine.
+/// One monotonic clock for every process of the machine (`platform::mono_ns`), in ns.
 fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(t.tv_nsec as u64)
+    super::platform::mono_ns()
 }
 
 /// A small xorshift generator: the schedule only needs to be varied, not unpredictable.
