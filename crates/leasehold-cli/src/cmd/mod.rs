@@ -1,8 +1,9 @@
 //! One module per verb of the contract.
 
-// The bench reads /proc and thread ids: Linux only.
-#[cfg_attr(not(target_os = "linux"), path = "unsupported.rs")]
-#[cfg_attr(not(target_os = "linux"), allow(clippy::duplicate_mod))]
+// The bench reads /proc and thread ids on POSIX: Linux and Windows (its own floors), not
+// macOS and the BSDs.
+#[cfg_attr(not(any(target_os = "linux", windows)), path = "unsupported.rs")]
+#[cfg_attr(not(any(target_os = "linux", windows)), allow(clippy::duplicate_mod))]
 pub mod bench;
 pub mod etcd;
 // The NUMBER form needs Linux's pidfd_getfd (see the module).
