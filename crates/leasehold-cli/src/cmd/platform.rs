@@ -19,6 +19,7 @@ use std::process::{Child, Command, ExitStatus};
 
 /// How the platform ends a worker, for reports ("takeover after SIGKILL").
 #[cfg(unix)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // bench only (Linux, Windows)
 pub const KILL: &str = "SIGKILL";
 /// How the platform ends a worker, for reports ("takeover after TerminateProcess").
 #[cfg(windows)]
@@ -41,6 +42,7 @@ pub fn mono_ns() -> u64 {
 }
 
 /// CPU time this process has used, in nanoseconds, where the platform offers it safely.
+#[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))] // bench only
 pub fn process_cpu_ns() -> Option<u64> {
     #[cfg(unix)]
     {

@@ -104,15 +104,12 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Line>, Failure> {
                 (Some(h), Some(b)) => ratio(h.p50, b.p50),
                 _ => None,
             };
-            let met = match method {
-                _ if method.is_floor() || floor.is_none() => None,
-                _ => Some(
-                    owner_ratio.is_some_and(|r| r >= 0.8)
-                        && wait_p99_ratio.is_some_and(|r| r <= 1.5)
-                        && wait_max_ratio.is_some_and(|r| r <= 1.5)
-                        && handoff_ratio.is_some_and(|r| r <= 1.3),
-                ),
-            };
+            let met = (!method.is_floor() && floor.is_some()).then(|| {
+                owner_ratio.is_some_and(|r| r >= 0.8)
+                    && wait_p99_ratio.is_some_and(|r| r <= 1.5)
+                    && wait_max_ratio.is_some_and(|r| r <= 1.5)
+                    && handoff_ratio.is_some_and(|r| r <= 1.3)
+            });
             lines.push(Line {
                 workers,
                 method: *method,
