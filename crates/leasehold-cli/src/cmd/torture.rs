@@ -9,9 +9,9 @@
 //! holds a lease or is in the middle of a durable rewrite (workers announce each phase on
 //! stdout and wait for a `go` on stdin, so a kill can land exactly there).
 //!
-//! Every lease holder appends `enter`/`exit` records with CLOCK_MONOTONIC timestamps to an
-//! O_APPEND audit log, one `write` per record; the supervisor appends a `kill` record taken
-//! *before* each kill. [`check`] then proves that no two holders of one lock overlapped, that
+//! Every lease holder appends `enter`/`exit` records with monotonic timestamps
+//! (`platform::mono_ns`) to an audit log of its own incarnation, one `write` per record; the
+//! supervisor appends a `kill` record taken *before* each kill to its own. [`check`] then proves that no two holders of one lock overlapped, that
 //! every acknowledged mutation is in the final store, and that no store was ever torn.
 //!
 //! With `--gc`, the workers instead take keyed leases ([`KeyedLeases`]) on a small ID set
@@ -215,13 +215,38 @@ impl Layout {
             broken: false,
         }
     }
-    /// Lease enter/exit and kill records.
-    fn audit(&self) -> PathBuf {
-        self.dir.join("audit.log")
-    }
-    /// Mutation intents, acknowledgements and violations seen by workers.
+    /// The etcd mode's operations log (one file, appended to by every worker: POSIX only).
+    #[cfg(all(feature = "etcd", unix))]
     fn ops(&self) -> PathBuf {
         self.dir.join("ops.log")
+    }
+    /// The log `kind` (`audit`: lease enter/exit and kill records; `ops`: mutation intents,
+    /// acknowledgements and violations seen by workers) of one writer (`SLOT-GEN`, or
+    /// `supervisor`). One file per writer, never one shared by concurrent appenders: an
+    /// append is atomic on POSIX (`O_APPEND`), but not under Wine, which lost records of
+    /// concurrent appenders to one file in this very torture.
+    fn log_of(&self, kind: &str, writer: &str) -> PathBuf {
+        self.dir.join(format!("{kind}-{writer}.log"))
+    }
+    /// Every writer's log `kind`, concatenated (the checkers need each writer's records in
+    /// its order, not an order between writers: they order by timestamp).
+    fn read_logs(&self, kind: &str) -> io::Result<String> {
+        let prefix = format!("{kind}-");
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".log"))
+            })
+            .collect();
+        names.sort();
+        let mut text = String::new();
+        for name in names {
+            text.push_str(&std::fs::read_to_string(&name)?);
+        }
+        Ok(text)
     }
     /// Workers' stderr.
     fn stderr(&self) -> PathBuf {
@@ -261,8 +286,9 @@ impl Layout {
     }
 }
 
-/// An O_APPEND log written one `write` per record, so records of concurrent processes never
-/// interleave and a killed writer leaves whole records only.
+/// An O_APPEND log written one `write` per record, so a killed writer leaves whole records
+/// only (and records of the processes that write one log one after another — a worker and
+/// its `run` incrementer — stay in order).
 struct AppendLog(File);
 
 impl AppendLog {

@@ -117,7 +117,8 @@ pub fn run(settings: &Settings) -> Outcome {
     }
     let started = Instant::now();
     let layout = prepare(settings)?;
-    let audit = AppendLog::open(&layout.audit()).map_err(|e| io_failure(&layout.audit(), e))?;
+    let audit_path = layout.log_of("audit", "supervisor");
+    let audit = AppendLog::open(&audit_path).map_err(|e| io_failure(&audit_path, e))?;
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             slots: (0..settings.workers).map(|_| Slot::default()).collect(),
@@ -162,6 +163,9 @@ pub fn run(settings: &Settings) -> Outcome {
     let report = verify(&layout, &shared)?;
     let violations = report.violations.len();
     print_report(settings, &shared.lock(), &report, elapsed);
+    // Closes the audit log (the workers' threads are joined: this is the last reference);
+    // Windows does not remove a directory with an open file in it.
+    drop(shared);
     if violations == 0 {
         let _ = std::fs::remove_dir_all(&layout.dir);
         Ok(OK)
@@ -372,7 +376,12 @@ fn collected(layout: &Layout) -> Collected {
 fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
     let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| io_failure(p, e));
     let mut violations = std::mem::take(&mut shared.lock().violations);
-    let audit = check::audit(&read(&layout.audit())?);
+    let logs = |kind: &str| {
+        layout
+            .read_logs(kind)
+            .map_err(|e| io_failure(&layout.dir, e))
+    };
+    let audit = check::audit(&logs("audit")?);
     violations.extend(audit.violations.iter().cloned());
 
     let mut present = BTreeSet::new();
@@ -420,7 +429,7 @@ fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
         violations.push(format!("counter torn at the end: {counter_text:?}"));
         0
     });
-    let ops = check::ops(&read(&layout.ops())?, &present, counter);
+    let ops = check::ops(&logs("ops")?, &present, counter);
     violations.extend(ops.violations.iter().cloned());
     let temporaries = count_temporaries(layout);
     Ok(Report {

@@ -69,8 +69,8 @@ impl Logs {
             AppendLog::open(p).map_err(|e| Failure::failed(format!("{}: {e}", p.display())))
         };
         Ok(Logs {
-            audit: open(&layout.audit())?,
-            ops: open(&layout.ops())?,
+            audit: open(&layout.log_of("audit", &format!("{slot}-{generation}")))?,
+            ops: open(&layout.log_of("ops", &format!("{slot}-{generation}")))?,
             slot,
             generation,
         })
