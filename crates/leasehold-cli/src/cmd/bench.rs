@@ -9,7 +9,16 @@
 //! Multi-process figures use real OS processes: the binary re-executes itself as the hidden
 //! `leasehold worker bench ROLE` (not part of the public contract; `cmd/worker.rs`). Parent and workers synchronise
 //! through pipes (one line per event), never by sleeping; timestamps crossing a process
-//! boundary are raw `CLOCK_MONOTONIC` nanoseconds. The only waits by the clock are the
+//! boundary are `platform::mono_ns` nanoseconds (`CLOCK_MONOTONIC`; Windows:
+//! `QueryPerformanceCounter`).
+//!
+//! On Windows the same scenarios run where Windows allows them, against what a Windows lease
+//! really is (a named semaphore: the floors issue its `CreateSemaphoreW` + `CloseHandle`
+//! bare, through the hidden `leasehold::measure`); what cannot be measured there is a
+//! [`NotMeasured`] line saying why, never a silently missing row. Where Linux watches a
+//! waiter fall asleep in `/proc`, a Windows waiter first sees the lease held and is then
+//! given `crew::SETTLE` (50 ms, past its longest poll interval) before the event it waits
+//! for. The only waits by the clock are the
 //! scenarios' own holds (a 100 µs hold, the ~1 s hold while waiters' CPU is measured,
 //! and a deadline whose overshoot is the measured quantity).
 //!

@@ -4,8 +4,9 @@
 //! loop forever
 //! doing acknowledged mutations: registry adds/removes through the library [`Registry`]
 //! authority, and increments of a shared counter file through `leasehold run` (whose command
-//! is this binary again, as `leasehold worker torture --increment`). Meanwhile the supervisor SIGKILLs
-//! the process group of a random worker — at random moments, and on purpose while a worker
+//! is this binary again, as `leasehold worker torture --increment`; on Windows the worker takes
+//! the counter's `Lease` itself, see `worker::counter_in_process`). Meanwhile the supervisor
+//! kills (`platform::kill`: SIGKILL to the process group; Windows: `TerminateProcess`) a random worker — at random moments, and on purpose while a worker
 //! holds a lease or is in the middle of a durable rewrite (workers announce each phase on
 //! stdout and wait for a `go` on stdin, so a kill can land exactly there).
 //!

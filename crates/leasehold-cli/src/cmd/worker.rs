@@ -1,5 +1,6 @@
 //! `leasehold worker VERB ...`: the one hidden entry point through which `bench` and
-//! `torture` re-execute this binary as their worker processes. It is not part of the
+//! `torture` re-execute this binary as their worker processes (on POSIX and Windows; what
+//! differs between them is `cmd/platform.rs`). It is not part of the
 //! contract (not listed in `--help`), and each verb's worker arguments are its own
 //! (`bench::WorkerArgs`, `torture::WorkerArgs`).
 
