@@ -1,12 +1,12 @@
 //! `leasehold torture`: crash torture of the lease, the registry authority and `run`.
 //!
 //! N worker processes (this binary, re-executed as the hidden `leasehold worker torture`)
-//! loop forever
-//! doing acknowledged mutations: registry adds/removes through the library [`Registry`]
-//! authority, and increments of a shared counter file through `leasehold run` (whose command
-//! is this binary again, as `leasehold worker torture --increment`; on Windows the worker takes
-//! the counter's `Lease` itself, see `worker::counter_in_process`). Meanwhile the supervisor
-//! kills (`platform::kill`: SIGKILL to the process group; Windows: `TerminateProcess`) a random worker — at random moments, and on purpose while a worker
+//! loop forever doing acknowledged mutations: registry adds/removes through the library
+//! [`Registry`] authority, and increments of a shared counter file through `leasehold run`
+//! (whose command is this binary again, as `leasehold worker torture --increment`; on
+//! Windows the worker takes the counter's `Lease` itself, see `worker::counter_in_process`).
+//! Meanwhile the supervisor kills a random worker (`platform::kill`: SIGKILL to its process
+//! group; Windows: `TerminateProcess`) — at random moments, and on purpose while a worker
 //! holds a lease or is in the middle of a durable rewrite (workers announce each phase on
 //! stdout and wait for a `go` on stdin, so a kill can land exactly there).
 //!
