@@ -21,9 +21,10 @@
 //!
 //! `env` maps the opt-in environment variables to lease options; `exit` maps errors to the contract's statuses and prints them; `out` writes stderr lines in one `write` each and treats a closed stdout as
 //! the end of output; `signals` turns SIGINT and
-//! SIGTERM into cancellation of a wait. Where a verb needs what the platform lacks (`bench`:
-//! Linux's `/proc` and flock floors; `torture` on Windows: process-group kills), it says it is
-//! not available (`cmd/unsupported.rs`). Being a binary, this crate has no public
+//! SIGTERM into cancellation of a wait. Where a verb needs what the platform lacks (`bench` on
+//! macOS and the BSDs: `/proc`; `flock` outside Linux: `pidfd_getfd`), it says it is not
+//! available (`cmd/unsupported.rs`); `cmd/platform.rs` is the one seam that lets `bench` and
+//! `torture` run their worker processes on POSIX and Windows alike. Being a binary, this crate has no public
 //! API: the library is `leasehold`, the stores are `leasehold-stores`.
 #![forbid(unsafe_code)]
 
@@ -65,7 +66,6 @@ enum Command {
     /// Crash torture: workers mutate under leases while they are SIGKILLed; checks exclusion.
     Torture(cmd::torture::TortureArgs),
     /// Internal: a worker process of `bench` or `torture` (not part of the contract).
-    #[cfg(unix)]
     #[command(hide = true)]
     Worker(cmd::worker::WorkerArgs),
     /// Internal (`run --etcd`): arm the parent-death signal, then exec COMMAND.
@@ -92,7 +92,6 @@ fn main() -> ExitCode {
         Command::Results(args) => cmd::results::main(args),
         Command::Session(args) => cmd::session::main(args),
         Command::Torture(args) => cmd::torture::main(args),
-        #[cfg(unix)]
         Command::Worker(args) => cmd::worker::main(args),
         Command::ExecWithParentDeathSignal(args) => cmd::etcd::exec(args),
     };

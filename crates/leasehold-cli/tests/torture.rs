@@ -41,6 +41,41 @@ fn a_short_torture_run_finds_no_violation_and_cleans_up() {
     );
 }
 
+/// The checker's self-check: workers that take the counter's lease on lock files of their own
+/// (hidden `--break-exclusion`) overlap, and the run must fail with one line, the evidence
+/// kept. (The same test runs against the Windows binary under Wine: `windows_cli.rs`.)
+#[test]
+fn a_torture_run_with_broken_exclusion_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .arg("torture")
+        .args([
+            "--break-exclusion",
+            "--workers",
+            "3",
+            "--kills",
+            "10",
+            "--seconds",
+            "60",
+            "--json",
+            "--dir",
+        ])
+        .arg(dir.path()));
+    assert_eq!(out.code, 1, "stdout {} stderr {}", out.stdout, out.stderr);
+    testkit::assert_one_line_error(&out, "violation(s) found");
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert!(v["violations"].as_u64().unwrap() > 0, "{v}");
+    let details = v["violation_details"].to_string();
+    assert!(details.contains("counter: overlap"), "{details}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "the evidence is kept"
+    );
+    let help = run(leasehold().args(["torture", "--help"]));
+    assert!(!help.stdout.contains("break-exclusion"), "{}", help.stdout);
+}
+
 #[test]
 fn the_worker_flags_are_hidden_and_bad_arguments_are_usage_errors() {
     let help = run(leasehold().args(["torture", "--help"]));

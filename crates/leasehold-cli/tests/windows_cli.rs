@@ -571,3 +571,171 @@ fn a_linked_directory_is_the_same_lease_where_links_can_be_made() {
     let (status, _) = holder.finish();
     assert!(status.success());
 }
+
+// ---------------------------------------------------------------------------------------
+// bench and torture (workers killed with TerminateProcess)
+// ---------------------------------------------------------------------------------------
+
+/// `bench --quick` runs on Windows: it exits 0, prints the table with every figure Windows
+/// can measure, says in one line for each figure it cannot why not, and removes its files.
+/// Figures are printed, never asserted (no timed assertions).
+#[test]
+fn bench_quick_prints_the_windows_table_and_the_figures_it_cannot_measure() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .args(["bench", "--quick", "--dir"])
+        .arg(dir.path()));
+    assert_eq!(out.code, 0, "{out:?}");
+    let table = &out.stdout;
+    assert!(
+        table.starts_with("leasehold bench --quick — ") && table.contains(" Windows "),
+        "{table}"
+    );
+    let rows = [
+        "cold cycle (try_acquire: resolve, create object; drop)",
+        "warm re-acquire (LeaseHandle: lock + verify, unlock)",
+        "verify() on a held lease",
+        "uncontended kernel floor (CreateSemaphoreW + CloseHandle)",
+        "uncontended cold Lease::acquire (unlimited budget) + release",
+        "uncontended cold Lease::acquire (deadline + CancelToken) + release",
+        "uncontended warm LeaseHandle::lock + release",
+        "takeover after TerminateProcess of the holder (kill → acquire)",
+        "cancellation: cancel() → acquire returns",
+        "deadline: deadline passed → acquire returns",
+        "registry mutation (add/remove",
+        "session append, fsync per record",
+        "session append, batched",
+        "keyed lease try_acquire + release, 10 IDs",
+        // 1,000 IDs with --quick on Windows (fewer if the setup hit its time limit).
+        "keyed lease try_acquire + release, 1",
+    ];
+    for row in rows {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row:?} in\n{table}"));
+        // A measured row has a median in µs, ms or per second.
+        assert!(
+            line.contains(" µs") || line.contains(" ms") || line.contains(" /s"),
+            "{line}"
+        );
+    }
+    // Floors are the named-semaphore calls themselves.
+    assert!(
+        table.contains("(CreateSemaphoreW + CloseHandle)"),
+        "{table}"
+    );
+    let not: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("not measured on Windows: "))
+        .collect();
+    for key in [
+        "fs4_cold_cycle",
+        "handoff_2",
+        "async_waiter_threads",
+        "waiting_cpu",
+        "shared_try_acquire",
+        "uncued floors",
+    ] {
+        assert!(
+            not.iter().any(|l| l.contains(key)),
+            "no 'not measured' line for {key}: {not:?}"
+        );
+    }
+    // The uncued handoff between processes: every leasehold method with 2 and 4 workers.
+    for method in [
+        "Lease::acquire, unlimited budget",
+        "Lease::acquire, deadline + CancelToken",
+        "LeaseHandle::lock (warm)",
+        "Lease::acquire_async, current-thread runtime",
+    ] {
+        for w in ["2", "4"] {
+            assert!(
+                table
+                    .lines()
+                    .any(|l| l.starts_with(&format!("{w}  {method}"))),
+                "no uncued line for {method} with {w} workers:\n{table}"
+            );
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "bench left files behind: {left:?}");
+}
+
+fn torture(dir: &Path, args: &[&str]) -> Out {
+    run(leasehold()
+        .arg("torture")
+        .args(args)
+        .args(["--json", "--dir"])
+        .arg(dir))
+}
+
+/// A short torture: workers are killed with TerminateProcess while holding leases and in
+/// every step of a durable rewrite; the checker finds no overlapping holders and every
+/// acknowledged mutation in the final registry and counter; the run cleans up.
+#[test]
+fn torture_kills_workers_with_terminate_process_and_finds_no_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = torture(
+        dir.path(),
+        &["--workers", "3", "--kills", "12", "--seconds", "90"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["kills"], 12, "{v}");
+    assert!(v["registry_operations"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["counter_operations"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["lease_intervals"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["takeovers"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "cleaned up"
+    );
+
+    // The collector mode: keyed leases on four IDs while a collector runs.
+    let out = torture(
+        dir.path(),
+        &["--gc", "--workers", "3", "--kills", "10", "--seconds", "90"],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["kills"], 10, "{v}");
+    assert!(v["lease_intervals"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// The checker's self-check on Windows: workers that take the counter's lease on lock files
+/// of their own overlap, and the torture must say so (exit 1, one line, evidence kept).
+/// And the etcd mode, which pauses workers with SIGSTOP, says in one line that it is not
+/// available here.
+#[test]
+fn torture_detects_broken_exclusion_and_refuses_the_etcd_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = torture(
+        dir.path(),
+        &[
+            "--break-exclusion",
+            "--workers",
+            "3",
+            "--kills",
+            "10",
+            "--seconds",
+            "90",
+        ],
+    );
+    assert_error(&out, 1, "violation(s) found");
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert!(v["violations"].as_u64().unwrap() > 0, "{v}");
+    let details = v["violation_details"].to_string();
+    assert!(details.contains("counter: overlap"), "{details}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "the evidence is kept"
+    );
+
+    let out = run(leasehold().args(["torture", "--etcd", "http://127.0.0.1:1"]));
+    assert_error(&out, 1, "not available on Windows");
+}

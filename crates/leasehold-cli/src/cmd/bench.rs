@@ -9,7 +9,16 @@
 //! Multi-process figures use real OS processes: the binary re-executes itself as the hidden
 //! `leasehold worker bench ROLE` (not part of the public contract; `cmd/worker.rs`). Parent and workers synchronise
 //! through pipes (one line per event), never by sleeping; timestamps crossing a process
-//! boundary are raw `CLOCK_MONOTONIC` nanoseconds. The only waits by the clock are the
+//! boundary are `platform::mono_ns` nanoseconds (`CLOCK_MONOTONIC`; Windows:
+//! `QueryPerformanceCounter`).
+//!
+//! On Windows the same scenarios run where Windows allows them, against what a Windows lease
+//! really is (a named semaphore: the floors issue its `CreateSemaphoreW` + `CloseHandle`
+//! bare, through the hidden `leasehold::measure`); what cannot be measured there is a
+//! [`NotMeasured`] line saying why, never a silently missing row. Where Linux watches a
+//! waiter fall asleep in `/proc`, a Windows waiter first sees the lease held and is then
+//! given `crew::SETTLE` (50 ms, past its longest poll interval) before the event it waits
+//! for. The only waits by the clock are the
 //! scenarios' own holds (a 100 µs hold, the ~1 s hold while waiters' CPU is measured,
 //! and a deadline whose overshoot is the measured quantity).
 //!
@@ -20,10 +29,12 @@
 //! append vs raw write+fdatasync, keyed lease cost at 10 vs 100,000 IDs (`stores`).
 
 mod crew;
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 mod etcd;
+#[cfg(unix)]
 mod handoff;
 mod micro;
+#[cfg(unix)]
 mod shared;
 mod stores;
 mod uncued;
@@ -73,8 +84,10 @@ pub(crate) struct Plan {
     /// Operations per timed batch of an in-process micro-benchmark.
     batch: usize,
     /// Handoffs recorded per repeat of a handoff run.
+    #[cfg_attr(windows, allow(dead_code))] // the cued handoff is POSIX-only
     handoffs: usize,
     /// How long waiters wait while their CPU is measured.
+    #[cfg_attr(windows, allow(dead_code))] // no CPU clock on Windows
     cpu_hold_ms: u64,
     /// Repeats of takeover-after-SIGKILL (each spawns two processes).
     takeovers: usize,
@@ -88,6 +101,7 @@ pub(crate) struct Plan {
     /// Distinct IDs (lock files) of the many-IDs keyed-lease figure.
     keyed_ids: usize,
     /// Repeats of the thread-count measurement (each starts two worker processes).
+    #[cfg_attr(windows, allow(dead_code))] // thread counts come from /proc
     crowds: usize,
     /// Wall time of one uncued back-to-back run (one method, W workers), in ms.
     uncued_ms: u64,
@@ -98,6 +112,9 @@ pub(crate) struct Plan {
 impl Plan {
     fn new(quick: bool) -> Plan {
         if quick {
+            // Windows (and Wine, where CI runs it) starts a process in tens to hundreds of
+            // milliseconds and creates a file in milliseconds: fewer of both.
+            let windows = cfg!(windows);
             Plan {
                 quick,
                 repeats: 9,
@@ -107,10 +124,10 @@ impl Plan {
                 takeovers: 3,
                 cancels: 5,
                 durable_samples: 9,
-                keyed_ids: 10_000,
+                keyed_ids: if windows { 1_000 } else { 10_000 },
                 crowds: 1,
                 uncued_ms: 500,
-                uncued_repeats: 3,
+                uncued_repeats: if windows { 1 } else { 3 },
             }
         } else {
             Plan {
@@ -141,6 +158,7 @@ pub(crate) enum Unit {
     /// Operations (mutations, records) per second: higher is better.
     PerSecond,
     /// A plain count (threads).
+    #[cfg_attr(windows, allow(dead_code))] // thread counts come from /proc
     Count,
 }
 
@@ -231,11 +249,31 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// Raw `CLOCK_MONOTONIC` nanoseconds: comparable across processes on one machine.
+/// Monotonic nanoseconds comparable across processes on one machine (`platform::mono_ns`:
+/// `CLOCK_MONOTONIC`; Windows: `QueryPerformanceCounter`).
 pub(crate) fn mono_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+    super::platform::mono_ns()
 }
+
+/// A figure this platform cannot measure, and why: printed as one line
+/// `not measured on <platform>: <figure>: <why>` (and listed in the JSON), never dropped.
+#[derive(Debug, Clone)]
+pub(crate) struct NotMeasured {
+    /// The figure's JSON key where other platforms measure it.
+    pub key: &'static str,
+    pub name: &'static str,
+    pub why: &'static str,
+}
+
+impl NotMeasured {
+    #[cfg_attr(unix, allow(dead_code))] // every figure is measured on Linux
+    pub(crate) fn new(key: &'static str, name: &'static str, why: &'static str) -> NotMeasured {
+        NotMeasured { key, name, why }
+    }
+}
+
+/// The platform's name in reports.
+const PLATFORM: &str = if cfg!(windows) { "Windows" } else { "Linux" };
 
 /// `bench: WHAT: error` for an I/O failure of the benchmark itself.
 pub(super) fn io_fail(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
@@ -243,6 +281,7 @@ pub(super) fn io_fail(what: &str) -> impl Fn(std::io::Error) -> Failure + '_ {
 }
 
 /// `bench: WHAT: errno` for a failed system call of the benchmark itself.
+#[cfg(unix)]
 pub(super) fn errno_fail(what: &str) -> impl Fn(rustix::io::Errno) -> Failure + '_ {
     move |e| Failure::failed(format!("bench: {what}: {e}"))
 }
@@ -250,9 +289,13 @@ pub(super) fn errno_fail(what: &str) -> impl Fn(rustix::io::Errno) -> Failure + 
 /// Runs `leasehold bench`.
 pub fn main(args: BenchArgs) -> Outcome {
     if args.etcd.is_some() || args.etcd_server {
-        #[cfg(feature = "etcd")]
+        #[cfg(all(feature = "etcd", unix))]
         return etcd::run(args.etcd.clone(), args.quick, args.json);
-        #[cfg(not(feature = "etcd"))]
+        #[cfg(windows)]
+        return Err(Failure::failed(
+            "bench --etcd: not available on Windows: the etcd arbiter is built on POSIX systems only",
+        ));
+        #[cfg(all(not(feature = "etcd"), unix))]
         return Err(Failure::failed(
             "bench --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc)",
         ));
@@ -272,18 +315,14 @@ pub fn main(args: BenchArgs) -> Outcome {
             ))
         })?;
     let started = Instant::now();
-    let mut rows = micro::run(tmp.path(), &plan)?;
-    rows.extend(handoff::handoff(tmp.path(), &plan)?);
-    rows.extend(waiters::run(tmp.path(), &plan)?);
-    rows.extend(shared::run(tmp.path(), &plan)?);
-    rows.extend(stores::run(tmp.path(), &plan)?);
+    let (rows, not) = scenarios(tmp.path(), &plan)?;
     let uncued = uncued::run(tmp.path(), &plan)?;
     let elapsed = started.elapsed().as_secs_f64();
     let machine = machine(tmp.path());
     let out = if args.json {
-        json_report(&rows, &uncued, &machine, &plan, elapsed).to_string() + "\n"
+        json_report(&rows, &not, &uncued, &machine, &plan, elapsed).to_string() + "\n"
     } else {
-        table(&rows, &machine, &plan, elapsed) + "\n" + &uncued_table(&uncued, &plan)
+        table(&rows, &not, &machine, &plan, elapsed) + "\n" + &uncued_table(&uncued, &plan)
     };
     tmp.close().map_err(|e| {
         Failure::failed(format!(
@@ -298,6 +337,44 @@ pub fn main(args: BenchArgs) -> Outcome {
     Ok(OK)
 }
 
+/// Every scenario but the uncued one, in order: the rows, and what is not measured here.
+#[cfg(unix)]
+fn scenarios(dir: &std::path::Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
+    let mut rows = micro::run(dir, plan)?;
+    rows.extend(handoff::handoff(dir, plan)?);
+    rows.extend(waiters::run(dir, plan)?);
+    rows.extend(shared::run(dir, plan)?);
+    rows.extend(stores::run(dir, plan)?);
+    Ok((rows, Vec::new()))
+}
+
+/// Every scenario but the uncued one, as Windows allows: the rows, and what is not measured
+/// there (with why).
+#[cfg(windows)]
+fn scenarios(dir: &std::path::Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
+    let (mut rows, mut not) = micro::run(dir, plan)?;
+    not.push(NotMeasured::new(
+        "handoff_2, handoff_4, async_handoff_4",
+        "cued handoff between processes",
+        "its workers cue each other through FIFOs; the uncued table below measures handoff between processes on Windows",
+    ));
+    let (waiting, more) = waiters::run(dir, plan)?;
+    rows.extend(waiting);
+    not.extend(more);
+    not.push(NotMeasured::new(
+        "shared_try_acquire, shared_writer_wait",
+        "shared-mode figures",
+        "Windows leases have no shared mode (Error::SharedUnsupported)",
+    ));
+    rows.extend(stores::run(dir, plan)?);
+    not.push(NotMeasured::new(
+        "uncued floors",
+        "uncued kernel floors (flock)",
+        "no kernel wait queue for a named object (Windows waiters poll): the uncued lines have no floor, ratios or targets",
+    ));
+    Ok((rows, not))
+}
+
 /// What the figures were measured on.
 struct Machine {
     cores: usize,
@@ -306,6 +383,19 @@ struct Machine {
     fs: String,
 }
 
+#[cfg(windows)]
+fn machine(_dir: &std::path::Path) -> Machine {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "unknown".into());
+    Machine {
+        cores,
+        kernel: env("OS"),
+        cpu: env("PROCESSOR_IDENTIFIER"),
+        fs: "unknown".into(),
+    }
+}
+
+#[cfg(unix)]
 fn machine(dir: &std::path::Path) -> Machine {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let kernel = rustix::system::uname()
@@ -332,11 +422,13 @@ fn machine(dir: &std::path::Path) -> Machine {
     }
 }
 
+#[cfg(unix)]
 #[allow(clippy::unnecessary_cast)] // f_type's integer type differs between platforms
 fn fs_magic(st: &rustix::fs::StatFs) -> i64 {
     st.f_type as i64
 }
 
+#[cfg(unix)]
 fn fs_name(magic: i64) -> String {
     match magic & 0xffff_ffff {
         0xef53 => "ext4".into(),
@@ -362,9 +454,9 @@ fn fmt_value(v: f64, unit: Unit) -> String {
     }
 }
 
-fn table(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> String {
+fn table(rows: &[Row], not: &[NotMeasured], m: &Machine, plan: &Plan, elapsed: f64) -> String {
     let mut out = format!(
-        "leasehold bench{} — {} cores, Linux {}, {}, temp dir on {}; {:.1} s\n\n",
+        "leasehold bench{} — {} cores, {PLATFORM} {}, {}, temp dir on {}; {:.1} s\n\n",
         if plan.quick { " --quick" } else { "" },
         m.cores,
         m.kernel,
@@ -399,6 +491,12 @@ fn table(rows: &[Row], m: &Machine, plan: &Plan, elapsed: f64) -> String {
         ]);
     }
     out.push_str(&aligned(&cells, |i| i == 0 || i >= 7));
+    for n in not {
+        out.push_str(&format!(
+            "not measured on {PLATFORM}: {} ({}): {}\n",
+            n.name, n.key, n.why
+        ));
+    }
     out
 }
 
@@ -475,8 +573,11 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
             x(l.wait_p99_ratio),
             x(l.wait_max_ratio),
             x(l.handoff_ratio),
-            l.met
-                .map_or("(floor)".into(), |ok| if ok { "yes" } else { "NO" }.into()),
+            match l.met {
+                Some(ok) => if ok { "yes" } else { "NO" }.into(),
+                None if l.method.is_floor() => "(floor)".into(),
+                None => "—".into(),
+            },
         ]);
     }
     out.push_str(&aligned(&cells, |i| i == 1 || i == 12));
@@ -485,6 +586,7 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
 
 fn json_report(
     rows: &[Row],
+    not: &[NotMeasured],
     uncued: &[uncued::Line],
     m: &Machine,
     plan: &Plan,
@@ -544,7 +646,13 @@ fn json_report(
             })
         })
         .collect();
+    let not_measured: Vec<Value> = not
+        .iter()
+        .map(|n| json!({"key": n.key, "name": n.name, "why": n.why}))
+        .collect();
     json!({
+        "platform": PLATFORM,
+        "not_measured": not_measured,
         "quick": plan.quick,
         "repeats": plan.repeats,
         "elapsed_s": elapsed,

@@ -1,23 +1,22 @@
 //! One module per verb of the contract.
 
-// The bench reads /proc and thread ids: Linux only.
-#[cfg_attr(not(target_os = "linux"), path = "unsupported.rs")]
-#[cfg_attr(not(target_os = "linux"), allow(clippy::duplicate_mod))]
+// The bench reads /proc and thread ids on POSIX: Linux and Windows (its own floors), not
+// macOS and the BSDs.
+#[cfg_attr(not(any(target_os = "linux", windows)), path = "unsupported.rs")]
+#[cfg_attr(not(any(target_os = "linux", windows)), allow(clippy::duplicate_mod))]
 pub mod bench;
 pub mod etcd;
 // The NUMBER form needs Linux's pidfd_getfd (see the module).
 #[cfg_attr(not(target_os = "linux"), path = "unsupported.rs")]
 #[cfg_attr(not(target_os = "linux"), allow(clippy::duplicate_mod))]
 pub mod flock;
+pub mod platform;
 pub mod registry;
 pub mod results;
 pub mod run;
 pub mod session;
 pub mod status;
-#[cfg_attr(windows, path = "unsupported.rs")]
-#[cfg_attr(windows, allow(clippy::duplicate_mod))]
 pub mod torture;
-#[cfg(unix)] // bench and torture, the verbs with workers, are POSIX-only
 pub mod worker;
 
 use std::time::Duration;

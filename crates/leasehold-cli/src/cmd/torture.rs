@@ -1,17 +1,18 @@
 //! `leasehold torture`: crash torture of the lease, the registry authority and `run`.
 //!
 //! N worker processes (this binary, re-executed as the hidden `leasehold worker torture`)
-//! loop forever
-//! doing acknowledged mutations: registry adds/removes through the library [`Registry`]
-//! authority, and increments of a shared counter file through `leasehold run` (whose command
-//! is this binary again, as `leasehold worker torture --increment`). Meanwhile the supervisor SIGKILLs
-//! the process group of a random worker — at random moments, and on purpose while a worker
+//! loop forever doing acknowledged mutations: registry adds/removes through the library
+//! [`Registry`] authority, and increments of a shared counter file through `leasehold run`
+//! (whose command is this binary again, as `leasehold worker torture --increment`; on
+//! Windows the worker takes the counter's `Lease` itself, see `worker::counter_in_process`).
+//! Meanwhile the supervisor kills a random worker (`platform::kill`: SIGKILL to its process
+//! group; Windows: `TerminateProcess`) — at random moments, and on purpose while a worker
 //! holds a lease or is in the middle of a durable rewrite (workers announce each phase on
 //! stdout and wait for a `go` on stdin, so a kill can land exactly there).
 //!
-//! Every lease holder appends `enter`/`exit` records with CLOCK_MONOTONIC timestamps to an
-//! O_APPEND audit log, one `write` per record; the supervisor appends a `kill` record taken
-//! *before* each kill. [`check`] then proves that no two holders of one lock overlapped, that
+//! Every lease holder appends `enter`/`exit` records with monotonic timestamps
+//! (`platform::mono_ns`) to an audit log of its own incarnation, one `write` per record; the
+//! supervisor appends a `kill` record taken *before* each kill to its own. [`check`] then proves that no two holders of one lock overlapped, that
 //! every acknowledged mutation is in the final store, and that no store was ever torn.
 //!
 //! With `--gc`, the workers instead take keyed leases ([`KeyedLeases`]) on a small ID set
@@ -27,14 +28,13 @@
 //! [`KeyedLeases::collect`]: leasehold::patterns::keyed::KeyedLeases::collect
 
 mod check;
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 mod etcd;
 mod supervisor;
 mod worker;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -86,6 +86,10 @@ pub struct TortureArgs {
     /// (instead of the registry and the counter).
     #[arg(long)]
     gc: bool,
+    /// Self-check of the checker (hidden): every worker takes the counter's lease on a
+    /// lock file of its own, so increments overlap and get lost; the run must fail.
+    #[arg(long, hide = true, conflicts_with = "gc")]
+    break_exclusion: bool,
 }
 
 /// Arguments of a torture worker process (internal: not part of the contract).
@@ -103,12 +107,16 @@ pub struct WorkerArgs {
     /// A `--gc` run: keyed operations, or (slot 0) the collector.
     #[arg(long)]
     gc: bool,
+    /// The checker's self-check: the counter's lease on a lock file of this worker's own.
+    #[arg(long)]
+    break_exclusion: bool,
 }
 
 /// Runs one torture worker (or one increment under `run`).
 pub fn worker(args: WorkerArgs) -> Outcome {
     let (slot, generation) = parse_id(&args.id)?;
-    let layout = Layout::new(&args.dir);
+    let mut layout = Layout::new(&args.dir);
+    layout.broken = args.break_exclusion;
     if args.increment {
         worker::increment(&layout, slot, generation)
     } else if args.gc && slot == 0 {
@@ -135,10 +143,11 @@ pub fn main(args: TortureArgs) -> Outcome {
         json: args.json,
         dir: args.dir,
         gc: args.gc,
+        break_exclusion: args.break_exclusion,
     })
 }
 
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 fn etcd_mode(args: &TortureArgs) -> Outcome {
     if let Some(id) = &args.etcd_worker {
         let (slot, generation) = parse_id(id)?;
@@ -165,14 +174,21 @@ fn etcd_mode(args: &TortureArgs) -> Outcome {
     })
 }
 
-#[cfg(not(feature = "etcd"))]
+#[cfg(windows)]
+fn etcd_mode(_: &TortureArgs) -> Outcome {
+    Err(Failure::failed(
+        "torture --etcd: not available on Windows: it pauses workers past their lease's TTL with SIGSTOP, and Windows has no way to pause a process from outside",
+    ))
+}
+
+#[cfg(all(not(feature = "etcd"), unix))]
 fn etcd_mode(_: &TortureArgs) -> Outcome {
     Err(Failure::failed(
         "torture --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc)",
     ))
 }
 
-#[cfg(feature = "etcd")]
+#[cfg(all(feature = "etcd", unix))]
 fn dir_of(args: &TortureArgs) -> Result<&Path, Failure> {
     args.dir
         .as_deref()
@@ -189,21 +205,49 @@ fn parse_id(id: &str) -> Result<(u32, u32), Failure> {
 #[derive(Debug, Clone)]
 pub struct Layout {
     dir: PathBuf,
+    /// `--break-exclusion`: each worker slot locks a counter lock file of its own.
+    broken: bool,
 }
 
 impl Layout {
     fn new(dir: &Path) -> Layout {
         Layout {
             dir: dir.to_path_buf(),
+            broken: false,
         }
     }
-    /// Lease enter/exit and kill records.
-    fn audit(&self) -> PathBuf {
-        self.dir.join("audit.log")
-    }
-    /// Mutation intents, acknowledgements and violations seen by workers.
+    /// The etcd mode's operations log (one file, appended to by every worker: POSIX only).
+    #[cfg(all(feature = "etcd", unix))]
     fn ops(&self) -> PathBuf {
         self.dir.join("ops.log")
+    }
+    /// The log `kind` (`audit`: lease enter/exit and kill records; `ops`: mutation intents,
+    /// acknowledgements and violations seen by workers) of one writer (`SLOT-GEN`, or
+    /// `supervisor`). One file per writer, never one shared by concurrent appenders: an
+    /// append is atomic on POSIX (`O_APPEND`), but not under Wine, which lost records of
+    /// concurrent appenders to one file in this very torture.
+    fn log_of(&self, kind: &str, writer: &str) -> PathBuf {
+        self.dir.join(format!("{kind}-{writer}.log"))
+    }
+    /// Every writer's log `kind`, concatenated (the checkers need each writer's records in
+    /// its order, not an order between writers: they order by timestamp).
+    fn read_logs(&self, kind: &str) -> io::Result<String> {
+        let prefix = format!("{kind}-");
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".log"))
+            })
+            .collect();
+        names.sort();
+        let mut text = String::new();
+        for name in names {
+            text.push_str(&std::fs::read_to_string(&name)?);
+        }
+        Ok(text)
     }
     /// Workers' stderr.
     fn stderr(&self) -> PathBuf {
@@ -217,6 +261,15 @@ impl Layout {
     }
     fn counter_lock(&self) -> PathBuf {
         self.dir.join("counter.lock")
+    }
+    /// The lock file worker `slot` takes the counter's lease on: the counter's, unless the
+    /// run breaks exclusion on purpose.
+    fn counter_lock_of(&self, slot: u32) -> PathBuf {
+        if self.broken {
+            self.dir.join(format!("counter.{slot}.lock"))
+        } else {
+            self.counter_lock()
+        }
     }
     /// The managed root of the keyed leases (`--gc`).
     fn keyed(&self) -> leasehold::patterns::keyed::KeyedLeases {
@@ -234,18 +287,19 @@ impl Layout {
     }
 }
 
-/// An O_APPEND log written one `write` per record, so records of concurrent processes never
-/// interleave and a killed writer leaves whole records only.
+/// An O_APPEND log written one `write` per record, so a killed writer leaves whole records
+/// only (and records of the processes that write one log one after another — a worker and
+/// its `run` incrementer — stay in order).
 struct AppendLog(File);
 
 impl AppendLog {
     fn open(path: &Path) -> io::Result<AppendLog> {
-        OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)
-            .map(AppendLog)
+        let mut options = OpenOptions::new();
+        // Windows: append-only access (FILE_APPEND_DATA), each write lands at the end.
+        options.append(true).create(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        options.open(path).map(AppendLog)
     }
 
     /// Appends `line` and a newline in a single `write`.
@@ -262,12 +316,9 @@ impl AppendLog {
     }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the machine.
+/// One monotonic clock for every process of the machine (`platform::mono_ns`), in ns.
 fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(t.tv_nsec as u64)
+    super::platform::mono_ns()
 }
 
 /// A small xorshift generator: the schedule only needs to be varied, not unpredictable.

@@ -1,9 +1,8 @@
 //! A verb that needs facilities this platform lacks: it parses any arguments and fails with
 //! one clear line (exit 2) instead of the binary not building there.
 //!
-//! `bench` (kernel `flock` floors, FIFOs, `/proc` thread states: Linux only) and, on Windows,
-//! `torture` (it kills a worker's whole process group, which Windows can only do through a job
-//! object) are included from this file; `cmd/mod.rs` says which.
+//! `bench` on macOS and the BSDs (it reads `/proc` thread states: Linux and Windows only) and
+//! `flock` outside Linux (`pidfd_getfd`) are included from this file; `cmd/mod.rs` says which.
 
 use std::ffi::OsString;
 
@@ -24,16 +23,13 @@ pub type BenchArgs = Unsupported;
 /// The arguments of `flock` on this platform.
 #[allow(dead_code)]
 pub type FlockArgs = Unsupported;
-/// The arguments of `torture` on this platform.
-#[allow(dead_code)]
-pub type TortureArgs = Unsupported;
 
 /// Fails with a one-line explanation naming the verb (this module's name).
 pub fn main(_args: Unsupported) -> Outcome {
     let verb = module_path!().rsplit("::").next().unwrap_or("this verb");
     let why = match verb {
-        "bench" => "it measures Linux kernel floors (flock, /proc); it runs on Linux only",
-        _ => "it kills workers' process groups, which this build does only on POSIX systems",
+        "bench" => "it reads /proc to know that a waiter waits; it runs on Linux and Windows",
+        _ => "it needs Linux's pidfd_getfd",
     };
     Err(Failure::usage(format!(
         "{verb}: not available on this platform: {why}"

@@ -1,5 +1,6 @@
 //! `leasehold worker VERB ...`: the one hidden entry point through which `bench` and
-//! `torture` re-execute this binary as their worker processes. It is not part of the
+//! `torture` re-execute this binary as their worker processes (on POSIX and Windows; what
+//! differs between them is `cmd/platform.rs`). It is not part of the
 //! contract (not listed in `--help`), and each verb's worker arguments are its own
 //! (`bench::WorkerArgs`, `torture::WorkerArgs`).
 
@@ -23,7 +24,7 @@ pub struct WorkerArgs {
 #[derive(Subcommand, Debug)]
 enum Of {
     /// A worker of a running `leasehold bench`.
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", windows))]
     Bench(super::bench::WorkerArgs),
     /// A worker (or an increment under `run`) of a running `leasehold torture`.
     Torture(super::torture::WorkerArgs),
@@ -32,14 +33,14 @@ enum Of {
 /// Runs the worker.
 pub fn main(args: WorkerArgs) -> Outcome {
     match args.of {
-        #[cfg(target_os = "linux")]
+        #[cfg(any(target_os = "linux", windows))]
         Of::Bench(args) => super::bench::worker(&args),
         Of::Torture(args) => super::torture::worker(args),
     }
 }
 
 /// The command that starts this binary as a worker of `verb` (add the worker's arguments).
-#[allow(dead_code)] // bench only (Linux); the torture builds its command once per run
+#[allow(dead_code)] // bench only (Linux, Windows); the torture builds its command once per run
 pub fn command(verb: &str) -> Result<Command, Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;

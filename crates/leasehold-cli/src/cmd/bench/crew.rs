@@ -6,7 +6,9 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(unix)]
+use std::time::Instant;
 
 use super::io_fail;
 use super::worker::Wait;
@@ -147,8 +149,60 @@ impl Drop for Crew {
     }
 }
 
+/// How long, on Windows, a waiter that has seen the lease held is given before the event it
+/// waits for is triggered: Windows offers no view of whether a thread sleeps (Linux:
+/// `/proc`), and a Windows waiter polls with back-off (1 ms doubling to 16 ms), which has
+/// reached its longest interval after ~31 ms. A scenario parameter (what a long-waiting
+/// poller sees), not a synchronisation: the waiter has told us it waits before this starts.
+#[cfg(windows)]
+pub(super) const SETTLE: Duration = Duration::from_millis(50);
+
+/// An id of the calling thread that [`until_thread_waits`] understands (Linux: its tid).
+pub(super) fn this_thread() -> u64 {
+    #[cfg(unix)]
+    {
+        rustix::thread::gettid().as_raw_nonzero().get() as u64
+    }
+    #[cfg(windows)]
+    {
+        0
+    }
+}
+
+/// Returns once thread `tid` of this process (from [`this_thread`], sent by the thread just
+/// before it starts to wait) is waiting: Linux sees it asleep in `/proc`; Windows gives it
+/// [`SETTLE`].
+pub(super) fn until_thread_waits(tid: u64) -> Result<(), Failure> {
+    #[cfg(unix)]
+    {
+        until_asleep(&format!("/proc/self/task/{tid}/stat"))
+    }
+    #[cfg(windows)]
+    {
+        let _ = tid;
+        std::thread::sleep(SETTLE);
+        Ok(())
+    }
+}
+
+/// Returns once worker process `pid`, which said it waits (`W`), is waiting: Linux sees it
+/// asleep in `/proc`; on Windows it saw the lease held before it said so, and gets [`SETTLE`].
+pub(super) fn until_process_waits(pid: u32) -> Result<(), Failure> {
+    #[cfg(unix)]
+    {
+        until_asleep(&format!("/proc/{pid}/stat"))
+    }
+    #[cfg(windows)]
+    {
+        let _ = pid;
+        std::thread::sleep(SETTLE);
+        Ok(())
+    }
+}
+
 /// Whether a thread or process (`/proc/.../stat` path) is asleep in the kernel. Used to know a
 /// waiter has really started waiting before the event it waits for is triggered.
+#[cfg(unix)]
 fn asleep(stat_path: &str) -> bool {
     std::fs::read_to_string(stat_path)
         .ok()
@@ -160,6 +214,7 @@ fn asleep(stat_path: &str) -> bool {
 }
 
 /// Spins (yielding) until `stat_path` shows a sleeping task; fails after a generous bound.
+#[cfg(unix)]
 pub(super) fn until_asleep(stat_path: &str) -> Result<(), Failure> {
     let end = Instant::now() + LINE_LIMIT;
     // Twice in a row with a yield between, so a task merely descheduled for a moment in

@@ -5,13 +5,17 @@
 //! noisy neighbour on a shared machine hurts library and floor alike; each figure is the
 //! median over repeats of the mean time per operation within a batch.
 
+#[cfg(unix)]
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use leasehold::{Budget, CancelToken, Lease, LeaseHandle, LeaseOptions};
+#[cfg(unix)]
 use rustix::fs::{AtFlags, CWD, FlockOperation, Mode, OFlags};
 
+#[cfg(windows)]
+use super::NotMeasured;
 use super::{Plan, Row, Unit, median};
 use crate::exit::Failure;
 
@@ -21,10 +25,12 @@ fn lease_err(e: leasehold::Error) -> Failure {
     Failure::of(&e)
 }
 
+#[cfg(unix)]
 fn sys_err<'a>(what: &'static str, path: &'a Path) -> impl Fn(rustix::io::Errno) -> Failure + 'a {
     move |e| Failure::failed(format!("{what} {}: {e}", path.display()))
 }
 
+#[cfg(unix)]
 /// The system calls of `Lease::try_acquire` + drop, issued directly (see `open` and
 /// `try_lock` in the library's `lease/posix.rs`, confirmed with strace): open
 /// no-follow/non-blocking/close-on-exec/no-ctty creating 0600, one `fstat` for the identity,
@@ -53,6 +59,7 @@ fn cold_floor(path: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+#[cfg(unix)]
 /// What fs4 / std `File::try_lock` users pay per use: open (read-write, create), lock,
 /// unlock, close — no look before opening, no verification, no network check.
 fn fs4_cycle(path: &Path) -> Result<(), Failure> {
@@ -70,6 +77,7 @@ fn fs4_cycle(path: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+#[cfg(unix)]
 /// The kernel floor of a blocking lock, uncontended: open (create), `flock(LOCK_EX)`, close;
 /// with `verify`, also what a safe lease must check once it has the lock: `fstat` of the
 /// descriptor and `stat` of the path name the same inode.
@@ -133,6 +141,7 @@ pub(super) fn measure_batches(
 }
 
 /// Cold cycle, fs4-style cycle, warm re-acquire and `verify()`, each with its floor.
+#[cfg(unix)]
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let cold: PathBuf = dir.join("cold.lock");
     let fs4: PathBuf = dir.join("fs4.lock");
@@ -320,4 +329,198 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         cancellable_row,
         handle_row,
     ])
+}
+
+/// The floor of a Windows lease's cold cycle: the same calls, issued bare (see
+/// `lease/windows.rs`, `open` and `try_lock`): look at the parent directory (the lease
+/// creates missing parents), look at the path without following it, resolve the parent's
+/// real path, then create and close the named semaphore.
+#[cfg(windows)]
+fn windows_cold_floor(path: &Path, object: &str) -> Result<(), Failure> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let fail = |what: &str, e: std::io::Error| {
+        Failure::failed(format!("bench: {what} {}: {e}", path.display()))
+    };
+    std::fs::metadata(parent).map_err(|e| fail("stat", e))?;
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail("stat", e)),
+    }
+    std::fs::canonicalize(parent).map_err(|e| fail("canonicalize", e))?;
+    named_cycle(object)
+}
+
+/// One `CreateSemaphoreW` + `CloseHandle` of `object`: the kernel floor of a Windows lease.
+#[cfg(windows)]
+fn named_cycle(object: &str) -> Result<(), Failure> {
+    match leasehold::measure::named_object_cycle(object) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Failure::failed(format!(
+            "bench: the named object {object} exists (held by someone else)"
+        ))),
+        Err(e) => Err(Failure::failed(format!(
+            "bench: CreateSemaphoreW {object}: {e}"
+        ))),
+    }
+}
+
+/// The Windows figures of this module: cold cycle, warm re-acquire, `verify()` and the
+/// uncontended acquisitions, each next to the named-semaphore calls they make, issued bare.
+#[cfg(windows)]
+pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
+    let cold: PathBuf = dir.join("cold.lock");
+    let floor_path: PathBuf = dir.join("floor.lock");
+    let warm: PathBuf = dir.join("warm.lock");
+    let held: PathBuf = dir.join("held.lock");
+    let acquired: PathBuf = dir.join("acquire.lock");
+    let cancellable: PathBuf = dir.join("acquire-budget.lock");
+    // The floors' own objects, in the lease's namespace, never one a lease of this run uses.
+    let object = format!(r"Local\leasehold-bench-floor-{}", std::process::id());
+    let token = CancelToken::new().map_err(lease_err)?;
+    let mut warm_lock: LeaseHandle = LeaseOptions::new()
+        .open_handle(dir.join("warm-lock.lock"))
+        .map_err(lease_err)?;
+    let mut handle: LeaseHandle = LeaseOptions::new().open_handle(&warm).map_err(lease_err)?;
+    let lease = Lease::try_acquire(&held).map_err(lease_err)?;
+    let held_parent = dir.to_path_buf();
+
+    let mut ops: Vec<Op<'_>> = vec![
+        // 0: the library's cold cycle.
+        Box::new(|| {
+            drop(Lease::try_acquire(&cold).map_err(lease_err)?);
+            Ok(())
+        }),
+        // 1: its floor: the same calls, bare.
+        Box::new(|| windows_cold_floor(&floor_path, &object)),
+        // 2: warm re-acquire on a handle: lock (which verifies) and release.
+        Box::new(|| {
+            handle.try_lock().map_err(lease_err)?.release();
+            Ok(())
+        }),
+        // 3: the kernel floor: CreateSemaphoreW + CloseHandle.
+        Box::new(|| named_cycle(&object)),
+        // 4: verify() on a held lease.
+        Box::new(|| lease.verify().map_err(lease_err)),
+        // 5: its floor: the parent's real path, resolved once more.
+        Box::new(|| {
+            std::fs::canonicalize(&held_parent)
+                .map(drop)
+                .map_err(|e| Failure::failed(format!("bench: canonicalize: {e}")))
+        }),
+        // 6: cold Lease::acquire with an unlimited budget, then release.
+        Box::new(|| {
+            drop(Lease::acquire(&acquired, &Budget::unlimited()).map_err(lease_err)?);
+            Ok(())
+        }),
+        // 7: the same with a deadline and a cancellation token.
+        Box::new(|| {
+            let budget =
+                Budget::timeout(std::time::Duration::from_secs(600)).with_cancel(token.clone());
+            drop(Lease::acquire(&cancellable, &budget).map_err(lease_err)?);
+            Ok(())
+        }),
+        // 8: warm LeaseHandle::lock (unlimited budget) and release.
+        Box::new(|| {
+            warm_lock
+                .lock(&Budget::unlimited())
+                .map_err(lease_err)?
+                .release();
+            Ok(())
+        }),
+    ];
+    let t = measure(&mut ops, plan)?;
+    drop(ops);
+    let m: Vec<f64> = t.iter().map(|v| median(v)).collect();
+    let samples = plan.repeats * plan.batch;
+    let row = |key, name: &str, i: usize, floor: Option<(usize, &'static str)>| Row {
+        key,
+        name: name.into(),
+        unit: Unit::Nanos,
+        median: m[i],
+        dist: None,
+        floor: floor.map(|(f, what)| (m[f], what)),
+        floor_dist: None,
+        target: None,
+        samples,
+    };
+    let target = |mut r: Row, limit: f64, text: &str| {
+        let ratio = r.ratio().unwrap_or(f64::INFINITY);
+        r.target = Some((text.into(), ratio <= limit));
+        r
+    };
+    const SAME: &str = "same calls: stat ×2, canonicalize, CreateSemaphoreW, CloseHandle";
+    let rows = vec![
+        target(
+            row(
+                "cold_cycle",
+                "cold cycle (try_acquire: resolve, create object; drop)",
+                0,
+                Some((1, SAME)),
+            ),
+            1.15,
+            "≤ 1.15× floor",
+        ),
+        target(
+            row(
+                "warm_reacquire",
+                "warm re-acquire (LeaseHandle: lock + verify, unlock)",
+                2,
+                Some((3, "CreateSemaphoreW + CloseHandle")),
+            ),
+            1.3,
+            "≤ 1.3× floor",
+        ),
+        row(
+            "verify",
+            "verify() on a held lease",
+            4,
+            Some((5, "one canonicalize")),
+        ),
+        row(
+            "uncontended_floor",
+            "uncontended kernel floor (CreateSemaphoreW + CloseHandle)",
+            3,
+            None,
+        ),
+        target(
+            row(
+                "uncontended_acquire",
+                "uncontended cold Lease::acquire (unlimited budget) + release",
+                6,
+                Some((1, SAME)),
+            ),
+            1.15,
+            "≤ 1.15× floor",
+        ),
+        target(
+            row(
+                "uncontended_acquire_cancellable",
+                "uncontended cold Lease::acquire (deadline + CancelToken) + release",
+                7,
+                Some((1, SAME)),
+            ),
+            1.15,
+            "≤ 1.15× floor",
+        ),
+        row(
+            "uncontended_handle_lock",
+            "uncontended warm LeaseHandle::lock + release",
+            8,
+            Some((3, "CreateSemaphoreW + CloseHandle")),
+        ),
+    ];
+    let not = vec![
+        NotMeasured::new(
+            "fs4_cold_cycle",
+            "fs4-style cold cycle",
+            "its LockFileEx floor would pin an open handle on a lock file, which the Windows lease never keeps (it has no lock file); std's File::try_lock also needs Rust 1.89 (MSRV 1.88)",
+        ),
+        NotMeasured::new(
+            "uncontended_floor_verify",
+            "uncontended floor + inode verify",
+            "a named object has no inode to verify: the cold-cycle floor above includes the path resolution instead",
+        ),
+    ];
+    Ok((rows, not))
 }

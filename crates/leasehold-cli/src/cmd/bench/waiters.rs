@@ -5,15 +5,26 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use leasehold::{Budget, CancelToken, Lease};
+#[cfg(unix)]
+use leasehold::Lease;
+use leasehold::{Budget, CancelToken};
+#[cfg(unix)]
 use rustix::fs::FlockOperation;
 
-use super::crew::{Crew, until_asleep};
-use super::worker::{Wait, open_kernel};
-use super::{Dist, Plan, Row, Unit, errno_fail, median, mono_ns};
+#[cfg(windows)]
+use super::NotMeasured;
+use super::crew::{Crew, this_thread, until_process_waits, until_thread_waits};
+use super::worker::Wait;
+#[cfg(unix)]
+use super::worker::open_kernel;
+use super::{Dist, Plan, Row, Unit, mono_ns};
+#[cfg(unix)]
+use super::{errno_fail, median};
+use crate::cmd::platform::KILL;
 use crate::exit::Failure;
 
 /// All figures of waiting.
+#[cfg(unix)]
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let mut rows = vec![waiter_threads(dir, plan)?];
     rows.push(waiting_cpu(dir, plan)?);
@@ -22,9 +33,30 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     Ok(rows)
 }
 
+/// The figures of waiting that Windows lets us measure, and why the others are not.
+#[cfg(windows)]
+pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
+    let mut rows = vec![takeover(dir, plan)?];
+    rows.extend(cancellation(dir, plan)?);
+    let not = vec![
+        NotMeasured::new(
+            "async_waiter_threads",
+            "threads of a process while 100 async waiters wait",
+            "thread counts come from /proc (Linux)",
+        ),
+        NotMeasured::new(
+            "waiting_cpu",
+            "CPU while waiting",
+            "no process CPU clock without unsafe Win32 calls (GetProcessTimes); Windows waiters poll (1 → 16 ms back-off)",
+        ),
+    ];
+    Ok((rows, not))
+}
+
 /// Threads of one process while 100 waiters wait on one lease held by another process:
 /// `acquire_async` tasks on a current-thread runtime (and, to show the count does not grow
 /// with the waiters, just one such task) next to 100 sync waiters, which need a thread each.
+#[cfg(unix)]
 fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     const WAITERS: usize = 100;
     let lock = dir.join("crowd.lock");
@@ -66,6 +98,7 @@ fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
 }
 
 /// CPU used by waiters during a ~1 s wait, leasehold and kernel-blocked side by side.
+#[cfg(unix)]
 fn waiting_cpu(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     const WAITERS: usize = 2;
     let lib_lock = dir.join("cpu-lease.lock");
@@ -84,7 +117,7 @@ fn waiting_cpu(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
         };
         let idx = crew.spawn("wait", lock, None, (0, 0), wait)?;
         crew.expect(idx, "W")?;
-        until_asleep(&format!("/proc/{}/stat", crew.pid(idx)))?;
+        until_process_waits(crew.pid(idx))?;
     }
     // The scenario itself: the lease stays held for the whole measured wait.
     std::thread::sleep(Duration::from_millis(plan.cpu_hold_ms));
@@ -130,11 +163,14 @@ fn waiting_cpu(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     })
 }
 
-/// From SIGKILL of the holder to the waiter's acquisition.
+/// From the kill of the holder (SIGKILL; Windows: TerminateProcess) to the waiter's
+/// acquisition; next to a waiter in `flock(LOCK_EX)` where there is one (not on Windows).
 fn takeover(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     let (mut lib, mut ker) = (Vec::new(), Vec::new());
+    let kinds: &[bool] = if cfg!(unix) { &[false, true] } else { &[false] };
     for rep in 0..plan.takeovers {
-        for kernel in [rep % 2 == 1, rep % 2 == 0] {
+        for k in 0..kinds.len() {
+            let kernel = kinds[(k + rep) % kinds.len()];
             let lock = dir.join(format!("takeover-{rep}-{kernel}.lock"));
             let mut crew = Crew::new();
             let holder = crew.spawn("hold", &lock, None, (0, 0), Wait::Lease)?;
@@ -142,7 +178,7 @@ fn takeover(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
             let wait = if kernel { Wait::Kernel } else { Wait::Lease };
             let waiter = crew.spawn("wait", &lock, None, (0, 0), wait)?;
             crew.expect(waiter, "W")?;
-            until_asleep(&format!("/proc/{}/stat", crew.pid(waiter)))?;
+            until_process_waits(crew.pid(waiter))?;
             let killed = mono_ns();
             crew.kill(holder);
             let acquired = crew.expect(waiter, "A")?[0];
@@ -155,15 +191,15 @@ fn takeover(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
             crew.finish(waiter);
         }
     }
-    let (l, k) = (Dist::of(&lib), Dist::of(&ker));
+    let (l, k) = (Dist::of(&lib), (!ker.is_empty()).then(|| Dist::of(&ker)));
     Ok(Row {
         key: "takeover_after_sigkill",
-        name: "takeover after SIGKILL of the holder (kill → acquire)".into(),
+        name: format!("takeover after {KILL} of the holder (kill → acquire)"),
         unit: Unit::Nanos,
         median: l.p50,
         dist: Some(l),
-        floor: Some((k.p50, "waiter in flock(LOCK_EX)")),
-        floor_dist: Some(k),
+        floor: k.map(|k| (k.p50, "waiter in flock(LOCK_EX)")),
+        floor_dist: k,
         target: Some(("p50 ≤ 1 ms".into(), l.p50 <= 1e6)),
         samples: lib.len(),
     })
@@ -185,14 +221,17 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         let (tx, rx) = mpsc::channel();
         let path = lock.clone();
         let t = std::thread::spawn(move || {
-            let _ = tx.send(rustix::thread::gettid().as_raw_nonzero().get());
-            let res = Lease::acquire(&path, &budget);
+            // Windows: the thread sees the lease held before it says it waits.
+            #[cfg(windows)]
+            let _ = leasehold::Lease::try_acquire(&path);
+            let _ = tx.send(this_thread());
+            let res = leasehold::Lease::acquire(&path, &budget);
             (Instant::now(), res.is_err())
         });
         let tid = rx
             .recv()
             .map_err(|_| Failure::failed("bench: waiter thread died"))?;
-        until_asleep(&format!("/proc/self/task/{tid}/stat"))?;
+        until_thread_waits(tid)?;
         let start = Instant::now();
         token.cancel();
         let (end, cancelled) = t
@@ -208,7 +247,7 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         let deadline = Instant::now() + Duration::from_millis(10);
         let path = lock.clone();
         let end = std::thread::spawn(move || {
-            let _ = Lease::acquire(&path, &Budget::until(deadline));
+            let _ = leasehold::Lease::acquire(&path, &Budget::until(deadline));
             Instant::now()
         })
         .join()
@@ -237,14 +276,22 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             "cancellation: cancel() → acquire returns",
             &cancel,
             &cancel_floor,
-            "poll woken by a pipe",
+            if cfg!(unix) {
+                "poll woken by a pipe"
+            } else {
+                "parked thread woken by unpark"
+            },
         ),
         row(
             "deadline_latency",
             "deadline: deadline passed → acquire returns",
             &late,
             &late_floor,
-            "poll timeout overshoot",
+            if cfg!(unix) {
+                "poll timeout overshoot"
+            } else {
+                "park_timeout overshoot"
+            },
         ),
     ])
 }
@@ -252,13 +299,14 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
 /// Floor for cancellation (`timeout: None`: a thread blocked in `poll` on a pipe, woken by a
 /// write; returns write → return) and for deadlines (`Some`: a thread in `poll` with that
 /// timeout; returns how late it came back).
+#[cfg(unix)]
 fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
     use rustix::event::{PollFd, PollFlags, Timespec};
     let (r, w) = rustix::pipe::pipe().map_err(errno_fail("pipe"))?;
     let (tx, rx) = mpsc::channel();
     let deadline = timeout.map(|d| Instant::now() + d);
     let t = std::thread::spawn(move || {
-        let _ = tx.send(rustix::thread::gettid().as_raw_nonzero().get());
+        let _ = tx.send(this_thread());
         let ts = deadline.map(|d: Instant| {
             let d = d.saturating_duration_since(Instant::now());
             Timespec {
@@ -276,9 +324,44 @@ fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
     let start = match deadline {
         Some(d) => d,
         None => {
-            until_asleep(&format!("/proc/self/task/{tid}/stat"))?;
+            until_thread_waits(tid)?;
             let start = Instant::now();
             rustix::io::write(&w, b"x").map_err(errno_fail("write pipe"))?;
+            start
+        }
+    };
+    let end = t
+        .join()
+        .map_err(|_| Failure::failed("bench: poll thread panicked"))?;
+    Ok(end.saturating_duration_since(start).as_nanos() as f64)
+}
+
+/// The Windows floor for cancellation (`timeout: None`: a parked thread woken by `unpark`,
+/// the cheapest wake-up std offers; returns unpark → return) and for deadlines (`Some`: a
+/// thread in `park_timeout`; returns how late it came back).
+#[cfg(windows)]
+fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
+    let deadline = timeout.map(|d| Instant::now() + d);
+    let woken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = woken.clone();
+    let t = std::thread::spawn(move || {
+        match deadline {
+            Some(d) => std::thread::park_timeout(d.saturating_duration_since(Instant::now())),
+            None => {
+                while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::park();
+                }
+            }
+        }
+        Instant::now()
+    });
+    let start = match deadline {
+        Some(d) => d,
+        None => {
+            until_thread_waits(0)?;
+            let start = Instant::now();
+            woken.store(true, std::sync::atomic::Ordering::SeqCst);
+            t.thread().unpark();
             start
         }
     };

@@ -25,22 +25,31 @@
 //!   `D <count>`. Nothing is printed or written inside the loop.
 
 use std::io::{BufRead, Write};
+#[cfg(unix)]
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+#[cfg(unix)]
 use std::sync::atomic::{AtomicUsize, Ordering};
+#[cfg(unix)]
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use clap::Args;
 use leasehold::{Budget, Lease};
+#[cfg(unix)]
 use rustix::fs::{CWD, FlockOperation, Mode, OFlags};
+#[cfg(unix)]
 use rustix::io::Errno;
 
+#[cfg(unix)]
 use super::crew::until_asleep;
-use super::{errno_fail, io_fail, mono_ns};
+#[cfg(unix)]
+use super::errno_fail;
+use super::{io_fail, mono_ns};
 use crate::exit::{Failure, OK, Outcome};
 
 /// The sender byte of cues from the parent (workers are 0..n, n ≤ 4).
+#[cfg(unix)]
 pub(super) const PARENT: u8 = 255;
 /// How long a handoff holder keeps the lease per turn.
 pub(super) const HOLD_NS: u64 = 100_000;
@@ -94,8 +103,9 @@ pub(crate) enum Method {
 }
 
 impl Method {
-    /// Every method, the floors first.
-    pub(super) const ALL: [Method; 6] = [
+    /// Every method of this platform, the floors first.
+    #[cfg(unix)]
+    pub(super) const ALL: &[Method] = &[
         Method::Floor,
         Method::FloorVerify,
         Method::Lease,
@@ -103,6 +113,20 @@ impl Method {
         Method::Handle,
         Method::Async,
     ];
+    /// Every method of this platform: Windows has no kernel wait for a named object to
+    /// compare with (waiters poll), so no floors.
+    #[cfg(windows)]
+    pub(super) const ALL: &[Method] = &[
+        Method::Lease,
+        Method::LeaseBudget,
+        Method::Handle,
+        Method::Async,
+    ];
+
+    /// Whether this is a kernel floor rather than leasehold.
+    pub(super) fn is_floor(self) -> bool {
+        matches!(self, Method::Floor | Method::FloorVerify)
+    }
 
     /// Its `--method` value.
     pub(super) fn arg(self) -> &'static str {
@@ -159,6 +183,7 @@ fn back_to_back(
             .ok_or_else(|| Failure::failed(format!("bench: bad cue {line:?}")))?,
         _ => return Ok(Vec::new()),
     };
+    #[cfg(unix)]
     let kernel_turn = |verify: bool| -> Result<Turn, Failure> {
         let t0 = mono_ns();
         let fd = open_kernel(lock)?;
@@ -187,8 +212,16 @@ fn back_to_back(
     let mut turns = Vec::with_capacity(1 << 16);
     while mono_ns() < end {
         let turn = match method {
+            #[cfg(unix)]
             Method::Floor => kernel_turn(false)?,
+            #[cfg(unix)]
             Method::FloorVerify => kernel_turn(true)?,
+            #[cfg(windows)]
+            Method::Floor | Method::FloorVerify => {
+                return Err(Failure::usage(
+                    "bench: the flock floors do not exist on Windows",
+                ));
+            }
             Method::Lease | Method::LeaseBudget | Method::Async => {
                 let t0 = mono_ns();
                 let lease = match (method, &rt) {
@@ -232,9 +265,11 @@ fn back_to_back(
 /// A lease held either by the library or by a bare descriptor locked with `flock`.
 enum Held {
     Lease(#[allow(dead_code)] Lease),
+    #[cfg(unix)]
     Kernel(#[allow(dead_code)] OwnedFd),
 }
 
+#[cfg(unix)]
 pub(super) fn open_kernel(path: &Path) -> Result<OwnedFd, Failure> {
     rustix::fs::openat(
         CWD,
@@ -295,6 +330,11 @@ fn acquire(
     rt: Option<&tokio::runtime::Runtime>,
 ) -> Result<(Held, u64), Failure> {
     match (wait, rt) {
+        #[cfg(windows)]
+        (Wait::Kernel, _) => Err(Failure::usage(
+            "bench: no kernel-blocking wait for a named object on Windows",
+        )),
+        #[cfg(unix)]
         (Wait::Kernel, _) => {
             let fd = open_kernel(path)?;
             loop {
@@ -327,6 +367,7 @@ fn acquire(
 }
 
 /// This process's thread count (`Threads:` in `/proc/self/status`).
+#[cfg(unix)]
 fn threads() -> Result<u64, Failure> {
     std::fs::read_to_string("/proc/self/status")
         .map_err(io_fail("read /proc/self/status"))?
@@ -341,6 +382,7 @@ fn threads() -> Result<u64, Failure> {
 /// a task that has started has also been polled until it parked in its wait. Sync waiters
 /// are threads, each seen asleep in the kernel. What the waiters hold if they ever acquire
 /// is dropped with the process (or the runtime).
+#[cfg(unix)]
 fn start_waiters(
     lock: &Path,
     n: usize,
@@ -392,6 +434,7 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
         _ => None,
     };
     match role {
+        #[cfg(unix)]
         "handoff" => {
             let stamp_path = args
                 .stamp
@@ -471,18 +514,29 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
             for _ in lines.by_ref() {}
         }
         "wait" => {
+            // Windows offers no view of whether a process waits (Linux: /proc): the
+            // waiter first sees the lease held, so that "W" means it has begun to wait.
+            #[cfg(windows)]
+            if Lease::try_acquire(lock).is_ok() {
+                return Err(Failure::failed("bench: the waiter found the lease free"));
+            }
             writeln!(out, "W")
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
-            let cpu = || rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-            let cpu_ns =
-                |t: rustix::time::Timespec| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
-            let (c0, t0) = (cpu_ns(cpu()), mono_ns());
+            // CPU time is 0 where the platform has no process CPU clock (Windows: only the
+            // POSIX waiting-CPU figure reads it).
+            let cpu = || crate::cmd::platform::process_cpu_ns().unwrap_or(0);
+            let (c0, t0) = (cpu(), mono_ns());
             let (held, acquired) = acquire(lock, wait, rt.as_ref())?;
-            let c1 = cpu_ns(cpu());
-            writeln!(out, "A {acquired} {} {}", c1 - c0, acquired - t0)
-                .and_then(|()| out.flush())
-                .map_err(io_fail("report"))?;
+            let c1 = cpu();
+            writeln!(
+                out,
+                "A {acquired} {} {}",
+                c1.saturating_sub(c0),
+                acquired - t0
+            )
+            .and_then(|()| out.flush())
+            .map_err(io_fail("report"))?;
             drop(held);
         }
         "loop" => {
@@ -497,9 +551,11 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
         }
+        #[cfg(unix)]
         "share" => {
             super::shared::share_loop(lock, args.method, args.index, &mut lines)?;
         }
+        #[cfg(unix)]
         "crowd" => {
             // Threads before any waiter exists (the runtime, if any, already built), and
             // while `--of` waiters all wait.
@@ -521,6 +577,7 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
 }
 
 /// The release stamp: when the last holder released (0: nobody yet), and which worker it was.
+#[cfg(unix)]
 fn split_stamp(buf: &[u8; 16]) -> (u64, Option<usize>) {
     let mut a = [0u8; 8];
     let mut b = [0u8; 8];
@@ -533,12 +590,14 @@ fn split_stamp(buf: &[u8; 16]) -> (u64, Option<usize>) {
 /// Handoff worker `i`'s turn FIFO, carrying two-byte cues `[what, from]`: `g` lets it contend
 /// once more (and it answers `a` to the sender), `s` stops it. Opened read-write by everyone,
 /// so neither opening nor writing ever blocks or raises SIGPIPE.
+#[cfg(unix)]
 pub(super) fn turn_path(stamp: &Path, i: usize) -> PathBuf {
     let mut p = stamp.as_os_str().to_owned();
     p.push(format!(".turn{i}"));
     PathBuf::from(p)
 }
 
+#[cfg(unix)]
 pub(super) fn open_turn(stamp: &Path, i: usize) -> Result<OwnedFd, Failure> {
     rustix::fs::openat(
         CWD,

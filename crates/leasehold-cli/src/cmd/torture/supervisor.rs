@@ -2,19 +2,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use leasehold::Budget;
-use leasehold_stores::registry::Registry;
-use rustix::process::{Pid, Signal, kill_process_group};
+use leasehold_stores::registry::{Registry, existing_dir};
 use serde_json::json;
 
 use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
+use crate::cmd::platform;
 use crate::exit::{Failure, OK, Outcome};
 
 /// The phases a hunting kill aims at: holding a lease, and every step of a durable rewrite.
@@ -42,11 +41,14 @@ pub struct Settings {
     pub json: bool,
     pub dir: Option<PathBuf>,
     pub gc: bool,
+    /// Workers break exclusion on purpose (the checker's self-check): see `TortureArgs`.
+    pub break_exclusion: bool,
 }
 
 #[derive(Default)]
 struct Slot {
-    pid: Option<i32>,
+    /// The current incarnation, until its output ended and its tender reaps it.
+    child: Option<Child>,
     generation: u32,
     killed: bool,
 }
@@ -61,6 +63,10 @@ struct State {
     /// Kills by where they landed: a hunted phase, or "random".
     landed: BTreeMap<String, u64>,
     violations: Vec<String>,
+    /// How long the last worker took from its start to its first line: the kill loop lets
+    /// at least that pass between kills, so that restarted workers get work done where
+    /// starting a process is slow (Windows; Wine takes ~0.3 s) as where it is fast.
+    startup: Duration,
 }
 
 struct Shared {
@@ -74,16 +80,20 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// SIGKILLs the process group of `slot`'s current worker (the worker, and the `run` and
-    /// incrementer it started), once per incarnation. The kill record's timestamp is taken
-    /// before the signal is sent, so it precedes the death (see `check`).
+    /// Kills `slot`'s current worker whole (`platform::kill`: on POSIX SIGKILL to its
+    /// process group — the worker, and the `run` and incrementer it started; on Windows
+    /// `TerminateProcess`), once per incarnation. The kill record's timestamp is taken
+    /// before the kill, so it precedes the death (see `check`).
     fn kill(&self, st: &mut State, slot: usize, landed: &str) -> bool {
         let s = &mut st.slots[slot];
-        let Some(pid) = s.pid.filter(|_| !s.killed).and_then(Pid::from_raw) else {
+        if s.killed {
+            return false;
+        }
+        let Some(child) = s.child.as_mut() else {
             return false;
         };
         let t = now_ns();
-        if kill_process_group(pid, Signal::KILL).is_err() {
+        if platform::kill(child).is_err() {
             return false;
         }
         s.killed = true;
@@ -107,7 +117,8 @@ pub fn run(settings: &Settings) -> Outcome {
     }
     let started = Instant::now();
     let layout = prepare(settings)?;
-    let audit = AppendLog::open(&layout.audit()).map_err(|e| io_failure(&layout.audit(), e))?;
+    let audit_path = layout.log_of("audit", "supervisor");
+    let audit = AppendLog::open(&audit_path).map_err(|e| io_failure(&audit_path, e))?;
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             slots: (0..settings.workers).map(|_| Slot::default()).collect(),
@@ -121,8 +132,11 @@ pub fn run(settings: &Settings) -> Outcome {
     let threads: Vec<_> = (0..settings.workers as usize)
         .map(|slot| {
             let (shared, layout, exe) = (shared.clone(), layout.clone(), exe.clone());
-            let gc = settings.gc;
-            thread::spawn(move || tend(&shared, &layout, &exe, slot, gc))
+            let flags = Flags {
+                gc: settings.gc,
+                break_exclusion: settings.break_exclusion,
+            };
+            thread::spawn(move || tend(&shared, &layout, &exe, slot, flags))
         })
         .collect();
 
@@ -149,6 +163,9 @@ pub fn run(settings: &Settings) -> Outcome {
     let report = verify(&layout, &shared)?;
     let violations = report.violations.len();
     print_report(settings, &shared.lock(), &report, elapsed);
+    // Closes the audit log (the workers' threads are joined: this is the last reference);
+    // Windows does not remove a directory with an open file in it.
+    drop(shared);
     if violations == 0 {
         let _ = std::fs::remove_dir_all(&layout.dir);
         Ok(OK)
@@ -201,7 +218,8 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
             return;
         }
         // Let the survivors and the restarted worker make progress between kills.
-        thread::sleep(Duration::from_millis(rng.below(12)));
+        let startup = shared.lock().startup;
+        thread::sleep(startup + Duration::from_millis(rng.below(12)));
         if rng.below(3) == 0 {
             let mut st = shared.lock();
             let slot = rng.below(st.slots.len() as u64) as usize;
@@ -221,9 +239,16 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
     }
 }
 
+/// The worker flags of a run.
+#[derive(Debug, Clone, Copy)]
+struct Flags {
+    gc: bool,
+    break_exclusion: bool,
+}
+
 /// Keeps one worker slot busy: starts an incarnation, answers its phases (or kills it in
 /// the hunted one), reaps it, and starts the next until the run stops.
-fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, gc: bool) {
+fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags) {
     for generation in 0u32.. {
         if shared.lock().stopping {
             return;
@@ -232,19 +257,20 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, gc: bool) {
             .append(true)
             .create(true)
             .open(layout.stderr());
+        let spawned = Instant::now();
         let mut child = match stderr.and_then(|err| {
-            Command::new(exe)
-                .args(crate::cmd::worker::ARGS)
+            let mut cmd = Command::new(exe);
+            cmd.args(crate::cmd::worker::ARGS)
                 .arg("torture")
                 .arg(format!("{slot}:{generation}"))
                 .arg("--dir")
                 .arg(&layout.dir)
-                .args(gc.then_some("--gc"))
+                .args(flags.gc.then_some("--gc"))
+                .args(flags.break_exclusion.then_some("--break-exclusion"))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(err)
-                .process_group(0)
-                .spawn()
+                .stderr(err);
+            platform::isolate(&mut cmd).spawn()
         }) {
             Ok(c) => c,
             Err(e) => {
@@ -255,10 +281,12 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, gc: bool) {
                 return;
             }
         };
+        let mut stdin = child.stdin.take();
+        let stdout = child.stdout.take();
         {
             let mut st = shared.lock();
             st.slots[slot] = Slot {
-                pid: Some(child.id() as i32),
+                child: Some(child),
                 generation,
                 killed: false,
             };
@@ -266,11 +294,14 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, gc: bool) {
                 shared.kill(&mut st, slot, "shutdown");
             }
         }
-        let mut stdin = child.stdin.take();
-        if let Some(out) = child.stdout.take() {
+        if let Some(out) = stdout {
+            let mut first = true;
             for line in BufReader::new(out).lines() {
                 let Ok(line) = line else { break };
                 let mut st = shared.lock();
+                if std::mem::take(&mut first) {
+                    st.startup = spawned.elapsed();
+                }
                 if st.hunt.is_some_and(|h| h == line) && shared.kill(&mut st, slot, &line) {
                     st.hunt = None;
                     shared.hunted.notify_all();
@@ -283,15 +314,22 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, gc: bool) {
             }
         }
         drop(stdin);
-        // Still unreaped, so its pid (and group) cannot be reused while a kill is possible.
-        let killed = {
+        // Reaped only once out of the slot, so its pid (and group) cannot be reused while a
+        // kill is possible.
+        let (child, killed) = {
             let mut st = shared.lock();
-            st.slots[slot].pid = None;
-            st.slots[slot].killed
+            (st.slots[slot].child.take(), st.slots[slot].killed)
+        };
+        let Some(mut child) = child else {
+            shared
+                .lock()
+                .violations
+                .push(format!("worker {slot}:{generation} vanished from its slot"));
+            return;
         };
         let status = child.wait();
-        let by_sigkill = status.as_ref().is_ok_and(|s| s.signal() == Some(9));
-        if !(killed && by_sigkill) {
+        let by_kill = status.as_ref().is_ok_and(platform::ended_by_kill);
+        if !(killed && by_kill) {
             shared.lock().violations.push(format!(
                 "worker {slot}:{generation} ended by itself: {status:?} (see {})",
                 layout.stderr().display()
@@ -338,18 +376,26 @@ fn collected(layout: &Layout) -> Collected {
 fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
     let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| io_failure(p, e));
     let mut violations = std::mem::take(&mut shared.lock().violations);
-    let audit = check::audit(&read(&layout.audit())?);
+    let logs = |kind: &str| {
+        layout
+            .read_logs(kind)
+            .map_err(|e| io_failure(&layout.dir, e))
+    };
+    let audit = check::audit(&logs("audit")?);
     violations.extend(audit.violations.iter().cloned());
 
     let mut present = BTreeSet::new();
     let registry = Registry::with_options(layout.registry(), crate::env::lease_options());
     match registry.acquire(&Budget::no_wait()) {
         Ok(()) => {
+            // Keyed by the form the registry stores (on Windows without `\\?\`).
+            let stored = |p: PathBuf| existing_dir(&p).unwrap_or(p);
             let primaries: BTreeMap<PathBuf, u32> = (0..shared.lock().slots.len() as u32)
-                .map(|s| (layout.primary(s), s))
+                .map(|s| (stored(layout.primary(s)), s))
                 .collect();
-            let roots: BTreeMap<PathBuf, u32> =
-                (0..ROOT_POOL).map(|r| (layout.root(r), r as u32)).collect();
+            let roots: BTreeMap<PathBuf, u32> = (0..ROOT_POOL)
+                .map(|r| (stored(layout.root(r)), r as u32))
+                .collect();
             for (p, rs) in registry.scope().iter() {
                 for r in rs {
                     match (primaries.get(p), roots.get(r)) {
@@ -383,7 +429,7 @@ fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
         violations.push(format!("counter torn at the end: {counter_text:?}"));
         0
     });
-    let ops = check::ops(&read(&layout.ops())?, &present, counter);
+    let ops = check::ops(&logs("ops")?, &present, counter);
     violations.extend(ops.violations.iter().cloned());
     let temporaries = count_temporaries(layout);
     Ok(Report {

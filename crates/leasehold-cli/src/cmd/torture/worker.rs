@@ -69,8 +69,8 @@ impl Logs {
             AppendLog::open(p).map_err(|e| Failure::failed(format!("{}: {e}", p.display())))
         };
         Ok(Logs {
-            audit: open(&layout.audit())?,
-            ops: open(&layout.ops())?,
+            audit: open(&layout.log_of("audit", &format!("{slot}-{generation}")))?,
+            ops: open(&layout.log_of("ops", &format!("{slot}-{generation}")))?,
             slot,
             generation,
         })
@@ -103,8 +103,10 @@ pub fn work(layout: &Layout, slot: u32, generation: u32) -> Outcome {
     for seq in 1u64.. {
         if rng.below(2) == 0 {
             registry_op(layout, &logs, &mut rng, seq)?;
-        } else {
+        } else if cfg!(unix) {
             counter_op(layout, &logs, &exe, seq)?;
+        } else {
+            counter_in_process(layout, &logs, seq)?;
         }
     }
     Ok(0)
@@ -146,7 +148,7 @@ fn counter_op(layout: &Layout, logs: &Logs, exe: &Path, seq: u64) -> Result<(), 
         .arg("run")
         .arg("--timeout")
         .arg(ACQUIRE_WAIT.as_secs().to_string())
-        .arg(layout.counter_lock())
+        .arg(layout.counter_lock_of(logs.slot))
         .arg("--")
         .arg(exe)
         .args(crate::cmd::worker::ARGS)
@@ -166,9 +168,41 @@ fn counter_op(layout: &Layout, logs: &Logs, exe: &Path, seq: u64) -> Result<(), 
     }
 }
 
+/// The counter on Windows: the same increment under a `Lease` this worker takes itself,
+/// not through `leasehold run`. There COMMAND does not inherit the lease (the lease lasts
+/// while `run` lives) and a kill (`TerminateProcess`) ends one process, not a group: a
+/// killed worker's `run` and incrementer would live on, unkilled, past their kill record.
+fn counter_in_process(layout: &Layout, logs: &Logs, seq: u64) -> Result<(), Failure> {
+    logs.op("intent", &format!("{seq} counter"))?;
+    let options = crate::env::lease_options();
+    let lease = match options.acquire(
+        layout.counter_lock_of(logs.slot),
+        &Budget::timeout(ACQUIRE_WAIT),
+    ) {
+        Ok(lease) => lease,
+        Err(e) if e.is_contended() => return Ok(()),
+        Err(e) => return logs.op("violation", &format!("counter lease: {e}")),
+    };
+    let done = increment_held(layout, logs);
+    drop(lease);
+    match done {
+        Ok(()) => logs.op("ack", &seq.to_string()),
+        Err(e) => logs.op(
+            "violation",
+            &format!("counter increment failed: {}", e.message),
+        ),
+    }
+}
+
 /// The command `run` executes under the counter lease: read, increment, durably rewrite.
 pub fn increment(layout: &Layout, slot: u32, generation: u32) -> Outcome {
     let logs = Logs::open(layout, slot, generation)?;
+    increment_held(layout, &logs)?;
+    Ok(0)
+}
+
+/// The increment itself, under the counter's lease (held by `run`, or by this process).
+fn increment_held(layout: &Layout, logs: &Logs) -> Result<(), Failure> {
     logs.audit("enter", "counter")?;
     phase("holding");
     let path = layout.counter();
@@ -185,8 +219,7 @@ pub fn increment(layout: &Layout, slot: u32, generation: u32) -> Outcome {
     };
     phased_replace(&path, format!("{}\n", n + 1).as_bytes())
         .map_err(|e| Failure::failed(format!("{}: cannot write: {e}", path.display())))?;
-    logs.audit("exit", "counter")?;
-    Ok(0)
+    logs.audit("exit", "counter")
 }
 
 /// A keyed worker of `--gc`: takes the lease of a random ID of the pool (waiting, or trying

@@ -1,0 +1,110 @@
+//! The one platform seam of the verbs with worker processes (`bench`, `torture`): the clock
+//! that crosses process boundaries, how a worker is started so that it can be killed whole,
+//! the kill itself, and how its end is recognised as that kill.
+//!
+//! Everything else those verbs do between processes is portable already: parent and
+//! workers talk through the child's stdin and stdout (one line per event, `std::process`
+//! pipes), never through signals or sleeps. What differs:
+//!
+//! | | POSIX | Windows |
+//! |---|---|---|
+//! | clock ([`mono_ns`]) | `CLOCK_MONOTONIC` | `QueryPerformanceCounter` (through `leasehold::measure`: the CLI has no `unsafe`) |
+//! | worker start ([`isolate`]) | own process group | nothing |
+//! | kill ([`kill`]) | `SIGKILL` to the process group: the worker and whatever it started (`leasehold run`, its COMMAND) | `TerminateProcess` of the worker (`Child::kill`): Windows has no process groups, so a torture worker starts no processes there (see `torture`) |
+//! | killed? ([`ended_by_kill`]) | ended by signal 9 | exit code 1, the code `Child::kill` passes to `TerminateProcess` |
+//! | process CPU ([`process_cpu_ns`]) | `CLOCK_PROCESS_CPUTIME_ID` | none (`GetProcessTimes` would need `unsafe`) |
+
+use std::io;
+use std::process::{Child, Command, ExitStatus};
+
+/// How the platform ends a worker, for reports ("takeover after SIGKILL").
+#[cfg(unix)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // bench only (Linux, Windows)
+pub const KILL: &str = "SIGKILL";
+/// How the platform ends a worker, for reports ("takeover after TerminateProcess").
+#[cfg(windows)]
+pub const KILL: &str = "TerminateProcess";
+
+/// Nanoseconds of a monotonic clock that every process of the machine reads alike, so that
+/// a timestamp taken in one process can be compared with one taken in another.
+pub fn mono_ns() -> u64 {
+    #[cfg(unix)]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        (t.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(t.tv_nsec as u64)
+    }
+    #[cfg(windows)]
+    {
+        leasehold::measure::monotonic_ns()
+    }
+}
+
+/// CPU time this process has used, in nanoseconds, where the platform offers it safely.
+#[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))] // bench only
+pub fn process_cpu_ns() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
+    }
+    #[cfg(windows)]
+    {
+        None
+    }
+}
+
+/// Prepares a worker's command so that [`kill`] ends everything the worker starts: on POSIX
+/// a process group of its own (so `leasehold run` and its COMMAND die with it).
+pub fn isolate(cmd: &mut Command) -> &mut Command {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0)
+    }
+    #[cfg(windows)]
+    {
+        cmd
+    }
+}
+
+/// Kills `child` at once, without letting it run another instruction of its own: SIGKILL
+/// to its process group on POSIX (see [`isolate`]), `TerminateProcess` on Windows (an
+/// error, and no kill, if it has already ended). The kernel releases whatever the killed
+/// processes held (flock locks, named objects).
+pub fn kill(child: &mut Child) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        let pid = rustix::process::Pid::from_raw(child.id() as i32)
+            .ok_or_else(|| io::Error::other("a worker without a pid"))?;
+        rustix::process::kill_process_group(pid, rustix::process::Signal::KILL)
+            .map_err(io::Error::from)
+    }
+    #[cfg(windows)]
+    {
+        // A worker that already ended by itself is not killed (and not counted as killed):
+        // its exit code would look like the kill's (see `ended_by_kill`).
+        if child.try_wait()?.is_some() {
+            return Err(io::Error::other("the worker had already ended"));
+        }
+        child.kill()
+    }
+}
+
+/// Whether a reaped worker ended by [`kill`] (rather than by itself).
+///
+/// On Windows this is the exit code `Child::kill` gives `TerminateProcess` (1), which a
+/// worker failing by itself also returns: a worker counts as killed only if [`kill`] found
+/// it still running (`Child::try_wait` first) and it then ended with 1.
+pub fn ended_by_kill(status: &ExitStatus) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal() == Some(9)
+    }
+    #[cfg(windows)]
+    {
+        status.code() == Some(1)
+    }
+}
