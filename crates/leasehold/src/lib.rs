@@ -68,34 +68,6 @@ mod options;
 pub mod patterns;
 mod sys;
 
-/// Not part of the API (hidden, no stability promise): what `leasehold bench` needs on
-/// Windows to measure the lease against its kernel floor — the very system calls of the
-/// Windows lease issued bare, and a clock that worker processes can compare. They live here
-/// because this crate's `sys/windows.rs` is the only code allowed `unsafe` (raw Win32
-/// calls); the CLI forbids it.
-#[cfg(windows)]
-#[doc(hidden)]
-pub mod measure {
-    /// Creates the named semaphore `name` and closes it at once: one `CreateSemaphoreW` and
-    /// one `CloseHandle`, what a Windows lease's lock and release cost without leasehold's
-    /// checks. `Ok(false)` when the object exists (someone holds it).
-    pub fn named_object_cycle(name: &str) -> std::io::Result<bool> {
-        match crate::sys::create_named(name)? {
-            crate::sys::Created::Held(handle) => {
-                drop(handle);
-                Ok(true)
-            }
-            crate::sys::Created::Exists => Ok(false),
-        }
-    }
-
-    /// `QueryPerformanceCounter` in nanoseconds: monotonic, and comparable between the
-    /// processes of one machine (unlike `std::time::Instant`, which cannot be sent).
-    pub fn monotonic_ns() -> u64 {
-        crate::sys::monotonic_ns()
-    }
-}
-
 pub use budget::{Budget, CancelToken};
 pub use error::{Error, ErrorClass, Result};
 pub use holders::HolderInfo;

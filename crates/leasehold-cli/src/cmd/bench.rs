@@ -9,12 +9,13 @@
 //! Multi-process figures use real OS processes: the binary re-executes itself as the hidden
 //! `leasehold worker bench ROLE` (not part of the public contract; `cmd/worker.rs`). Parent and workers synchronise
 //! through pipes (one line per event), never by sleeping; timestamps crossing a process
-//! boundary are `platform::mono_ns` nanoseconds (`CLOCK_MONOTONIC`; Windows:
-//! `QueryPerformanceCounter`).
+//! boundary are `platform::mono_ns` nanoseconds (`CLOCK_MONOTONIC`; Windows: std's
+//! `SystemTime`, `GetSystemTimePreciseAsFileTime`).
 //!
 //! On Windows the same scenarios run where Windows allows them, against what a Windows lease
-//! really is (a named semaphore: the floors issue its `CreateSemaphoreW` + `CloseHandle`
-//! bare, through the hidden `leasehold::measure`); what cannot be measured there is a
+//! really is (a named semaphore; its `CreateSemaphoreW` + `CloseHandle` cannot be issued bare
+//! here — the CLI writes no `unsafe`, and the library exposes nothing only for benchmarks,
+//! issue 12 — so the floors are the lease's path calls); what cannot be measured there is a
 //! [`NotMeasured`] line saying why, never a silently missing row. Where Linux watches a
 //! waiter fall asleep in `/proc`, a Windows waiter first sees the lease held and is then
 //! given `crew::SETTLE` (50 ms, past its longest poll interval) before the event it waits
@@ -250,7 +251,7 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 }
 
 /// Monotonic nanoseconds comparable across processes on one machine (`platform::mono_ns`:
-/// `CLOCK_MONOTONIC`; Windows: `QueryPerformanceCounter`).
+/// `CLOCK_MONOTONIC`; Windows: `GetSystemTimePreciseAsFileTime`).
 pub(crate) fn mono_ns() -> u64 {
     super::platform::mono_ns()
 }

@@ -17,7 +17,6 @@ use std::os::windows::ffi::OsStrExt;
 use std::os::windows::io::{FromRawHandle, OwnedHandle};
 
 use windows_sys::Win32::Foundation::{ERROR_ACCESS_DENIED, ERROR_ALREADY_EXISTS, GetLastError};
-use windows_sys::Win32::System::Performance::{QueryPerformanceCounter, QueryPerformanceFrequency};
 use windows_sys::Win32::System::Threading::CreateSemaphoreW;
 
 /// Outcome of trying to create a lease's named object.
@@ -68,23 +67,6 @@ pub(crate) fn create_named(name: &str) -> io::Result<Created> {
         return Ok(Created::Exists);
     }
     Ok(Created::Held(handle))
-}
-
-/// `QueryPerformanceCounter` in nanoseconds: a monotonic clock whose readings are comparable
-/// across every process of the machine (std's `Instant` uses it too, but cannot be sent to
-/// another process). 0 if the counter is unavailable (never on Windows XP or later).
-pub(crate) fn monotonic_ns() -> u64 {
-    let (mut count, mut freq) = (0i64, 0i64);
-    // SAFETY: both pointers point to live, writable i64s for the duration of the calls;
-    // the functions only write one LARGE_INTEGER each.
-    let ok = unsafe {
-        QueryPerformanceCounter(&mut count) != 0 && QueryPerformanceFrequency(&mut freq) != 0
-    };
-    if !ok || freq <= 0 || count < 0 {
-        return 0;
-    }
-    let ns = i128::from(count) * 1_000_000_000 / i128::from(freq);
-    u64::try_from(ns).unwrap_or(u64::MAX)
 }
 
 // ---------------------------------------------------------------------------------------
