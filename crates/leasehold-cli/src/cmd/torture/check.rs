@@ -12,6 +12,7 @@
 //! its predecessor was killed is caught.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 /// Who wrote a record: a worker slot and its incarnation.
 type Holder = (u32, u32);
@@ -259,6 +260,33 @@ pub fn ops(text: &str, present: &BTreeSet<(u32, u32)>, counter: u64) -> OpsRepor
         ));
     }
     report
+}
+
+/// The registry's final scope against what the workers may have written: every entry whose
+/// primary and root are known goes into `present` as (worker slot, root number); any other is
+/// a violation (the registry holds something no worker wrote). One copy for the file and the
+/// etcd torture.
+pub fn registry_entries(
+    scope: &leasehold_stores::registry::Scope,
+    primaries: &BTreeMap<PathBuf, u32>,
+    roots: &BTreeMap<PathBuf, u32>,
+    present: &mut BTreeSet<(u32, u32)>,
+    violations: &mut Vec<String>,
+) {
+    for (p, rs) in scope {
+        for r in rs {
+            match (primaries.get(p), roots.get(r)) {
+                (Some(&s), Some(&r)) => {
+                    present.insert((s, r));
+                }
+                _ => violations.push(format!(
+                    "registry holds an entry no worker wrote: {} → {}",
+                    p.display(),
+                    r.display()
+                )),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -449,20 +449,13 @@ fn verify(layout: &Layout, endpoints: &str, prefix: &str, workers: u32) -> Resul
                 (0..workers).map(|s| (layout.primary(s), s)).collect();
             let roots: BTreeMap<PathBuf, u32> =
                 (0..ROOT_POOL).map(|r| (layout.root(r), r as u32)).collect();
-            for (p, rs) in registry.scope().iter() {
-                for r in rs {
-                    match (primaries.get(p), roots.get(r)) {
-                        (Some(&s), Some(&r)) => {
-                            present.insert((s, r));
-                        }
-                        _ => violations.push(format!(
-                            "registry holds an entry no worker wrote: {} → {}",
-                            p.display(),
-                            r.display()
-                        )),
-                    }
-                }
-            }
+            check::registry_entries(
+                &registry.scope(),
+                &primaries,
+                &roots,
+                &mut present,
+                &mut violations,
+            );
         }
         Err(e) => violations.push(format!("registry at the end: {e}")),
     }
