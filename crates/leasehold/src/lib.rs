@@ -49,7 +49,7 @@
 //! lease.verify().expect("still the file at the path");
 //! ```
 
-#![cfg_attr(unix, forbid(unsafe_code))]
+#![cfg_attr(not(windows), forbid(unsafe_code))]
 #![cfg_attr(windows, deny(unsafe_code))]
 #![deny(missing_docs)]
 

@@ -139,7 +139,7 @@ impl<'a> Acquisition<'a> {
     }
 
     /// The budget this acquisition waits within.
-    #[cfg_attr(windows, allow(dead_code))] // Windows waiters poll
+    #[cfg_attr(not(unix), allow(dead_code))] // Windows and WASI waiters poll
     pub(crate) fn budget(&self) -> &Budget {
         self.budget
     }

@@ -281,12 +281,13 @@ pub fn remove_temporaries(path: &Path) -> io::Result<usize> {
     Ok(removed)
 }
 
-/// Makes a rename, creation or removal in `dir` durable: `fsync` of the directory on POSIX;
-/// nothing on Windows (below). The one directory sync of the crate and of the stores.
+/// Makes a rename, creation or removal in `dir` durable: `fsync` of the directory on POSIX
+/// and WASI; nothing on Windows (below). The one directory sync of the crate and of the
+/// stores.
 ///
 /// # Errors
 /// Opening or syncing the directory failed.
-#[cfg(unix)]
+#[cfg(not(windows))]
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
