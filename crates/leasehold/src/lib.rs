@@ -79,3 +79,15 @@ pub use lease::{
     holders,
 };
 pub use options::LeaseOptions;
+
+/// A fresh temporary directory for unit tests. WASI has no system temporary directory
+/// (`std::env::temp_dir` panics there), so on `wasm32-wasip1` it is made under `TMPDIR`,
+/// which the test runner (`.ci/wasi-run.mjs`) preopens.
+#[cfg(test)]
+pub(crate) fn test_dir() -> tempfile::TempDir {
+    #[cfg(target_os = "wasi")]
+    let dir = tempfile::tempdir_in(std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into()));
+    #[cfg(not(target_os = "wasi"))]
+    let dir = tempfile::tempdir();
+    dir.expect("a temporary directory")
+}

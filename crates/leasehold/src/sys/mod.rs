@@ -30,6 +30,15 @@ pub(crate) use wasi::*;
 
 pub(crate) mod naming;
 
+/// This process's id, where the platform has processes with ids: WASI has none
+/// (`std::process::id` panics there), and `None` is the answer.
+pub(crate) fn process_id() -> Option<u32> {
+    #[cfg(target_os = "wasi")]
+    return None;
+    #[cfg(not(target_os = "wasi"))]
+    Some(std::process::id())
+}
+
 #[cfg(not(any(unix, windows, target_os = "wasi")))]
 compile_error!(
     "leasehold supports Unix-like systems (Linux, macOS, BSD), Windows and WASI (wasm32-wasip1, single-process leases only); wasm32-unknown-unknown has no file system to lease in"
