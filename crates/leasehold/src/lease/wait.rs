@@ -216,7 +216,9 @@ impl<'a> Acquisition<'a> {
                         }
                     }
                     None => {
-                        self.judge_budget(opened.file_id())?;
+                        // Queued behind another lease of this process: it holds the lease,
+                        // whatever the OS reveals of holders.
+                        self.judge_budget_here(opened.file_id())?;
                         if self.check_due() && !imp::still_at_path(self.target, opened.file_id()) {
                             drop(q);
                             self.reopen()?;
@@ -353,6 +355,16 @@ impl<'a> Acquisition<'a> {
         match self.budget.exhausted() {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended(id)),
+            None => Ok(()),
+        }
+    }
+
+    /// [`judge_budget`](Self::judge_budget) for a waiter queued behind another lease of this
+    /// process: a passed deadline names this process as the holder.
+    fn judge_budget_here(&self, id: Option<FileId>) -> Result<()> {
+        match self.budget.exhausted() {
+            Some(Exhausted::Cancelled) => Err(self.cancelled()),
+            Some(Exhausted::Deadline) => Err(self.contended_with(HolderInfo::held_here(id))),
             None => Ok(()),
         }
     }
