@@ -20,10 +20,7 @@ use std::time::{Duration, Instant};
 use leasehold::patterns::append::{AppendLog, Durability, LogReader};
 use leasehold::patterns::durable::replace_file;
 use leasehold::patterns::keyed::{KeyError, KeyedLeases};
-use leasehold::{
-    Budget, CancelToken, Error, ErrorClass, FileKind, Lease, LeaseHandle, LeaseOptions, LockDir,
-    SharedLease,
-};
+use leasehold::{Budget, CancelToken, Error, ErrorClass, FileKind, LeaseOptions, LockDir};
 
 /// A fresh temporary directory (on WASI under `TMPDIR`, which the runner preopens: WASI has
 /// no system temporary directory).
@@ -65,6 +62,7 @@ fn assert_unsupported(err: &Error, path: &Path) {
 #[cfg(target_os = "wasi")]
 #[test]
 fn without_the_opt_in_every_acquisition_is_unsupported_and_creates_nothing() {
+    use leasehold::{Lease, LeaseHandle, SharedLease};
     let dir = tmp();
     let path = dir.path().join("sub/store.lock");
     let budget = Budget::timeout(Duration::from_secs(5));
