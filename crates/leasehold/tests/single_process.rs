@@ -283,6 +283,44 @@ fn keyed_leases_exclude_per_key_and_unknown_keys_allocate_nothing() {
         .expect("free after release");
 }
 
+/// A waiter in this process is handed the lease by the claim table when the holder releases
+/// (first come, first served: a newcomer after the release is refused), here an async one on
+/// a current-thread runtime, which is how one WASI thread runs a holder and a waiter at once.
+/// The waiter is queued once it first returns pending (one `yield_now` on this runtime).
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn a_queued_async_waiter_is_handed_the_lease_when_the_holder_releases() {
+    let dir = tmp();
+    let path = dir.path().join("handover.lock");
+    let holder = single().try_acquire(&path).unwrap();
+    let p = path.clone();
+    let waiter = tokio::spawn(async move {
+        single()
+            .acquire_async(&p, &Budget::timeout(Duration::from_secs(30)))
+            .await
+    });
+    tokio::task::yield_now().await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter waits while the lease is held"
+    );
+    drop(holder);
+    let err = single().try_acquire(&path).unwrap_err();
+    assert!(
+        is_contended_here(&err),
+        "the release handed the lease to the waiter: {err}"
+    );
+    let lease = waiter
+        .await
+        .expect("the waiter task")
+        .expect("the waiter got the lease");
+    lease.verify().unwrap();
+    drop(lease);
+    single()
+        .try_acquire(&path)
+        .expect("free after the waiter released");
+}
+
 /// Native targets ignore nothing: with the option set the kernel lock is still taken, so a
 /// real second process is excluded both ways (util-linux `flock(1)`, which takes the same
 /// `flock` the library does).
