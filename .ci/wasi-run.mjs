@@ -1,6 +1,8 @@
 // Runs one wasm32-wasip1 program (a Rust test binary) under Node's built-in WASI.
 //
-//   node .ci/wasi-run.mjs FILE.wasm [ARGS...]
+//   node --experimental-wasi-unstable-preview1 .ci/wasi-run.mjs FILE.wasm [ARGS...]
+//
+// (Node 18 needs the flag; Node 20 accepts it and needs none.)
 //
 // Also works as cargo's runner (CARGO_TARGET_WASM32_WASIP1_RUNNER="node .ci/wasi-run.mjs"),
 // which passes the .wasm path first and the test harness's arguments after it.
@@ -39,7 +41,11 @@ try {
     returnOnExit: true,
   });
   const module = await WebAssembly.compile(await readFile(file));
-  const instance = await WebAssembly.instantiate(module, wasi.getImportObject());
+  // getImportObject() is Node 20's; Node 18 (Debian 12) has only wasiImport.
+  const imports = typeof wasi.getImportObject === 'function'
+    ? wasi.getImportObject()
+    : { wasi_snapshot_preview1: wasi.wasiImport };
+  const instance = await WebAssembly.instantiate(module, imports);
   status = wasi.start(instance);
 } catch (e) {
   console.error(`wasi-run: ${file}: ${e && e.message ? e.message : e}`);
