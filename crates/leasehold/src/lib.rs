@@ -30,7 +30,11 @@
 //! kernel semaphore, `Local\leasehold-<hex sha256(real path, case-folded)>`, whose existence is
 //! the lock: no lock file is created or held, the kernel destroys the object when its holder
 //! closes it or dies, and [`holders`] answers [`Holders::Unknown`]. The public names are the
-//! same; POSIX-only pieces (descriptor inheritance) are `cfg(unix)`.
+//! same; POSIX-only pieces (descriptor inheritance) are `cfg(unix)`. WASI (`wasm32-wasip1`)
+//! has no inter-process lock at all: there a lease is a claim in this process's claim table,
+//! granted only after [`LeaseOptions::single_process`] declares the program the only user of
+//! its directories (else [`Error::Unsupported`]); `wasm32-unknown-unknown`, which has no file
+//! system, is refused at compile time.
 //!
 //! ## `unsafe`
 //!
