@@ -190,7 +190,8 @@ impl LeaseOptions {
     /// [`Error::Contended`] when another holder has it (see [`Error::holders`]); the
     /// unusable-path errors ([`Error::NotRegularFile`], [`Error::ParentNotDirectory`],
     /// [`Error::PermissionDenied`], [`Error::NameTooLong`], [`Error::NetworkFilesystem`]);
-    /// [`Error::Unstable`] when the lock file keeps being replaced; [`Error::Io`].
+    /// [`Error::Unstable`] when the lock file keeps being replaced; [`Error::Io`];
+    /// [`Error::Unsupported`] on WASI unless [`single_process`](Self::single_process) is set.
     pub fn try_acquire(&self, path: impl AsRef<Path>) -> Result<Lease> {
         self.acquire(path, &Budget::no_wait())
     }

@@ -18,7 +18,8 @@
 //! 4. Busy: with a try-once budget, report contention. Otherwise wait in the kernel's own
 //!    queue (`posix.rs`, [`KernelWait`](super::imp::KernelWait)) — the kernel decides who is
 //!    next, as fairly and as fast as for any blocking `flock` — where the platform has one;
-//!    else (Windows) poll with back-off.
+//!    else (Windows) poll with back-off. (On WASI the claim is the whole lock: a try under
+//!    it is never busy, and waiters wait in the claim queue, polling their budget.)
 //! 5. On every wake-up: cancellation first (an explicit request), then a grant, then the
 //!    deadline; and, on a slow timer, whether the file we wait on is still the one at the
 //!    path (a lock file replaced under us would make us wait on an orphan forever).
