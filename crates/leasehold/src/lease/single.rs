@@ -13,7 +13,7 @@
 //!   symlink, never blocking on a FIFO, created (and its parents) when missing, never
 //!   written, truncated or removed; anything but a regular file is refused untouched.
 //! * **The claim is the lock.** Its key is the file's `(dev, ino)`, so two paths to one file
-//!   are one lease. Under a granted claim [`try_lock`] only checks that the path still names
+//!   are one lease (a runtime without inode numbers: the path, see [`claim_key`]). Under a granted claim [`try_lock`] only checks that the path still names
 //!   the claimed inode (a replaced lock file is reopened, as on POSIX); it is never busy.
 //!   Exclusive and shared modes, the FIFO queue and the turnstile that keeps shared claims
 //!   from starving an exclusive waiter are the claim table's, as in every process.
@@ -245,11 +245,12 @@ impl Target {
 pub(crate) struct Opened {
     fd: OwnedFd,
     id: FileId,
+    key: Key,
 }
 
 impl Opened {
     pub(crate) fn key(&self) -> Key {
-        (self.id.dev, self.id.ino)
+        self.key
     }
     pub(crate) fn file_id(&self) -> Option<FileId> {
         Some(self.id)
@@ -261,6 +262,7 @@ impl Opened {
 pub(crate) struct Held {
     fd: OwnedFd,
     id: FileId,
+    key: Key,
     _claim: Claim,
 }
 
@@ -274,9 +276,14 @@ impl Held {
     }
     /// Releases the claim and gives back the still-open file for the next try.
     pub(crate) fn unlock_keep(self) -> Option<Opened> {
-        let Held { fd, id, _claim } = self;
+        let Held {
+            fd,
+            id,
+            key,
+            _claim,
+        } = self;
         drop(_claim);
-        Some(Opened { fd, id })
+        Some(Opened { fd, id, key })
     }
 }
 
@@ -322,7 +329,11 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         Err(e) => return Err(io_error(path, "open lock file", e)),
     };
     match sys::fd_stood(fd.as_fd()) {
-        Ok(Stood::Regular(id)) => Ok(Opened { fd, id }),
+        Ok(Stood::Regular(id)) => Ok(Opened {
+            fd,
+            id,
+            key: claim_key(id, path),
+        }),
         Ok(Stood::Directory(_)) => Err(Error::NotRegularFile {
             path: path.to_path_buf(),
             kind: FileKind::Directory,
@@ -338,6 +349,21 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
     }
 }
 
+/// The claim key of a lock file: its `(dev, ino)`, so that every spelling of one file is
+/// one lease. A runtime that reports no inode numbers (0: some in-memory or browser WASI
+/// file systems) would make every file one lease, and a lease nested in another (the keyed
+/// pattern's collector lock and a key's lock) would wait for itself; there the key is the
+/// leading bytes of the SHA-256 of the path as given instead (spellings then differ).
+fn claim_key(id: FileId, path: &Path) -> Key {
+    if id.ino != 0 {
+        return (id.dev, id.ino);
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
+    let half = |b: &[u8]| b.iter().fold(0u64, |acc, x| (acc << 8) | u64::from(*x));
+    (half(&digest[..8]), half(&digest[8..16]))
+}
+
 /// One try under a granted claim. The claim is the lock; what is left to check is that the
 /// claimed inode is still the file at the path (else newcomers claim another inode).
 pub(crate) fn try_lock(
@@ -350,6 +376,7 @@ pub(crate) fn try_lock(
         Ok(Stood::Regular(now)) if now == opened.id => Ok(Attempt::Acquired(Held {
             fd: opened.fd,
             id: opened.id,
+            key: opened.key,
             _claim: claim,
         })),
         Ok(_) => Ok(Attempt::Replaced),
@@ -504,4 +531,44 @@ pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
 /// Maps a failure to set up a wait.
 pub(crate) fn wait_error(path: &Path, e: io::Error) -> Error {
     io_error(path, "set up wait", e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_are_keyed_by_inode_and_by_path_where_the_runtime_has_no_inodes() {
+        let id = |ino| FileId { dev: 9, ino };
+        assert_eq!(claim_key(id(7), Path::new("/a.lock")), (9, 7));
+        assert_eq!(claim_key(id(7), Path::new("/other/spelling")), (9, 7));
+        let (a, b) = (Path::new("/tmp/a.lock"), Path::new("/tmp/b.lock"));
+        assert_ne!(
+            claim_key(id(0), a),
+            claim_key(id(0), b),
+            "no inodes: files stay apart"
+        );
+        assert_eq!(claim_key(id(0), a), claim_key(id(0), a));
+    }
+
+    #[test]
+    fn without_the_opt_in_open_refuses_before_touching_the_file_system() {
+        let dir = crate::test_dir();
+        let path = dir.path().join("p/q.lock");
+        let target = Target::path(&LeaseOptions::new(), &path).unwrap();
+        let err = open(&LeaseOptions::new(), &target).unwrap_err();
+        assert!(
+            matches!(&err, Error::Unsupported { path: p, .. } if *p == path),
+            "{err:?}"
+        );
+        assert!(!dir.path().join("p").exists());
+        let opened = open(&LeaseOptions::new().single_process(true), &target).unwrap();
+        assert_eq!(
+            opened.file_id(),
+            sys::stat_nofollow(&path).ok().and_then(|s| match s {
+                Stood::Regular(id) => Some(id),
+                _ => None,
+            })
+        );
+    }
 }
