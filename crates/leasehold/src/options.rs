@@ -77,8 +77,7 @@ impl LeaseOptions {
     /// directories it uses, so that a lease may be a claim in this process's claim table
     /// alone where the platform has no inter-process lock.
     ///
-    /// Only `wasm32-wasip1` (and any target without `flock` or named kernel objects) needs
-    /// it: WASI has no file locking at all, and a WASI host can preopen one directory into
+    /// Only WASI (`wasm32-wasip1`) needs it: WASI has no file locking at all, and a WASI host can preopen one directory into
     /// several instances (or share it with native processes), which would all "hold" the
     /// same lease if leasehold granted one silently — failing open, the one thing a lock must
     /// not do. Without the opt-in, acquiring there is [`Error::Unsupported`](crate::Error::Unsupported). With it,
@@ -92,12 +91,6 @@ impl LeaseOptions {
     pub fn single_process(mut self, only: bool) -> LeaseOptions {
         self.single_process = only;
         self
-    }
-
-    /// Whether this program declared itself the only user of its lease directories (see
-    /// [`single_process`](Self::single_process)).
-    pub fn is_single_process(&self) -> bool {
-        self.single_process
     }
 
     /// Whether network and FUSE file systems are allowed (see
