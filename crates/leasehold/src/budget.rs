@@ -20,8 +20,8 @@ use crate::{error::Error, sys};
 ///
 /// Cloning shares the token. Once cancelled it stays cancelled. Internally it is a flag plus a
 /// self-pipe, so a waiter blocked in the kernel wakes at once instead of noticing on its next
-/// poll: cancellation takes effect in microseconds. On Windows it is the flag alone, which the
-/// polling waiter checks at least every 16 ms.
+/// poll: cancellation takes effect in microseconds. On Windows and WASI it is the flag alone,
+/// which the polling waiter checks at least every 16 ms.
 #[derive(Clone)]
 pub struct CancelToken {
     inner: Arc<CancelInner>,
@@ -30,8 +30,9 @@ pub struct CancelToken {
 struct CancelInner {
     #[cfg(unix)]
     cancelled: AtomicBool,
-    /// Shared with signal handlers on Windows (see [`CancelToken::flag`]).
-    #[cfg(windows)]
+    /// Shared with signal handlers on Windows (see [`CancelToken::flag`]), and with other
+    /// threads on WASI.
+    #[cfg(not(unix))]
     cancelled: Arc<AtomicBool>,
     #[cfg(unix)]
     read: OwnedFd,
@@ -65,8 +66,9 @@ impl CancelToken {
         })
     }
 
-    /// Creates a token (on Windows it cannot fail; the `Result` keeps one signature).
-    #[cfg(windows)]
+    /// Creates a token (on Windows and WASI it cannot fail; the `Result` keeps one
+    /// signature).
+    #[cfg(not(unix))]
     pub fn new() -> Result<CancelToken> {
         Ok(CancelToken {
             inner: Arc::new(CancelInner {
@@ -105,8 +107,8 @@ impl CancelToken {
     /// The token's flag (Windows, where there is no pipe to write to): setting it to `true`
     /// cancels the token. This is how a signal or console-control handler cancels a wait
     /// (`signal_hook::flag::register(SIGINT, token.flag())`); waiters notice it on their next
-    /// poll, within 16 ms.
-    #[cfg(windows)]
+    /// poll, within 16 ms. The same on WASI, which has no pipes.
+    #[cfg(not(unix))]
     pub fn flag(&self) -> Arc<AtomicBool> {
         self.inner.cancelled.clone()
     }

@@ -180,6 +180,20 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The platform has no lock that other processes honour (WebAssembly/WASI: no `flock`,
+    /// and a host may preopen one directory into several instances), and the program did not
+    /// declare itself the only user with
+    /// [`LeaseOptions::single_process`](crate::LeaseOptions::single_process). Granting a
+    /// lease anyway would fail open; nothing was taken.
+    #[error(
+        "{path}: {platform} has no lock that other processes or instances honour, so a lease here would exclude only this program's own leases; if this program is truly the only one using this directory, opt in with LeaseOptions::single_process(true)"
+    )]
+    Unsupported {
+        /// The lock path.
+        path: PathBuf,
+        /// The platform that has no inter-process lock (for example `WASI`).
+        platform: &'static str,
+    },
     /// A distributed arbiter (etcd) could not be reached or refused a request; nothing is held.
     #[error("etcd at {endpoints}: {reason}")]
     Unreachable {
@@ -231,6 +245,7 @@ impl Error {
             | Error::TooManyOpenFiles { .. }
             | Error::Io { .. }
             | Error::LockingUnsupported { .. }
+            | Error::Unsupported { .. }
             | Error::Unreachable { .. } => ErrorClass::Failure,
             // A lost distributed lease: someone else may hold it now (the CLI's `lease lost`).
             Error::Expired { .. } => ErrorClass::Failure,
@@ -413,6 +428,13 @@ mod tests {
             ),
             (Error::LeaseLost { path: path.clone() }, ErrorClass::Failure),
             (Error::NotFound { path: path.clone() }, ErrorClass::Failure),
+            (
+                Error::Unsupported {
+                    path: path.clone(),
+                    platform: "WASI",
+                },
+                ErrorClass::Failure,
+            ),
         ];
         for (e, class) in cases {
             assert_eq!(e.class(), class, "{e:?}");

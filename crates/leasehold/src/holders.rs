@@ -126,7 +126,7 @@ impl HolderInfo {
             return "this process (another lease of it)".to_string();
         }
         let pids = self.pids();
-        if pids == [std::process::id()] {
+        if !pids.is_empty() && sys::process_id().is_some_and(|me| pids == [me]) {
             return "this process (another lease of it)".to_string();
         }
         format!("another process{self}")

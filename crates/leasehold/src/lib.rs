@@ -30,7 +30,11 @@
 //! kernel semaphore, `Local\leasehold-<hex sha256(real path, case-folded)>`, whose existence is
 //! the lock: no lock file is created or held, the kernel destroys the object when its holder
 //! closes it or dies, and [`holders`] answers [`Holders::Unknown`]. The public names are the
-//! same; POSIX-only pieces (descriptor inheritance) are `cfg(unix)`.
+//! same; POSIX-only pieces (descriptor inheritance) are `cfg(unix)`. WASI (`wasm32-wasip1`)
+//! has no inter-process lock at all: there a lease is a claim in this process's claim table,
+//! granted only after [`LeaseOptions::single_process`] declares the program the only user of
+//! its directories (else [`Error::Unsupported`]); `wasm32-unknown-unknown`, which has no file
+//! system, is refused at compile time.
 //!
 //! ## `unsafe`
 //!
@@ -49,7 +53,7 @@
 //! lease.verify().expect("still the file at the path");
 //! ```
 
-#![cfg_attr(unix, forbid(unsafe_code))]
+#![cfg_attr(not(windows), forbid(unsafe_code))]
 #![cfg_attr(windows, deny(unsafe_code))]
 #![deny(missing_docs)]
 
@@ -79,3 +83,15 @@ pub use lease::{
     holders,
 };
 pub use options::LeaseOptions;
+
+/// A fresh temporary directory for unit tests. WASI has no system temporary directory
+/// (`std::env::temp_dir` panics there), so on `wasm32-wasip1` it is made under `TMPDIR`,
+/// which the test runner (`.ci/wasi-run.mjs`) preopens.
+#[cfg(test)]
+pub(crate) fn test_dir() -> tempfile::TempDir {
+    #[cfg(target_os = "wasi")]
+    let dir = tempfile::tempdir_in(std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into()));
+    #[cfg(not(target_os = "wasi"))]
+    let dir = tempfile::tempdir();
+    dir.expect("a temporary directory")
+}

@@ -3,14 +3,16 @@
 
 /// Options for taking a lease. `LeaseOptions::default()` accepts a missing lock file
 /// (creating it, mode 0600, on POSIX), creates missing parent directories, refuses network
-/// and FUSE file systems, and refuses an existing lock file that another user owns or may
-/// write.
+/// and FUSE file systems, refuses an existing lock file that another user owns or may
+/// write, and refuses to lease at all where the platform has no lock other processes
+/// honour (WebAssembly/WASI: see [`single_process`](Self::single_process)).
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseOptions {
     pub(crate) create: bool,
     pub(crate) create_parents: bool,
     pub(crate) allow_network_fs: bool,
     pub(crate) allow_shared_state: bool,
+    pub(crate) single_process: bool,
 }
 
 impl Default for LeaseOptions {
@@ -20,6 +22,7 @@ impl Default for LeaseOptions {
             create_parents: true,
             allow_network_fs: false,
             allow_shared_state: false,
+            single_process: false,
         }
     }
 }
@@ -67,6 +70,26 @@ impl LeaseOptions {
     /// opts in with `LEASEHOLD_ALLOW_SHARED=1`.
     pub fn allow_shared_state(mut self, allow: bool) -> LeaseOptions {
         self.allow_shared_state = allow;
+        self
+    }
+
+    /// Declares that this program is the only one that will ever take leases in the
+    /// directories it uses, so that a lease may be a claim in this process's claim table
+    /// alone where the platform has no inter-process lock.
+    ///
+    /// Only WASI (`wasm32-wasip1`) needs it: WASI has no file locking at all, and a WASI host can preopen one directory into
+    /// several instances (or share it with native processes), which would all "hold" the
+    /// same lease if leasehold granted one silently — failing open, the one thing a lock must
+    /// not do. Without the opt-in, acquiring there is [`Error::Unsupported`](crate::Error::Unsupported). With it,
+    /// a lease excludes the other leases of this instance (exclusive and shared modes, FIFO
+    /// waiters, budgets and cancellation as everywhere), and nothing else: the invariant you
+    /// state is that no other instance or process uses the same directory.
+    ///
+    /// On Linux, macOS, the BSDs and Windows the option changes nothing: the kernel lock is
+    /// always taken, so a second process is still excluded with it set (tested). It exists
+    /// everywhere so that portable code can set it once.
+    pub fn single_process(mut self, only: bool) -> LeaseOptions {
+        self.single_process = only;
         self
     }
 

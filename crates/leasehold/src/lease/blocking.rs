@@ -1,5 +1,6 @@
 //! The blocking driver of a wait: sleeps in `poll(2)` on the waiter's notifier and its
-//! budget's cancellation pipe (Windows: a plain sleep; its waits poll) until
+//! budget's cancellation pipe (Windows: a plain sleep; its waits poll; WASI: a sleep on the
+//! notifier's condition variable, cut short by a grant) until
 //! [`Acquisition::next`] has the lease. The decisions are all in `wait.rs`.
 
 use std::time::Duration;
@@ -43,5 +44,15 @@ fn sleep(acq: &Acquisition<'_>, timeout: Option<Duration>) -> std::io::Result<()
 #[cfg(windows)]
 fn sleep(_acq: &Acquisition<'_>, timeout: Option<Duration>) -> std::io::Result<()> {
     sys::sleep(timeout.unwrap_or(Duration::from_millis(16)));
+    Ok(())
+}
+
+#[cfg(target_os = "wasi")]
+fn sleep(acq: &Acquisition<'_>, timeout: Option<Duration>) -> std::io::Result<()> {
+    let nap = timeout.unwrap_or(Duration::from_millis(16));
+    match acq.notifier() {
+        Some(n) => n.wait(nap),
+        None => sys::sleep(nap),
+    }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! The lease primitive: an exclusive (or shared), kernel-arbitrated lock, documented once here
 //! over a private per-platform implementation (`posix.rs`: `flock` on a lock file;
-//! `windows.rs`: a named kernel semaphore).
+//! `windows.rs`: a named kernel semaphore; `single.rs`: WASI, which has no inter-process
+//! lock, where a lease is the in-process claim alone and only behind
+//! [`LeaseOptions::single_process`]).
 //!
 //! Contract, in the order things happen:
 //!
@@ -56,6 +58,9 @@ mod wait;
 mod imp;
 #[cfg(windows)]
 #[path = "windows.rs"]
+mod imp;
+#[cfg(target_os = "wasi")]
+#[path = "single.rs"]
 mod imp;
 
 use claim::Mode;
@@ -185,7 +190,8 @@ impl LeaseOptions {
     /// [`Error::Contended`] when another holder has it (see [`Error::holders`]); the
     /// unusable-path errors ([`Error::NotRegularFile`], [`Error::ParentNotDirectory`],
     /// [`Error::PermissionDenied`], [`Error::NameTooLong`], [`Error::NetworkFilesystem`]);
-    /// [`Error::Unstable`] when the lock file keeps being replaced; [`Error::Io`].
+    /// [`Error::Unstable`] when the lock file keeps being replaced; [`Error::Io`];
+    /// [`Error::Unsupported`] on WASI unless [`single_process`](Self::single_process) is set.
     pub fn try_acquire(&self, path: impl AsRef<Path>) -> Result<Lease> {
         self.acquire(path, &Budget::no_wait())
     }

@@ -45,7 +45,7 @@ pub(crate) async fn run(mut acq: Acquisition<'_>) -> Result<Held> {
                         _ = nap => {}
                     }
                 }
-                #[cfg(windows)]
+                #[cfg(not(unix))]
                 nap.await;
             }
         }

@@ -18,7 +18,8 @@
 //! 4. Busy: with a try-once budget, report contention. Otherwise wait in the kernel's own
 //!    queue (`posix.rs`, [`KernelWait`](super::imp::KernelWait)) — the kernel decides who is
 //!    next, as fairly and as fast as for any blocking `flock` — where the platform has one;
-//!    else (Windows) poll with back-off.
+//!    else (Windows) poll with back-off. (On WASI the claim is the whole lock: a try under
+//!    it is never busy, and waiters wait in the claim queue, polling their budget.)
 //! 5. On every wake-up: cancellation first (an explicit request), then a grant, then the
 //!    deadline; and, on a slow timer, whether the file we wait on is still the one at the
 //!    path (a lock file replaced under us would make us wait on an orphan forever).
@@ -139,7 +140,7 @@ impl<'a> Acquisition<'a> {
     }
 
     /// The budget this acquisition waits within.
-    #[cfg_attr(windows, allow(dead_code))] // Windows waiters poll
+    #[cfg_attr(not(unix), allow(dead_code))] // Windows and WASI waiters poll
     pub(crate) fn budget(&self) -> &Budget {
         self.budget
     }
@@ -216,7 +217,9 @@ impl<'a> Acquisition<'a> {
                         }
                     }
                     None => {
-                        self.judge_budget(opened.file_id())?;
+                        // Queued behind another lease of this process: it holds the lease,
+                        // whatever the OS reveals of holders.
+                        self.judge_budget_here(opened.file_id())?;
                         if self.check_due() && !imp::still_at_path(self.target, opened.file_id()) {
                             drop(q);
                             self.reopen()?;
@@ -353,6 +356,16 @@ impl<'a> Acquisition<'a> {
         match self.budget.exhausted() {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended(id)),
+            None => Ok(()),
+        }
+    }
+
+    /// [`judge_budget`](Self::judge_budget) for a waiter queued behind another lease of this
+    /// process: a passed deadline names this process as the holder.
+    fn judge_budget_here(&self, id: Option<FileId>) -> Result<()> {
+        match self.budget.exhausted() {
+            Some(Exhausted::Cancelled) => Err(self.cancelled()),
+            Some(Exhausted::Deadline) => Err(self.contended_with(HolderInfo::held_here(id))),
             None => Ok(()),
         }
     }

@@ -444,11 +444,12 @@ fn last_newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
 /// Writes whole lines at the end of the log in one `write` call (more calls only if the
 /// kernel completes it partially).
 ///
-/// POSIX: the descriptor is `O_APPEND`, so the write lands at the end whatever the offset.
+/// POSIX and WASI: the descriptor is `O_APPEND`, so the write lands at the end whatever the
+/// offset.
 /// Windows: the handle has `FILE_WRITE_DATA` (truncating a torn tail or a failed write needs
 /// it, and with it `FILE_APPEND_DATA` no longer forces writes to the end), so the write is
 /// positioned at `end`, the length after our last append — we are the only writer.
-#[cfg(unix)]
+#[cfg(not(windows))]
 fn write_at_end(file: &File, lines: &[u8], _end: u64) -> std::io::Result<()> {
     use std::io::Write;
     (&*file).write_all(lines)
@@ -472,10 +473,15 @@ fn write_at_end(file: &File, mut lines: &[u8], mut end: u64) -> std::io::Result<
 }
 
 /// Fills `buf` from `offset` without moving a shared file position (`pread` on POSIX,
-/// `ReadFile` with an offset on Windows).
+/// `ReadFile` with an offset on Windows, `pread` through `sys` on WASI).
 #[cfg(unix)]
 fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(target_os = "wasi")]
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    crate::sys::read_exact_at(file, buf, offset)
 }
 
 #[cfg(windows)]
@@ -518,9 +524,11 @@ mod tests {
     }
 
     fn fixture() -> Fixture {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = crate::test_dir();
         let dir = LockDir::open(tmp.path()).unwrap();
+        // The only process here (WASI needs the opt-in; native targets lock as ever).
         let lease = crate::LeaseOptions::new()
+            .single_process(true)
             .try_acquire_at(&dir, "log.lock")
             .unwrap();
         Fixture {
@@ -740,6 +748,7 @@ mod tests {
         assert_eq!(content(&f), b"1\n");
     }
 
+    #[cfg(not(target_os = "wasi"))] // a reader thread beside the writer: wasm32-wasip1 has one thread
     #[test]
     fn readers_see_a_prefix_of_whole_records_while_a_writer_appends() {
         let f = fixture();

@@ -623,7 +623,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    #[cfg(not(target_os = "wasi"))]
     use std::sync::mpsc;
+    #[cfg(not(target_os = "wasi"))]
     use std::thread;
 
     type Records = BTreeMap<String, u32>;
@@ -682,7 +684,7 @@ mod tests {
 
     impl Fixture {
         fn new() -> Fixture {
-            let dir = tempfile::tempdir().unwrap();
+            let dir = crate::test_dir();
             let lock = dir.path().join("store.lock");
             let disk = Disk(Arc::new(Mutex::new(Some(Records::new()))));
             Fixture {
@@ -699,7 +701,10 @@ mod tests {
             let store = MemStore {
                 disk: self.disk.clone(),
             };
-            Authority::new(KernelArbiter::new(&self.lock), store).with_observer(o)
+            // The only process here (WASI needs the opt-in; native targets lock as ever).
+            let opts = LeaseOptions::new().single_process(true);
+            Authority::new(KernelArbiter::new(&self.lock).with_options(opts), store)
+                .with_observer(o)
         }
         fn events(&self, label: &str) -> Vec<Event> {
             let all = self.rec.events();
@@ -717,6 +722,7 @@ mod tests {
         }
     }
 
+    #[cfg_attr(target_os = "wasi", allow(dead_code))] // its users need threads
     fn pos(events: &[(String, Event)], label: &str, e: &Event) -> usize {
         events
             .iter()
@@ -758,6 +764,7 @@ mod tests {
         );
     }
 
+    #[cfg(not(target_os = "wasi"))] // threads race here: wasm32-wasip1 has one
     #[test]
     fn teardown_drains_then_closes_then_releases_and_a_successor_follows() {
         let fx = Fixture::new();
@@ -820,6 +827,7 @@ mod tests {
         );
     }
 
+    #[cfg(not(target_os = "wasi"))] // threads race here: wasm32-wasip1 has one
     #[test]
     fn acquisition_overlapping_teardown_is_finished_by_it() {
         let fx = Fixture::new();
@@ -1007,6 +1015,7 @@ mod tests {
         assert_eq!(lock(&disk.0).as_ref().unwrap().get("k"), None);
     }
 
+    #[cfg(not(target_os = "wasi"))] // threads race here: wasm32-wasip1 has one
     #[test]
     fn concurrent_mutations_lose_no_update() {
         let fx = Fixture::new();

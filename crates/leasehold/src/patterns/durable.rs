@@ -281,12 +281,13 @@ pub fn remove_temporaries(path: &Path) -> io::Result<usize> {
     Ok(removed)
 }
 
-/// Makes a rename, creation or removal in `dir` durable: `fsync` of the directory on POSIX;
-/// nothing on Windows (below). The one directory sync of the crate and of the stores.
+/// Makes a rename, creation or removal in `dir` durable: `fsync` of the directory on POSIX
+/// and WASI; nothing on Windows (below). The one directory sync of the crate and of the
+/// stores.
 ///
 /// # Errors
 /// Opening or syncing the directory failed.
-#[cfg(unix)]
+#[cfg(not(windows))]
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -313,7 +314,9 @@ fn temp_name(path: &Path) -> PathBuf {
 /// exclusively and take the next name on `EEXIST`.
 pub fn temporary_name(name: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
+    // WASI has no process ids: 0 there (a clash with another instance's leftover is
+    // stepped over like any other, see above).
+    let pid = crate::sys::process_id().unwrap_or(0);
     format!(".{name}.tmp.{pid}.{n}")
 }
 
@@ -323,7 +326,7 @@ mod tests {
 
     #[test]
     fn create_dir_durable_creates_missing_parents_and_accepts_an_existing_directory() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::test_dir();
         let deep = dir.path().join("a/b/c");
         create_dir_durable(&deep, &dir.path().join("a")).unwrap();
         assert!(deep.is_dir());
@@ -353,7 +356,7 @@ mod tests {
                 options.open(tmp)
             }
         }
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::test_dir();
         let p = dir.path().join("doc.json");
         let mut io = Stale {
             left: 3,
@@ -369,7 +372,7 @@ mod tests {
 
     #[test]
     fn replaces_content_and_leaves_no_temporaries() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::test_dir();
         let p = dir.path().join("doc.json");
         replace_file(&p, b"one").unwrap();
         replace_file(&p, b"two").unwrap();
@@ -380,12 +383,12 @@ mod tests {
 
     #[test]
     fn a_leftover_temporary_with_our_next_name_is_stepped_over() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::test_dir();
         let p = dir.path().join("doc.json");
         // The names the next rewrites of this process would pick, as a killed process whose
         // pid we now have would have left them.
         let next = COUNTER.load(Ordering::Relaxed);
-        let pid = std::process::id();
+        let pid = crate::sys::process_id().unwrap_or(0);
         for n in next..next + 8 {
             std::fs::write(dir.path().join(format!(".doc.json.tmp.{pid}.{n}")), b"old").unwrap();
         }
@@ -400,8 +403,8 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn remove_temporaries_removes_regular_files_only_and_follows_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let victim = tempfile::tempdir().unwrap();
+        let dir = crate::test_dir();
+        let victim = crate::test_dir();
         std::fs::write(victim.path().join("secret"), b"s").unwrap();
         let p = dir.path().join("doc.json");
         std::fs::write(&p, b"{}").unwrap();
@@ -434,7 +437,7 @@ mod tests {
 
     #[test]
     fn failure_leaves_old_content() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::test_dir();
         let p = dir.path().join("doc.json");
         replace_file(&p, b"old").unwrap();
         // A directory cannot be renamed over by a file: the rename step fails.
@@ -448,7 +451,7 @@ mod tests {
     #[test]
     fn a_failure_at_any_step_before_the_rename_leaves_the_old_document_and_no_temporary() {
         for fail_at in [Step::Created, Step::Written, Step::Synced] {
-            let dir = tempfile::tempdir().unwrap();
+            let dir = crate::test_dir();
             let p = dir.path().join("doc.json");
             replace_file(&p, b"old").unwrap();
             let err = replace_file_observed(&p, b"new", &mut |step, _| {

@@ -13,12 +13,18 @@ pub mod keyed;
 /// is never cut off half-way. A panic in the step is resumed in the caller. If the runtime is
 /// shutting down and never ran the step, the future never completes (it is about to be
 /// dropped with the runtime).
+///
+/// On WASI (`wasm32-wasip1`, one thread, where tokio's blocking pool cannot start a thread)
+/// the step runs inline on the executor thread: there is no other thread to run it on.
 #[cfg(feature = "tokio")]
 pub async fn offload<T, F>(step: F) -> T
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
+    #[cfg(target_os = "wasi")]
+    return step();
+    #[cfg(not(target_os = "wasi"))]
     match tokio::task::spawn_blocking(step).await {
         Ok(out) => out,
         Err(e) => match e.try_into_panic() {

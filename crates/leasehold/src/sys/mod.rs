@@ -8,7 +8,9 @@
 //! CI runs on Linux the code macOS and the BSDs run (README, "Platforms").
 //! Windows has no equivalent of these calls that leasehold could use safely; its leases are
 //! named kernel semaphores (see `windows.rs`), named by [`naming`] on every platform so that
-//! the naming rules are tested everywhere.
+//! the naming rules are tested everywhere. WASI (`wasm32-wasip1`) has no lock at all:
+//! `wasi.rs` offers only the file-system look-ups of the single-process lease
+//! (`lease/single.rs`) and a condition-variable notifier.
 
 #[cfg(unix)]
 mod unix;
@@ -21,7 +23,23 @@ mod windows;
 #[cfg(windows)]
 pub(crate) use windows::*;
 
+#[cfg(target_os = "wasi")]
+mod wasi;
+#[cfg(target_os = "wasi")]
+pub(crate) use wasi::*;
+
 pub(crate) mod naming;
 
-#[cfg(not(any(unix, windows)))]
-compile_error!("leasehold supports Unix-like systems (Linux, macOS, BSD) and Windows");
+/// This process's id, where the platform has processes with ids: WASI has none
+/// (`std::process::id` panics there), and `None` is the answer.
+pub(crate) fn process_id() -> Option<u32> {
+    #[cfg(target_os = "wasi")]
+    return None;
+    #[cfg(not(target_os = "wasi"))]
+    Some(std::process::id())
+}
+
+#[cfg(not(any(unix, windows, target_os = "wasi")))]
+compile_error!(
+    "leasehold supports Unix-like systems (Linux, macOS, BSD), Windows and WASI (wasm32-wasip1, single-process leases only); wasm32-unknown-unknown has no file system to lease in"
+);

@@ -1,0 +1,574 @@
+//! The primitive where the platform has no inter-process lock (WASI, `wasm32-wasip1`): a
+//! lease is a claim in this process's claim table (`claim.rs`) and nothing else, and only
+//! behind [`LeaseOptions::single_process`].
+//!
+//! The same fixed set of functions as `posix.rs` and `windows.rs`; the differences, and why:
+//!
+//! * **Opt-in or nothing.** WASI preview 1 has no `flock`, no record locks and no named
+//!   kernel objects, and a host may preopen one directory into several instances (or share
+//!   it with native processes). A claim excludes only this instance's other leases, so
+//!   granting one silently would fail open. Without the opt-in, [`open`] refuses with
+//!   [`Error::Unsupported`] naming the path, before anything is created.
+//! * **Open** as on POSIX: the lock file is opened read-only, never following a final
+//!   symlink, never blocking on a FIFO, created (and its parents) when missing, never
+//!   written, truncated or removed; anything but a regular file is refused untouched.
+//! * **The claim is the lock.** Its key is the file's `(dev, ino)`, so two paths to one file
+//!   are one lease (a runtime without inode numbers: the path, see [`claim_key`]). Under a granted claim [`try_lock`] only checks that the path still names
+//!   the claimed inode (a replaced lock file is reopened, as on POSIX); it is never busy.
+//!   Exclusive and shared modes, the FIFO queue and the turnstile that keeps shared claims
+//!   from starving an exclusive waiter are the claim table's, as in every process.
+//! * **Wait.** There is no kernel queue ([`KernelWait`] cannot be started): a waiter queues
+//!   in the claim table, whose release hands it the claim and pokes its notifier (a
+//!   condition variable); the waiter also wakes every 1 → 16 ms to judge its budget, so a
+//!   deadline ends the wait on time and a cancellation within 16 ms (WASI has no pipe to
+//!   wake a sleeper with), as on Windows. On `wasm32-wasip1`, which has one thread, a wait
+//!   for a lease this very thread holds can only end by its budget.
+//! * **Directories** are paths (std has no stable `openat` on WASI): a [`Dir`] remembers
+//!   the identity of each directory it was reached through, and `verify` walks the chain
+//!   again, so a lease in a renamed directory is reported lost rather than excluding nobody.
+//! * **Trust and network file systems** are the host's business: WASI has no users or mode
+//!   bits and no file-system type, so neither check applies.
+//! * **Holders**: [`Holders::Unknown`](crate::Holders::Unknown) (another instance is
+//!   invisible); contention with this process's own leases still says "this process".
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::io::Errno;
+
+use super::claim::{Claim, Key, Mode};
+use crate::error::{Error, Result};
+use crate::holders::Unusable;
+use crate::kind::{FileId, FileKind};
+use crate::options::LeaseOptions;
+use crate::sys::{self, Notifier, Stood};
+
+/// Whether waiters here are woken by a notifier alone (no: they also poll their budget, as
+/// WASI cannot wake a sleeper on a cancellation).
+pub(crate) const NOTIFIES: bool = false;
+
+/// What the platform is called in [`Error::Unsupported`].
+const PLATFORM: &str = "WASI";
+
+/// A directory that lock files (and data) are reached in, by path, with the identity of
+/// every directory on the way as it was when opened.
+#[derive(Debug, Clone)]
+pub(crate) struct Dir {
+    path: PathBuf,
+    id: FileId,
+    parent: Option<Arc<Dir>>,
+}
+
+impl Dir {
+    pub(crate) fn open(path: &Path) -> Result<Dir> {
+        match sys::stat_follow(path) {
+            Ok(Stood::Directory(id)) => Ok(Dir {
+                path: path.to_path_buf(),
+                id,
+                parent: None,
+            }),
+            Ok(Stood::Missing) => Err(Error::NotFound {
+                path: path.to_path_buf(),
+            }),
+            Ok(Stood::Regular(_)) => Err(Error::NotDirectory {
+                path: path.to_path_buf(),
+                kind: FileKind::Regular,
+            }),
+            Ok(Stood::Other(kind)) => Err(Error::NotDirectory {
+                path: path.to_path_buf(),
+                kind,
+            }),
+            Err(e) => Err(dir_error(path, "open directory", e)),
+        }
+    }
+
+    pub(crate) fn create(path: &Path) -> Result<Dir> {
+        create_dirs(path)?;
+        Dir::open(path)
+    }
+
+    pub(crate) fn child(&self, name: &str, create: bool) -> Result<Dir> {
+        let path = self.path.join(name);
+        plain(name, &path, "open directory")?;
+        if create {
+            match sys::create_dir(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(dir_error(&path, "create directory", e)),
+            }
+        }
+        // Never following a symlink here: it could redirect where locks are taken.
+        match sys::stat_nofollow(&path) {
+            Ok(Stood::Directory(id)) => Ok(Dir {
+                path,
+                id,
+                parent: Some(Arc::new(self.clone())),
+            }),
+            Ok(Stood::Missing) => Err(Error::NotFound { path }),
+            Ok(Stood::Regular(_)) => Err(Error::NotDirectory {
+                path,
+                kind: FileKind::Regular,
+            }),
+            Ok(Stood::Other(kind)) => Err(Error::NotDirectory { path, kind }),
+            Err(e) => Err(dir_error(&path, "open directory", e)),
+        }
+    }
+
+    pub(crate) fn has_lock_file(&self, name: &str) -> Result<bool> {
+        let path = self.path.join(name);
+        plain(name, &path, "inspect lock file")?;
+        match sys::stat_nofollow(&path) {
+            Ok(Stood::Missing) => Ok(false),
+            Ok(Stood::Regular(_)) => Ok(true),
+            Ok(Stood::Directory(_)) => Err(Error::NotRegularFile {
+                path,
+                kind: FileKind::Directory,
+            }),
+            Ok(Stood::Other(kind)) => Err(Error::NotRegularFile { path, kind }),
+            Err(e) => Err(io_error(&path, "inspect lock file", e)),
+        }
+    }
+
+    /// Opens a data file `name` as carefully as a lock file (see `posix.rs`): the file and
+    /// whether it existed before; `Ok(None)` when it is missing and `create` is false.
+    pub(crate) fn open_file(
+        &self,
+        name: &str,
+        write: bool,
+        create: bool,
+    ) -> Result<Option<(std::fs::File, bool)>> {
+        let path = self.path.join(name);
+        plain(name, &path, "open file")?;
+        let existed = match sys::stat_nofollow(&path) {
+            Ok(Stood::Missing) if !create => return Ok(None),
+            Ok(Stood::Missing) => false,
+            Ok(Stood::Regular(_)) => true,
+            Ok(Stood::Directory(_)) => {
+                return Err(Error::NotRegularFile {
+                    path,
+                    kind: FileKind::Directory,
+                });
+            }
+            Ok(Stood::Other(kind)) => return Err(Error::NotRegularFile { path, kind }),
+            Err(e) => return Err(io_error(&path, "inspect file", e)),
+        };
+        let file = match sys::open_data_file(&path, write, create) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+            Err(e) => return Err(io_error(&path, "open file", e)),
+        };
+        match sys::fd_stood(file.as_fd()) {
+            Ok(Stood::Regular(_)) => Ok(Some((file, existed))),
+            Ok(Stood::Directory(_)) => Err(Error::NotRegularFile {
+                path,
+                kind: FileKind::Directory,
+            }),
+            Ok(Stood::Other(kind)) => Err(Error::NotRegularFile { path, kind }),
+            Ok(Stood::Missing) => Err(Error::NotFound { path }),
+            Err(e) => Err(io_error(&path, "stat file", e)),
+        }
+    }
+
+    /// `fsync` of the directory.
+    pub(crate) fn sync(&self) -> io::Result<()> {
+        sys::sync_dir(&self.path)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Checks that every directory this one was reached through is still the directory that
+    /// was opened (the root's path followed, each child's name not): see `posix.rs`.
+    pub(crate) fn verify(&self) -> Result<()> {
+        let now = match self.parent {
+            None => sys::stat_follow(&self.path),
+            Some(_) => sys::stat_nofollow(&self.path),
+        };
+        match now {
+            Ok(Stood::Directory(id)) if id == self.id => {}
+            Ok(_) => {
+                return Err(Error::LeaseLost {
+                    path: self.path.clone(),
+                });
+            }
+            Err(e) => return Err(io_error(&self.path, "verify directory", e)),
+        }
+        match &self.parent {
+            Some(parent) => parent.verify(),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn names(&self) -> Result<Vec<std::ffi::OsString>> {
+        sys::dir_names(&self.path).map_err(|e| io_error(&self.path, "list directory", e))
+    }
+}
+
+/// Where a lock file is: a path, or a name inside a [`Dir`] (then its parents are the
+/// directory's business and are never created here).
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    path: PathBuf,
+    in_dir: bool,
+}
+
+impl Target {
+    pub(crate) fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
+        Ok(Target {
+            path: path.to_path_buf(),
+            in_dir: false,
+        })
+    }
+
+    pub(crate) fn at(dir: &Dir, name: &str) -> Result<Target> {
+        let path = dir.path.join(name);
+        plain(name, &path, "open lock file")?;
+        Ok(Target { path, in_dir: true })
+    }
+
+    /// No gate here (the claim table is the whole turnstile): the same target.
+    pub(crate) fn without_gate(self) -> Target {
+        self
+    }
+
+    pub(crate) fn display(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A lock file opened, not yet claimed.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    fd: OwnedFd,
+    id: FileId,
+    key: Key,
+}
+
+impl Opened {
+    pub(crate) fn key(&self) -> Key {
+        self.key
+    }
+    pub(crate) fn file_id(&self) -> Option<FileId> {
+        Some(self.id)
+    }
+}
+
+/// The open lock file and the claim that is the lease.
+#[derive(Debug)]
+pub(crate) struct Held {
+    fd: OwnedFd,
+    id: FileId,
+    key: Key,
+    _claim: Claim,
+}
+
+impl Held {
+    pub(crate) fn file_id(&self) -> Option<FileId> {
+        Some(self.id)
+    }
+    /// Waiters of this process are handed the claim by the table itself; nobody else waits.
+    pub(crate) fn others_waiting(&self) -> bool {
+        false
+    }
+    /// Releases the claim and gives back the still-open file for the next try.
+    pub(crate) fn unlock_keep(self) -> Option<Opened> {
+        let Held {
+            fd,
+            id,
+            key,
+            _claim,
+        } = self;
+        drop(_claim);
+        Some(Opened { fd, id, key })
+    }
+}
+
+/// Never exists here: there is no kernel queue to be granted from.
+pub(crate) enum Granted {}
+
+/// The outcome of one try under a granted claim.
+pub(crate) enum Attempt {
+    Acquired(Held),
+    #[allow(dead_code)] // the claim is the lock: a claimed try is never busy
+    Busy(Opened, Claim),
+    Replaced,
+}
+
+/// WASI has no users or mode bits: nothing to judge (see [`LeaseOptions::allow_shared_state`]).
+pub(crate) fn check_trusted(_path: &Path) -> Result<()> {
+    Ok(())
+}
+
+/// Opens the lock file, refusing anything but a regular file — and refusing to lease at
+/// all unless the program declared itself the only one ([`LeaseOptions::single_process`]).
+pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
+    let path = target.display();
+    if !opts.single_process {
+        return Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            platform: PLATFORM,
+        });
+    }
+    let fd = match sys::open_lock_file(path, opts.create) {
+        Ok(fd) => fd,
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                && opts.create
+                && opts.create_parents
+                && !target.in_dir =>
+        {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                create_dirs(parent).map_err(|e| e.for_lock_path(path))?;
+            }
+            sys::open_lock_file(path, true).map_err(|e| io_error(path, "open lock file", e))?
+        }
+        Err(e) => return Err(io_error(path, "open lock file", e)),
+    };
+    match sys::fd_stood(fd.as_fd()) {
+        Ok(Stood::Regular(id)) => Ok(Opened {
+            fd,
+            id,
+            key: claim_key(id, path),
+        }),
+        Ok(Stood::Directory(_)) => Err(Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: FileKind::Directory,
+        }),
+        Ok(Stood::Other(kind)) => Err(Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind,
+        }),
+        Ok(Stood::Missing) => Err(Error::NotFound {
+            path: path.to_path_buf(),
+        }),
+        Err(e) => Err(io_error(path, "stat lock file", e)),
+    }
+}
+
+/// The claim key of a lock file: its `(dev, ino)`, so that every spelling of one file is
+/// one lease. A runtime that reports no inode numbers (0: some in-memory or browser WASI
+/// file systems) would make every file one lease, and a lease nested in another (the keyed
+/// pattern's collector lock and a key's lock) would wait for itself; there the key is the
+/// leading bytes of the SHA-256 of the path as given instead (spellings then differ).
+fn claim_key(id: FileId, path: &Path) -> Key {
+    if id.ino != 0 {
+        return (id.dev, id.ino);
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
+    let half = |b: &[u8]| b.iter().fold(0u64, |acc, x| (acc << 8) | u64::from(*x));
+    (half(&digest[..8]), half(&digest[8..16]))
+}
+
+/// One try under a granted claim. The claim is the lock; what is left to check is that the
+/// claimed inode is still the file at the path (else newcomers claim another inode).
+pub(crate) fn try_lock(
+    target: &Target,
+    opened: Opened,
+    claim: Claim,
+    _mode: Mode,
+) -> Result<Attempt> {
+    match sys::stat_nofollow(target.display()) {
+        Ok(Stood::Regular(now)) if now == opened.id => Ok(Attempt::Acquired(Held {
+            fd: opened.fd,
+            id: opened.id,
+            key: opened.key,
+            _claim: claim,
+        })),
+        Ok(_) => Ok(Attempt::Replaced),
+        Err(e) => Err(io_error(target.display(), "verify lock file", e)),
+    }
+}
+
+/// Never granted (no kernel queue).
+pub(crate) fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
+    match granted {}
+}
+
+/// Never called here (no kernel queue to block in: `NOTIFIES` is false).
+pub(crate) fn lock_inline(target: &Target, _opened: Opened, _mode: Mode) -> Result<Granted> {
+    Err(Error::Io {
+        op: "lock",
+        path: target.display().to_path_buf(),
+        source: io::Error::new(io::ErrorKind::Unsupported, "no kernel lock queue on WASI"),
+    })
+}
+
+/// Whether the inode `id` is still the file at the path.
+pub(crate) fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
+    matches!(sys::stat_nofollow(target.display()), Ok(Stood::Regular(now)) if Some(now) == id)
+}
+
+/// No kernel queue: [`start`](Self::start) always gives the file back, and the waiter
+/// waits in the claim table.
+pub(crate) enum KernelWait {}
+
+impl KernelWait {
+    pub(crate) fn start(
+        _target: &Target,
+        opened: Opened,
+        _mode: Mode,
+        _notifier: Arc<Notifier>,
+    ) -> std::result::Result<KernelWait, Opened> {
+        Err(opened)
+    }
+
+    pub(crate) fn poll(&self, _target: &Target) -> Option<Result<Granted>> {
+        match *self {}
+    }
+}
+
+impl Drop for KernelWait {
+    fn drop(&mut self) {
+        match *self {}
+    }
+}
+
+/// Checks that a held lease's inode is still the file at the path.
+pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
+    match sys::stat_nofollow(target.display()) {
+        Ok(Stood::Regular(now)) if now == held.id => Ok(()),
+        Ok(_) => Err(Error::LeaseLost {
+            path: target.display().to_path_buf(),
+        }),
+        Err(e) => Err(io_error(target.display(), "verify lock file", e)),
+    }
+}
+
+/// Removes a held lease's lock file if the path still names the claimed inode (the keyed
+/// collector's protocol, see `posix.rs`).
+pub(crate) fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
+    match sys::stat_nofollow(target.display()) {
+        Ok(Stood::Regular(now)) if now == held.id => {}
+        Ok(_) => return Ok(false),
+        Err(e) => return Err(io_error(target.display(), "inspect lock file", e)),
+    }
+    match sys::unlink(target.display()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_error(target.display(), "remove lock file", e)),
+    }
+}
+
+/// The modification time of a held lease's lock file.
+pub(crate) fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
+    sys::fd_modified(held.fd.as_fd()).map_err(|e| io_error(target.display(), "stat lock file", e))
+}
+
+/// Maps a failed holder look-up to the error naming `path`.
+pub(crate) fn holders_error(path: &Path, u: Unusable) -> Error {
+    match u {
+        Unusable::NotRegular(kind) => Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind,
+        },
+        Unusable::Os(e) => io_error(path, "inspect lock file", e),
+    }
+}
+
+fn plain(name: &str, path: &Path, op: &'static str) -> Result<()> {
+    if sys::is_plain_name(OsStr::new(name)) {
+        return Ok(());
+    }
+    Err(Error::Io {
+        op,
+        path: path.to_path_buf(),
+        source: io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "must be a single plain file name",
+        ),
+    })
+}
+
+/// Creates `path` and its missing parents.
+pub(crate) fn create_dirs(path: &Path) -> Result<()> {
+    sys::create_dirs(path).map_err(|e| dir_error(path, "create directory", e))
+}
+
+/// Explains a failed directory operation: a component that is a file, else the I/O error.
+fn dir_error(path: &Path, op: &'static str, e: io::Error) -> Error {
+    let file_in_the_way = path
+        .ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .any(|a| matches!(sys::stat_nofollow(a), Ok(Stood::Regular(_))));
+    if file_in_the_way {
+        return Error::ParentNotDirectory {
+            path: path.to_path_buf(),
+        };
+    }
+    io_error(path, op, e)
+}
+
+/// Maps an I/O error to the typed error a user can act on (WASI's errno values, as on POSIX).
+pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
+    let path = path.to_path_buf();
+    match Errno::from_io_error(&e) {
+        Some(Errno::LOOP) => Error::NotRegularFile {
+            path,
+            kind: FileKind::Symlink,
+        },
+        Some(Errno::ISDIR) => Error::NotRegularFile {
+            path,
+            kind: FileKind::Directory,
+        },
+        Some(Errno::NOTDIR) => Error::ParentNotDirectory { path },
+        Some(Errno::ACCESS | Errno::PERM | Errno::NOTCAPABLE) => Error::PermissionDenied { path },
+        Some(Errno::NAMETOOLONG) => Error::NameTooLong { path },
+        Some(Errno::NOENT) => Error::NotFound { path },
+        Some(Errno::MFILE | Errno::NFILE) => Error::TooManyOpenFiles { path, limit: 0 },
+        _ => Error::Io {
+            op,
+            path,
+            source: e,
+        },
+    }
+}
+
+/// Maps a failure to set up a wait.
+pub(crate) fn wait_error(path: &Path, e: io::Error) -> Error {
+    io_error(path, "set up wait", e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_are_keyed_by_inode_and_by_path_where_the_runtime_has_no_inodes() {
+        let id = |ino| FileId { dev: 9, ino };
+        assert_eq!(claim_key(id(7), Path::new("/a.lock")), (9, 7));
+        assert_eq!(claim_key(id(7), Path::new("/other/spelling")), (9, 7));
+        let (a, b) = (Path::new("/tmp/a.lock"), Path::new("/tmp/b.lock"));
+        assert_ne!(
+            claim_key(id(0), a),
+            claim_key(id(0), b),
+            "no inodes: files stay apart"
+        );
+        assert_eq!(claim_key(id(0), a), claim_key(id(0), a));
+    }
+
+    #[test]
+    fn without_the_opt_in_open_refuses_before_touching_the_file_system() {
+        let dir = crate::test_dir();
+        let path = dir.path().join("p/q.lock");
+        let target = Target::path(&LeaseOptions::new(), &path).unwrap();
+        let err = open(&LeaseOptions::new(), &target).unwrap_err();
+        assert!(
+            matches!(&err, Error::Unsupported { path: p, .. } if *p == path),
+            "{err:?}"
+        );
+        assert!(!dir.path().join("p").exists());
+        let opened = open(&LeaseOptions::new().single_process(true), &target).unwrap();
+        assert_eq!(
+            opened.file_id(),
+            sys::stat_nofollow(&path).ok().and_then(|s| match s {
+                Stood::Regular(id) => Some(id),
+                _ => None,
+            })
+        );
+    }
+}
