@@ -93,7 +93,7 @@ impl Mix {
     /// Whether worker `i` takes the lease shared (readers and writers interleave in spawn
     /// order: shared, exclusive, shared, exclusive, ...).
     fn is_shared(self, i: usize) -> bool {
-        i % 2 == 0 && i / 2 < self.shared
+        i.is_multiple_of(2) && i / 2 < self.shared
     }
 }
 
