@@ -3,7 +3,8 @@
 //!
 //! `bench` (kernel `flock` floors, FIFOs, `/proc` thread states: Linux only) and, on Windows,
 //! `torture` (it kills a worker's whole process group, which Windows can only do through a job
-//! object) are included from this file; `cmd/mod.rs` says which.
+//! object) and `flock` (`flock(2)` and inherited descriptor numbers, which Windows leases have
+//! not) are included from this file; `cmd/mod.rs` says which.
 
 use std::ffi::OsString;
 
@@ -33,6 +34,9 @@ pub fn main(_args: Unsupported) -> Outcome {
     let verb = module_path!().rsplit("::").next().unwrap_or("this verb");
     let why = match verb {
         "bench" => "it measures Linux kernel floors (flock, /proc); it runs on Linux only",
+        "flock" => {
+            "Windows leases are named semaphores, with no flock(2) and no descriptor to lock or inherit (FILE or NUMBER); use `leasehold run`"
+        }
         _ => "it kills workers' process groups, which this build does only on POSIX systems",
     };
     Err(Failure::usage(format!(
