@@ -587,7 +587,10 @@ fn flock_says_it_is_not_available_in_every_form() {
     ] {
         let out = run(leasehold().args(&args));
         assert_error(&out, 2, "flock: not available on this platform");
-        assert!(out.stderr.contains("use `leasehold run`"), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.contains("use `leasehold run`"),
+            "{args:?}: {out:?}"
+        );
     }
     assert!(!dir.path().join("f.lock").exists());
 }

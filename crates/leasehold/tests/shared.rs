@@ -488,6 +488,19 @@ fn shared_newcomers_queue_behind_a_waiting_exclusive_one() {
     assert!(gate.exists(), "the gate is never removed");
 }
 
+/// Whether every thread of process `pid` is stopped (SIGSTOP has taken effect: state `T`).
+fn stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(|t| t.ok()).all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+            .unwrap_or(false)
+    })
+}
+
 /// Whether process `pid` is blocked in the kernel's queue for any lock, and not for the lock
 /// of `path`'s inode.
 fn blocked_elsewhere(pid: u32, path: &Path) -> bool {
@@ -529,6 +542,7 @@ fn a_waiting_reader_goes_before_writers_that_queue_after_it() {
         blocked_on(reader.pid(), &gate)
     });
     reader.signal(Signal::STOP);
+    until("the reader is stopped", || stopped(reader.pid()));
     let mut second = Proc::spawn(&mut helper_cmd("wait-exclusive", &lock));
     until("the second writer waits", || {
         blocked_on(second.pid(), &gate) || blocked_elsewhere(second.pid(), &gate)
@@ -569,6 +583,65 @@ fn a_waiting_reader_goes_before_writers_that_queue_after_it() {
         0o600,
         "the first shared wait made the readers' gate, 0600"
     );
+}
+
+/// A writer that releases and acquires again at once does not barge in ahead of a reader
+/// its release woke (issue 15: readers are not starved by writers): once this process has
+/// waited where shared waiters queue, its next `Lease::acquire` defers to the shared waiters
+/// (it finds the readers' gate held) instead of taking the lock back with its first try. The
+/// waiting reader is stopped (SIGSTOP) while the writer releases, so without deferring the
+/// writer's try would find the lock free and take it.
+#[test]
+fn a_writer_that_acquires_again_at_once_lets_a_waiting_reader_go_first() {
+    // It observes waiters through /proc/locks, which the portable build does not read.
+    if cfg!(leasehold_portable) {
+        eprintln!(
+            "SKIP: a_writer_that_acquires_again_at_once_lets_a_waiting_reader_go_first: needs /proc/locks (off in the portable build)"
+        );
+        return;
+    }
+    use rustix::process::Signal;
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("barge.lock");
+    let me = std::process::id();
+    // This process waits once where a shared waiter queues: it learns the readers' gate.
+    let holder = testkit::FlockHolder::hold(&lock);
+    let mut first = Proc::spawn(&mut helper_cmd("wait-shared", &lock));
+    until("the first reader waits", || blocked_on(first.pid(), &lock));
+    let p = lock.clone();
+    let writer = std::thread::spawn(move || Lease::acquire(&p, &generous()));
+    until("the writer waits", || {
+        blocked_elsewhere(me, &gate_of(&lock))
+    });
+    holder.kill();
+    assert_eq!(said(&mut first), "got");
+    first.close_stdin();
+    first.wait();
+    let lease = writer.join().unwrap().expect("the writer is granted");
+    // A reader queues while the writer holds, and is stopped.
+    let mut reader = Proc::spawn(&mut helper_cmd("wait-shared", &lock));
+    until("the reader waits", || blocked_on(reader.pid(), &lock));
+    reader.signal(Signal::STOP);
+    until("the reader is stopped", || stopped(reader.pid()));
+    // Release, and acquire again at once: the lock is free, but a reader waits.
+    drop(lease);
+    let p = lock.clone();
+    let again = std::thread::spawn(move || Lease::acquire(&p, &generous()));
+    until("the writer waits again, behind the reader", || {
+        blocked_elsewhere(me, &lock) || !pids(&lock).is_empty()
+    });
+    assert!(
+        pids(&lock).is_empty(),
+        "the writer took the lock back ahead of the waiting reader: holders {:?} (this process {me}, the reader {})",
+        pids(&lock),
+        reader.pid()
+    );
+    reader.signal(Signal::CONT);
+    assert_eq!(said(&mut reader), "got");
+    assert_eq!(pids(&lock), vec![reader.pid()]);
+    reader.close_stdin();
+    reader.wait();
+    drop(again.join().unwrap().expect("then the writer"));
 }
 
 /// Exclusive use alone — tries and waits — never creates a gate (keyed leases' namespaces stay
