@@ -797,15 +797,14 @@ mod helpers {
 ///   readers' gate (takes it exclusively, waiting while shared waiters hold it, and lets it
 ///   go at once), then holds the gate exclusively (`LOCK_EX`, waiting for it if need be)
 ///   while it waits for the lock, and lets go as soon as it has the lock. An exclusive *try*
-///   never touches either gate, and an exclusive waiter never creates them (shared
-///   acquirers do).
+///   never touches the gate (for the readers' gate, see the last point), and an exclusive
+///   waiter never creates either (shared acquirers do).
 /// * A **shared acquirer** passes the gate: takes it shared (non-blocking on a try), tries
 ///   `LOCK_SH` on the lock, and lets the gate go at once. A **shared waiter** (the try found
 ///   the gate or the lock busy) holds the readers' gate shared for its whole wait, and in
 ///   it passes the gate the same way (waiting while an exclusive waiter holds it); if the
 ///   lock was busy (held exclusively), it then waits for the lock *without* the gate, so it
 ///   never blocks the next exclusive waiter for longer than one try.
-///
 /// * An **exclusive acquisition that may wait** (not a try-once), in a process that has
 ///   waited on this lock while it had a readers' gate, first tries the readers' gate
 ///   exclusively (non-blocking): held by shared waiters, it does not try the lock but
@@ -846,12 +845,13 @@ mod helpers {
 /// symlink, never blocking, close-on-exec, created 0600, never written, truncated or
 /// removed) and used only while it is a regular file. A shared acquisition pays one more
 /// open, `fstat`, `flock` and close (BENCHMARKS.md: shared acquire vs the floor), a shared
-/// wait the same again for the readers' gate; an exclusive try pays nothing, an exclusive
-/// wait two opens and up to four `flock`s. The gates only
-/// ever costs fairness, never exclusion: where it cannot be opened or locked (a read-only
+/// wait the same again for the readers' gate; an exclusive try pays nothing (an
+/// acquisition that may wait, where this process saw a readers' gate, one open, `flock` and
+/// close), an exclusive wait two opens and up to four `flock`s. The gates only
+/// ever cost fairness, never exclusion: where they cannot be opened or locked (a read-only
 /// directory, a file system without locks) leases work as plain `flock` does, and lockers
-/// that do not know it (util-linux `flock(1)`, other libraries) are excluded by the lock
-/// itself as before. Descriptors locked with `lock_descriptor` have no path and no gate.
+/// that do not know them (util-linux `flock(1)`, other libraries) are excluded by the lock
+/// itself as before. Descriptors locked with `lock_descriptor` have no path and no gates.
 ///
 /// Not a POSIX record lock on the lock file itself: Linux waiters already mark themselves
 /// with whole-file POSIX read locks there (`sys::mark_waiting`), which a write lock would
