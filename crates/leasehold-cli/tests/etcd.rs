@@ -47,6 +47,21 @@ fn usage_errors_are_exit_2() {
         let out = run(leasehold().args(["run", "--etcd", &e, "a/b", "--", "true"]));
         assert_eq!(out.code, 2, "a name with a slash: {out:?}");
         assert_one_line_error(&out, "a/b");
+        // A list mixing TLS and plain text would send some requests in the clear.
+        let mixed = format!("{},{}", e.replace("http://", "https://"), e);
+        for args in [
+            vec!["run", "--etcd", &mixed, "n", "--", "true"],
+            vec!["status", "--etcd", &mixed, "n"],
+            vec!["registry", "--etcd", &mixed, "list"],
+        ] {
+            let out = run(leasehold().args(&args));
+            assert_eq!(out.code, 2, "mixed http and https: {args:?}: {out:?}");
+            assert_one_line_error(&out, "mixes https:// and http://");
+            assert_one_line_error(&out, &mixed);
+        }
+        let out = run(leasehold().args(["status", "--etcd", " , ", "n"]));
+        assert_eq!(out.code, 2, "no endpoint: {out:?}");
+        assert_one_line_error(&out, "no endpoint given");
     }
 }
 
@@ -70,8 +85,19 @@ mod with_etcd {
 
     /// `run --etcd E --ttl 2 NAME -- sh -c SCRIPT` as a child with pipes.
     fn holder(e: &str, name: &str, script: &str, wait: &[&str]) -> Proc {
+        holder_of(leasehold(), e, name, script, wait)
+    }
+
+    /// [`holder`] from a given `leasehold` command (one that trusts a CA, say).
+    fn holder_of(
+        mut leasehold: std::process::Command,
+        e: &str,
+        name: &str,
+        script: &str,
+        wait: &[&str],
+    ) -> Proc {
         Proc::spawn(
-            leasehold()
+            leasehold
                 .args(["run", "--etcd", e, "--ttl", "2"])
                 .args(wait)
                 .args([name, "--", "sh", "-c", script]),
@@ -497,5 +523,186 @@ mod with_etcd {
         let out = reg(&["list", "--json"]);
         let v: Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(v["scope"], json!({}));
+    }
+
+    /// `https://` endpoints: a real etcd serving TLS with a throwaway CA, trusted the way
+    /// users trust a private CA (`SSL_CERT_FILE`), or not trusted at all. (Where TLS is built:
+    /// see leasehold's Cargo.toml, `leasehold_etcd_without_tls`.)
+    #[cfg(not(leasehold_etcd_without_tls))]
+    mod tls {
+        use std::path::Path;
+        use std::process::Command;
+        use std::time::{Duration, Instant};
+
+        use serde_json::{Value, json};
+
+        use super::super::common::leasehold;
+        use super::super::support::EtcdServer;
+        use super::{HOLD, ask, holder_of, locked};
+        use testkit::{Proc, assert_one_line_error, run};
+
+        /// `leasehold` trusting exactly `ca` (as OpenSSL, rustls-native-certs replaces the
+        /// system's store with SSL_CERT_FILE), or — `None` — only the system's store.
+        fn trusting(ca: Option<&Path>) -> Command {
+            let mut c = leasehold();
+            c.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+            if let Some(ca) = ca {
+                c.env("SSL_CERT_FILE", ca);
+            }
+            c
+        }
+
+        #[test]
+        fn run_over_tls_hands_over_between_two_processes_and_status_sees_the_holder() {
+            let Some(server) = EtcdServer::start_tls("etcd TLS run", &["127.0.0.1", "localhost"])
+            else {
+                return;
+            };
+            let (e, ca) = (server.endpoint.as_str(), server.ca_file());
+            assert!(e.starts_with("https://127.0.0.1:"), "{e}");
+            let mut a = holder_of(trusting(ca), e, "tjob", HOLD, &[]);
+            let (t1, _) = locked(&mut a);
+
+            let out =
+                run(trusting(ca).args(["run", "--etcd", e, "--no-wait", "tjob", "--", "true"]));
+            assert_eq!(out.code, 75, "{out:?}");
+            assert_one_line_error(
+                &out,
+                &format!("tjob: lock is held by another process (pid {}", a.pid()),
+            );
+            let out = run(trusting(ca).args(["status", "--etcd", e, "tjob"]));
+            assert_eq!(out.code, 0, "{out:?}");
+            assert!(
+                out.stdout.starts_with(&format!("held by {}@", a.pid())),
+                "{out:?}"
+            );
+            // The certificate names localhost too: a DNS name is checked as well as an IP.
+            let by_name = e.replace("127.0.0.1", "localhost");
+            let out = run(trusting(ca).args(["status", "--etcd", &by_name, "--json", "tjob"]));
+            assert_eq!(out.code, 0, "{out:?}");
+            let v: Value = serde_json::from_str(&out.stdout).unwrap();
+            assert_eq!(v["held"], json!(true), "{v}");
+            assert_eq!(v["holders"][0]["pid"], json!(a.pid()));
+
+            let mut b = holder_of(trusting(ca), e, "tjob", HOLD, &["--timeout", "20"]);
+            server.queued("leasehold/lock/tjob/", 2);
+            a.send("go");
+            assert_eq!(a.line(), "done");
+            let done = Instant::now();
+            let (t2, _) = locked(&mut b);
+            let handover = done.elapsed();
+            assert!(
+                handover < Duration::from_millis(500),
+                "hand-over took {handover:?}"
+            );
+            assert!(
+                t2 > t1,
+                "the later grant has the greater token: {t2} vs {t1}"
+            );
+            assert!(a.wait().success());
+            b.send("go");
+            assert_eq!(b.line(), "done");
+            assert!(b.wait().success());
+            let out = run(trusting(ca).args(["status", "--etcd", e, "tjob"]));
+            assert_eq!(out.stdout, "free\n", "{out:?}");
+        }
+
+        #[test]
+        fn an_untrusted_or_misnamed_certificate_is_exit_1_within_the_timeout_saying_what_to_do() {
+            let Some(good) = EtcdServer::start_tls("etcd TLS untrusted", &["127.0.0.1"]) else {
+                return;
+            };
+            // A second CA, and a server whose certificate names another host than the URL's.
+            let Some(misnamed) =
+                EtcdServer::start_tls("etcd TLS misnamed", &["etcd.leasehold.invalid"])
+            else {
+                return;
+            };
+            let e = good.endpoint.as_str();
+            let cases = [
+                // The system's store: it never holds the throwaway CA.
+                ("system store", e, None),
+                // A CA file, but not the one that signed etcd's certificate.
+                ("another CA", e, misnamed.ca_file()),
+                // The right CA, but the certificate does not name 127.0.0.1.
+                ("wrong name", misnamed.endpoint.as_str(), misnamed.ca_file()),
+            ];
+            for (case, endpoint, ca) in cases {
+                for args in [
+                    vec!["run", "--etcd", endpoint, "n", "--", "sh", "-c", "echo ran"],
+                    vec!["status", "--etcd", endpoint, "n"],
+                    vec!["registry", "--etcd", endpoint, "list", "--json"],
+                ] {
+                    let started = Instant::now();
+                    let out = run(trusting(ca).args(&args));
+                    let took = started.elapsed();
+                    assert_eq!(out.code, 1, "{case}: {args:?}: {out:?}");
+                    assert!(
+                        took < Duration::from_secs(5),
+                        "{case}: {args:?} took {took:?}"
+                    );
+                    assert!(!out.stdout.contains("ran"), "{case}: COMMAND ran: {out:?}");
+                    assert_one_line_error(&out, &format!("etcd at {endpoint}"));
+                    assert_one_line_error(&out, "TLS handshake failed");
+                    if case == "wrong name" {
+                        assert_one_line_error(&out, "not valid for name \"127.0.0.1\"");
+                        assert_one_line_error(&out, "use a URL whose host the certificate names");
+                    } else {
+                        assert_one_line_error(&out, "set SSL_CERT_FILE to that CA's PEM file");
+                    }
+                }
+            }
+            // The same endpoint with its CA trusted works: the failures above were the trust.
+            let out = run(trusting(good.ca_file()).args(["status", "--etcd", e, "n"]));
+            assert_eq!(out.code, 0, "{out:?}");
+        }
+
+        #[test]
+        fn registry_verbs_over_tls() {
+            let Some(server) = EtcdServer::start_tls("etcd TLS registry", &["127.0.0.1"]) else {
+                return;
+            };
+            let (e, ca) = (server.endpoint.as_str(), server.ca_file());
+            let dirs = tempfile::tempdir().unwrap();
+            let p = dirs.path().canonicalize().unwrap();
+            let ps = p.to_str().unwrap();
+            let reg = |args: &[&str]| {
+                run(trusting(ca)
+                    .args(["registry", "--etcd", e, "--prefix", "t/tls"])
+                    .args(args))
+            };
+            assert_eq!(reg(&["add", ps, ps]).code, 0);
+            let out = reg(&["list", "--json"]);
+            assert_eq!(out.code, 0, "{out:?}");
+            let v: Value = serde_json::from_str(&out.stdout).unwrap();
+            assert_eq!(v, json!({"state": "active", "scope": {ps: [ps]}}));
+            // A serving holder over TLS excludes a one-shot writer over TLS.
+            let mut holder = Proc::spawn(
+                trusting(ca).args(["registry", "--etcd", e, "--prefix", "t/tls", "serve"]),
+            );
+            assert_eq!(
+                ask(&mut holder, json!({"op": "list"}))["state"],
+                json!("active")
+            );
+            let out = reg(&["remove", ps, ps]);
+            assert_eq!(out.code, 75, "{out:?}");
+            assert_one_line_error(&out, "registry is held by another process");
+            holder.close_stdin();
+            assert!(holder.wait().success());
+            assert_eq!(reg(&["remove", ps, ps]).code, 0);
+            // What etcd holds, read back with etcdctl over TLS (the helper passes --cacert).
+            if let Some(out) = server.etcdctl(&[
+                "get",
+                "--print-value-only",
+                "t/tls/storages/multi_root_workspace",
+            ]) {
+                assert!(out.status.success(), "{out:?}");
+                let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON document");
+                assert!(
+                    doc.to_string().contains("scope") || doc.is_object(),
+                    "{doc}"
+                );
+            }
+        }
     }
 }

@@ -188,6 +188,15 @@ pub enum Error {
         /// What failed, and what to check.
         reason: String,
     },
+    /// A distributed arbiter's endpoint list is unusable as given (empty, or mixing `http://`
+    /// and `https://`, which would send some requests in the clear); nothing was contacted.
+    #[error("etcd endpoints {endpoints:?}: {reason}")]
+    BadEndpoints {
+        /// The endpoints, as given.
+        endpoints: String,
+        /// What is wrong with them, and what to write instead.
+        reason: String,
+    },
     /// A distributed lease may have expired (no keep-alive acknowledged in time, or the
     /// server says it is gone): the grant proves nothing any more, and a successor may
     /// already hold the lock.
@@ -213,7 +222,8 @@ impl Error {
             | Error::NameTooLong { .. }
             | Error::NetworkFilesystem { .. }
             | Error::Untrusted { .. }
-            | Error::SharedUnsupported { .. } => ErrorClass::Usage,
+            | Error::SharedUnsupported { .. }
+            | Error::BadEndpoints { .. } => ErrorClass::Usage,
             Error::NotFound { .. }
             | Error::Unstable { .. }
             | Error::LeaseLost { .. }

@@ -214,3 +214,79 @@ async fn dropping_an_async_wait_abandons_it_and_leaves_nothing() {
     // The dropped waiter's key is gone: the owner is the new grant.
     assert_eq!(c.owner().unwrap().map(|o| o.token), next.fencing_token());
 }
+
+#[test]
+fn a_list_mixing_http_and_https_is_refused_as_unusable_input() {
+    for endpoints in [
+        "https://127.0.0.1:1,http://127.0.0.1:2",
+        "http://127.0.0.1:1, HTTPS://127.0.0.1:2",
+        " , ",
+    ] {
+        let err = EtcdArbiter::connect(endpoints, "test/mixed", TTL).unwrap_err();
+        assert!(matches!(err, Error::BadEndpoints { .. }), "{err:?}");
+        assert_eq!(err.class(), leasehold::ErrorClass::Usage, "{err}");
+        assert!(err.to_string().contains(endpoints), "{err}");
+    }
+}
+
+/// Set (to the endpoint) in the child that [`https_endpoints_use_tls_and_trust_ssl_cert_file`]
+/// starts with `SSL_CERT_FILE`: the environment is the process's, so trusting a CA is a
+/// property of a process, and setting it in this one would take `unsafe` (edition 2024).
+#[cfg(not(leasehold_etcd_without_tls))]
+const TLS_CHILD: &str = "LEASEHOLD_TEST_TLS_ENDPOINT";
+
+#[cfg(not(leasehold_etcd_without_tls))]
+#[test]
+fn https_endpoints_use_tls_and_trust_ssl_cert_file() {
+    if let Ok(endpoint) = std::env::var(TLS_CHILD) {
+        // The child: its SSL_CERT_FILE names the CA that signed etcd's certificate.
+        let a = EtcdArbiter::connect(&endpoint, "test/tls", TTL).expect("connect over TLS");
+        let b = EtcdArbiter::connect(&endpoint, "test/tls", TTL).expect("connect over TLS");
+        let grant = a.acquire(&Budget::no_wait()).expect("free lock");
+        let token = grant.fencing_token().expect("a token");
+        let err = b.acquire(&Budget::no_wait()).unwrap_err();
+        assert!(matches!(err, Error::Contended { .. }), "{err:?}");
+        assert_eq!(
+            a.put_fenced(token, "test/tls-doc", b"v1".to_vec()).unwrap(),
+            Fenced::Written
+        );
+        assert_eq!(a.get("test/tls-doc").unwrap(), Some(b"v1".to_vec()));
+        drop(grant);
+        let next = b.acquire(&Budget::timeout(Duration::from_secs(5))).unwrap();
+        assert!(next.fencing_token().unwrap() > token);
+        println!("tls child ok");
+        return;
+    }
+    let Some(server) = EtcdServer::start_tls("etcd TLS arbiter", &["127.0.0.1"]) else {
+        return;
+    };
+    // This process does not trust the throwaway CA (it is in no system store): refused,
+    // within the connect timeout, saying what to do.
+    let started = Instant::now();
+    let err = EtcdArbiter::connect(&server.endpoint, "test/tls", TTL).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(&server.endpoint), "{text}");
+    assert!(text.contains("TLS handshake failed"), "{text}");
+    assert!(text.contains("SSL_CERT_FILE"), "{text}");
+
+    let ca = server.ca_file().expect("a TLS server has a CA");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "https_endpoints_use_tls_and_trust_ssl_cert_file",
+            "--nocapture",
+        ])
+        .env(TLS_CHILD, &server.endpoint)
+        .env("SSL_CERT_FILE", ca)
+        .env_remove("SSL_CERT_DIR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("tls child ok"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

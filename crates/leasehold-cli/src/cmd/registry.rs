@@ -42,7 +42,8 @@ pub struct RegistryArgs {
     /// One-shot verbs: wait up to SECS for the authority (default: try once).
     #[arg(long, value_name = "SECS", value_parser = super::parse_secs, global = true)]
     timeout: Option<Duration>,
-    /// etcd endpoints (comma-separated http URLs): the registry lives in etcd.
+    /// etcd endpoints (comma-separated http:// or https:// URLs; https trusts the system's
+    /// CAs, or SSL_CERT_FILE): the registry lives in etcd.
     #[arg(long, value_name = "ENDPOINTS", global = true)]
     etcd: Option<String>,
     /// With --etcd: the key prefix (default leasehold/registry).
@@ -337,28 +338,7 @@ fn serve(registry: &Registry) -> Outcome {
     let mut requests = Requests::new()?;
     // Contended or failed is a state to report, not a reason to exit: serve never waits.
     let _ = registry.acquire(&Budget::no_wait());
-    let mut out = std::io::stdout().lock();
-    loop {
-        let input = match requests.next() {
-            Err(e) => {
-                registry.teardown();
-                return Err(e);
-            }
-            Ok(input) => input,
-        };
-        let Some(answer) = respond(registry, input) else {
-            break;
-        };
-        let Some(answer) = answer else { continue };
-        if writeln!(out, "{answer}")
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            break; // nobody is listening any more: tear down as on EOF
-        }
-    }
-    registry.teardown();
-    Ok(OK)
+    answer_all(registry, || requests.next())
 }
 
 /// Windows: stdin is read on a thread into a one-slot channel (the reader blocks until the
@@ -404,24 +384,37 @@ fn serve(registry: &Registry) -> Outcome {
         }
         let _ = tx.send(Input::Stop);
     });
+    answer_all(registry, || {
+        Ok(match rx.recv() {
+            Ok(input) if !stop.load(Ordering::SeqCst) => input,
+            _ => Input::Stop,
+        })
+    })
+}
+
+/// Answers one input after the other from `next` until it says stop (EOF, a signal, a
+/// console event), fails, or nobody reads the answers any more; then tears down (drain,
+/// close, release). The one loop both platforms' `serve` run.
+fn answer_all(registry: &Registry, mut next: impl FnMut() -> Result<Input, Failure>) -> Outcome {
     let mut out = std::io::stdout().lock();
-    for input in rx {
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
+    let outcome = loop {
+        let input = match next() {
+            Err(e) => break Err(e),
+            Ok(input) => input,
+        };
         let Some(answer) = respond(registry, input) else {
-            break;
+            break Ok(OK);
         };
         let Some(answer) = answer else { continue };
         if writeln!(out, "{answer}")
             .and_then(|()| out.flush())
             .is_err()
         {
-            break; // nobody is listening any more: tear down as on EOF
+            break Ok(OK); // nobody is listening any more: tear down as on EOF
         }
-    }
+    };
     registry.teardown();
-    Ok(OK)
+    outcome
 }
 
 /// What one input asks of `serve`: `None` to stop, `Some(None)` to skip (a blank line),

@@ -43,8 +43,8 @@ pub struct RunArgs {
     /// Exit status when the lease could not be had (default 75).
     #[arg(long, value_name = "N", default_value_t = CONTENDED)]
     conflict_exit_code: u8,
-    /// etcd endpoints (comma-separated http URLs): arbitrate with etcd; LOCKFILE is then a
-    /// lock NAME.
+    /// etcd endpoints (comma-separated http:// or https:// URLs; https trusts the system's
+    /// CAs, or SSL_CERT_FILE): arbitrate with etcd; LOCKFILE is then a lock NAME.
     #[arg(long, value_name = "ENDPOINTS")]
     etcd: Option<String>,
     /// With --etcd: the lease TTL in seconds (at least 2).

@@ -15,7 +15,8 @@ pub struct StatusArgs {
     /// Print {"path": ..., "held": ..., "holders": [...]}.
     #[arg(long)]
     json: bool,
-    /// etcd endpoints (comma-separated http URLs): LOCKFILE is then a lock NAME.
+    /// etcd endpoints (comma-separated http:// or https:// URLs; https trusts the system's
+    /// CAs, or SSL_CERT_FILE): LOCKFILE is then a lock NAME.
     #[arg(long, value_name = "ENDPOINTS")]
     etcd: Option<String>,
     /// The lock file to inspect; with --etcd, the lock NAME.

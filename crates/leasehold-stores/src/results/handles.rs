@@ -39,11 +39,31 @@ fn refused(path: &std::path::Path, what: &str) -> std::io::Error {
     )
 }
 
+impl Tree {
+    /// Reads the regular file `name` (at most `limit` bytes; a larger file is refused).
+    pub(in crate::results) fn read(
+        &self,
+        name: &str,
+        limit: u64,
+    ) -> std::io::Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        let Some((file, _)) = self.open_file(name)? else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::new();
+        file.take(limit + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > limit {
+            return Err(refused(&self.join(name), "larger than a record can be"));
+        }
+        Ok(Some(bytes))
+    }
+}
+
 #[cfg(unix)]
 #[allow(clippy::unnecessary_cast)] // st_mode is u32 on Linux, u16 on macOS
 mod unix {
     use std::fs::File;
-    use std::io::{self, Read, Write};
+    use std::io::{self, Write};
     use std::os::fd::{AsFd, OwnedFd};
     use std::path::{Path, PathBuf};
 
@@ -216,23 +236,6 @@ mod unix {
             }
         }
 
-        /// Reads the regular file `name` (at most `limit` bytes; a larger file is refused).
-        pub(in crate::results) fn read(
-            &self,
-            name: &str,
-            limit: u64,
-        ) -> io::Result<Option<Vec<u8>>> {
-            let Some((file, _)) = self.open_file(name)? else {
-                return Ok(None);
-            };
-            let mut bytes = Vec::new();
-            file.take(limit + 1).read_to_end(&mut bytes)?;
-            if bytes.len() as u64 > limit {
-                return Err(refused(&self.join(name), "larger than a record can be"));
-            }
-            Ok(Some(bytes))
-        }
-
         /// Durably replaces `name` with what `fill` writes: a temporary beside it, created
         /// exclusively (never following) with `mode` (permission bits only; the umask
         /// applies), written, fsynced, renamed over `name` (a symlink standing there is
@@ -370,7 +373,7 @@ mod windows {
     //! (`symlink_metadata`) before it is used. Handles cannot be kept across the calls std
     //! offers here, so a component swapped between the check and the use is not excluded.
     use std::fs::File;
-    use std::io::{self, Read, Write};
+    use std::io::{self, Write};
     use std::path::{Path, PathBuf};
 
     use super::{Kind, refused};
@@ -457,21 +460,6 @@ mod windows {
                 Some(Kind::Dir) => Err(refused(&path, "a directory")),
                 Some(Kind::Other(what)) => Err(refused(&path, what)),
             }
-        }
-        pub(in crate::results) fn read(
-            &self,
-            name: &str,
-            limit: u64,
-        ) -> io::Result<Option<Vec<u8>>> {
-            let Some((file, _)) = self.open_file(name)? else {
-                return Ok(None);
-            };
-            let mut bytes = Vec::new();
-            file.take(limit + 1).read_to_end(&mut bytes)?;
-            if bytes.len() as u64 > limit {
-                return Err(refused(&self.join(name), "larger than a record can be"));
-            }
-            Ok(Some(bytes))
         }
         pub(in crate::results) fn write_with(
             &self,

@@ -37,6 +37,13 @@
 //! if the writer's lock key still exists with the create revision it was granted — etcd
 //! itself refuses the deposed writer, atomically with the write.
 //!
+//! # TLS
+//!
+//! `https://` endpoints speak TLS through rustls (ring), trusting the system's roots or, as
+//! with OpenSSL, the certificates in `SSL_CERT_FILE` / `SSL_CERT_DIR` instead; the server's
+//! certificate must name the URL's host. A list is all `https://` or all plain
+//! ([`EtcdArbiter::connect`]).
+//!
 //! # Runtime
 //!
 //! etcd-client is async; the arbiter owns a small private tokio runtime (one worker thread) on
@@ -211,29 +218,30 @@ impl std::fmt::Debug for EtcdArbiter {
 }
 
 impl EtcdArbiter {
-    /// Connects to `endpoints` (comma-separated `http://host:port` URLs) and arbitrates the
-    /// lock whose keys live under `prefix` (a `/` is appended when missing, so that lock
-    /// `a` never sees the keys of lock `ab`), with leases of `ttl` (whole seconds, at least
-    /// [`MIN_TTL`]).
+    /// Connects to `endpoints` (comma-separated `http://host:port` or `https://host:port`
+    /// URLs) and arbitrates the lock whose keys live under `prefix` (a `/` is appended when
+    /// missing, so that lock `a` never sees the keys of lock `ab`), with leases of `ttl`
+    /// (whole seconds, at least [`MIN_TTL`]).
+    ///
+    /// `https://` endpoints speak TLS (rustls): the server's certificate must chain to a root
+    /// of the system's store — or, when `SSL_CERT_FILE` / `SSL_CERT_DIR` are set, to one of
+    /// the certificates there *instead* (as with OpenSSL; how a private CA is trusted) — and
+    /// must name the URL's host. Either every endpoint is `https://` or none is: a mixed list
+    /// would send some requests in the clear, so it is refused.
     ///
     /// # Errors
     ///
+    /// [`Error::BadEndpoints`] for a list mixing `http://` and `https://` (or an empty one);
     /// [`Error::Unreachable`] naming the endpoints when no endpoint answered within
-    /// [`CONNECT_TIMEOUT`] (the connection is checked with a request, not assumed).
+    /// [`CONNECT_TIMEOUT`] (the connection is checked with a request, not assumed), with
+    /// what to do when the TLS handshake failed (untrusted certificate, wrong host name).
     pub fn connect(endpoints: &str, prefix: &str, ttl: Duration) -> Result<EtcdArbiter> {
-        let list: Vec<String> = endpoints
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(str::to_string)
-            .collect();
+        let list = parse_endpoints(endpoints)?;
+        let tls = list.iter().all(|e| e.starts_with("https://"));
         let unreachable = |reason: String| Error::Unreachable {
             endpoints: endpoints.to_string(),
             reason,
         };
-        if list.is_empty() {
-            return Err(unreachable("no endpoint given".into()));
-        }
         let ttl = Duration::from_secs(ttl.as_secs_f64().ceil() as u64).max(MIN_TTL);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -241,10 +249,16 @@ impl EtcdArbiter {
             .enable_all()
             .build()
             .map_err(|e| unreachable(format!("cannot start the client's runtime: {e}")))?;
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
             .with_keep_alive_while_idle(true);
+        if tls {
+            options = with_tls(options).map_err(|reason| Error::BadEndpoints {
+                endpoints: endpoints.to_string(),
+                reason: reason.into(),
+            })?;
+        }
         // Not `block_on`: connecting must work from inside another runtime too.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         runtime.spawn(async move {
@@ -260,7 +274,7 @@ impl EtcdArbiter {
         });
         let client = match rx.recv() {
             Ok(Ok(Ok(c))) => c,
-            Ok(Ok(Err(e))) => return Err(unreachable(format!("unreachable: {e}"))),
+            Ok(Ok(Err(e))) => return Err(unreachable(connect_failure(&e, tls))),
             Ok(Err(_)) | Err(_) => {
                 return Err(unreachable(format!(
                     "unreachable: no answer within {CONNECT_TIMEOUT:?} (is etcd running, and is this its client URL?)"
@@ -645,6 +659,101 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
             reason: "the lease expired while waiting for the lock".into(),
         }),
     }
+}
+
+/// Splits a comma-separated endpoint list and checks it is all `https://` or all plain: the
+/// one place the choice between TLS and plain text is made. A URL's scheme is matched
+/// case-insensitively and passed on in lower case (etcd-client matches it exactly).
+fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
+    let bad = |reason: &str| Error::BadEndpoints {
+        endpoints: endpoints.to_string(),
+        reason: reason.to_string(),
+    };
+    let list: Vec<String> = endpoints
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| match e.split_once("://") {
+            Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
+            None => e.to_string(),
+        })
+        .collect();
+    if list.is_empty() {
+        return Err(bad("no endpoint given"));
+    }
+    let https = list.iter().filter(|e| e.starts_with("https://")).count();
+    if https != 0 && https != list.len() {
+        return Err(bad(
+            "mixes https:// and http:// endpoints, which would send some requests in the clear; use https:// for all of them",
+        ));
+    }
+    Ok(list)
+}
+
+/// TLS for `https://` endpoints. Without options etcd-client would use tonic's default TLS
+/// config, which trusts no root at all; the native roots are the system's store, or instead
+/// the certificates in SSL_CERT_FILE / SSL_CERT_DIR (rustls-native-certs, as OpenSSL).
+#[cfg(not(leasehold_etcd_without_tls))]
+fn with_tls(options: ConnectOptions) -> std::result::Result<ConnectOptions, &'static str> {
+    use etcd_client::TlsOptions;
+    Ok(options.with_tls(
+        TlsOptions::new()
+            .with_native_roots()
+            .timeout(CONNECT_TIMEOUT),
+    ))
+}
+
+/// A build for linting only (`--cfg leasehold_etcd_without_tls`, see Cargo.toml) has no TLS.
+#[cfg(leasehold_etcd_without_tls)]
+fn with_tls(_: ConnectOptions) -> std::result::Result<ConnectOptions, &'static str> {
+    Err(
+        "this leasehold was built without TLS (--cfg leasehold_etcd_without_tls); rebuild it without that flag",
+    )
+}
+
+/// Why connecting failed, in words a user can act on. A failed TLS handshake (rustls says
+/// why: an unknown issuer, a name the certificate does not cover, no root certificates at
+/// all) is told apart from an endpoint that does not answer, and says what to do.
+fn connect_failure(e: &etcd_client::Error, tls: bool) -> String {
+    // A gRPC status carries the transport's reason as its message ("invalid peer
+    // certificate: UnknownIssuer"); its Display adds a Debug dump of the source chain.
+    let what = match e {
+        etcd_client::Error::GRpcStatus(status) if !status.message().is_empty() => {
+            status.message().to_string()
+        }
+        other => other.to_string(),
+    }
+    .replace('\n', " ");
+    let mut chain = String::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        chain.push(' ');
+        chain.push_str(&s.to_string());
+        source = s.source();
+    }
+    // What to match on: the Display too, which for a status includes its source's Debug.
+    let lower = format!("{e} {chain}").to_ascii_lowercase();
+    if tls && lower.contains("no native certs") {
+        return format!(
+            "TLS: no trusted root certificates ({what}); install the system's CA certificates (Debian: ca-certificates), or set SSL_CERT_FILE to a PEM file holding the CA that signed etcd's certificate"
+        );
+    }
+    if tls && lower.contains("not valid for name") {
+        return format!(
+            "TLS handshake failed: {what}; use a URL whose host the certificate names, or have etcd's certificate reissued for this host"
+        );
+    }
+    if tls
+        && (lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake"))
+    {
+        return format!(
+            "TLS handshake failed: {what}; if etcd's certificate is signed by a private CA, set SSL_CERT_FILE to that CA's PEM file (or SSL_CERT_DIR to a directory of them)"
+        );
+    }
+    if !tls && (lower.contains("broken pipe") || lower.contains("connection reset")) {
+        return format!("unreachable: {what} (if this etcd serves TLS, its URLs are https://)");
+    }
+    format!("unreachable: {what}")
 }
 
 /// The oldest key under a prefix: the owner.

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -173,27 +174,22 @@ impl Dir {
 pub(crate) struct Target {
     dir: Option<Arc<OwnedFd>>,
     name: PathBuf,
-    display: PathBuf,
-    /// The lock's gate (see [`gate`]), relative to `dir`; `None` where there is none.
-    gate: Option<PathBuf>,
-    /// The readers' gate next to it (see [`gate`]); `None` exactly when `gate` is.
-    readers_gate: Option<PathBuf>,
+    /// How messages name the lock, where that is not `name` (a lock in a [`Dir`], or a
+    /// descriptor): one path copy fewer per acquisition on the common path.
+    display: Option<PathBuf>,
+    /// Whether the lock has a gate (see [`gate`]), named after `name` when it is needed.
+    gated: bool,
     /// Whether the locked inode is checked against `name` (false only for descriptors).
     checked: bool,
 }
 
 impl Target {
     pub(crate) fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
-        let gate = path.file_name().map(|n| path.with_file_name(gate::name(n)));
-        let readers_gate = path
-            .file_name()
-            .map(|n| path.with_file_name(gate::readers_name(n)));
         Ok(Target {
             dir: None,
             name: path.to_path_buf(),
-            display: path.to_path_buf(),
-            gate,
-            readers_gate,
+            display: None,
+            gated: true,
             checked: true,
         })
     }
@@ -204,9 +200,8 @@ impl Target {
         Ok(Target {
             dir: Some(dir.fd.clone()),
             name: PathBuf::from(name),
-            display,
-            gate: Some(PathBuf::from(gate::name(OsStr::new(name)))),
-            readers_gate: Some(PathBuf::from(gate::readers_name(OsStr::new(name)))),
+            display: Some(display),
+            gated: true,
             checked: true,
         })
     }
@@ -215,8 +210,7 @@ impl Target {
     /// (the keyed namespace's collector lock), where a turnstile protects nobody and its
     /// gate file would only be one more file in the namespace.
     pub(crate) fn without_gate(mut self) -> Target {
-        self.gate = None;
-        self.readers_gate = None;
+        self.gated = false;
         self
     }
 
@@ -225,9 +219,8 @@ impl Target {
         Target {
             dir: None,
             name: PathBuf::new(),
-            display,
-            gate: None,
-            readers_gate: None,
+            display: Some(display),
+            gated: false,
             checked: false,
         }
     }
@@ -240,7 +233,21 @@ impl Target {
     }
 
     pub(crate) fn display(&self) -> &Path {
-        &self.display
+        self.display.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The gate's name, relative to `dir` (computed when needed: only shared acquirers and
+    /// waiters use it).
+    fn gate(&self) -> Option<PathBuf> {
+        let lock = self.name.file_name().filter(|_| self.gated)?;
+        Some(self.name.with_file_name(gate::name(lock)))
+    }
+
+    /// The readers' gate's name, relative to `dir` (see [`gate`]; computed when needed, as
+    /// [`gate`](Self::gate) is).
+    fn readers_gate(&self) -> Option<PathBuf> {
+        let lock = self.name.file_name().filter(|_| self.gated)?;
+        Some(self.name.with_file_name(gate::readers_name(lock)))
     }
 }
 
@@ -349,16 +356,29 @@ pub(crate) enum Attempt {
 /// tenth of the uncontended cost, and a mounted device's file system does not change.
 static NETWORK_FS: Mutex<Option<HashMap<u64, Option<&'static str>>>> = Mutex::new(None);
 
+/// The device last found local, plus one (0: none yet). Most processes lock files on one
+/// file system; this spares them the table's mutex and hash lookup on every acquisition.
+static LAST_LOCAL: AtomicU64 = AtomicU64::new(0);
+
 fn network_fs(fd: BorrowedFd<'_>, dev: u64, path: &Path) -> Result<Option<&'static str>> {
+    if LAST_LOCAL.load(Ordering::Relaxed) == dev.wrapping_add(1) {
+        return Ok(None);
+    }
     if let Some(known) = NETWORK_FS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .as_ref()
         .and_then(|m| m.get(&dev).copied())
     {
+        if known.is_none() {
+            LAST_LOCAL.store(dev.wrapping_add(1), Ordering::Relaxed);
+        }
         return Ok(known);
     }
     let fs = sys::network_fs(fd).map_err(|e| path_error(path, "statfs lock file", e))?;
+    if fs.is_none() {
+        LAST_LOCAL.store(dev.wrapping_add(1), Ordering::Relaxed);
+    }
     NETWORK_FS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -388,21 +408,19 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         }
         Err(e) => return Err(path_error(path, "open lock file", e)),
     };
-    let id = match sys::fd_entry(fd.as_fd()) {
-        Ok(Entry::Regular(id)) => id,
-        Ok(Entry::Other(kind)) => {
+    let (entry, untrusted) = sys::fd_entry_judged(fd.as_fd(), !opts.allow_shared_state)
+        .map_err(|e| path_error(path, "stat lock file", e))?;
+    let id = match entry {
+        Entry::Regular(id) => id,
+        Entry::Other(kind) => {
             return Err(Error::NotRegularFile {
                 path: path.to_path_buf(),
                 kind,
             });
         }
-        Ok(Entry::Missing) => return Err(path_error(path, "stat lock file", Errno::NOENT)),
-        Err(e) => return Err(path_error(path, "stat lock file", e)),
+        Entry::Missing => return Err(path_error(path, "stat lock file", Errno::NOENT)),
     };
-    if !opts.allow_shared_state
-        && let Some(reason) =
-            sys::untrusted(fd.as_fd()).map_err(|e| path_error(path, "stat lock file", e))?
-    {
+    if let Some(reason) = untrusted {
         return Err(Error::Untrusted {
             path: path.to_path_buf(),
             reason,
@@ -597,6 +615,17 @@ pub(crate) fn holders_error(path: &Path, u: Unusable) -> Error {
 /// in a back-to-back loop where blocking `flock(LOCK_EX)` gives 52 %; see BENCHMARKS.md).
 /// Blocking in `flock` cannot be cancelled without signals, so a helper thread blocks instead
 /// of the waiter, and the waiter sleeps on its notifier and its budget's cancellation pipe.
+///
+/// The price, measured (issue 12, BENCHMARKS.md "Issue 12 — after"): a grant lands on the
+/// helper, which must then wake the waiting thread — a second thread wake-up on the
+/// handoff's critical path, 16–18 µs p50 on the 2-vCPU reference VM (an idle vCPU's wake-up
+/// through the hypervisor; an eventfd ping-pong between two busy threads costs 4 µs), so a
+/// cancellable handoff is 2.5–3.8× a blocking `flock`'s instead of the 1.3× the issue asks.
+/// The alternative — the waiting thread itself blocked in `flock`, a signal to end the wait
+/// — needs a handler installed without `SA_RESTART` (else the kernel restarts `flock`):
+/// `signal-hook` always sets `SA_RESTART`, and `sigaction` itself is `unsafe`, which this
+/// crate does not write. Waits nothing but a grant can end (no deadline, no token) block the
+/// calling thread inline (`lock_inline`) and pay one wake-up, as `flock` does.
 ///
 /// Abandoning (dropping) the wait leaves the helper blocked; when the kernel grants it the
 /// lock nobody wants any more, it closes the descriptor at once, so the lease is held by
@@ -905,7 +934,7 @@ pub(crate) mod gate {
     /// mode (created by shared waiters only, as [`open`] does), and remembers a readers'
     /// gate found.
     pub(crate) fn open_for_wait(target: &Target, id: FileId, shared: bool) -> Gates {
-        let readers = open_file(target, target.readers_gate.as_deref(), shared);
+        let readers = open_file(target, target.readers_gate(), shared);
         if readers.is_some() {
             let mut known = guard(&READERS_GATED);
             if !known.contains(&id) {
@@ -924,7 +953,7 @@ pub(crate) mod gate {
         if !guard(&READERS_GATED).contains(&id) {
             return false;
         }
-        let Some(readers) = open_file(target, target.readers_gate.as_deref(), false) else {
+        let Some(readers) = open_file(target, target.readers_gate(), false) else {
             return false;
         };
         matches!(sys::try_lock(readers.as_fd(), false), Ok(false))
@@ -937,11 +966,11 @@ pub(crate) mod gate {
     /// no gate exists no shared lease of ours is held or was ever taken, bar one created at
     /// this very moment, whose first holder then goes unqueued.
     pub(crate) fn open(target: &Target, create: bool) -> Option<OwnedFd> {
-        open_file(target, target.gate.as_deref(), create)
+        open_file(target, target.gate(), create)
     }
 
-    fn open_file(target: &Target, name: Option<&Path>, create: bool) -> Option<OwnedFd> {
-        let fd = sys::open_lock_file(target.dir(), name?, create).ok()?;
+    fn open_file(target: &Target, name: Option<PathBuf>, create: bool) -> Option<OwnedFd> {
+        let fd = sys::open_lock_file(target.dir(), &name?, create).ok()?;
         matches!(sys::fd_entry(fd.as_fd()), Ok(Entry::Regular(_))).then_some(fd)
     }
 
@@ -988,10 +1017,6 @@ pub(crate) mod gate {
         res
     }
 }
-
-// ---------------------------------------------------------------------------------------
-// The fairness aid of handles (Linux)
-// ---------------------------------------------------------------------------------------
 
 // ---------------------------------------------------------------------------------------
 // Errors

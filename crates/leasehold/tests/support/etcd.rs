@@ -4,6 +4,11 @@
 //! Shared by the library, store and CLI test suites (`#[path]`-included, so there is one
 //! copy). Readiness is a handshake: the server's `/health` endpoint is asked until it answers
 //! healthy, within a deadline.
+//!
+//! [`EtcdServer::start_tls`] serves the client URL over TLS instead (`https://`), with a
+//! throwaway CA and server certificate made by the test (rcgen): the CA's PEM file is what a
+//! client trusts through `SSL_CERT_FILE`. `/health` is then asked on a plain-HTTP metrics
+//! URL, so readiness needs no TLS client in the helper.
 
 #![allow(dead_code)] // each suite uses a different part
 
@@ -21,8 +26,63 @@ pub struct EtcdServer {
     dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
-    /// The client URL, `http://127.0.0.1:PORT`.
+    /// The client URL, `http://127.0.0.1:PORT` (`https://` when started with TLS).
     pub endpoint: String,
+    tls: Option<Tls>,
+}
+
+/// The files of a TLS etcd (in its temporary directory) and its plain-HTTP metrics port.
+struct Tls {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    metrics_port: u16,
+}
+
+/// Writes a fresh CA (`ca.pem`) and a server certificate signed by it for `names` (IP
+/// addresses or DNS names, as subject alternative names) with its key into `dir`. (TLS
+/// helpers exist where TLS is built: see leasehold's Cargo.toml.)
+#[cfg(not(leasehold_etcd_without_tls))]
+fn make_certificates(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // A name of its own (the temporary directory's): two test CAs are two issuers.
+    let label = dir
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("leasehold test CA {label}"));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().expect("CA key");
+    let ca_cert = ca.self_signed(&ca_key).expect("self-signed CA");
+    let issuer = Issuer::new(ca, ca_key);
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut server = CertificateParams::new(names).expect("server certificate parameters");
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "leasehold test etcd");
+    server.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let server_key = KeyPair::generate().expect("server key");
+    let server_cert = server
+        .signed_by(&server_key, &issuer)
+        .expect("server certificate signed by the CA");
+    let (ca, cert, key) = (
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server-key.pem"),
+    );
+    std::fs::write(&ca, ca_cert.pem()).expect("write ca.pem");
+    std::fs::write(&cert, server_cert.pem()).expect("write server.pem");
+    std::fs::write(&key, server_key.serialize_pem()).expect("write server-key.pem");
+    (ca, cert, key)
 }
 
 /// Whether the `etcd` binary is installed; prints a SKIP line when it is not.
@@ -48,20 +108,51 @@ impl EtcdServer {
     /// Starts etcd and waits until it is healthy; `None` (after a SKIP line) when etcd is not
     /// installed.
     pub fn start(test: &str) -> Option<EtcdServer> {
+        Self::start_with(test, |_| None)
+    }
+
+    /// Starts etcd serving its client URL `https://127.0.0.1:PORT` with a certificate for
+    /// `names` (say `["127.0.0.1", "localhost"]`) signed by a throwaway CA — see
+    /// [`ca_file`](Self::ca_file) — and waits until it is healthy; `None` (after a SKIP line)
+    /// when etcd is not installed.
+    #[cfg(not(leasehold_etcd_without_tls))]
+    pub fn start_tls(test: &str, names: &[&str]) -> Option<EtcdServer> {
+        Self::start_with(test, |dir| {
+            let (ca, cert, key) = make_certificates(dir, names);
+            Some(Tls {
+                ca,
+                cert,
+                key,
+                metrics_port: free_port(),
+            })
+        })
+    }
+
+    /// Starts etcd with the TLS files `tls` writes into its directory (`None`: plain).
+    fn start_with(test: &str, tls: impl FnOnce(&Path) -> Option<Tls>) -> Option<EtcdServer> {
         if !available(test) {
             return None;
         }
         let dir = tempfile::tempdir().expect("temporary directory");
         let (client_port, peer_port) = (free_port(), free_port());
+        let tls = tls(dir.path());
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let mut server = EtcdServer {
             child: None,
             dir,
             client_port,
             peer_port,
-            endpoint: format!("http://127.0.0.1:{client_port}"),
+            endpoint: format!("{scheme}://127.0.0.1:{client_port}"),
+            tls,
         };
         server.spawn();
         Some(server)
+    }
+
+    /// The PEM file of the CA that signed a TLS server's certificate (what `SSL_CERT_FILE`
+    /// names to trust it); `None` for a plain server.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.tls.as_ref().map(|t| t.ca.as_path())
     }
 
     fn spawn(&mut self) {
@@ -72,7 +163,16 @@ impl EtcdServer {
             .open(self.dir.path().join("etcd.log"))
             .expect("etcd log file");
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new("etcd")
+        let mut etcd = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            etcd.arg(format!("--cert-file={}", tls.cert.display()))
+                .arg(format!("--key-file={}", tls.key.display()))
+                .arg(format!(
+                    "--listen-metrics-urls=http://127.0.0.1:{}",
+                    tls.metrics_port
+                ));
+        }
+        let child = etcd
             .arg("--name=test")
             .arg(format!("--data-dir={}", data.display()))
             .arg(format!("--listen-client-urls={}", self.endpoint))
@@ -107,7 +207,12 @@ impl EtcdServer {
     }
 
     fn healthy(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_port)) else {
+        // A TLS server answers /health in plain HTTP on its metrics URL too.
+        let port = self
+            .tls
+            .as_ref()
+            .map_or(self.client_port, |t| t.metrics_port);
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
@@ -164,7 +269,11 @@ impl EtcdServer {
 
     /// Runs `etcdctl` (API v3) against this server; `None` when etcdctl is not installed.
     pub fn etcdctl(&self, args: &[&str]) -> Option<std::process::Output> {
-        Command::new(etcdctl_path()?)
+        let mut etcdctl = Command::new(etcdctl_path()?);
+        if let Some(tls) = &self.tls {
+            etcdctl.arg(format!("--cacert={}", tls.ca.display()));
+        }
+        etcdctl
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", self.endpoint))
             .args(args)
