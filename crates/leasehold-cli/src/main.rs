@@ -75,7 +75,7 @@ enum Command {
 
 fn main() -> ExitCode {
     // flock(1)'s argv is its own (getopt-style, options before FILE): it never meets clap.
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     {
         let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
         if let Some((args, prog)) = cmd::flock::argv_of(&argv) {

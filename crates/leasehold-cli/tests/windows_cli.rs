@@ -739,3 +739,26 @@ fn torture_detects_broken_exclusion_and_refuses_the_etcd_mode() {
     let out = run(leasehold().args(["torture", "--etcd", "http://127.0.0.1:1"]));
     assert_error(&out, 1, "not available on Windows");
 }
+
+/// `flock` is POSIX-only: every form — FILE COMMAND, `-c`, and NUMBER (an inherited
+/// descriptor) — says in one line that it is not available and why, exit 2, runs nothing
+/// and creates nothing.
+#[test]
+fn flock_says_it_is_not_available_in_every_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("f.lock");
+    let lock = lock.to_str().unwrap();
+    for args in [
+        vec!["flock", "-n", "9"],
+        vec!["flock", lock, "cmd", "/c", "exit 0"],
+        vec!["flock", "-s", lock, "-c", "exit 0"],
+    ] {
+        let out = run(leasehold().args(&args));
+        assert_error(&out, 2, "flock: not available on this platform");
+        assert!(
+            out.stderr.contains("use `leasehold run`"),
+            "{args:?}: {out:?}"
+        );
+    }
+    assert!(!dir.path().join("f.lock").exists());
+}

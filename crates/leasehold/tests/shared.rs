@@ -39,6 +39,9 @@ const READER_HOLD: Duration = Duration::from_millis(50);
 /// * `std-try-shared` / `std-try-exclusive`: `File::try_lock_shared` / `File::try_lock`;
 ///   exits 0 when it got the lock, 1 when it would block.
 /// * `try-shared`: one `SharedLease::try_acquire`; prints `ok` or `contended`.
+/// * `wait-shared` / `wait-exclusive`: `SharedLease::acquire` (a 30 s budget: the
+///   cancellable waiter) / `Lease::acquire` (unlimited: the inline waiter); prints `got`,
+///   holds until stdin EOF.
 #[test]
 #[allow(clippy::incompatible_msrv)] // File::lock (1.89) only in this helper, as the interop peer
 fn helper() {
@@ -98,6 +101,20 @@ fn helper() {
                 Err(std::fs::TryLockError::WouldBlock) => std::process::exit(1),
                 Err(e) => panic!("{e:?}"),
             }
+        }
+        "wait-shared" => {
+            let lease = SharedLease::acquire(&lock, &generous()).unwrap();
+            writeln!(out, "@got").unwrap();
+            out.flush().unwrap();
+            for _ in std::io::stdin().lock().lines() {}
+            drop(lease);
+        }
+        "wait-exclusive" => {
+            let lease = Lease::acquire(&lock, &Budget::unlimited()).unwrap();
+            writeln!(out, "@got").unwrap();
+            out.flush().unwrap();
+            for _ in std::io::stdin().lock().lines() {}
+            drop(lease);
         }
         "try-shared" => {
             let answer = match SharedLease::try_acquire(&lock) {
@@ -250,6 +267,11 @@ fn until(what: &str, mut cond: impl FnMut() -> bool) {
 fn gate_of(lock: &Path) -> PathBuf {
     let name = lock.file_name().unwrap().to_str().unwrap();
     lock.with_file_name(format!(".{name}.leasehold-gate"))
+}
+
+fn readers_gate_of(lock: &Path) -> PathBuf {
+    let name = lock.file_name().unwrap().to_str().unwrap();
+    lock.with_file_name(format!(".{name}.leasehold-gate-readers"))
 }
 
 #[test]
@@ -435,6 +457,8 @@ fn shared_newcomers_queue_behind_a_waiting_exclusive_one() {
         std::fs::metadata(&gate).unwrap().permissions().mode() & 0o777,
         0o600
     );
+    // The readers' gate is made by the first shared *wait* (a try never waits).
+    assert!(!readers_gate_of(&lock).exists());
 
     let mut reader = Foreign::UtilLinux.hold(&lock, true);
     let p = lock.clone();
@@ -462,6 +486,162 @@ fn shared_newcomers_queue_behind_a_waiting_exclusive_one() {
     drop(lease);
     assert_eq!(try_shared(&lock), "ok");
     assert!(gate.exists(), "the gate is never removed");
+}
+
+/// Whether every thread of process `pid` is stopped (SIGSTOP has taken effect: state `T`).
+fn stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(|t| t.ok()).all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+            .unwrap_or(false)
+    })
+}
+
+/// Whether process `pid` is blocked in the kernel's queue for any lock, and not for the lock
+/// of `path`'s inode.
+fn blocked_elsewhere(pid: u32, path: &Path) -> bool {
+    let anywhere = std::fs::read_to_string("/proc/locks")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains("->") && l.split_whitespace().nth(5) == Some(&pid.to_string()));
+    anywhere && !blocked_on(pid, path)
+}
+
+/// Readers are not starved by a queue of writers either (issue 15: the same fairness as
+/// exclusive waits): a shared waiter queued behind an exclusive waiter gets the lease before
+/// exclusive waiters that queue after it — a reader phase between writer phases. The
+/// reader is stopped (SIGSTOP) while the first writer gets the lock, so that the later
+/// writer is the first to run: without a readers' reservation it takes the gate the reader
+/// queued for and gets the lock first (what a writer that loops back to back does to woken
+/// readers, measured in the bench's shared-mode table).
+#[test]
+fn a_waiting_reader_goes_before_writers_that_queue_after_it() {
+    // It observes waiters through /proc/locks, which the portable build does not read.
+    if cfg!(leasehold_portable) {
+        eprintln!(
+            "SKIP: a_waiting_reader_goes_before_writers_that_queue_after_it: needs /proc/locks (off in the portable build)"
+        );
+        return;
+    }
+    use rustix::process::Signal;
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("phases.lock");
+    drop(SharedLease::try_acquire(&lock).unwrap()); // a shared user: the gates exist
+    let gate = gate_of(&lock);
+    let holder = testkit::FlockHolder::hold(&lock);
+    let mut first = Proc::spawn(&mut helper_cmd("wait-exclusive", &lock));
+    until("the first writer waits, holding the gate", || {
+        blocked_on(first.pid(), &lock) && pids(&gate) == vec![first.pid()]
+    });
+    let mut reader = Proc::spawn(&mut helper_cmd("wait-shared", &lock));
+    until("the reader waits behind the first writer", || {
+        blocked_on(reader.pid(), &gate)
+    });
+    reader.signal(Signal::STOP);
+    until("the reader is stopped", || stopped(reader.pid()));
+    let mut second = Proc::spawn(&mut helper_cmd("wait-exclusive", &lock));
+    until("the second writer waits", || {
+        blocked_on(second.pid(), &gate) || blocked_elsewhere(second.pid(), &gate)
+    });
+    holder.kill();
+    assert_eq!(said(&mut first), "got");
+    // The first writer let the gate go: the second writer, the only one running, moves on
+    // (to the lock, without a reservation; it stays where it is with one).
+    until("the second writer is past the gate's queue", || {
+        blocked_elsewhere(second.pid(), &gate)
+    });
+    reader.signal(Signal::CONT);
+    until("the reader waits again", || {
+        blocked_on(reader.pid(), &lock) || blocked_on(reader.pid(), &gate)
+    });
+    first.close_stdin();
+    first.wait();
+    until("someone holds the lease after the first writer", || {
+        !pids(&lock).is_empty()
+    });
+    assert_eq!(
+        pids(&lock),
+        vec![reader.pid()],
+        "the reader, queued before the second writer, goes first"
+    );
+    assert_eq!(said(&mut reader), "got");
+    reader.close_stdin();
+    reader.wait();
+    assert_eq!(said(&mut second), "got", "then the second writer");
+    second.close_stdin();
+    second.wait();
+    assert_eq!(
+        std::fs::metadata(readers_gate_of(&lock))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600,
+        "the first shared wait made the readers' gate, 0600"
+    );
+}
+
+/// A writer that releases and acquires again at once does not barge in ahead of a reader
+/// its release woke (issue 15: readers are not starved by writers): once this process has
+/// waited where shared waiters queue, its next `Lease::acquire` defers to the shared waiters
+/// (it finds the readers' gate held) instead of taking the lock back with its first try. The
+/// waiting reader is stopped (SIGSTOP) while the writer releases, so without deferring the
+/// writer's try would find the lock free and take it.
+#[test]
+fn a_writer_that_acquires_again_at_once_lets_a_waiting_reader_go_first() {
+    // It observes waiters through /proc/locks, which the portable build does not read.
+    if cfg!(leasehold_portable) {
+        eprintln!(
+            "SKIP: a_writer_that_acquires_again_at_once_lets_a_waiting_reader_go_first: needs /proc/locks (off in the portable build)"
+        );
+        return;
+    }
+    use rustix::process::Signal;
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("barge.lock");
+    let me = std::process::id();
+    // This process waits once where a shared waiter queues: it learns the readers' gate.
+    let holder = testkit::FlockHolder::hold(&lock);
+    let mut first = Proc::spawn(&mut helper_cmd("wait-shared", &lock));
+    until("the first reader waits", || blocked_on(first.pid(), &lock));
+    let p = lock.clone();
+    let writer = std::thread::spawn(move || Lease::acquire(&p, &generous()));
+    until("the writer waits", || {
+        blocked_elsewhere(me, &gate_of(&lock))
+    });
+    holder.kill();
+    assert_eq!(said(&mut first), "got");
+    first.close_stdin();
+    first.wait();
+    let lease = writer.join().unwrap().expect("the writer is granted");
+    // A reader queues while the writer holds, and is stopped.
+    let mut reader = Proc::spawn(&mut helper_cmd("wait-shared", &lock));
+    until("the reader waits", || blocked_on(reader.pid(), &lock));
+    reader.signal(Signal::STOP);
+    until("the reader is stopped", || stopped(reader.pid()));
+    // Release, and acquire again at once: the lock is free, but a reader waits.
+    drop(lease);
+    let p = lock.clone();
+    let again = std::thread::spawn(move || Lease::acquire(&p, &generous()));
+    until("the writer waits again, behind the reader", || {
+        blocked_elsewhere(me, &lock) || !pids(&lock).is_empty()
+    });
+    assert!(
+        pids(&lock).is_empty(),
+        "the writer took the lock back ahead of the waiting reader: holders {:?} (this process {me}, the reader {})",
+        pids(&lock),
+        reader.pid()
+    );
+    reader.signal(Signal::CONT);
+    assert_eq!(said(&mut reader), "got");
+    assert_eq!(pids(&lock), vec![reader.pid()]);
+    reader.close_stdin();
+    reader.wait();
+    drop(again.join().unwrap().expect("then the writer"));
 }
 
 /// Exclusive use alone — tries and waits — never creates a gate (keyed leases' namespaces stay
@@ -518,14 +698,29 @@ fn shared_leases_open_like_leases_and_a_hostile_gate_costs_only_fairness() {
     std::os::unix::fs::symlink(&victim, &link).unwrap();
     let err = SharedLease::try_acquire(&link).unwrap_err();
     assert!(err.is_unusable_path(), "{err:?}");
-    // A gate replaced by a symlink is never followed; the lease still excludes.
+    // Gates replaced by symlinks are never followed; the lease still excludes, and waits
+    // (which go through both gates) still end.
     let lock = dir.path().join("g.lock");
     std::os::unix::fs::symlink(&victim, gate_of(&lock)).unwrap();
+    std::os::unix::fs::symlink(&victim, readers_gate_of(&lock)).unwrap();
     let a = SharedLease::try_acquire(&lock).unwrap();
     let b = SharedLease::acquire(&lock, &generous()).unwrap();
     assert!(Lease::try_acquire(&lock).unwrap_err().is_contended());
     drop((a, b));
     drop(Lease::acquire(&lock, &generous()).unwrap());
+    for shared in [true, false] {
+        let holder = testkit::FlockHolder::hold(&lock);
+        let p = lock.clone();
+        let waiter = std::thread::spawn(move || match shared {
+            true => SharedLease::acquire(&p, &generous()).map(drop),
+            false => Lease::acquire(&p, &generous()).map(drop),
+        });
+        if !cfg!(leasehold_portable) {
+            until("the waiter waits", || blocked_on(std::process::id(), &lock));
+        }
+        holder.kill();
+        waiter.join().unwrap().unwrap();
+    }
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
     // New lock files are 0600, parents 0700, as for exclusive leases.
     let deep = dir.path().join("a/b/s.lock");

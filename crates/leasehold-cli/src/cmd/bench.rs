@@ -559,7 +559,15 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
     let mut cells: Vec<[String; 13]> = vec![header.map(String::from)];
     let ns = |v: Option<f64>| v.map_or("—".into(), |v| fmt_value(v, Unit::Nanos));
     let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
-    for l in lines {
+    // No verdict: a floor's row, or (Windows) a method without a floor to be read against.
+    let met = |m: Option<bool>, floor: bool| -> String {
+        match m {
+            Some(ok) => if ok { "yes" } else { "NO" }.into(),
+            None if floor => "(floor)".into(),
+            None => "—".into(),
+        }
+    };
+    for l in lines.iter().filter(|l| l.shared == 0) {
         let f = &l.figures;
         cells.push([
             l.workers.to_string(),
@@ -574,14 +582,63 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
             x(l.wait_p99_ratio),
             x(l.wait_max_ratio),
             x(l.handoff_ratio),
-            match l.met {
-                Some(ok) => if ok { "yes" } else { "NO" }.into(),
-                None if l.method.is_floor() => "(floor)".into(),
-                None => "—".into(),
-            },
+            met(l.met, l.method.is_floor()),
         ]);
     }
     out.push_str(&aligned(&cells, |i| i == 1 || i == 12));
+    let mixed: Vec<&uncued::Line> = lines.iter().filter(|l| l.shared > 0).collect();
+    let Some(first) = mixed.first() else {
+        return out;
+    };
+    out.push_str(&format!(
+        "\nshared mode, the same loop: {} workers, {} of them shared (SharedLease / flock(LOCK_SH)), the others exclusive; {:.1} s × {} runs, medians\ntargets: {}\n\n",
+        first.workers,
+        first.shared,
+        plan.uncued_ms as f64 / 1000.0,
+        plan.uncued_repeats,
+        uncued::MIXED_TARGETS,
+    ));
+    let header = [
+        "method",
+        "owner changed",
+        "exclusive share",
+        "handoff p50",
+        "shared wait p99",
+        "max",
+        "exclusive wait p99",
+        "max",
+        "acq/s",
+        "owner ×floor",
+        "shared p99 ×floor",
+        "max ×floor",
+        "excl p99 ×floor",
+        "max ×floor",
+        "handoff ×floor+verify",
+        "met",
+    ];
+    let mut cells: Vec<[String; 16]> = vec![header.map(String::from)];
+    for l in mixed {
+        let f = &l.figures;
+        cells.push([
+            l.method.mixed_label().into(),
+            format!("{:.1} %", 100.0 * f.owner_change),
+            format!("{:.1} %", 100.0 * f.exclusive_share),
+            ns(f.handoff.map(|d| d.p50)),
+            ns(f.shared_wait.map(|d| d.p99)),
+            ns(f.shared_wait.map(|d| d.max)),
+            ns(f.exclusive_wait.map(|d| d.p99)),
+            ns(f.exclusive_wait.map(|d| d.max)),
+            format!("{:.0}", f.rate),
+            x(l.owner_ratio),
+            x(l.shared_p99_ratio),
+            x(l.shared_max_ratio),
+            x(l.wait_p99_ratio),
+            x(l.wait_max_ratio),
+            x(l.handoff_ratio),
+            met(l.met, l.method.is_floor()),
+        ]);
+    }
+    out.push_str(&aligned(&cells, |i| i == 0 || i == 15));
     out
 }
 
@@ -629,11 +686,15 @@ fn json_report(
             let f = &l.figures;
             json!({
                 "workers": l.workers,
+                "shared_workers": l.shared,
                 "method": l.method.arg(),
-                "name": l.method.label(),
+                "name": if l.shared > 0 { l.method.mixed_label() } else { l.method.label() },
                 "owner_change": f.owner_change,
+                "exclusive_share": f.exclusive_share,
                 "handoff": dist(&f.handoff),
                 "contended_wait": dist(&f.wait),
+                "shared_contended_wait": dist(&f.shared_wait),
+                "exclusive_contended_wait": dist(&f.exclusive_wait),
                 "contended_waits": f.waits,
                 "acquisitions": f.turns,
                 "acquisitions_per_s": f.rate,
@@ -641,6 +702,8 @@ fn json_report(
                     "owner_change_vs_floor": l.owner_ratio,
                     "wait_p99_vs_floor": l.wait_p99_ratio,
                     "wait_max_vs_floor": l.wait_max_ratio,
+                    "shared_wait_p99_vs_floor": l.shared_p99_ratio,
+                    "shared_wait_max_vs_floor": l.shared_max_ratio,
                     "handoff_p50_vs_floor_verify": l.handoff_ratio,
                 },
                 "met": l.met,
@@ -663,6 +726,7 @@ fn json_report(
             "seconds": plan.uncued_ms as f64 / 1000.0,
             "runs": plan.uncued_repeats,
             "targets": uncued::TARGETS,
+            "mixed_targets": uncued::MIXED_TARGETS,
             "lines": uncued,
         },
     })

@@ -31,8 +31,10 @@
 //! * SIGINT/SIGTERM while waiting end the wait at once: exit 130/143, COMMAND not run. While
 //!   COMMAND runs they (and SIGHUP/SIGQUIT) are forwarded to it, as `leasehold run` does.
 //! * Errors are one line starting `leasehold: `; `--verbose` lines go where flock(1) puts them.
-//! * Linux only (the NUMBER form reaches the inherited descriptor through `pidfd_getfd` on
-//!   this very process: safe Rust cannot borrow a descriptor by number). No `--fcntl`
+//! * POSIX only (Linux, macOS, the BSDs; on Windows the verb says in one line that it is not
+//!   available, exit 2). Safe Rust cannot borrow a descriptor by its number, so the NUMBER
+//!   form duplicates the inherited descriptor: `pidfd_getfd` on this very process on Linux,
+//!   an open of `/dev/fd/NUMBER` on macOS and the BSDs (see [`inherited`]). No `--fcntl`
 //!   (util-linux 2.39).
 
 use std::ffi::{OsStr, OsString};
@@ -585,21 +587,21 @@ fn open_plain(path: &Path, dir: bool) -> Result<OwnedFd, Failed> {
     }
 }
 
-/// NUMBER: the descriptor this process inherited. Safe Rust cannot borrow a descriptor by
-/// its number, so it is duplicated from this very process with `pidfd_getfd` (Linux 5.6+):
-/// the same open file description, so the lock taken is the shell's and outlives us.
+/// NUMBER: the descriptor this process inherited, duplicated (see [`inherited`]): the same
+/// open file description, so the lock taken is the shell's and outlives us.
 fn lock_number(n: i32, op: Op, budget: &Budget) -> Result<Held, Failed> {
-    let pid = rustix::process::getpid();
-    let dup = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-        .and_then(|pidfd| {
-            rustix::process::pidfd_getfd(pidfd, n, rustix::process::PidfdGetfdFlags::empty())
-        })
-        .map_err(|e| {
-            Failed::Other(Failure::with_status(
-                EX_DATAERR,
-                format!("flock: descriptor {n}: {e}"),
-            ))
-        })?;
+    let dup = inherited(n).map_err(|e| {
+        let hint = match e {
+            Errno::NOENT if cfg!(not(target_os = "linux")) => {
+                " (no /dev/fd/N for it: on FreeBSD mount fdescfs(5) on /dev/fd)"
+            }
+            _ => "",
+        };
+        Failed::Other(Failure::with_status(
+            EX_DATAERR,
+            format!("flock: descriptor {n}: {e}{hint}"),
+        ))
+    })?;
     match op {
         Op::Lock(mode) => LeaseOptions::new()
             .lock_descriptor(dup.as_fd(), mode, budget)
@@ -607,6 +609,46 @@ fn lock_number(n: i32, op: Op, budget: &Budget) -> Result<Held, Failed> {
         Op::Unlock => leasehold::unlock_descriptor(dup.as_fd()).map_err(|e| failed(&e, false))?,
     }
     Ok(Held::Nothing)
+}
+
+/// A duplicate of this process's descriptor `n` — a new descriptor for the *same open file
+/// description*, which is what `flock` locks — without `unsafe` (safe Rust cannot borrow a
+/// descriptor by its number; rustix's `BorrowedFd::borrow_raw` is `unsafe`).
+///
+/// Linux (5.6+): `pidfd_getfd` on a pidfd of this very process, which duplicates like
+/// `dup(2)`. Not `/dev/fd/N` there: on Linux that is a symlink into `/proc/self/fd`, and
+/// opening it opens the file *again* — a new open file description, whose lock would be
+/// ours alone and die with us, not the shell's.
+#[cfg(target_os = "linux")]
+fn inherited(n: i32) -> Result<OwnedFd, Errno> {
+    let me = rustix::process::pidfd_open(
+        rustix::process::getpid(),
+        rustix::process::PidfdFlags::empty(),
+    )?;
+    rustix::process::pidfd_getfd(me, n, rustix::process::PidfdGetfdFlags::empty())
+}
+
+/// A duplicate of this process's descriptor `n` (see the Linux variant for why).
+///
+/// macOS and the BSDs: an open of `/dev/fd/N`, which there *duplicates* the descriptor.
+/// Apple's fd(4) (xnu, `bsd/man/man4/fd.4`) and FreeBSD's fd(4) and fdescfs(5) say: "If the
+/// file descriptor is open and the mode the file is being opened with is a subset of the
+/// mode of the existing descriptor, the call `fd = open("/dev/fd/0", mode);` and the call
+/// `fd = fcntl(0, F_DUPFD, 0);` are equivalent", and "flags to the open(2) call other than
+/// O_RDONLY, O_WRONLY and O_RDWR are ignored" (NetBSD's and OpenBSD's fd(4) read the same).
+/// The mode must be a subset of the descriptor's, so read-only is asked first and, when
+/// refused (`EACCES`: a write-only descriptor, as `exec 9>lockfile` makes), write-only.
+/// FreeBSD's devfs alone provides only `/dev/fd/0`–`2` (fd(4), "IMPLEMENTATION NOTES"); for
+/// higher numbers fdescfs(5) must be mounted on `/dev/fd`, and the error says so.
+#[cfg(all(unix, not(target_os = "linux")))]
+fn inherited(n: i32) -> Result<OwnedFd, Errno> {
+    let path = format!("/dev/fd/{n}");
+    let open =
+        |mode: OFlags| rustix::fs::open(path.as_str(), mode | OFlags::CLOEXEC, Mode::empty());
+    match open(OFlags::RDONLY) {
+        Err(Errno::ACCESS) => open(OFlags::WRONLY),
+        other => other,
+    }
 }
 
 #[cfg(test)]

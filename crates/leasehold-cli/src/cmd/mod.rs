@@ -6,9 +6,9 @@
 #[cfg_attr(not(any(target_os = "linux", windows)), allow(clippy::duplicate_mod))]
 pub mod bench;
 pub mod etcd;
-// The NUMBER form needs Linux's pidfd_getfd (see the module).
-#[cfg_attr(not(target_os = "linux"), path = "unsupported.rs")]
-#[cfg_attr(not(target_os = "linux"), allow(clippy::duplicate_mod))]
+// flock(2) and inherited descriptors: POSIX only.
+#[cfg_attr(windows, path = "unsupported.rs")]
+#[cfg_attr(windows, allow(clippy::duplicate_mod))]
 pub mod flock;
 pub mod platform;
 pub mod registry;

@@ -211,7 +211,7 @@ impl Forward {
 
 /// For `run --etcd` and `flock`, which spawn COMMAND themselves: forward every termination
 /// signal to COMMAND from now on.
-#[cfg(any(target_os = "linux", all(unix, feature = "etcd")))]
+#[cfg(unix)]
 pub(crate) fn forward_signals(pid: u32) {
     if let Ok(forward) = Forward::install() {
         let _ = forward.hangups();

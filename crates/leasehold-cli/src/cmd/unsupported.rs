@@ -2,7 +2,8 @@
 //! one clear line (exit 2) instead of the binary not building there.
 //!
 //! `bench` on macOS and the BSDs (it reads `/proc` thread states: Linux and Windows only) and
-//! `flock` outside Linux (`pidfd_getfd`) are included from this file; `cmd/mod.rs` says which.
+//! `flock` on Windows (`flock(2)` and inherited descriptor numbers, which Windows leases have
+//! not) are included from this file; `cmd/mod.rs` says which.
 
 use std::ffi::OsString;
 
@@ -29,7 +30,9 @@ pub fn main(_args: Unsupported) -> Outcome {
     let verb = module_path!().rsplit("::").next().unwrap_or("this verb");
     let why = match verb {
         "bench" => "it reads /proc to know that a waiter waits; it runs on Linux and Windows",
-        _ => "it needs Linux's pidfd_getfd",
+        _ => {
+            "Windows leases are named semaphores, with no flock(2) and no descriptor to lock or inherit (FILE or NUMBER); use `leasehold run`"
+        }
     };
     Err(Failure::usage(format!(
         "{verb}: not available on this platform: {why}"

@@ -12,6 +12,11 @@
 //! which every leasehold process honours. (Plain `flock -s` readers starve a `flock -x`
 //! writer for ever; BENCHMARKS.md has both figures.)
 //!
+//! **No reader starvation.** Nor do writers that release and queue again at once starve the
+//! readers waiting behind them: a shared waiter reserves its turn on the readers' gate, and
+//! exclusive waiters (and a waiting process's later exclusive acquisitions) let the readers
+//! already waiting go first — readers and writers take turns (`posix.rs`, `gate`).
+//!
 //! **No upgrade.** `flock` converts a shared lock to an exclusive one non-atomically — it
 //! drops the shared lock first, so another writer can get in between — and a failed
 //! non-blocking conversion leaves the caller with no lock at all, silently. So a

@@ -273,7 +273,8 @@ impl<'a> Acquisition<'a> {
     /// One non-blocking try under a granted claim. `Ok(None)`: go round again (the file was
     /// replaced and is to be reopened); `Ok(Some(Wait))`: the state was set to wait.
     fn locked_try(&mut self, opened: Opened, claim: Claim) -> Result<Option<Next>> {
-        match imp::try_lock(self.target, opened, claim, self.mode)? {
+        let may_wait = !self.try_once();
+        match imp::try_lock(self.target, opened, claim, self.mode, may_wait)? {
             Attempt::Acquired(held) => Ok(Some(Next::Acquired(held))),
             Attempt::Replaced => {
                 self.reopen()?;

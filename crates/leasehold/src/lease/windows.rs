@@ -402,6 +402,7 @@ pub(crate) fn try_lock(
     opened: Opened,
     claim: Claim,
     mode: Mode,
+    _may_wait: bool,
 ) -> Result<Attempt> {
     if mode == Mode::Shared {
         // A named semaphore's existence is the lock: it has no shared mode, and a counted

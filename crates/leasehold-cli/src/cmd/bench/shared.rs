@@ -18,11 +18,10 @@ use std::time::Duration;
 
 use leasehold::{Budget, SharedLease};
 use rustix::fs::{CWD, FlockOperation, Mode, OFlags};
-use rustix::io::Errno;
 
 use super::crew::Crew;
 use super::micro::{Op, measure_batches};
-use super::worker::{Method, Wait};
+use super::worker::{Held, Method, Wait};
 use super::{Dist, Plan, Row, Unit, errno_fail, median, mono_ns};
 use crate::exit::Failure;
 
@@ -231,18 +230,8 @@ pub(super) fn share_loop(
     let mut turns = 0u64;
     while mono_ns() < end {
         let held = match method {
-            Method::Floor => {
-                let fd = super::worker::open_kernel(lock)?;
-                loop {
-                    match rustix::fs::flock(&fd, FlockOperation::LockShared) {
-                        Ok(()) => break,
-                        Err(Errno::INTR) => continue,
-                        Err(e) => return Err(errno_fail("flock")(e)),
-                    }
-                }
-                Held::Kernel(fd)
-            }
-            _ => Held::Lease(
+            Method::Floor => Held::Kernel(super::worker::lock_kernel(lock, true)?),
+            _ => Held::Shared(
                 SharedLease::acquire(lock, &Budget::unlimited()).map_err(|e| Failure::of(&e))?,
             ),
         };
@@ -255,10 +244,4 @@ pub(super) fn share_loop(
     }
     say(&mut out, &format!("D {turns}"))?;
     Ok(turns)
-}
-
-/// A reader's shared lock: the library's, or a bare descriptor locked with `flock(LOCK_SH)`.
-enum Held {
-    Lease(#[allow(dead_code)] SharedLease),
-    Kernel(#[allow(dead_code)] OwnedFd),
 }

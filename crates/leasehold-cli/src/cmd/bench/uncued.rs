@@ -6,8 +6,8 @@
 //! `handoff` scenario cannot show that race: there a releaser contends again only when the
 //! next holder cues it.) Every worker records, per acquisition, when it started to acquire,
 //! when it had the lease and when it released, in raw `CLOCK_MONOTONIC` nanoseconds; the
-//! parent merges all workers' records and orders them by acquisition time. The lease is
-//! exclusive, so that order is the order of holders, and from it:
+//! parent merges all workers' records and orders them by acquisition time. With an
+//! exclusive lease that order is the order of holders, and from it:
 //!
 //! * **owner changed**: the fraction of acquisitions whose previous holder was another
 //!   worker (with W workers a fair lock changes owner most of the time; a lock that lets
@@ -23,6 +23,25 @@
 //! Each method runs W = 2 and 4 workers for `Plan::uncued_ms`, `Plan::uncued_repeats`
 //! times (methods rotate so none always runs first); every figure is the median over the
 //! repeats. The first tenth of each run is not counted (processes still starting).
+//!
+//! **Mixed runs (issue 15: shared mode).** The same loop with [`MIXED`]: of 4 workers, 2 take
+//! the lease shared and 2 exclusively — the workload where a shared lock looks bad: two
+//! readers that loop back to back overlap each other without a gap, so with plain
+//! `flock(LOCK_SH)` a writer waits until their holds happen to end together (starvation),
+//! and a turnstile that holds readers back behind queued writers can starve the readers
+//! instead when the writers keep queueing. The definitions above generalise to
+//! overlapping holds by asking what an acquisition *conflicts* with (an exclusive one with
+//! every hold, a shared one with exclusive holds only):
+//!
+//! * a **contended wait** is an acquisition that started before the release of the last
+//!   conflicting hold acquired before it (for exclusive-only runs: before its previous
+//!   holder released, as above), reported per mode (shared, exclusive);
+//! * a **handoff** is an acquisition by another worker than the previous one where the two
+//!   conflict (not reader after reader), timed from the last conflicting release;
+//! * **exclusive share**: the fraction of acquisitions made by the exclusive workers.
+//!
+//! Each mode's waits are read against the same mode's waits under the kernel floor doing the
+//! same mix with plain `flock(LOCK_SH)` / `flock(LOCK_EX)` (targets as above, per mode).
 
 use std::path::Path;
 
@@ -40,6 +59,13 @@ pub(crate) struct Figures {
     pub handoff: Option<Dist>,
     /// Start of acquiring → acquired, for acquisitions that had to wait (ns).
     pub wait: Option<Dist>,
+    /// The same, for the shared workers' acquisitions only (`None`: none waited, or none is
+    /// shared).
+    pub shared_wait: Option<Dist>,
+    /// The same, for the exclusive workers' acquisitions only.
+    pub exclusive_wait: Option<Dist>,
+    /// Fraction of acquisitions made by exclusive workers (1 in exclusive-only runs).
+    pub exclusive_share: f64,
     /// Acquisitions that had to wait, per run.
     pub waits: f64,
     /// Acquisitions per second.
@@ -48,18 +74,50 @@ pub(crate) struct Figures {
     pub turns: f64,
 }
 
+/// Who loops in one run: `workers` processes, of which the first `shared` take the lease
+/// shared and the others exclusively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mix {
+    pub workers: usize,
+    pub shared: usize,
+}
+
+/// The mixed run of issue 15: two readers that can overlap each other continuously, and two
+/// writers that can keep queueing (see the module documentation).
+#[cfg(unix)] // Windows has no shared leases
+pub(crate) const MIXED: Mix = Mix {
+    workers: 4,
+    shared: 2,
+};
+
+impl Mix {
+    /// Whether worker `i` takes the lease shared (readers and writers interleave in spawn
+    /// order: shared, exclusive, shared, exclusive, ...).
+    fn is_shared(self, i: usize) -> bool {
+        i.is_multiple_of(2) && i / 2 < self.shared
+    }
+}
+
 /// One line of the uncued report: a method with W workers, next to the floors of the run.
 #[derive(Debug, Clone)]
 pub(crate) struct Line {
     pub workers: usize,
+    /// How many of the workers take the lease shared (0: the exclusive-only table).
+    pub shared: usize,
     pub method: Method,
     pub figures: Figures,
     /// owner changed / the kernel floor's (target ≥ 0.8).
     pub owner_ratio: Option<f64>,
-    /// contended wait p99 / the floor's (target ≤ 1.5).
+    /// contended wait p99 / the floor's (target ≤ 1.5); in mixed runs the exclusive
+    /// workers' waits against the floor's exclusive workers'.
     pub wait_p99_ratio: Option<f64>,
-    /// contended wait max / the floor's (target ≤ 1.5).
+    /// contended wait max / the floor's (target ≤ 1.5); mixed: exclusive workers.
     pub wait_max_ratio: Option<f64>,
+    /// Mixed runs: the shared workers' contended wait p99 / the floor's shared workers'
+    /// (target ≤ 1.5).
+    pub shared_p99_ratio: Option<f64>,
+    /// Mixed runs: the shared workers' contended wait max / the floor's (target ≤ 1.5).
+    pub shared_max_ratio: Option<f64>,
     /// handoff p50 / floor + verify's (target ≤ 1.3).
     pub handoff_ratio: Option<f64>,
     /// Whether every target is met (`None` for the floors, which define them, and where the
@@ -70,73 +128,102 @@ pub(crate) struct Line {
 /// The targets of issue 12, as text for the report.
 pub(crate) const TARGETS: &str = "owner changed ≥ 0.8× floor; contended wait p99 and max ≤ 1.5× floor; handoff p50 ≤ 1.3× floor + verify";
 
-/// Runs every method with 2 and 4 workers.
+/// The same targets for the mixed runs (issue 15: "the same fairness targets as exclusive
+/// waits apply"), as text for the report.
+pub(crate) const MIXED_TARGETS: &str = "owner changed ≥ 0.8× floor; contended wait p99 and max ≤ 1.5× the floor's, per mode (shared workers vs the floor's shared workers, exclusive vs exclusive); handoff p50 ≤ 1.3× floor + verify";
+
+/// Runs every method with 2 and 4 exclusive workers, then the methods with a shared form
+/// with the [`MIXED`] workers.
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Line>, Failure> {
     let mut lines = Vec::new();
     for workers in [2usize, 4] {
-        let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); Method::ALL.len()];
-        for rep in 0..plan.uncued_repeats {
-            for k in 0..Method::ALL.len() {
-                let i = (k + rep) % Method::ALL.len();
-                let method = Method::ALL[i];
-                let tag = format!("{workers}-{rep}-{}", method.arg());
-                runs[i].push(one_run(dir, workers, method, plan.uncued_ms, &tag)?);
-            }
+        let mix = Mix { workers, shared: 0 };
+        lines.extend(run_mix(dir, plan, mix, Method::ALL)?);
+    }
+    // Windows has no shared leases (and no floors to read them against): exclusive only.
+    #[cfg(unix)]
+    lines.extend(run_mix(dir, plan, MIXED, &Method::MIXED)?);
+    Ok(lines)
+}
+
+/// Runs `methods` (the kernel floor first, floor + verify second) with `mix`, and reads each
+/// against the floors of the same run.
+fn run_mix(dir: &Path, plan: &Plan, mix: Mix, methods: &[Method]) -> Result<Vec<Line>, Failure> {
+    let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); methods.len()];
+    for rep in 0..plan.uncued_repeats {
+        for k in 0..methods.len() {
+            let i = (k + rep) % methods.len();
+            let method = methods[i];
+            let tag = format!("{}-{}-{rep}-{}", mix.workers, mix.shared, method.arg());
+            runs[i].push(one_run(dir, mix, method, plan.uncued_ms, &tag)?);
         }
-        let figures: Vec<Figures> = runs.iter().map(|r| median_figures(r)).collect();
-        // The kernel floors, where the platform has them (Windows has no kernel wait).
-        let of = |m: Method| Method::ALL.iter().position(|x| *x == m).map(|i| figures[i]);
-        let (floor, verify) = (of(Method::Floor), of(Method::FloorVerify));
-        for (method, f) in Method::ALL.iter().zip(&figures) {
-            let ratio = |a: f64, b: f64| (b > 0.0).then(|| a / b);
-            let owner_ratio = floor.and_then(|fl| ratio(f.owner_change, fl.owner_change));
-            let (wait_p99_ratio, wait_max_ratio) = match (f.wait, floor.and_then(|fl| fl.wait)) {
-                (Some(w), Some(fw)) => (ratio(w.p99, fw.p99), ratio(w.max, fw.max)),
-                _ => (None, None),
-            };
-            // Floor + verify is itself read against the kernel floor.
-            let base = if *method == Method::FloorVerify {
-                floor
-            } else {
-                verify
-            };
-            let handoff_ratio = match (f.handoff, base.and_then(|b| b.handoff)) {
-                (Some(h), Some(b)) => ratio(h.p50, b.p50),
-                _ => None,
-            };
-            let met = (!method.is_floor() && floor.is_some()).then(|| {
+    }
+    let figures: Vec<Figures> = runs.iter().map(|r| median_figures(r)).collect();
+    // The kernel floors, where the platform has them (Windows has no kernel wait).
+    let of = |m: Method| methods.iter().position(|x| *x == m).map(|i| figures[i]);
+    let (floor, verify) = (of(Method::Floor), of(Method::FloorVerify));
+    let ratio = |a: f64, b: f64| (b > 0.0).then(|| a / b);
+    let ratios = |w: Option<Dist>, fw: Option<Dist>| match (w, fw) {
+        (Some(w), Some(fw)) => (ratio(w.p99, fw.p99), ratio(w.max, fw.max)),
+        _ => (None, None),
+    };
+    let mut lines = Vec::new();
+    for (method, f) in methods.iter().zip(&figures) {
+        let owner_ratio = floor.and_then(|fl| ratio(f.owner_change, fl.owner_change));
+        let (wait_p99_ratio, wait_max_ratio) =
+            ratios(f.exclusive_wait, floor.and_then(|fl| fl.exclusive_wait));
+        let (shared_p99_ratio, shared_max_ratio) = match mix.shared {
+            0 => (None, None),
+            _ => ratios(f.shared_wait, floor.and_then(|fl| fl.shared_wait)),
+        };
+        // Floor + verify is itself read against the kernel floor.
+        let base = if *method == Method::FloorVerify {
+            floor
+        } else {
+            verify
+        };
+        let handoff_ratio = match (f.handoff, base.and_then(|b| b.handoff)) {
+            (Some(h), Some(b)) => ratio(h.p50, b.p50),
+            _ => None,
+        };
+        let within = |r: Option<f64>| r.is_some_and(|r| r <= 1.5);
+        let met = match method.is_floor() || floor.is_none() {
+            true => None,
+            false => Some(
                 owner_ratio.is_some_and(|r| r >= 0.8)
-                    && wait_p99_ratio.is_some_and(|r| r <= 1.5)
-                    && wait_max_ratio.is_some_and(|r| r <= 1.5)
-                    && handoff_ratio.is_some_and(|r| r <= 1.3)
-            });
-            lines.push(Line {
-                workers,
-                method: *method,
-                figures: *f,
-                owner_ratio,
-                wait_p99_ratio,
-                wait_max_ratio,
-                handoff_ratio,
-                met,
-            });
-        }
+                    && within(wait_p99_ratio)
+                    && within(wait_max_ratio)
+                    && (mix.shared == 0 || (within(shared_p99_ratio) && within(shared_max_ratio)))
+                    && handoff_ratio.is_some_and(|r| r <= 1.3),
+            ),
+        };
+        lines.push(Line {
+            workers: mix.workers,
+            shared: mix.shared,
+            method: *method,
+            figures: *f,
+            owner_ratio,
+            wait_p99_ratio,
+            wait_max_ratio,
+            shared_p99_ratio,
+            shared_max_ratio,
+            handoff_ratio,
+            met,
+        });
     }
     Ok(lines)
 }
 
-/// One run of `workers` processes looping with `method` for `ms` milliseconds.
-fn one_run(
-    dir: &Path,
-    workers: usize,
-    method: Method,
-    ms: u64,
-    tag: &str,
-) -> Result<Figures, Failure> {
+/// One run of `mix.workers` processes looping with `method` for `ms` milliseconds.
+fn one_run(dir: &Path, mix: Mix, method: Method, ms: u64, tag: &str) -> Result<Figures, Failure> {
+    let workers = mix.workers;
     let lock = dir.join(format!("uncued-{tag}.lock"));
     let mut crew = Crew::new();
     for i in 0..workers {
-        let args = [format!("--index={i}"), format!("--method={}", method.arg())];
+        let mut args = vec![format!("--index={i}"), format!("--method={}", method.arg())];
+        if mix.is_shared(i) {
+            args.push("--shared".into());
+        }
         crew.spawn_args("loop", &lock, None, &args)?;
     }
     // Everyone is ready (runtime built, handle open) before anyone starts.
@@ -153,7 +240,7 @@ fn one_run(
     for i in 0..workers {
         crew.send(i, &format!("go {end}"))?;
     }
-    let mut turns: Vec<(u64, u64, u64, usize)> = Vec::new();
+    let mut turns: Vec<Record> = Vec::new();
     let mut done = 0;
     while done < workers {
         let (from, line) = crew.recv()?;
@@ -166,7 +253,7 @@ fn one_run(
                         "bench: malformed worker line {line:?}"
                     )));
                 };
-                turns.push((t0, t1, t2, from));
+                turns.push((t0, t1, t2, from, mix.is_shared(from)));
             }
             Some("D") => done += 1,
             _ => {
@@ -183,39 +270,67 @@ fn one_run(
     Ok(figures_of(turns, counted_from, end))
 }
 
-/// The figures of one run's merged records `(started, acquired, released, worker)`, counting
-/// acquisitions in `[from, end)`.
-fn figures_of(mut turns: Vec<(u64, u64, u64, usize)>, from: u64, end: u64) -> Figures {
+/// One acquisition in the merged records: `(started, acquired, released, worker, shared)`.
+type Record = (u64, u64, u64, usize, bool);
+
+/// The figures of one run's merged records, counting acquisitions in `[from, end)` (the
+/// definitions, for exclusive and mixed runs, are in the module documentation).
+fn figures_of(mut turns: Vec<Record>, from: u64, end: u64) -> Figures {
     turns.sort_by_key(|t| t.1);
-    let (mut changes, mut counted) = (0usize, 0usize);
+    let (mut changes, mut counted, mut exclusive) = (0usize, 0usize, 0usize);
     let (mut handoffs, mut waits) = (Vec::new(), Vec::new());
-    for pair in turns.windows(2) {
-        let ((_, _, released, prev), (started, acquired, _, who)) = (pair[0], pair[1]);
-        // It started before the previous holder released: it had to wait. Counted when the
-        // wait overlaps the measured window, so that a waiter starved from the start until
-        // the others stopped at the end of the run is counted, with its whole wait.
-        if started < released && started < end && acquired >= from {
-            waits.push(acquired.saturating_sub(started) as f64);
+    let (mut shared_waits, mut exclusive_waits) = (Vec::new(), Vec::new());
+    // The latest release among the holds acquired so far: of any hold, of exclusive holds.
+    // (With exclusive holds only, both are the previous holder's release.)
+    let (mut last_any, mut last_exclusive) = (None::<u64>, None::<u64>);
+    let mut prev: Option<(usize, bool)> = None;
+    for &(started, acquired, released, who, shared) in &turns {
+        let conflicting = if shared { last_exclusive } else { last_any };
+        if let Some((prev_who, prev_shared)) = prev {
+            // It started before the last conflicting hold was released: it had to wait.
+            // Counted when the wait overlaps the measured window, so that a waiter starved
+            // from the start until the others stopped at the end of the run is counted,
+            // with its whole wait.
+            let waited = conflicting.is_some_and(|c| started < c);
+            if waited && started < end && acquired >= from {
+                let wait = acquired.saturating_sub(started) as f64;
+                waits.push(wait);
+                match shared {
+                    true => shared_waits.push(wait),
+                    false => exclusive_waits.push(wait),
+                }
+            }
+            if (from..end).contains(&acquired) {
+                counted += 1;
+                exclusive += usize::from(!shared);
+                if who != prev_who {
+                    changes += 1;
+                    // Reader after reader is no handoff: they may overlap.
+                    if let Some(c) = conflicting.filter(|_| !(shared && prev_shared)) {
+                        handoffs.push(acquired.saturating_sub(c) as f64);
+                    }
+                }
+            }
         }
-        if !(from..end).contains(&acquired) {
-            continue;
+        last_any = Some(last_any.map_or(released, |l| l.max(released)));
+        if !shared {
+            last_exclusive = Some(last_exclusive.map_or(released, |l| l.max(released)));
         }
-        counted += 1;
-        if who != prev {
-            changes += 1;
-            handoffs.push(acquired.saturating_sub(released) as f64);
-        }
+        prev = Some((who, shared));
     }
     let secs = end.saturating_sub(from) as f64 / 1e9;
     let dist = |v: &[f64]| (!v.is_empty()).then(|| Dist::of(v));
+    let share = |n: usize| match counted {
+        0 => 0.0,
+        _ => n as f64 / counted as f64,
+    };
     Figures {
-        owner_change: if counted > 0 {
-            changes as f64 / counted as f64
-        } else {
-            0.0
-        },
+        owner_change: share(changes),
         handoff: dist(&handoffs),
         wait: dist(&waits),
+        shared_wait: dist(&shared_waits),
+        exclusive_wait: dist(&exclusive_waits),
+        exclusive_share: share(exclusive),
         waits: waits.len() as f64,
         rate: counted as f64 / secs.max(1e-9),
         turns: counted as f64,
@@ -233,6 +348,9 @@ fn median_figures(runs: &[Figures]) -> Figures {
         owner_change: m(|f| f.owner_change),
         handoff: d(|f| f.handoff),
         wait: d(|f| f.wait),
+        shared_wait: d(|f| f.shared_wait),
+        exclusive_wait: d(|f| f.exclusive_wait),
+        exclusive_share: m(|f| f.exclusive_share),
         waits: m(|f| f.waits),
         rate: m(|f| f.rate),
         turns: m(|f| f.turns),
@@ -248,10 +366,10 @@ mod tests {
         // Worker 0 holds [10, 20], re-takes at once [21, 30] (worker 1 waited since 15),
         // worker 1 holds [32, 40]; worker 0, asking again at 31, gets it at 45.
         let turns = vec![
-            (5, 10, 20, 0),
-            (20, 21, 30, 0),
-            (15, 32, 40, 1),
-            (31, 45, 50, 0),
+            (5, 10, 20, 0, false),
+            (20, 21, 30, 0, false),
+            (15, 32, 40, 1, false),
+            (31, 45, 50, 0, false),
         ];
         let f = figures_of(turns, 0, 1_000_000_000);
         // Three acquisitions after the first: one by the same worker, two changes.
@@ -268,11 +386,53 @@ mod tests {
         // Worker 1 asks at 1 (before the window [100, 1000)) and only gets the lease at
         // 1200, after worker 0 stopped; worker 0 re-took it all along.
         let mut turns: Vec<_> = (0..10)
-            .map(|i| (i * 100, i * 100 + 1, i * 100 + 90, 0))
+            .map(|i| (i * 100, i * 100 + 1, i * 100 + 90, 0, false))
             .collect();
-        turns.push((1, 1200, 1300, 1));
+        turns.push((1, 1200, 1300, 1, false));
         let f = figures_of(turns, 100, 1000);
         assert_eq!(f.owner_change, 0.0);
         assert_eq!(f.wait.map(|w| w.max), Some(1199.0), "{f:?}");
+    }
+
+    #[test]
+    fn mixed_runs_count_waits_per_mode_and_no_handoff_between_overlapping_readers() {
+        // Readers 0 and 2 overlap ([10, 30] and [16, 40]: reader 2 did not wait); writer 1,
+        // asking at 12, gets in at 41 after both; then reader 0 (asked at 31) and reader 2
+        // (asked at 41) wait for the writer and overlap again; writer 3 (asked at 45) gets
+        // in at 62 after both readers.
+        let turns = vec![
+            (0, 10, 30, 0, true),
+            (15, 16, 40, 2, true),
+            (12, 41, 50, 1, false),
+            (31, 51, 60, 0, true),
+            (41, 52, 61, 2, true),
+            (45, 62, 70, 3, false),
+        ];
+        let f = figures_of(turns, 0, 1_000_000_000);
+        assert_eq!(f.owner_change, 1.0, "{f:?}");
+        assert!((f.exclusive_share - 2.0 / 5.0).abs() < 1e-9, "{f:?}");
+        // Reader 0 waited 31 → 51 and reader 2 41 → 52 (for the writer's release at 50).
+        let sw = f.shared_wait.unwrap();
+        assert_eq!((sw.p50, sw.max), (11.0, 20.0));
+        // Writer 1 waited 12 → 41 and writer 3 45 → 62 (for the last reader's release).
+        let ew = f.exclusive_wait.unwrap();
+        assert_eq!((ew.p50, ew.max), (17.0, 29.0));
+        assert_eq!(f.waits, 4.0);
+        // Handoffs: 40 → 41 (writer 1), 50 → 51 (reader 0), 61 → 62 (writer 3); none from
+        // reader to reader.
+        let h = f.handoff.unwrap();
+        assert_eq!((h.p50, h.max), (1.0, 1.0));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_mixed_run_interleaves_readers_and_writers() {
+        let shared: Vec<bool> = (0..4).map(|i| MIXED.is_shared(i)).collect();
+        assert_eq!(shared, [true, false, true, false]);
+        let none = Mix {
+            workers: 4,
+            shared: 0,
+        };
+        assert!((0..4).all(|i| !none.is_shared(i)));
     }
 }

@@ -19,7 +19,8 @@
 //!   <threads while all wait>`, then wait until stdin closes (the waiters die with it).
 //! * `loop` (the uncued back-to-back scenario): prepare `--method`, print `R`, read
 //!   `go <end ns>`, then until the end loop *acquire → hold 100 µs (asleep) → release →
-//!   acquire again at once*, with no cue from anyone, recording per acquisition when it
+//!   acquire again at once* (shared with `--shared`, else exclusive), with no cue from
+//!   anyone, recording per acquisition when it
 //!   started to acquire, when it had the lease and when it released (stamped just before the
 //!   release call). Then print one `r <start> <acquired> <released>` line per acquisition and
 //!   `D <count>`. Nothing is printed or written inside the loop.
@@ -35,7 +36,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{Budget, Lease};
+use leasehold::{Budget, Lease, SharedLease};
 #[cfg(unix)]
 use rustix::fs::{CWD, FlockOperation, Mode, OFlags};
 #[cfg(unix)]
@@ -81,9 +82,14 @@ pub struct WorkerArgs {
     /// How a `loop` worker takes the lease (see [`Method`]).
     #[arg(long, value_enum, default_value_t = Method::Lease)]
     method: Method,
+    /// A `loop` worker takes the lease shared (`SharedLease`, `flock(LOCK_SH)`).
+    #[arg(long)]
+    shared: bool,
 }
 
-/// How a `loop` worker of the uncued scenario takes and releases the lease, once per turn.
+/// How a `loop` worker of the uncued scenario takes and releases the lease, once per turn
+/// (exclusively, or shared with `--shared`: `LOCK_SH` and `SharedLease` in place of
+/// `LOCK_EX` and `Lease`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Method {
     /// The kernel floor: open, blocking `flock(LOCK_EX)`, close.
@@ -96,7 +102,8 @@ pub(crate) enum Method {
     /// Cold `Lease::acquire` with a deadline and a `CancelToken`: what users with timeouts
     /// (and every CLI wait) get.
     LeaseBudget,
-    /// Warm: `LeaseHandle::lock` (unlimited budget) and release, the file kept open.
+    /// Warm: `LeaseHandle::lock` (unlimited budget) and release, the file kept open
+    /// (exclusive only: there is no shared handle).
     Handle,
     /// `Lease::acquire_async` (unlimited budget) on a current-thread tokio runtime.
     Async,
@@ -140,6 +147,28 @@ impl Method {
         }
     }
 
+    /// The methods of the mixed (shared + exclusive workers) runs: those with a shared
+    /// form, the floors first.
+    #[cfg(unix)] // Windows has no shared leases
+    pub(super) const MIXED: [Method; 4] = [
+        Method::Floor,
+        Method::FloorVerify,
+        Method::Lease,
+        Method::LeaseBudget,
+    ];
+
+    /// What it is in a mixed run, for the report.
+    pub(super) fn mixed_label(self) -> &'static str {
+        match self {
+            Method::Floor => "kernel floor: open + flock(LOCK_SH or LOCK_EX) + close",
+            Method::FloorVerify => "floor + inode verify (fstat + stat)",
+            Method::Lease => "SharedLease / Lease::acquire, unlimited budget",
+            Method::LeaseBudget => "SharedLease / Lease::acquire, deadline + CancelToken",
+            Method::Handle => "LeaseHandle::lock (warm; exclusive only)",
+            Method::Async => "acquire_shared_async / acquire_async, current-thread runtime",
+        }
+    }
+
     /// What it is, for the report.
     pub(super) fn label(self) -> &'static str {
         match self {
@@ -160,8 +189,12 @@ type Turn = (u64, u64, u64);
 fn back_to_back(
     lock: &Path,
     method: Method,
+    shared: bool,
     lines: &mut impl Iterator<Item = std::io::Result<String>>,
 ) -> Result<Vec<Turn>, Failure> {
+    if shared && method == Method::Handle {
+        return Err(Failure::usage("bench: a LeaseHandle has no shared mode"));
+    }
     let hold = Duration::from_nanos(HOLD_NS);
     let token = leasehold::CancelToken::new().map_err(|e| Failure::of(&e))?;
     let rt = match method {
@@ -186,14 +219,7 @@ fn back_to_back(
     #[cfg(unix)]
     let kernel_turn = |verify: bool| -> Result<Turn, Failure> {
         let t0 = mono_ns();
-        let fd = open_kernel(lock)?;
-        loop {
-            match rustix::fs::flock(&fd, FlockOperation::LockExclusive) {
-                Ok(()) => break,
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(errno_fail("flock")(e)),
-            }
-        }
+        let fd = lock_kernel(lock, shared)?;
         if verify {
             let held = rustix::fs::fstat(&fd).map_err(errno_fail("fstat"))?;
             let now = rustix::fs::statat(CWD, lock, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
@@ -224,18 +250,23 @@ fn back_to_back(
             }
             Method::Lease | Method::LeaseBudget | Method::Async => {
                 let t0 = mono_ns();
-                let lease = match (method, &rt) {
-                    (Method::Async, Some(rt)) => {
-                        rt.block_on(Lease::acquire_async(lock, &Budget::unlimited()))
+                let budget = match method {
+                    // Far beyond the run: the deadline never passes, but the waiter is the
+                    // cancellable one.
+                    Method::LeaseBudget => {
+                        Budget::timeout(Duration::from_secs(600)).with_cancel(token.clone())
                     }
-                    (Method::LeaseBudget, _) => {
-                        // Far beyond the run: the deadline never passes, but the waiter is
-                        // the cancellable one.
-                        let budget =
-                            Budget::timeout(Duration::from_secs(600)).with_cancel(token.clone());
-                        Lease::acquire(lock, &budget)
-                    }
-                    _ => Lease::acquire(lock, &Budget::unlimited()),
+                    _ => Budget::unlimited(),
+                };
+                let lease = match (&rt, shared) {
+                    (Some(rt), false) => rt
+                        .block_on(Lease::acquire_async(lock, &budget))
+                        .map(Held::Lease),
+                    (Some(rt), true) => rt
+                        .block_on(SharedLease::acquire_async(lock, &budget))
+                        .map(Held::Shared),
+                    (None, false) => Lease::acquire(lock, &budget).map(Held::Lease),
+                    (None, true) => SharedLease::acquire(lock, &budget).map(Held::Shared),
                 }
                 .map_err(lease_err)?;
                 let t1 = mono_ns();
@@ -262,11 +293,31 @@ fn back_to_back(
     Ok(turns)
 }
 
-/// A lease held either by the library or by a bare descriptor locked with `flock`.
-enum Held {
+/// A lease held either by the library (exclusive or shared) or by a bare descriptor locked
+/// with `flock`; dropping it releases.
+pub(super) enum Held {
     Lease(#[allow(dead_code)] Lease),
+    Shared(#[allow(dead_code)] SharedLease),
     #[cfg(unix)]
     Kernel(#[allow(dead_code)] OwnedFd),
+}
+
+/// The kernel floor's acquisition: open `path` (created 0600 if missing) and block in
+/// `flock(LOCK_SH)` or `flock(LOCK_EX)` until granted.
+#[cfg(unix)]
+pub(super) fn lock_kernel(path: &Path, shared: bool) -> Result<OwnedFd, Failure> {
+    let fd = open_kernel(path)?;
+    let op = match shared {
+        true => FlockOperation::LockShared,
+        false => FlockOperation::LockExclusive,
+    };
+    loop {
+        match rustix::fs::flock(&fd, op) {
+            Ok(()) => return Ok(fd),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(errno_fail("flock")(e)),
+        }
+    }
 }
 
 #[cfg(unix)]
@@ -336,14 +387,8 @@ fn acquire(
         )),
         #[cfg(unix)]
         (Wait::Kernel, _) => {
-            let fd = open_kernel(path)?;
-            loop {
-                match rustix::fs::flock(&fd, FlockOperation::LockExclusive) {
-                    Ok(()) => return Ok((Held::Kernel(fd), mono_ns())),
-                    Err(Errno::INTR) => continue,
-                    Err(e) => return Err(errno_fail("flock")(e)),
-                }
-            }
+            let fd = lock_kernel(path, false)?;
+            Ok((Held::Kernel(fd), mono_ns()))
         }
         (Wait::Async, Some(rt)) => {
             let path = path.to_path_buf();
@@ -540,7 +585,7 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
             drop(held);
         }
         "loop" => {
-            let turns = back_to_back(lock, args.method, &mut lines)?;
+            let turns = back_to_back(lock, args.method, args.shared, &mut lines)?;
             use std::fmt::Write as _;
             let mut text = String::with_capacity(turns.len() * 40);
             for (t0, t1, t2) in &turns {
