@@ -371,6 +371,7 @@ pub(crate) fn try_lock(
     opened: Opened,
     claim: Claim,
     _mode: Mode,
+    _may_wait: bool,
 ) -> Result<Attempt> {
     match sys::stat_nofollow(target.display()) {
         Ok(Stood::Regular(now)) if now == opened.id => Ok(Attempt::Acquired(Held {
