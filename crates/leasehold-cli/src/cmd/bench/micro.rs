@@ -105,6 +105,43 @@ fn kernel_cycle(path: &Path, verify: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The median time per operation of each op, timed by [`measure`], as report rows.
+struct Medians {
+    m: Vec<f64>,
+    samples: usize,
+}
+
+impl Medians {
+    fn of(ops: &mut [Op<'_>], plan: &Plan) -> Result<Medians, Failure> {
+        let t = measure(ops, plan)?;
+        Ok(Medians {
+            m: t.iter().map(|v| median(v)).collect(),
+            samples: plan.repeats * plan.batch,
+        })
+    }
+
+    /// The row of op `i`, read against op `floor.0` (described as `floor.1`), if any.
+    fn row(
+        &self,
+        key: &'static str,
+        name: &str,
+        i: usize,
+        floor: Option<(usize, &'static str)>,
+    ) -> Row {
+        Row {
+            key,
+            name: name.into(),
+            unit: Unit::Nanos,
+            median: self.m[i],
+            dist: None,
+            floor: floor.map(|(f, what)| (self.m[f], what)),
+            floor_dist: None,
+            target: None,
+            samples: self.samples,
+        }
+    }
+}
+
 /// Times `plan.batch` calls of each op per repeat, interleaved; returns ns/op per repeat per op.
 fn measure(ops: &mut [Op<'_>], plan: &Plan) -> Result<Vec<Vec<f64>>, Failure> {
     measure_batches(ops, plan.repeats, plan.batch)
@@ -225,21 +262,9 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             Ok(())
         }),
     ];
-    let t = measure(&mut ops, plan)?;
+    let medians = Medians::of(&mut ops, plan)?;
     drop(ops);
-    let m: Vec<f64> = t.iter().map(|v| median(v)).collect();
-    let samples = plan.repeats * plan.batch;
-    let row = |key, name: &str, i: usize, floor: Option<(usize, &'static str)>| Row {
-        key,
-        name: name.into(),
-        unit: Unit::Nanos,
-        median: m[i],
-        dist: None,
-        floor: floor.map(|(f, what)| (m[f], what)),
-        floor_dist: None,
-        target: None,
-        samples,
-    };
+    let row = |key, name: &str, i, floor| medians.row(key, name, i, floor);
     let mut cold_row = row(
         "cold_cycle",
         "cold cycle (try_acquire: open, lock, verify; drop)",
@@ -263,7 +288,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let r = warm_row.ratio().unwrap_or(f64::INFINITY);
     warm_row.target = Some((
         "≤ 1.3× floor, < fs4-style cycle".into(),
-        r <= 1.3 && m[3] < m[2],
+        r <= 1.3 && medians.m[3] < medians.m[2],
     ));
     let verify_row = row(
         "verify",
@@ -413,21 +438,9 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
             Ok(())
         }),
     ];
-    let t = measure(&mut ops, plan)?;
+    let medians = Medians::of(&mut ops, plan)?;
     drop(ops);
-    let m: Vec<f64> = t.iter().map(|v| median(v)).collect();
-    let samples = plan.repeats * plan.batch;
-    let row = |key, name: &str, i: usize, floor: Option<(usize, &'static str)>| Row {
-        key,
-        name: name.into(),
-        unit: Unit::Nanos,
-        median: m[i],
-        dist: None,
-        floor: floor.map(|(f, what)| (m[f], what)),
-        floor_dist: None,
-        target: None,
-        samples,
-    };
+    let row = |key, name: &str, i, floor| medians.row(key, name, i, floor);
     const PATHS: &str = "its path calls only: stat ×2, canonicalize";
     let rows = vec![
         row(
