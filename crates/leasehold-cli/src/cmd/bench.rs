@@ -587,7 +587,7 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
     }
     out.push_str(&aligned(&cells, |i| i == 1 || i == 12));
     let mixed: Vec<&uncued::Line> = lines.iter().filter(|l| l.shared > 0).collect();
-    let Some(first) = mixed.first() else {
+    let Some(first) = mixed.first().copied() else {
         return out;
     };
     out.push_str(&format!(
@@ -617,7 +617,7 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         "met",
     ];
     let mut cells: Vec<[String; 16]> = vec![header.map(String::from)];
-    for l in mixed {
+    for l in &mixed {
         let f = &l.figures;
         cells.push([
             l.method.mixed_label().into(),
@@ -639,6 +639,31 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         ]);
     }
     out.push_str(&aligned(&cells, |i| i == 0 || i == 15));
+    // Which hand-overs the median mixes: one wake-up each, or more.
+    out.push_str("\nthe same runs: handoff p50 by transition (hand-overs per run)\n\n");
+    let mut cells: Vec<[String; 4]> = vec![[
+        "method".into(),
+        uncued::Transition::WriterToWriter.label().into(),
+        uncued::Transition::WriterToReader.label().into(),
+        uncued::Transition::ReaderToWriter.label().into(),
+    ]];
+    for l in &mixed {
+        let f = &l.figures;
+        let by = |t: uncued::Transition| {
+            format!(
+                "{} ({:.0})",
+                ns(f.handoff_by[t as usize].map(|d| d.p50)),
+                f.handoffs_by[t as usize]
+            )
+        };
+        cells.push([
+            l.method.mixed_label().into(),
+            by(uncued::Transition::WriterToWriter),
+            by(uncued::Transition::WriterToReader),
+            by(uncued::Transition::ReaderToWriter),
+        ]);
+    }
+    out.push_str(&aligned(&cells, |i| i == 0));
     out
 }
 
@@ -692,6 +717,18 @@ fn json_report(
                 "owner_change": f.owner_change,
                 "exclusive_share": f.exclusive_share,
                 "handoff": dist(&f.handoff),
+                "handoff_by_transition": uncued::Transition::ALL
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.key().to_string(),
+                            json!({
+                                "handoff": dist(&f.handoff_by[*t as usize]),
+                                "handoffs_per_run": f.handoffs_by[*t as usize],
+                            }),
+                        )
+                    })
+                    .collect::<serde_json::Map<String, Value>>(),
                 "contended_wait": dist(&f.wait),
                 "shared_contended_wait": dist(&f.shared_wait),
                 "exclusive_contended_wait": dist(&f.exclusive_wait),

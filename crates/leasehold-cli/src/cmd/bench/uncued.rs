@@ -57,6 +57,13 @@ pub(crate) struct Figures {
     pub owner_change: f64,
     /// Release → acquisition by a different worker (ns); `None` if that never happened.
     pub handoff: Option<Dist>,
+    /// The same handoffs by transition, [`Transition`] order (writer → writer, writer →
+    /// reader, reader → writer): in mixed runs the median of all of them mixes one-wake-up
+    /// hand-overs with slower ones, and this shows which (session 13: writer → reader
+    /// hand-overs through the gate took two wake-ups).
+    pub handoff_by: [Option<Dist>; 3],
+    /// Handoffs per run, by transition.
+    pub handoffs_by: [f64; 3],
     /// Start of acquiring → acquired, for acquisitions that had to wait (ns).
     pub wait: Option<Dist>,
     /// The same, for the shared workers' acquisitions only (`None`: none waited, or none is
@@ -72,6 +79,50 @@ pub(crate) struct Figures {
     pub rate: f64,
     /// Acquisitions counted, per run.
     pub turns: f64,
+}
+
+/// A handoff's kind, by the modes of the hold released and the hold acquired (readers after
+/// readers are no handoff).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transition {
+    WriterToWriter = 0,
+    WriterToReader = 1,
+    ReaderToWriter = 2,
+}
+
+impl Transition {
+    pub(crate) const ALL: [Transition; 3] = [
+        Transition::WriterToWriter,
+        Transition::WriterToReader,
+        Transition::ReaderToWriter,
+    ];
+
+    /// The column label in the report.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Transition::WriterToWriter => "writer → writer",
+            Transition::WriterToReader => "writer → reader",
+            Transition::ReaderToWriter => "reader → writer",
+        }
+    }
+
+    /// The JSON key.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            Transition::WriterToWriter => "writer_to_writer",
+            Transition::WriterToReader => "writer_to_reader",
+            Transition::ReaderToWriter => "reader_to_writer",
+        }
+    }
+
+    fn of(prev_shared: bool, shared: bool) -> Option<Transition> {
+        match (prev_shared, shared) {
+            (false, false) => Some(Transition::WriterToWriter),
+            (false, true) => Some(Transition::WriterToReader),
+            (true, false) => Some(Transition::ReaderToWriter),
+            (true, true) => None,
+        }
+    }
 }
 
 /// Who loops in one run: `workers` processes, of which the first `shared` take the lease
@@ -279,6 +330,7 @@ fn figures_of(mut turns: Vec<Record>, from: u64, end: u64) -> Figures {
     turns.sort_by_key(|t| t.1);
     let (mut changes, mut counted, mut exclusive) = (0usize, 0usize, 0usize);
     let (mut handoffs, mut waits) = (Vec::new(), Vec::new());
+    let mut handoffs_by: [Vec<f64>; 3] = Default::default();
     let (mut shared_waits, mut exclusive_waits) = (Vec::new(), Vec::new());
     // The latest release among the holds acquired so far: of any hold, of exclusive holds.
     // (With exclusive holds only, both are the previous holder's release.)
@@ -306,8 +358,10 @@ fn figures_of(mut turns: Vec<Record>, from: u64, end: u64) -> Figures {
                 if who != prev_who {
                     changes += 1;
                     // Reader after reader is no handoff: they may overlap.
-                    if let Some(c) = conflicting.filter(|_| !(shared && prev_shared)) {
-                        handoffs.push(acquired.saturating_sub(c) as f64);
+                    if let (Some(c), Some(t)) = (conflicting, Transition::of(prev_shared, shared)) {
+                        let h = acquired.saturating_sub(c) as f64;
+                        handoffs.push(h);
+                        handoffs_by[t as usize].push(h);
                     }
                 }
             }
@@ -327,6 +381,8 @@ fn figures_of(mut turns: Vec<Record>, from: u64, end: u64) -> Figures {
     Figures {
         owner_change: share(changes),
         handoff: dist(&handoffs),
+        handoff_by: handoffs_by.each_ref().map(|v| dist(v)),
+        handoffs_by: handoffs_by.each_ref().map(|v| v.len() as f64),
         wait: dist(&waits),
         shared_wait: dist(&shared_waits),
         exclusive_wait: dist(&exclusive_waits),
@@ -347,6 +403,21 @@ fn median_figures(runs: &[Figures]) -> Figures {
     Figures {
         owner_change: m(|f| f.owner_change),
         handoff: d(|f| f.handoff),
+        handoff_by: Transition::ALL.map(|t| {
+            let v: Vec<Dist> = runs
+                .iter()
+                .filter_map(|f| f.handoff_by[t as usize])
+                .collect();
+            (!v.is_empty()).then(|| Dist::median_of(&v))
+        }),
+        handoffs_by: Transition::ALL.map(|t| {
+            median(
+                &runs
+                    .iter()
+                    .map(|f| f.handoffs_by[t as usize])
+                    .collect::<Vec<_>>(),
+            )
+        }),
         wait: d(|f| f.wait),
         shared_wait: d(|f| f.shared_wait),
         exclusive_wait: d(|f| f.exclusive_wait),
@@ -376,6 +447,7 @@ mod tests {
         assert!((f.owner_change - 2.0 / 3.0).abs() < 1e-9, "{f:?}");
         let h = f.handoff.unwrap();
         assert_eq!((h.p50, h.max), (2.0, 5.0)); // 30 → 32 and 40 → 45
+        assert_eq!(f.handoffs_by, [2.0, 0.0, 0.0], "writers only");
         let w = f.wait.unwrap();
         // Worker 1 waited 15 → 32; worker 0 waited 31 → 45; the re-take at 21 did not wait.
         assert_eq!((f.waits, w.max), (2.0, 17.0));
@@ -422,6 +494,10 @@ mod tests {
         // reader to reader.
         let h = f.handoff.unwrap();
         assert_eq!((h.p50, h.max), (1.0, 1.0));
+        // One of each transition: writer 1 after reader 2, reader 0 after writer 1, writer 3
+        // after reader 2.
+        assert_eq!(f.handoffs_by, [0.0, 1.0, 2.0]);
+        assert!(f.handoff_by[Transition::WriterToWriter as usize].is_none());
     }
 
     #[cfg(unix)]
