@@ -269,6 +269,11 @@ fn gate_of(lock: &Path) -> PathBuf {
     lock.with_file_name(format!(".{name}.leasehold-gate"))
 }
 
+fn writers_queue_of(lock: &Path) -> PathBuf {
+    let name = lock.file_name().unwrap().to_str().unwrap();
+    lock.with_file_name(format!(".{name}.leasehold-gate-writers"))
+}
+
 fn readers_gate_of(lock: &Path) -> PathBuf {
     let name = lock.file_name().unwrap().to_str().unwrap();
     lock.with_file_name(format!(".{name}.leasehold-gate-readers"))
@@ -646,12 +651,13 @@ fn a_writer_that_acquires_again_at_once_lets_a_waiting_reader_go_first() {
     drop(again.join().unwrap().expect("then the writer"));
 }
 
-/// The hand-over from a writer to the readers waiting for it takes one wake-up: a writer that
-/// waited keeps the gate with its lease, a reader that comes while it holds waits on the lock
-/// itself (not on the gate, which would take a second wake-up after the release: BENCHMARKS.md,
-/// "Shared mode — the gate kept with the lease"), goes in at the release before a writer
-/// queued after it, and a release leaves nothing of the gates locked — for a lease and for a
-/// `LeaseHandle`.
+/// A hand-over takes one wake-up (BENCHMARKS.md, "Shared mode — one wake-up per hand-over"):
+/// a writer that waited keeps the gate and the writers' queue with its lease; a reader that
+/// comes while it holds waits on the lock itself (not on the gate, which took a second
+/// wake-up after the release) and goes in at the release before a writer queued after it;
+/// the next writer queues on the writers' queue, apart from readers (queued on the gate,
+/// readers behind it were woken when it was granted); and a release leaves nothing of the
+/// gates locked — for a lease and for a `LeaseHandle`.
 #[test]
 fn a_writer_keeps_the_gate_with_its_lease_and_readers_wait_for_it_on_the_lock() {
     // It observes waiters through /proc/locks, which the portable build does not read.
@@ -664,7 +670,11 @@ fn a_writer_keeps_the_gate_with_its_lease_and_readers_wait_for_it_on_the_lock() 
     let dir = tempfile::tempdir().unwrap();
     let lock = dir.path().join("kept.lock");
     drop(SharedLease::try_acquire(&lock).unwrap()); // a shared user: the gates exist
-    let (gate, readers) = (gate_of(&lock), readers_gate_of(&lock));
+    let (gate, readers, writers) = (
+        gate_of(&lock),
+        readers_gate_of(&lock),
+        writers_queue_of(&lock),
+    );
     let holder = testkit::FlockHolder::hold(&lock);
     let mut writer = Proc::spawn(&mut helper_cmd("wait-exclusive", &lock));
     until("the writer waits, holding the gate", || {
@@ -678,6 +688,19 @@ fn a_writer_keeps_the_gate_with_its_lease_and_readers_wait_for_it_on_the_lock() 
         vec![writer.pid()],
         "the writer keeps the gate while it holds the lease"
     );
+    assert_eq!(pids(&writers), vec![writer.pid()], "and the writers' queue");
+    let mut next = Proc::spawn(&mut helper_cmd("wait-exclusive", &lock));
+    until("the next writer waits", || {
+        blocked_on(next.pid(), &writers) || blocked_on(next.pid(), &gate)
+    });
+    assert!(
+        blocked_on(next.pid(), &writers),
+        "the next writer queued on the gate, where readers queue"
+    );
+    writer.close_stdin();
+    writer.wait();
+    assert_eq!(said(&mut next), "got");
+    let mut writer = next;
     let mut reader = Proc::spawn(&mut helper_cmd("wait-shared", &lock));
     until("the reader waits", || {
         blocked_on(reader.pid(), &lock) || blocked_on(reader.pid(), &gate)
@@ -702,7 +725,7 @@ fn a_writer_keeps_the_gate_with_its_lease_and_readers_wait_for_it_on_the_lock() 
     assert_eq!(said(&mut second), "got");
     second.close_stdin();
     second.wait();
-    assert!(pids(&gate).is_empty() && pids(&readers).is_empty());
+    assert!(pids(&gate).is_empty() && pids(&readers).is_empty() && pids(&writers).is_empty());
 
     // A handle that waited keeps the gate while it holds, and lets it go when it unlocks.
     let holder = testkit::FlockHolder::hold(&lock);
@@ -730,6 +753,7 @@ fn a_writer_keeps_the_gate_with_its_lease_and_readers_wait_for_it_on_the_lock() 
     let handle = handle.join().unwrap();
     assert!(pids(&lock).is_empty(), "unlocked");
     assert!(pids(&gate).is_empty(), "and the gate with it");
+    assert!(pids(&writers).is_empty(), "and the writers' queue");
     drop(handle);
 }
 

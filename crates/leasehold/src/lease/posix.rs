@@ -249,6 +249,12 @@ impl Target {
         let lock = self.name.file_name().filter(|_| self.gated)?;
         Some(self.name.with_file_name(gate::readers_name(lock)))
     }
+
+    /// The writers' queue's name, relative to `dir` (see [`gate`]; computed when needed).
+    fn writers_gate(&self) -> Option<PathBuf> {
+        let lock = self.name.file_name().filter(|_| self.gated)?;
+        Some(self.name.with_file_name(gate::writers_name(lock)))
+    }
 }
 
 /// A lock file opened for locking, not yet locked.
@@ -844,16 +850,18 @@ mod helpers {
 /// for ever (util-linux `flock -s` readers do exactly that to a `flock -x` writer; BENCHMARKS.md
 /// has the figure).
 ///
-/// The protocol, over two more lock files next to the lock file, the gate and the readers'
-/// gate:
+/// The protocol, over three more lock files next to the lock file, the gate, the readers'
+/// gate and the writers' queue:
 ///
 /// * An **exclusive waiter** (one that found the lock busy and waits) first passes the
 ///   readers' gate (takes it exclusively, waiting while shared waiters hold it, and lets it
-///   go at once), then holds the gate exclusively (`LOCK_EX`, waiting for it if need be)
-///   while it waits for the lock, and **keeps it with the lease**: its release unlocks the
-///   lock, then the gate ([`HeldGate`](gate::HeldGate)). An exclusive *try* never touches
-///   the gate (for the readers' gate, see the last point), and an exclusive waiter never
-///   creates either (shared acquirers do).
+///   go at once), then queues on the writers' queue (`LOCK_EX`: writers only), then holds
+///   the gate exclusively (`LOCK_EX`, waiting for it if need be) while it waits for the
+///   lock, and **keeps the queue and the gate with the lease**: its release unlocks the
+///   lock, the gate, then the queue ([`HeldGate`](gate::HeldGate)). An exclusive *try* never
+///   touches the gates (for the readers' gate, see the last point); an exclusive waiter
+///   never creates the gate or the readers' gate (shared acquirers do), and creates the
+///   writers' queue only next to a gate.
 /// * A **shared acquirer** passes the gate: takes it shared (non-blocking on a try), tries
 ///   `LOCK_SH` on the lock, and lets the gate go at once. A **shared waiter** (the try found
 ///   the gate or the lock busy) holds the readers' gate shared for its whole wait. Where no
@@ -893,15 +901,19 @@ mod helpers {
 /// is no deadlock. (One process must not nest shared leases on one file while an exclusive
 /// waiter may queue: the inner one waits behind the waiter, which waits for the outer one.)
 ///
-/// Why a writer keeps the gate with its lease, and readers wait on the lock while a writer
-/// holds it: every wake-up on a hand-over's path costs, and on the 2-vCPU reference VM a
-/// `flock` call that wakes waiters takes ~8 µs and a woken waiter runs ~15 µs later. Letting
-/// the gate go on the grant woke the readers queued on it from the writer's acquisition and
-/// queued them on the lock again, and readers that then waited on the gate were woken only
-/// by a second wake-up after the writer's release (release to grant 29–34 µs, against
-/// 14–15 µs for a reader woken from the lock). Measured in the bench's mixed loop, handoff
-/// p50 went from 1.45× to 1.26× the floor + verify figure (BENCHMARKS.md, "Shared mode —
-/// the gate kept with the lease").
+/// Why a writer keeps the gate with its lease, readers wait on the lock while a writer holds
+/// it, and writers queue apart from readers: every wake-up on a hand-over's path costs, and
+/// on the 2-vCPU reference VM a `flock` call that wakes waiters takes ~8 µs and a woken
+/// waiter runs ~15 µs later. Letting the gate go on the grant woke the readers queued on it
+/// from the writer's acquisition and queued them on the lock again, and readers that then
+/// waited on the gate were woken only by a second wake-up after the writer's release
+/// (release to grant 29–34 µs, against 14–15 µs for a reader woken from the lock). And a
+/// writer queued on the gate had the readers that came after it queued behind its request
+/// (Linux puts a conflicting request behind the waiting one), which the kernel wakes when
+/// that writer is granted, before its `flock` returns: writer → writer hand-overs took
+/// 29–44 µs against the floor + verify's 15–19 µs. Measured in the bench's mixed loop, the
+/// handoff p50 went from 1.45× to 1.00–1.19× the floor + verify figure (BENCHMARKS.md,
+/// "Shared mode — one wake-up per hand-over").
 ///
 /// An abandoned exclusive wait (deadline, cancellation, dropped future) keeps its place on
 /// the gate until the kernel grants its helper the lock, which it drops at once (see
@@ -909,10 +921,10 @@ mod helpers {
 /// would have waited, and a later waiter of the process that adopts the helper keeps the
 /// place in line.
 ///
-/// Where they live and what they cost: `.<name>.leasehold-gate` and
-/// `.<name>.leasehold-gate-readers` in the lock file's directory (`.leasehold-gate-<sha256
-/// of the name>` and `.leasehold-gate-readers-<sha256>` when that would be too long a file
-/// name), each opened
+/// Where they live and what they cost: `.<name>.leasehold-gate`,
+/// `.<name>.leasehold-gate-readers` and `.<name>.leasehold-gate-writers` in the lock file's
+/// directory (`.leasehold-gate-<sha256 of the name>` and so on when that would be too long a
+/// file name), each opened
 /// exactly like a lock file (relative to the same directory handle, never following a
 /// symlink, never blocking, close-on-exec, created 0600, never written, truncated or
 /// removed) and used only while it is a regular file. A shared acquisition pays one more
@@ -920,8 +932,8 @@ mod helpers {
 /// wait the same again for the readers' gate (its two descriptors close with the lease,
 /// after the lock file's: [`Spare`](gate::Spare)); an exclusive try pays nothing (an
 /// acquisition that may wait, where this process saw a readers' gate, one open, `flock` and
-/// close), an exclusive wait two opens, up to four `flock`s and one `dup`, and its release
-/// two `flock(LOCK_UN)`s more. The gates only
+/// close), an exclusive wait three opens, up to five `flock`s and one `dup`, and its release
+/// three `flock(LOCK_UN)`s more. The gates only
 /// ever cost fairness, never exclusion: where they cannot be opened or locked (a read-only
 /// directory, a file system without locks) leases work as plain `flock` does, and lockers
 /// that do not know them (util-linux `flock(1)`, other libraries) are excluded by the lock
@@ -933,25 +945,32 @@ mod helpers {
 pub(crate) mod gate {
     use super::*;
 
-    /// The gate an exclusive waiter holds with its lease, and a duplicate of the lock file's
-    /// descriptor (the same open file description) to unlock the lock through first.
+    /// The gate (and the writers' queue) an exclusive waiter holds with its lease, and a
+    /// duplicate of the lock file's descriptor (the same open file description) to unlock the
+    /// lock through first.
     ///
-    /// Dropped before anything of the lease closes, it unlocks the lock, then the gate, with
-    /// two `flock(LOCK_UN)`s: the readers queued on either are woken at once, before the
-    /// closes that follow (a `close` wakes the lock's waiters only at its end, measured 3–4 µs
-    /// on the reference VM, and the gate's waiters one `close` later still).
+    /// Dropped before anything of the lease closes, it unlocks the lock, the gate, then the
+    /// writers' queue, with `flock(LOCK_UN)`s: the readers queued on the lock or the gate,
+    /// then the next writer, are woken at once, before the closes that follow (a `close`
+    /// wakes the waiters only at its end, measured 3–4 µs on the reference VM, and the next
+    /// file's waiters one `close` later still).
     #[derive(Debug)]
     pub(crate) struct HeldGate {
         lock: OwnedFd,
         gate: OwnedFd,
+        writers: Option<OwnedFd>,
     }
 
     impl Drop for HeldGate {
         fn drop(&mut self) {
             // The lock first: a reader woken by the gate must find the lock free, or it would
-            // queue on the lock and need a second wake-up.
+            // queue on the lock and need a second wake-up. The next writer last: the readers
+            // that queued while we held go before it.
             let _ = sys::unlock(self.lock.as_fd());
             let _ = sys::unlock(self.gate.as_fd());
+            if let Some(w) = &self.writers {
+                let _ = sys::unlock(w.as_fd());
+            }
         }
     }
 
@@ -974,6 +993,8 @@ pub(crate) mod gate {
     const SUFFIX: &str = ".leasehold-gate";
     /// The suffix of a readers' gate's name.
     const READERS_SUFFIX: &str = ".leasehold-gate-readers";
+    /// The suffix of the writers' queue's name.
+    const WRITERS_SUFFIX: &str = ".leasehold-gate-writers";
     /// The longest file name the common file systems take (`NAME_MAX`).
     const NAME_MAX: usize = 255;
 
@@ -985,6 +1006,11 @@ pub(crate) mod gate {
     /// The readers' gate's file name for the lock file named `lock`.
     pub(crate) fn readers_name(lock: &OsStr) -> std::ffi::OsString {
         named(lock, READERS_SUFFIX)
+    }
+
+    /// The writers' queue's file name for the lock file named `lock`.
+    pub(crate) fn writers_name(lock: &OsStr) -> std::ffi::OsString {
+        named(lock, WRITERS_SUFFIX)
     }
 
     fn named(lock: &OsStr, suffix: &str) -> std::ffi::OsString {
@@ -1006,15 +1032,19 @@ pub(crate) mod gate {
     pub(crate) struct Gates {
         gate: Option<OwnedFd>,
         readers: Option<OwnedFd>,
+        /// Exclusive waits only, and only next to a gate.
+        writers: Option<OwnedFd>,
     }
 
     /// The inodes whose readers' gate a wait of this process has opened (gates are never
     /// removed): where an exclusive acquisition checks for waiting readers first.
     static READERS_GATED: Mutex<Vec<FileId>> = Mutex::new(Vec::new());
 
-    /// Opens both gates of `target` (the inode `id`) for a wait in `shared` or exclusive
-    /// mode (created by shared waiters only, as [`open`] does), and remembers a readers'
-    /// gate found.
+    /// Opens the gates of `target` (the inode `id`) for a wait in `shared` or exclusive mode,
+    /// and remembers a readers' gate found. The gate and the readers' gate are created by
+    /// shared waiters only, as [`open`] does; the writers' queue, which only exclusive waits
+    /// use, by an exclusive wait that found a gate (so a lock only exclusive users ever
+    /// touched still gets no gate file at all).
     pub(crate) fn open_for_wait(target: &Target, id: FileId, shared: bool) -> Gates {
         let readers = open_file(target, target.readers_gate(), shared);
         if readers.is_some() {
@@ -1023,9 +1053,15 @@ pub(crate) mod gate {
                 known.push(id);
             }
         }
+        let gate = open(target, shared);
+        let writers = match (shared, &gate) {
+            (false, Some(_)) => open_file(target, target.writers_gate(), true),
+            _ => None,
+        };
         Gates {
-            gate: open(target, shared),
+            gate,
             readers,
+            writers,
         }
     }
 
@@ -1078,7 +1114,11 @@ pub(crate) mod gate {
     }
 
     fn block_exclusive(fd: BorrowedFd<'_>, gates: Gates) -> std::result::Result<Passed, Errno> {
-        let Gates { gate, readers } = gates;
+        let Gates {
+            gate,
+            readers,
+            writers,
+        } = gates;
         if let Some(r) = readers {
             // Wait until the readers already waiting have the lock, then let the readers'
             // gate go (it closes here, before this wait is in line: off every hand-over).
@@ -1087,6 +1127,10 @@ pub(crate) mod gate {
         let Some(gate) = gate else {
             return sys::lock_blocking(fd, false).map(|()| Passed::default());
         };
+        if let Some(w) = &writers {
+            // Behind the writer ahead of us, on a file no reader queues on.
+            let _ = sys::lock_blocking(w.as_fd(), false);
+        }
         let _ = sys::lock_blocking(gate.as_fd(), false);
         // Duplicated while we wait anyway, so that the grant costs no system call more.
         let lock = sys::dup_cloexec(fd);
@@ -1095,7 +1139,11 @@ pub(crate) mod gate {
             // The lock is ours: the gate stays held with the lease (see the module
             // documentation), and the readers behind it pass when the lease is released.
             Ok(lock) => Passed {
-                held: Some(HeldGate { lock, gate }),
+                held: Some(HeldGate {
+                    lock,
+                    gate,
+                    writers,
+                }),
                 spare: Spare::default(),
             },
             // No duplicate to unlock through (out of descriptors): the gate goes now.
@@ -1104,7 +1152,7 @@ pub(crate) mod gate {
     }
 
     fn block_shared(fd: BorrowedFd<'_>, gates: Gates) -> std::result::Result<Passed, Errno> {
-        let Gates { gate, readers } = gates;
+        let Gates { gate, readers, .. } = gates;
         if let Some(r) = &readers {
             // Reserve this reader's turn for the whole wait.
             let _ = sys::lock_blocking(r.as_fd(), true);
