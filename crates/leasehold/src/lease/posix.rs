@@ -933,7 +933,9 @@ mod helpers {
 /// after the lock file's: [`Spare`](gate::Spare)); an exclusive try pays nothing (an
 /// acquisition that may wait, where this process saw a readers' gate, one open, `flock` and
 /// close), an exclusive wait three opens, up to five `flock`s and one `dup`, and its release
-/// three `flock(LOCK_UN)`s more. The gates only
+/// three `flock(LOCK_UN)`s more. A lease that waited keeps its gate descriptors while held:
+/// two more for a shared one, three more for an exclusive one (count them against
+/// `RLIMIT_NOFILE` when holding many leases at once). The gates only
 /// ever cost fairness, never exclusion: where they cannot be opened or locked (a read-only
 /// directory, a file system without locks) leases work as plain `flock` does, and lockers
 /// that do not know them (util-linux `flock(1)`, other libraries) are excluded by the lock
