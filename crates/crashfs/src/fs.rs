@@ -637,6 +637,10 @@ impl Mounted {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
+        if settle_and_unmount(&self.mountpoint) {
+            // Unmounted: the file system thread ends as the kernel drops the connection.
+            return session.join();
+        }
         match session.umount_and_join() {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -657,6 +661,27 @@ impl Drop for Mounted {
             );
         }
     }
+}
+
+/// How often, and how far apart, an unmount that finds the mount busy is tried again.
+const UNMOUNT_TRIES: u32 = 100;
+const UNMOUNT_PAUSE: Duration = Duration::from_millis(10);
+
+/// Unmounts `mountpoint` (root only: `umount2`), trying again for up to a second while the
+/// kernel says it is busy. A file closed just before the unmount can pin the mount for a
+/// moment while FUSE's asynchronous RELEASE of it is in flight: CI once saw `EBUSY` from the
+/// unmount right after a test's last `close` (`a_cut_keeps_exactly_what_was_synced_file_and_
+/// directory`). Any other answer (not root: `EPERM`, fuser's `fusermount3` path does it; not
+/// mounted) ends the attempt with `false`, and fuser's own unmount is left to do the rest.
+fn settle_and_unmount(mountpoint: &Path) -> bool {
+    for _ in 0..UNMOUNT_TRIES {
+        match rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::empty()) {
+            Ok(()) => return true,
+            Err(rustix::io::Errno::BUSY) => std::thread::sleep(UNMOUNT_PAUSE),
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// `fusermount3 -u -z MOUNTPOINT` (best effort).
