@@ -744,6 +744,8 @@ fn a_writer_keeps_the_gate_with_its_lease_and_readers_wait_for_it_on_the_lock() 
     until("the handle waits", || blocked_on(me, &lock));
     holder.kill();
     held_rx.recv().unwrap();
+    // No child of this binary may share our descriptors while we look (see testkit::quiet).
+    let quiet = testkit::quiet();
     assert_eq!(
         pids(&gate),
         vec![me],
@@ -754,6 +756,7 @@ fn a_writer_keeps_the_gate_with_its_lease_and_readers_wait_for_it_on_the_lock() 
     assert!(pids(&lock).is_empty(), "unlocked");
     assert!(pids(&gate).is_empty(), "and the gate with it");
     assert!(pids(&writers).is_empty(), "and the writers' queue");
+    drop(quiet);
     drop(handle);
 }
 
