@@ -63,21 +63,7 @@ fn a_torture_run_with_broken_exclusion_is_detected() {
         .arg(dir.path()));
     assert_eq!(out.code, 1, "stdout {} stderr {}", out.stdout, out.stderr);
     testkit::assert_one_line_error(&out, "violation(s) found");
-    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
-    assert!(v["violations"].as_u64().unwrap() > 0, "{v}");
-    // Broken exclusion shows in the counter's audit trail: as overlapping holds, or (the
-    // recorded intervals are subsets of the real ones) as a worker entering again without an
-    // exit, or in the counter itself (torn). A loaded full suite once found no overlap.
-    let details: Vec<String> = v["violation_details"]
-        .as_array()
-        .expect("a list")
-        .iter()
-        .filter_map(|d| d.as_str().map(str::to_string))
-        .collect();
-    assert!(
-        details.iter().any(|d| d.starts_with("counter")),
-        "{details:?}"
-    );
+    testkit::assert_broken_exclusion_found(&out.stdout);
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
         1,

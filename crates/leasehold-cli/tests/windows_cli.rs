@@ -726,20 +726,7 @@ fn torture_detects_broken_exclusion_and_refuses_the_etcd_mode() {
         ],
     );
     assert_error(&out, 1, "violation(s) found");
-    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
-    assert!(v["violations"].as_u64().unwrap() > 0, "{v}");
-    // In the counter's audit trail or the counter itself (see torture.rs: a run may find no
-    // overlap, only a worker entering again without an exit).
-    let details: Vec<String> = v["violation_details"]
-        .as_array()
-        .expect("a list")
-        .iter()
-        .filter_map(|d| d.as_str().map(str::to_string))
-        .collect();
-    assert!(
-        details.iter().any(|d| d.starts_with("counter")),
-        "{details:?}"
-    );
+    testkit::assert_broken_exclusion_found(&out.stdout);
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
         1,

@@ -14,6 +14,7 @@
 //! * [`Canary`]: a tokio task whose ticks prove that no executor thread was blocked.
 //! * [`Recorder`]: the labelled, ordered events of one or more authorities.
 //! * [`assert_free`]: nothing holds a lock, asserted the way the build can tell.
+//! * [`assert_broken_exclusion_found`]: the torture's self-check found what it must.
 //!
 //! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
 //! tests compile) stay in that crate's `tests/common`.
@@ -26,6 +27,7 @@ mod free;
 mod process;
 mod recorder;
 mod spawns;
+mod torture;
 
 pub use canary::Canary;
 pub use free::assert_free;
@@ -33,3 +35,4 @@ pub use free::assert_free;
 pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run};
 pub use recorder::Recorder;
 pub use spawns::quiet;
+pub use torture::assert_broken_exclusion_found;
