@@ -16,35 +16,13 @@ use std::time::{Duration, Instant};
 
 use common::{bin, leasehold};
 use rustix::process::Signal;
-use testkit::{Out, Proc, assert_one_line_error, run};
+use testkit::{Out, Proc, assert_one_line_error, blocked_on, run, until};
 
 /// `leasehold flock ARGS...`.
 fn lflock(args: &[&str]) -> Command {
     let mut c = leasehold();
     c.arg("flock").args(args);
     c
-}
-
-/// Whether process `pid` is blocked in the kernel's lock queue for `path`'s inode.
-fn blocked_on(pid: u32, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let ino = std::fs::metadata(path).unwrap().ino();
-    std::fs::read_to_string("/proc/locks")
-        .unwrap()
-        .lines()
-        .any(|l| {
-            l.contains("->")
-                && l.split_whitespace().nth(5) == Some(&pid.to_string())
-                && l.contains(&format!(":{ino} "))
-        })
-}
-
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting until {what}");
-        std::thread::yield_now();
-    }
 }
 
 /// The "general lock" of the upstream script: a shared holder that prints `Locking` once it

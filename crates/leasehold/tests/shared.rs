@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use leasehold::{Budget, Holders, Lease, LeaseOptions, LockMode, SharedLease, holders};
-use testkit::{Proc, run};
+use testkit::{Proc, blocked_on, run, until};
 
 /// The environment variable naming a helper's role: `readers`, `std-shared`, `std-exclusive`,
 /// `try-shared` (its argument, the lock path, is in [`LOCK`]).
@@ -39,6 +39,9 @@ const READER_HOLD: Duration = Duration::from_millis(50);
 /// * `std-try-shared` / `std-try-exclusive`: `File::try_lock_shared` / `File::try_lock`;
 ///   exits 0 when it got the lock, 1 when it would block.
 /// * `try-shared`: one `SharedLease::try_acquire`; prints `ok` or `contended`.
+/// * `hand-to-child` / `hand-to-child-timeout`: `Lease::acquire` (unlimited / a 30 s
+///   budget), `share_with_children`, spawns `sleep 600`, releases, prints the child's pid
+///   and exits.
 /// * `wait-shared` / `wait-exclusive`: `SharedLease::acquire` (a 30 s budget: the
 ///   cancellable waiter) / `Lease::acquire` (unlimited: the inline waiter); prints `got`,
 ///   holds until stdin EOF.
@@ -115,6 +118,26 @@ fn helper() {
             out.flush().unwrap();
             for _ in std::io::stdin().lock().lines() {}
             drop(lease);
+        }
+        "hand-to-child" | "hand-to-child-timeout" => {
+            // Waits (inline, or through the helper with a deadline), hands the lease to a
+            // background child, prints the child's pid and exits: the child holds it now.
+            let budget = match role == "hand-to-child" {
+                true => Budget::unlimited(),
+                false => generous(),
+            };
+            let lease = Lease::acquire(&lock, &budget).unwrap();
+            lease.share_with_children(true).unwrap();
+            let child = Command::new("sleep")
+                .arg("600")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            lease.share_with_children(false).unwrap();
+            drop(lease);
+            writeln!(out, "@{}", child.id()).unwrap();
+            out.flush().unwrap();
         }
         "try-shared" => {
             let answer = match SharedLease::try_acquire(&lock) {
@@ -227,21 +250,6 @@ impl Foreign {
     }
 }
 
-/// Whether process `pid` is blocked in the kernel's queue for the lock of `path`'s inode
-/// (a `->` line of `/proc/locks`).
-fn blocked_on(pid: u32, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let ino = std::fs::metadata(path).unwrap().ino();
-    std::fs::read_to_string("/proc/locks")
-        .unwrap()
-        .lines()
-        .any(|l| {
-            l.contains("->")
-                && l.split_whitespace().nth(5) == Some(&pid.to_string())
-                && l.contains(&format!(":{ino} "))
-        })
-}
-
 fn generous() -> Budget {
     Budget::timeout(Duration::from_secs(30))
 }
@@ -252,15 +260,6 @@ fn pids(path: &Path) -> Vec<u32> {
         Holders::Held { pids } => pids,
         Holders::Free => Vec::new(),
         other => panic!("{other:?}"),
-    }
-}
-
-/// Waits (by looking, not sleeping for a set time) until `cond` holds; fails after 20 s.
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting until {what}");
-        std::thread::yield_now();
     }
 }
 
@@ -758,6 +757,59 @@ fn a_writer_keeps_the_gate_with_its_lease_and_readers_wait_for_it_on_the_lock() 
     assert!(pids(&writers).is_empty(), "and the writers' queue");
     drop(quiet);
     drop(handle);
+}
+
+/// A lease handed to a child with `share_with_children` lasts until the child exits, also
+/// when the acquisition waited next to the shared-mode gates and so kept the gate with its
+/// lease (issue 22 item 1: the gate's hand-back unlocked the lock through a duplicate of the
+/// lease's descriptor — the child's open file description — and a second holder got in
+/// beside the child). Both waits: inline (unlimited) and through the helper (a deadline).
+#[test]
+fn a_lease_handed_to_a_child_outlives_the_gated_wait_that_took_it() {
+    if cfg!(leasehold_portable) {
+        eprintln!(
+            "SKIP: a_lease_handed_to_a_child_outlives_the_gated_wait_that_took_it: needs /proc/locks (off in the portable build)"
+        );
+        return;
+    }
+    for role in ["hand-to-child", "hand-to-child-timeout"] {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join("handed.lock");
+        drop(SharedLease::try_acquire(&lock).unwrap()); // a shared user: the gates exist
+        let holder = testkit::FlockHolder::hold(&lock);
+        let mut waiter = Proc::spawn(&mut helper_cmd(role, &lock));
+        until("the waiter waits, holding the gate", || {
+            blocked_on(waiter.pid(), &lock) && pids(&gate_of(&lock)) == vec![waiter.pid()]
+        });
+        holder.kill();
+        let child: i32 = said(&mut waiter).parse().unwrap();
+        let child = rustix::process::Pid::from_raw(child).unwrap();
+        assert!(waiter.wait().success());
+        let kill_child = Defer(move || {
+            let _ = rustix::process::kill_process(child, rustix::process::Signal::KILL);
+        });
+        let try_flock = || run(Command::new("flock").args(["-n"]).arg(&lock).arg("true")).code;
+        assert_eq!(try_flock(), 1, "{role}: the child holds the lease");
+        assert!(
+            Lease::try_acquire(&lock).unwrap_err().is_contended(),
+            "{role}"
+        );
+        drop(kill_child);
+        let free = Lease::acquire(&lock, &generous());
+        assert!(
+            free.is_ok(),
+            "{role}: free once the child is gone: {free:?}"
+        );
+    }
+}
+
+/// Runs its closure when dropped (a test's clean-up on every path).
+struct Defer<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
 }
 
 /// Exclusive use alone — tries and waits — never creates a gate (keyed leases' namespaces stay

@@ -14,6 +14,8 @@
 //! * [`Canary`]: a tokio task whose ticks prove that no executor thread was blocked.
 //! * [`Recorder`]: the labelled, ordered events of one or more authorities.
 //! * [`assert_free`]: nothing holds a lock, asserted the way the build can tell.
+//! * [`blocked_on`] and [`until`] (Unix): a process queued for a lock, per `/proc/locks`, and
+//!   waiting for a state by looking at it.
 //! * [`assert_broken_exclusion_found`]: the torture's self-check found what it must.
 //!
 //! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
@@ -24,6 +26,8 @@
 mod canary;
 mod free;
 #[cfg(unix)]
+mod locks;
+#[cfg(unix)]
 mod process;
 mod recorder;
 mod spawns;
@@ -31,6 +35,8 @@ mod torture;
 
 pub use canary::Canary;
 pub use free::assert_free;
+#[cfg(unix)]
+pub use locks::{blocked_on, until};
 #[cfg(unix)]
 pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run};
 pub use recorder::Recorder;

@@ -288,15 +288,22 @@ impl Opened {
     }
 }
 
-/// The locked file, its identity and its in-process claim. Field order matters: a gate kept
-/// from an exclusive wait unlocks the lock and then the gate first (see [`gate`]), the
-/// descriptor closes (dropping the kernel lock) before the claim leaves the table, and gate
-/// descriptors already unlocked close after the lock file's, off the hand-over's path.
+/// The locked file, its identity and its in-process claim. Field order matters: the
+/// descriptor closes first (dropping the kernel lock, unless a child still holds the open
+/// file description), then a gate kept from an exclusive wait is unlocked (see [`gate`]),
+/// gate descriptors already unlocked close, and the claim leaves the table last.
+///
+/// A lease is released by closing, never by `flock(LOCK_UN)` on its description: the
+/// description may be shared (COMMAND of `run` and `flock`, a child given the lease with
+/// `share_with_children`, a `fork`), and `LOCK_UN` drops the lock for every holder of it
+/// (<https://github.com/leasehold/leasehold/issues/22> item 1: a waiting `run` whose gate
+/// hand-back unlocked a duplicate of its descriptor let a second `run` in beside COMMAND's
+/// background child).
 #[derive(Debug)]
 pub(crate) struct Held {
+    fd: OwnedFd,
     /// The gate an exclusive waiter holds until it releases (see [`gate`]).
     gate: Option<gate::HeldGate>,
-    fd: OwnedFd,
     id: FileId,
     /// Whether this process marked itself waiting for this lease (Linux; see
     /// `sys::mark_waiting`): the mark is removed when a handle unlocks.
@@ -323,7 +330,10 @@ impl Held {
     }
 
     /// Unlocks without closing (`LOCK_UN`), giving back the still-open file; `None` when the
-    /// unlock failed and the file was closed instead (which releases for certain).
+    /// unlock failed and the file was closed instead (which releases for certain). Only for a
+    /// [`LeaseHandle`](super::LeaseHandle)'s lease, whose description nobody else holds: it
+    /// has no `share_with_children` and no `as_fd` (see [`Held`] for why a description that
+    /// may be shared is never unlocked).
     pub(crate) fn unlock_keep(self) -> Option<Opened> {
         let Held {
             gate,
@@ -857,8 +867,8 @@ mod helpers {
 ///   readers' gate (takes it exclusively, waiting while shared waiters hold it, and lets it
 ///   go at once), then queues on the writers' queue (`LOCK_EX`: writers only), then holds
 ///   the gate exclusively (`LOCK_EX`, waiting for it if need be) while it waits for the
-///   lock, and **keeps the queue and the gate with the lease**: its release unlocks the
-///   lock, the gate, then the queue ([`HeldGate`](gate::HeldGate)). An exclusive *try* never
+///   lock, and **keeps the queue and the gate with the lease**: its release closes the
+///   lock, then unlocks the gate and the queue ([`HeldGate`](gate::HeldGate)). An exclusive *try* never
 ///   touches the gates (for the readers' gate, see the last point); an exclusive waiter
 ///   never creates the gate or the readers' gate (shared acquirers do), and creates the
 ///   writers' queue only next to a gate.
@@ -932,8 +942,8 @@ mod helpers {
 /// wait the same again for the readers' gate (its two descriptors close with the lease,
 /// after the lock file's: [`Spare`](gate::Spare)); an exclusive try pays nothing (an
 /// acquisition that may wait, where this process saw a readers' gate, one open, `flock` and
-/// close), an exclusive wait three opens, up to five `flock`s and one `dup`, and its release
-/// three `flock(LOCK_UN)`s more. A lease that waited keeps its gate descriptors while held:
+/// close), an exclusive wait three opens and up to five `flock`s, and its release
+/// two `flock(LOCK_UN)`s on the gates (never on the lock: see [`Held`]). A lease that waited keeps its gate descriptors while held:
 /// two more for a shared one, three more for an exclusive one (count them against
 /// `RLIMIT_NOFILE` when holding many leases at once). The gates only
 /// ever cost fairness, never exclusion: where they cannot be opened or locked (a read-only
@@ -947,28 +957,27 @@ mod helpers {
 pub(crate) mod gate {
     use super::*;
 
-    /// The gate (and the writers' queue) an exclusive waiter holds with its lease, and a
-    /// duplicate of the lock file's descriptor (the same open file description) to unlock the
-    /// lock through first.
+    /// The gate (and the writers' queue) an exclusive waiter holds with its lease.
     ///
-    /// Dropped before anything of the lease closes, it unlocks the lock, the gate, then the
-    /// writers' queue, with `flock(LOCK_UN)`s: the readers queued on the lock or the gate,
-    /// then the next writer, are woken at once, before the closes that follow (a `close`
-    /// wakes the waiters only at its end, measured 3–4 µs on the reference VM, and the next
-    /// file's waiters one `close` later still).
+    /// Dropped right after the lease's descriptor closed (see [`Held`]), it unlocks the gate,
+    /// then the writers' queue, with `flock(LOCK_UN)`s on the gates' own descriptors (nobody
+    /// else has them): the readers queued on the gate, then the next writer, are woken at
+    /// once, before the closes that follow (a `close` wakes the waiters only at its end,
+    /// measured 3–4 µs on the reference VM, and the next file's waiters one `close` later
+    /// still). The lock itself is never unlocked through a duplicate: its description may be
+    /// COMMAND's too (see [`Held`]).
     #[derive(Debug)]
     pub(crate) struct HeldGate {
-        lock: OwnedFd,
         gate: OwnedFd,
         writers: Option<OwnedFd>,
     }
 
     impl Drop for HeldGate {
         fn drop(&mut self) {
-            // The lock first: a reader woken by the gate must find the lock free, or it would
-            // queue on the lock and need a second wake-up. The next writer last: the readers
-            // that queued while we held go before it.
-            let _ = sys::unlock(self.lock.as_fd());
+            // After the lock's close: a reader woken by the gate finds the lock free (unless a
+            // child still holds it), else it would queue on the lock and need a second
+            // wake-up. The next writer last: the readers that queued while we held go before
+            // it.
             let _ = sys::unlock(self.gate.as_fd());
             if let Some(w) = &self.writers {
                 let _ = sys::unlock(w.as_fd());
@@ -1134,22 +1143,12 @@ pub(crate) mod gate {
             let _ = sys::lock_blocking(w.as_fd(), false);
         }
         let _ = sys::lock_blocking(gate.as_fd(), false);
-        // Duplicated while we wait anyway, so that the grant costs no system call more.
-        let lock = sys::dup_cloexec(fd);
         sys::lock_blocking(fd, false)?;
-        Ok(match lock {
-            // The lock is ours: the gate stays held with the lease (see the module
-            // documentation), and the readers behind it pass when the lease is released.
-            Ok(lock) => Passed {
-                held: Some(HeldGate {
-                    lock,
-                    gate,
-                    writers,
-                }),
-                spare: Spare::default(),
-            },
-            // No duplicate to unlock through (out of descriptors): the gate goes now.
-            Err(_) => Passed::default(),
+        // The lock is ours: the gate stays held with the lease (see the module
+        // documentation), and the readers behind it pass when the lease is released.
+        Ok(Passed {
+            held: Some(HeldGate { gate, writers }),
+            spare: Spare::default(),
         })
     }
 

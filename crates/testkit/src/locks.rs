@@ -1,0 +1,38 @@
+//! Looking at lock states from outside (Linux `/proc/locks`), and waiting for one by looking,
+//! never by sleeping for a set time.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Whether process `pid` is blocked in the kernel's lock queue for `path`'s inode (a `->`
+/// line of `/proc/locks`; Linux only, `false` elsewhere).
+///
+/// # Panics
+///
+/// When `path` cannot be looked at.
+pub fn blocked_on(pid: u32, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(path).expect("stat the lock file").ino();
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            l.contains("->")
+                && l.split_whitespace().nth(5) == Some(&pid.to_string())
+                && l.contains(&format!(":{ino} "))
+        })
+}
+
+/// Waits until `cond` holds, looking again at once (the test's handshake with a state it
+/// cannot be told of by a pipe).
+///
+/// # Panics
+///
+/// When `cond` still does not hold after 20 s: `what` names what was waited for.
+pub fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting until {what}");
+        std::thread::yield_now();
+    }
+}
