@@ -376,7 +376,7 @@ exit 0",
 #[test]
 fn command_inherits_the_lock_unless_closed_and_no_fork_execs() {
     // It observes holders through /proc/locks, which the portable build does not read.
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         eprintln!(
             "SKIP: command_inherits_the_lock_unless_closed_and_no_fork_execs: needs /proc/locks (off in the portable build)"
         );

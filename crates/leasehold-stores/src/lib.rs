@@ -21,6 +21,8 @@
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly) marks each item with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod document;
 pub mod registry;

@@ -56,6 +56,8 @@
 #![cfg_attr(not(windows), forbid(unsafe_code))]
 #![cfg_attr(windows, deny(unsafe_code))]
 #![deny(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly) marks each item with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Layers, lowest first; each module imports only from the ones before it:
 // kind (FileId, FileKind, Holders: nothing) → sys (the platform boundary: kind) →

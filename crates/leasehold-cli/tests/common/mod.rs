@@ -39,7 +39,7 @@ pub fn hold(lock: &Path) -> Proc {
 /// the OS does not reveal holders — built with `--cfg leasehold_portable` (the macOS/BSD code
 /// path, README "Platforms"), where messages must then carry no pid at all.
 pub fn pid_note(pid: u32) -> String {
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         String::new()
     } else {
         format!("(pid {pid})")
@@ -50,7 +50,7 @@ pub fn pid_note(pid: u32) -> String {
 /// information (the portable build, where `status` says it cannot tell) a `run --no-wait`
 /// try answers `free` or `held` instead.
 pub fn status_line(lock: &Path) -> String {
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         let out = run(leasehold()
             .args(["run", "--no-wait"])
             .arg(lock)
@@ -64,7 +64,7 @@ pub fn status_line(lock: &Path) -> String {
 
 /// What [`status_line`] says of a lock held by `pid`.
 pub fn held_by(pid: u32) -> String {
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         "held".to_string()
     } else {
         format!("held by pid {pid}")
@@ -73,7 +73,7 @@ pub fn held_by(pid: u32) -> String {
 
 /// ` (pid N)` as it follows "held by another process" in messages (see [`pid_note`]).
 pub fn with_pid(pid: u32) -> String {
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         String::new()
     } else {
         format!(" (pid {pid})")
@@ -87,7 +87,7 @@ pub fn wait_until_free(lock: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         // Without holder information (the portable build) only a try tells: `run --no-wait`.
-        let out = if cfg!(leasehold_portable) {
+        let out = if !testkit::reveals_holders() {
             let out = run(leasehold()
                 .args(["run", "--no-wait"])
                 .arg(lock)
