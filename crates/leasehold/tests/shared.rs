@@ -128,6 +128,9 @@ fn helper() {
             };
             let lease = Lease::acquire(&lock, &budget).unwrap();
             lease.share_with_children(true).unwrap();
+            // Never reaped here: this helper exits at once and the child, reparented, must
+            // outlive it (the test kills it).
+            #[allow(clippy::zombie_processes)]
             let child = Command::new("sleep")
                 .arg("600")
                 .stdin(std::process::Stdio::null())
