@@ -19,9 +19,11 @@
 //! * `torture`, `bench` — measure the claims: crash torture with SIGKILLed workers, and
 //!   latencies and costs against kernel floors measured in the same run.
 //!
-//! `env` maps the opt-in environment variables to lease options; `exit` maps errors to the contract's statuses and prints them; `out` writes stderr lines in one `write` each and treats a closed stdout as
-//! the end of output; `signals` turns SIGINT and
-//! SIGTERM into cancellation of a wait. Where a verb needs what the platform lacks (`bench` on
+//! `env` maps the opt-in environment variables to lease options; `exit` maps errors to the
+//! contract's statuses and prints them; `out` is the one writer of both streams (stderr
+//! lines in one `write` each; on stdout a reader that went away ends the output and any
+//! other failed write is exit 1); `signals` turns SIGINT and SIGTERM into cancellation of a
+//! wait. Where a verb needs what the platform lacks (`bench` on
 //! macOS and the BSDs: `/proc`; `flock` outside Linux: `pidfd_getfd`), it says it is not
 //! available (`cmd/unsupported.rs`); `cmd/platform.rs` is the one seam that lets `bench` and
 //! `torture` run their worker processes on POSIX and Windows alike. Being a binary, this crate has no public
@@ -82,7 +84,10 @@ fn main() -> ExitCode {
             return finish(cmd::flock::run(args, prog));
         }
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return not_parsed(e),
+    };
     let outcome = match cli.command {
         Command::Flock(args) => cmd::flock::main(args),
         Command::Run(args) => cmd::run::main(args),
@@ -96,6 +101,27 @@ fn main() -> ExitCode {
         Command::ExecWithParentDeathSignal(args) => cmd::etcd::exec(args),
     };
     finish(outcome)
+}
+
+/// clap's answer when the command line named nothing to run: `--help` or `--version` text
+/// (status 0), or a usage error (status 2).
+///
+/// Help and version go through [`out::Stdout`] like every other output: clap's own
+/// `exit()` swallows a failed write, so `leasehold --help > /dev/full` exited 0 with the
+/// text lost (<https://github.com/leasehold/leasehold/issues/22> item 13).
+fn not_parsed(e: clap::Error) -> ExitCode {
+    if e.use_stderr() {
+        let _ = e.print(); // a failed write to stderr has nowhere left to be reported
+        return ExitCode::from(exit::USAGE);
+    }
+    let stdout = out::Stdout::new();
+    stdout.print(&e.render().to_string());
+    finish(
+        stdout
+            .finish()
+            .map(|()| exit::OK)
+            .map_err(exit::Failure::from),
+    )
 }
 
 /// The exit status of a verb's outcome, printing its failure.

@@ -345,19 +345,26 @@ Differences from util-linux flock(1): a symlink, FIFO, socket or device FILE is 
 ";
 
 /// Runs flock(1)'s argv `args`; `prog` names this program in `--verbose` lines.
+///
+/// Stdout (`--help`, `-V`, `--verbose`) is written as flock(1) writes it: a reader that went
+/// away ends the output; any other failed write (`> /dev/full`) is one line and exit 1 —
+/// after COMMAND has run, which a `--verbose` line never keeps from running (util-linux's
+/// `close_stdout` does the same; with `-F` the line is printed before the exec, the one
+/// moment left).
 pub fn run(args: &[OsString], prog: &str) -> Outcome {
+    let stdout = crate::out::Stdout::new();
     let plan = match parse(args) {
         Ok(plan) => plan,
         Err(Stop::Help) => {
-            print!("{USAGE}");
-            return Ok(OK);
+            stdout.print(USAGE);
+            return stdout.finish().map(|()| OK).map_err(written);
         }
         Err(Stop::Version) => {
-            println!(
+            stdout.line(format_args!(
                 "flock from leasehold {} (argv-compatible with util-linux flock 2.38)",
                 env!("CARGO_PKG_VERSION")
-            );
-            return Ok(OK);
+            ));
+            return stdout.finish().map(|()| OK).map_err(written);
         }
         Err(Stop::Usage(why)) => {
             return Err(Failure::with_status(
@@ -386,7 +393,7 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
                     true => "timeout while waiting to get lock",
                     false => "failed to get lock",
                 };
-                eprintln!("leasehold: flock: {why}");
+                crate::out::error_line(&format!("flock: {why}"));
             }
             return Ok(plan.conflict);
         }
@@ -398,20 +405,24 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
     }
     if plan.verbose {
         let took = started.elapsed();
-        println!(
+        stdout.line(format_args!(
             "{prog}: getting lock took {}.{:06} seconds",
             took.as_secs(),
             took.subsec_micros()
-        );
+        ));
     }
     let What::Path(_, command) = &plan.what else {
-        return Ok(OK); // NUMBER: the lock stays with the inherited description
+        // NUMBER: the lock stays with the inherited description.
+        return stdout.finish().map(|()| OK).map_err(written);
     };
     let Some((program, rest)) = command.split_first() else {
-        return Ok(OK);
+        return stdout.finish().map(|()| OK).map_err(written);
     };
     if plan.verbose {
-        println!("{prog}: executing {}", program.to_string_lossy());
+        stdout.line(format_args!(
+            "{prog}: executing {}",
+            program.to_string_lossy()
+        ));
     }
     let fail_exec = |e: std::io::Error| {
         let code = match e.raw_os_error() {
@@ -431,6 +442,9 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
     if plan.no_fork {
         // exec: the lock's descriptor is kept open across it, so COMMAND holds the lock.
         held.inherit(true)?;
+        if let Err(e) = stdout.finish() {
+            written(e).print(); // the last moment this process can say so
+        }
         let e = cmd.exec();
         return Err(fail_exec(e));
     }
@@ -444,7 +458,14 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
         .wait()
         .map_err(|e| Failure::failed(format!("flock: waiting for the command: {e}")))?;
     drop(held);
+    // A `--verbose` line that could not be written fails the run, as in flock(1).
+    stdout.finish().map_err(written)?;
     Ok(super::run::exit_status(status))
+}
+
+/// A failed write to stdout, as flock(1) reports it: exit 1, one line.
+fn written(e: std::io::Error) -> Failure {
+    Failure::failed(format!("flock: {e}"))
 }
 
 /// What stands locked while COMMAND runs.
