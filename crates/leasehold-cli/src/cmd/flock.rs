@@ -65,6 +65,8 @@ const EX_CANTCREAT: u8 = 73;
 #[derive(Args, Debug)]
 #[command(disable_help_flag = true)]
 pub struct FlockArgs {
+    /// flock(1)'s options, then FILE|DIRECTORY COMMAND [ARGS...], FILE|DIRECTORY -c COMMAND,
+    /// or NUMBER (see `leasehold flock --help`).
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,

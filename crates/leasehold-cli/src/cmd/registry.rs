@@ -58,9 +58,19 @@ pub struct RegistryArgs {
 #[derive(Subcommand, Debug)]
 enum Op {
     /// Grant ROOT to PRIMARY (both existing directories).
-    Add { primary: PathBuf, root: PathBuf },
+    Add {
+        /// The primary root: an existing directory (stored canonicalized).
+        primary: PathBuf,
+        /// The root granted to PRIMARY: an existing directory (stored canonicalized).
+        root: PathBuf,
+    },
     /// Withdraw ROOT from PRIMARY (either may no longer exist).
-    Remove { primary: PathBuf, root: PathBuf },
+    Remove {
+        /// The primary root (canonicalized if it still exists, else taken as written).
+        primary: PathBuf,
+        /// The root to withdraw (canonicalized if it still exists, else taken as written).
+        root: PathBuf,
+    },
     /// Print the scope: primary roots and their granted roots.
     List {
         /// Print {"state": ..., "scope": {...}}.

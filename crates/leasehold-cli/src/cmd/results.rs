@@ -81,7 +81,7 @@ enum Verb {
     /// Remove lock files of IDs with no candidate and no publication that nobody holds;
     /// never waits (held lock files are kept).
     Gc {
-        /// Only lock files older than SECS (by modification time; default 0).
+        /// Only lock files older than SECS (by modification time).
         #[arg(long, value_name = "SECS", value_parser = super::parse_secs, default_value = "0")]
         older_than: Duration,
     },
