@@ -10,7 +10,9 @@
 //!   its descendants), exit with its status (128 + N when signal N killed it);
 //! * `FILE|DIRECTORY -c COMMAND` — the same through `$SHELL -c` (`/bin/sh` when unset);
 //! * `NUMBER` — lock the already open descriptor NUMBER (`exec 9>f; flock -n 9`): the lock is
-//!   the open file description's and stays with the shell after we exit.
+//!   the open file description's and stays with the shell after we exit. As with flock(1) it
+//!   may be open on any file `flock(2)` locks: a regular file, a directory, a FIFO or pipe, a
+//!   device (the refusals of FILE guard opening a path, and the shell opened this one).
 //!
 //! Exit statuses as flock(1): COMMAND's; 1 (or `-E N`) when the lock could not be had (`-n`,
 //! `-w` ran out; nothing is printed unless `--verbose`); 64 usage; 65 when locking failed;
@@ -625,13 +627,35 @@ fn lock_number(n: i32, op: Op, budget: &Budget) -> Result<Held, Failed> {
             format!("flock: descriptor {n}: {e}{hint}"),
         ))
     })?;
-    match op {
-        Op::Lock(mode) => LeaseOptions::new()
-            .lock_descriptor(dup.as_fd(), mode, budget)
-            .map_err(|e| failed(&e, false))?,
-        Op::Unlock => leasehold::unlock_descriptor(dup.as_fd()).map_err(|e| failed(&e, false))?,
-    }
+    let done = match op {
+        Op::Lock(mode) => LeaseOptions::new().lock_descriptor(dup.as_fd(), mode, budget),
+        Op::Unlock => leasehold::unlock_descriptor(dup.as_fd()),
+    };
+    done.map_err(|e| failed(&for_number(e, n), false))?;
     Ok(Held::Nothing)
+}
+
+/// `e` about descriptor `n`. The library names a descriptor by the number it was given —
+/// here the duplicate [`inherited`] made ("descriptor 8" for the user's 9, issue 22 item
+/// 14) — while the user knows only `n`.
+fn for_number(e: Error, n: i32) -> Error {
+    let path = PathBuf::from(format!("descriptor {n}"));
+    match e {
+        Error::Io { op, source, .. } => Error::Io { op, path, source },
+        Error::LockingUnsupported { source, .. } => Error::LockingUnsupported { path, source },
+        Error::TooManyOpenFiles { limit, .. } => Error::TooManyOpenFiles { path, limit },
+        Error::NotRegularFile { kind, .. } => Error::NotRegularFile { path, kind },
+        Error::Contended { holders, .. } => Error::Contended { path, holders },
+        Error::TimedOut {
+            holders, waited, ..
+        } => Error::TimedOut {
+            path,
+            holders,
+            waited,
+        },
+        Error::Cancelled { .. } => Error::Cancelled { path },
+        other => other,
+    }
 }
 
 /// A duplicate of this process's descriptor `n` — a new descriptor for the *same open file
@@ -735,6 +759,30 @@ mod tests {
                 "{bad:?} must be a usage error"
             );
         }
+    }
+
+    #[test]
+    fn errors_about_a_number_name_the_users_number_not_our_duplicate() {
+        let io = |op| Error::Io {
+            op,
+            path: PathBuf::from("descriptor 8"),
+            source: std::io::Error::from(Errno::IO),
+        };
+        for (e, op) in [(io("lock"), "lock"), (io("unlock"), "unlock")] {
+            let msg = for_number(e, 9).to_string();
+            assert!(msg.starts_with(&format!("descriptor 9: {op}: ")), "{msg}");
+        }
+        let e = Error::LockingUnsupported {
+            path: PathBuf::from("descriptor 8"),
+            source: std::io::Error::from(Errno::NOLCK),
+        };
+        assert!(for_number(e, 9).to_string().starts_with("descriptor 9: "));
+        let e = Error::Cancelled {
+            path: PathBuf::from("descriptor 8"),
+        };
+        assert!(
+            matches!(for_number(e, 9), Error::Cancelled { path } if path == Path::new("descriptor 9"))
+        );
     }
 
     #[test]
