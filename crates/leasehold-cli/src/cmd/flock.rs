@@ -28,6 +28,14 @@
 //!   leasehold's lease: the inode is verified after locking, network file systems are
 //!   refused, and shared holders never starve an exclusive waiter of ours (the lock's gate:
 //!   see the library's `SharedLease`).
+//! * Not a difference: a FILE that another user owns, or that its group or others may write
+//!   (a shared `/var/lock`-style file), is locked as flock(1) locks it, although `run` and
+//!   the stores refuse such files unless `LEASEHOLD_ALLOW_SHARED=1`. A script that switches
+//!   to this verb by `PATH` shares lock files between users that way, and would otherwise
+//!   stop with 66. The ownership rule protects state a verb keeps (a store whose lock file a
+//!   stranger could replace under its writer); here the caller chose a bare lock file, the
+//!   lease is the open file description, and whoever may replace the file could do the same
+//!   to flock(1)'s users.
 //! * A DIRECTORY is locked as flock(1) does: opened read-only, never through a symlink; it
 //!   has no gate, and neither has a NUMBER descriptor.
 //! * SIGINT/SIGTERM while waiting end the wait at once: exit 130/143, COMMAND not run. While
@@ -555,7 +563,11 @@ fn lock_path(path: &Path, op: Op, budget: &Budget) -> Result<Held, Failed> {
         rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW),
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory
     );
-    let opts = LeaseOptions::new().create_parents(false);
+    // A FILE another user owns or may write is locked, as flock(1) locks it (issue 22 item
+    // 11): see the module docs, "Deliberate differences".
+    let opts = LeaseOptions::new()
+        .create_parents(false)
+        .allow_shared_state(true);
     match (op, is_dir) {
         (Op::Lock(LockMode::Exclusive), false) => opts
             .acquire(path, budget)
