@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold::{Budget, ErrorClass};
+use leasehold::{Budget, Classify, ErrorClass};
 
 use leasehold::patterns::authority::State;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths, Scope, existing_dir};

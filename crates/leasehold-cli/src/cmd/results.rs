@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold::{ErrorClass, HolderInfo};
+use leasehold::{Classify, ErrorClass, HolderInfo};
 use leasehold_stores::results::{ResultError, ResultStore};
 
 use crate::exit::{Failure, OK, Outcome};
