@@ -139,15 +139,13 @@ fn number_locks_a_device_as_flock_does() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("null");
-    let rdev = std::fs::metadata("/dev/null").unwrap().rdev();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &dev,
-        rustix::fs::FileType::CharacterDevice,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        rdev as _,
-    )
-    .unwrap();
+    let rdev = std::fs::metadata("/dev/null").unwrap().rdev() as rustix::fs::Dev;
+    let made = run(Command::new("mknod")
+        .arg(&dev)
+        .arg("c")
+        .arg(rustix::fs::major(rdev).to_string())
+        .arg(rustix::fs::minor(rdev).to_string()));
+    assert_eq!(made.code, 0, "{made:?}");
     let script = r#"exec 9>"$F" 8>"$F"
 "$LH" flock -n 9; echo "lock $?"
 "$LH" flock -n 8; echo "other while held $?"
