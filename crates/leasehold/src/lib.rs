@@ -75,7 +75,7 @@ pub mod patterns;
 mod sys;
 
 pub use budget::{Budget, CancelToken};
-pub use error::{Error, ErrorClass, Result};
+pub use error::{Classify, Error, ErrorClass, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
 #[cfg(unix)]

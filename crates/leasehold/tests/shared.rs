@@ -915,7 +915,7 @@ fn shared_leases_open_like_leases_and_a_hostile_gate_costs_only_fairness() {
 
 /// `lock_descriptor` locks the open file description the caller holds (as `flock -n 9`):
 /// the lock stays after the call, for every process sharing the description, until
-/// `unlock_descriptor`; directories can be locked; FIFOs cannot.
+/// `unlock_descriptor`; directories and FIFOs can be locked, as with `flock(1)`.
 #[test]
 fn a_descriptor_lock_belongs_to_the_description() {
     let dir = tempfile::tempdir().unwrap();
@@ -955,7 +955,8 @@ fn a_descriptor_lock_belongs_to_the_description() {
     assert!(!Foreign::UtilLinux.try_once(&lock, true));
     drop(fd2); // the last descriptor of the description: the lock goes
     assert!(Foreign::UtilLinux.try_once(&lock, false));
-    // A directory is a lockable description; a FIFO is refused without blocking.
+    // A directory is a lockable description, and so is a FIFO (the caller opened it: no open
+    // of ours can block on it); a second description of the FIFO is excluded.
     let d = std::fs::File::open(dir.path()).unwrap();
     opts.lock_descriptor(d.as_fd(), LockMode::Exclusive, &Budget::no_wait())
         .unwrap();
@@ -967,10 +968,17 @@ fn a_descriptor_lock_belongs_to_the_description() {
         .write(true)
         .open(&fifo)
         .unwrap();
+    opts.lock_descriptor(f.as_fd(), LockMode::Shared, &Budget::no_wait())
+        .unwrap();
+    let other = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
     let err = opts
-        .lock_descriptor(f.as_fd(), LockMode::Shared, &Budget::no_wait())
+        .lock_descriptor(other.as_fd(), LockMode::Exclusive, &Budget::no_wait())
         .unwrap_err();
-    assert!(err.is_unusable_path(), "{err:?}");
+    assert!(err.is_contended(), "{err:?}");
 }
 
 #[cfg(feature = "tokio")]

@@ -265,16 +265,15 @@ pub(crate) struct Opened {
 }
 
 /// A caller's descriptor, duplicated (the same open file description, so the lock taken is
-/// the description's), as a lock to take; it must be a regular file or a directory.
+/// the description's), as a lock to take.
+///
+/// Any kind of file is accepted, as `flock(2)` and `flock(1)` accept it: the refusal of
+/// FIFOs, devices and sockets guards *opening a path* (which could block or follow), and the
+/// caller has already opened this one (issue 22 item 14: `flock 9` on a FIFO or a pipe was
+/// refused).
 pub(crate) fn open_descriptor(target: &Target, fd: BorrowedFd<'_>) -> Result<Opened> {
     let path = target.display();
-    let (id, kind) = sys::fd_identity(fd).map_err(|e| path_error(path, "stat descriptor", e))?;
-    if let Some(kind) = kind.filter(|k| *k != FileKind::Directory) {
-        return Err(Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind,
-        });
-    }
+    let (id, _) = sys::fd_identity(fd).map_err(|e| path_error(path, "stat descriptor", e))?;
     let fd = sys::dup_cloexec(fd).map_err(|e| path_error(path, "duplicate descriptor", e))?;
     Ok(Opened { fd, id })
 }

@@ -224,15 +224,16 @@ impl LeaseOptions {
     ///
     /// The lock belongs to the open file description, not to a lease object: it stays after
     /// this call returns, for as long as any descriptor of that description is open, until
-    /// [`unlock_descriptor`] or until every one of them is closed. `fd` must be a regular
-    /// file or a directory. Unlike a path lease there is no inode-vs-path check (there is no
+    /// [`unlock_descriptor`] or until every one of them is closed. `fd` may be open on any
+    /// kind of file `flock(2)` locks — a regular file, a directory, a FIFO or pipe, a device —
+    /// as with `flock(1)`: the caller opened it, so none of the dangers of opening a path
+    /// apply. Unlike a path lease there is no inode-vs-path check (there is no
     /// path to check against: the caller vouches for what it opened), no gate (an exclusive
     /// waiter here does not hold shared acquirers back), and no in-process exclusion once
     /// the call has returned. A description that already holds a lock in the other mode is
     /// converted the way `flock(2)` converts: not atomically.
     ///
     /// # Errors
-    /// [`Error::NotRegularFile`] for anything but a regular file or a directory,
     /// [`Error::Contended`]/[`Error::TimedOut`], [`Error::Cancelled`], [`Error::Io`] (a
     /// closed descriptor: `EBADF`).
     #[cfg(unix)]

@@ -33,7 +33,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, ErrorClass};
+use crate::error::{Classify, Error, ErrorClass};
 use crate::lease::{Lease, LockDir};
 
 /// How far an append is pushed to stable storage before it returns.
@@ -86,18 +86,20 @@ pub enum AppendError {
     },
 }
 
-impl AppendError {
+impl Classify for AppendError {
     /// How a caller should treat this error: a refused record is [`ErrorClass::Usage`]
     /// (nothing was written), a poisoned handle [`ErrorClass::Failure`], and a lease or I/O
     /// error has its own class.
-    pub fn class(&self) -> ErrorClass {
+    fn class(&self) -> ErrorClass {
         match self {
             AppendError::Lease(e) => e.class(),
             AppendError::InvalidRecord { .. } => ErrorClass::Usage,
             AppendError::Poisoned { .. } => ErrorClass::Failure,
         }
     }
+}
 
+impl AppendError {
     /// True when the log path itself is unusable (not a regular file, permission denied, …):
     /// the caller's input is at fault and nothing was changed.
     pub fn is_unusable_path(&self) -> bool {
