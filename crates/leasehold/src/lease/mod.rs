@@ -54,7 +54,7 @@ mod tokio;
 mod wait;
 
 #[cfg(unix)]
-#[path = "posix.rs"]
+#[path = "posix/mod.rs"]
 mod imp;
 #[cfg(windows)]
 #[path = "windows.rs"]
