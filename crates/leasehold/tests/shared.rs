@@ -542,7 +542,7 @@ fn a_waiting_reader_goes_before_writers_that_queue_after_it() {
         blocked_on(first.pid(), &lock) && pids(&gate) == vec![first.pid()]
     });
     let mut reader = Proc::spawn(&mut helper_cmd("wait-shared", &lock));
-    // (On the lock itself, the holder being exclusive: see `gate` in `lease/posix.rs`.)
+    // (On the lock itself, the holder being exclusive: see `lease/posix/gate.rs`.)
     until("the reader waits behind the first writer", || {
         blocked_on(reader.pid(), &lock) || blocked_on(reader.pid(), &gate)
     });

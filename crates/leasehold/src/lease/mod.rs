@@ -1,5 +1,5 @@
 //! The lease primitive: an exclusive (or shared), kernel-arbitrated lock, documented once here
-//! over a private per-platform implementation (`posix.rs`: `flock` on a lock file;
+//! over a private per-platform implementation (`posix/`: `flock` on a lock file;
 //! `windows.rs`: a named kernel semaphore; `single.rs`: WASI, which has no inter-process
 //! lock, where a lease is the in-process claim alone and only behind
 //! [`LeaseOptions::single_process`]).
@@ -29,11 +29,11 @@
 //! * **Shared leases** ([`SharedLease`], `shared.rs`) take `LOCK_SH` on the same files with
 //!   the same open and verification; they cannot be upgraded, and an exclusive waiter is
 //!   never starved by them (a turnstile: the claim queue in-process, the lock's gate across
-//!   processes, `posix.rs`).
+//!   processes, `posix/gate.rs`).
 //!
 //! One acquisition, from the top: [`LeaseOptions::acquire`] → `wait.rs`
-//! (`Acquisition::next`) → `posix.rs` (`open`, `try_lock`, `KernelWait`) → `sys/unix.rs`
-//! (`flock`).
+//! (`Acquisition::next`) → `posix/mod.rs` (`open`, `try_lock`) and `posix/kernel_wait.rs`
+//! (`KernelWait`) → `sys/unix.rs` (`flock`).
 
 use std::path::Path;
 

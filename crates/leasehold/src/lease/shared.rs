@@ -8,14 +8,14 @@
 //! **No writer starvation.** An exclusive waiter gets the lease as soon as the shared holders
 //! present when it started waiting have released, even while shared holders overlap each
 //! other without a gap: new shared acquirers wait behind it — in this process through the
-//! claim queue (`claim.rs`), across processes through the lock's gate (`posix.rs`, `gate`),
+//! claim queue (`claim.rs`), across processes through the lock's gate (`posix/gate.rs`),
 //! which every leasehold process honours. (Plain `flock -s` readers starve a `flock -x`
 //! writer for ever; BENCHMARKS.md has both figures.)
 //!
 //! **No reader starvation.** Nor do writers that release and queue again at once starve the
 //! readers waiting behind them: a shared waiter reserves its turn on the readers' gate, and
 //! exclusive waiters (and a waiting process's later exclusive acquisitions) let the readers
-//! already waiting go first — readers and writers take turns (`posix.rs`, `gate`).
+//! already waiting go first — readers and writers take turns (`posix/gate.rs`).
 //!
 //! **No upgrade.** `flock` converts a shared lock to an exclusive one non-atomically — it
 //! drops the shared lock first, so another writer can get in between — and a failed

@@ -2,7 +2,7 @@
 //! lease is a claim in this process's claim table (`claim.rs`) and nothing else, and only
 //! behind [`LeaseOptions::single_process`].
 //!
-//! The same fixed set of functions as `posix.rs` and `windows.rs`; the differences, and why:
+//! The same fixed set of functions as `posix/` and `windows.rs`; the differences, and why:
 //!
 //! * **Opt-in or nothing.** WASI preview 1 has no `flock`, no record locks and no named
 //!   kernel objects, and a host may preopen one directory into several instances (or share
@@ -132,7 +132,7 @@ impl Dir {
         }
     }
 
-    /// Opens a data file `name` as carefully as a lock file (see `posix.rs`): the file and
+    /// Opens a data file `name` as carefully as a lock file (see `posix/mod.rs`): the file and
     /// whether it existed before; `Ok(None)` when it is missing and `create` is false.
     pub(crate) fn open_file(
         &self,
@@ -182,7 +182,7 @@ impl Dir {
     }
 
     /// Checks that every directory this one was reached through is still the directory that
-    /// was opened (the root's path followed, each child's name not): see `posix.rs`.
+    /// was opened (the root's path followed, each child's name not): see `posix/mod.rs`.
     pub(crate) fn verify(&self) -> Result<()> {
         let now = match self.parent {
             None => sys::stat_follow(&self.path),
@@ -441,7 +441,7 @@ pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
 }
 
 /// Removes a held lease's lock file if the path still names the claimed inode (the keyed
-/// collector's protocol, see `posix.rs`).
+/// collector's protocol, see `posix/mod.rs`).
 pub(crate) fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
     match sys::stat_nofollow(target.display()) {
         Ok(Stood::Regular(now)) if now == held.id => {}

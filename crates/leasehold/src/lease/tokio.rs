@@ -6,7 +6,7 @@
 //! the reactor, so no executor thread is ever parked and no thread is spent per waiter (the
 //! kernel-wait helper is per inode and process, shared by every waiter there). Dropping the
 //! future drops the acquisition, which abandons its wait: nothing of ours holds the lease
-//! afterwards (see `posix.rs`, `KernelWait`).
+//! afterwards (see `posix/kernel_wait.rs`, `KernelWait`).
 
 use super::imp::Held;
 use super::wait::{Acquisition, Next};

@@ -16,7 +16,7 @@
 //! 3. Under the claim, one `LOCK_NB` try, then the inode check. A replaced file is reopened,
 //!    at most [`MAX_REOPENS`](super::MAX_REOPENS) times in all.
 //! 4. Busy: with a try-once budget, report contention. Otherwise wait in the kernel's own
-//!    queue (`posix.rs`, [`KernelWait`](super::imp::KernelWait)) — the kernel decides who is
+//!    queue (`posix/kernel_wait.rs`, [`KernelWait`](super::imp::KernelWait)) — the kernel decides who is
 //!    next, as fairly and as fast as for any blocking `flock` — where the platform has one;
 //!    else (Windows) poll with back-off. (On WASI the claim is the whole lock: a try under
 //!    it is never busy, and waiters wait in the claim queue, polling their budget.)

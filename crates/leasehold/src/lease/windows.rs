@@ -1,6 +1,6 @@
 //! The primitive on Windows: a named kernel semaphore whose existence is the lock.
 //!
-//! The same fixed set of functions as `posix.rs`, and the same contract where it makes sense;
+//! The same fixed set of functions as `posix/`, and the same contract where it makes sense;
 //! the differences, and why:
 //!
 //! * **No lock file is opened, created or held.** The lease is the kernel object named

@@ -281,7 +281,7 @@ pub(crate) fn try_lock(fd: BorrowedFd<'_>, shared: bool) -> Result<bool, Errno> 
 }
 
 /// `flock(LOCK_EX)` (or `LOCK_SH`): sleeps in the kernel's queue until the lock is granted.
-/// Only the kernel-wait helper threads call this (see `lease/posix.rs`); `EINTR` is retried.
+/// Only the kernel-wait helper threads call this (see `lease/posix/kernel_wait.rs`); `EINTR` is retried.
 pub(crate) fn lock_blocking(fd: BorrowedFd<'_>, shared: bool) -> Result<(), Errno> {
     let op = if shared {
         FlockOperation::LockShared

@@ -4,6 +4,11 @@
 //! [`Target`] (where a lock file is), [`open`], [`try_lock`], [`KernelWait`] (a wait in the
 //! kernel's own `flock` queue), [`accept`], [`still_at_path`], [`verify`], [`holders`] and the
 //! error mapping. Every system call is made through `sys`.
+//!
+//! This file is the primitive itself: open, claim, lock, verify, release. Beside it,
+//! `kernel_wait.rs` ([`KernelWait`] and the helper threads that block in `flock` for a
+//! waiter), `gate.rs` (the shared-mode gates: the cross-process half of the turnstile) and
+//! `error.rs` (errno to the typed error).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
