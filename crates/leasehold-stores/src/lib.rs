@@ -19,7 +19,7 @@
 //! ```text
 //! cargo run -p leasehold-stores --example async_registry --features tokio
 //! ```
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod document;

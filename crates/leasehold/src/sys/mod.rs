@@ -17,8 +17,14 @@ mod unix;
 #[cfg(unix)]
 pub(crate) use unix::*;
 
+#[cfg(all(unix, feature = "tokio"))]
+#[allow(unsafe_code)] // tokio's reactor registration (see its docs)
+mod reactor;
+#[cfg(all(unix, feature = "tokio"))]
+pub(crate) use reactor::register_readable;
+
 #[cfg(windows)]
-#[allow(unsafe_code)] // the only module with `unsafe`: raw Win32 calls (see its docs)
+#[allow(unsafe_code)] // raw Win32 calls (see its docs)
 mod windows;
 #[cfg(windows)]
 pub(crate) use windows::*;
