@@ -66,6 +66,12 @@ mod imp;
 use claim::Mode;
 use wait::Acquisition;
 
+/// The two kernel services the patterns need beside leases, so that they reach the kernel
+/// only through the primitive: positioned reads of a data file opened with
+/// [`LockDir::open_file`] (the append log's tail checks) and this process's id, where the
+/// platform has one (WASI: `None`; durable rewrites name their temporaries with it).
+pub(crate) use crate::sys::{process_id, read_exact_at};
+
 #[cfg(unix)]
 pub use shared::unlock_descriptor;
 pub use shared::{LockMode, SharedLease};

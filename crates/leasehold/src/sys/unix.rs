@@ -517,6 +517,12 @@ pub(crate) fn create_dirs(path: &Path) -> io::Result<()> {
         .create(path)
 }
 
+/// Fills `buf` from `offset` without moving a shared file position (`pread`, through std's
+/// `FileExt`, which retries `EINTR` and short reads).
+pub(crate) fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
 /// `fsync` of an open directory: makes its entries (creations, renames) durable.
 pub(crate) fn sync_dir_fd(dir: BorrowedFd<'_>) -> io::Result<()> {
     rustix::fs::fsync(dir).map_err(io::Error::from)
