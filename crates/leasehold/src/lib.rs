@@ -75,7 +75,6 @@ mod error;
 mod holders;
 mod kind;
 mod lease;
-mod options;
 pub mod patterns;
 mod sys;
 
@@ -86,10 +85,9 @@ pub use kind::{FileId, FileKind, Holders};
 #[cfg(unix)]
 pub use lease::unlock_descriptor;
 pub use lease::{
-    HandleLease, Lease, LeaseHandle, LockDir, LockMode, MAX_REOPENS, SharedLease, check_trusted,
-    holders,
+    HandleLease, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS, SharedLease,
+    check_trusted, holders,
 };
-pub use options::LeaseOptions;
 
 /// A fresh temporary directory for unit tests. WASI has no system temporary directory
 /// (`std::env::temp_dir` panics there), so on `wasm32-wasip1` it is made under `TMPDIR`,

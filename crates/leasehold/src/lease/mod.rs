@@ -44,10 +44,10 @@ use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::holders as lookup;
 use crate::kind::{FileId, Holders};
-use crate::options::LeaseOptions;
 
 mod blocking;
 pub(crate) mod claim;
+mod options;
 mod shared;
 #[cfg(feature = "tokio")]
 mod tokio;
@@ -72,6 +72,7 @@ use wait::Acquisition;
 /// platform has one (WASI: `None`; durable rewrites name their temporaries with it).
 pub(crate) use crate::sys::{process_id, read_exact_at};
 
+pub use options::LeaseOptions;
 #[cfg(unix)]
 pub use shared::unlock_descriptor;
 pub use shared::{LockMode, SharedLease};

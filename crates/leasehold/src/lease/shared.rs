@@ -36,7 +36,7 @@ use super::{blocking, imp};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::kind::FileId;
-use crate::options::LeaseOptions;
+use crate::lease::LeaseOptions;
 
 /// Whether a lock excludes everyone ([`Exclusive`](LockMode::Exclusive)) or only exclusive
 /// holders ([`Shared`](LockMode::Shared)): for [`LeaseOptions::lock_descriptor`], where the

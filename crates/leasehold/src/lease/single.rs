@@ -43,7 +43,7 @@ use super::claim::{Claim, Key, Mode};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
-use crate::options::LeaseOptions;
+use crate::lease::LeaseOptions;
 use crate::sys::{self, Notifier, Stood};
 
 /// Whether waiters here are woken by a notifier alone (no: they also poll their budget, as

@@ -34,7 +34,7 @@ use crate::budget::{Budget, Exhausted};
 use crate::error::{Error, Result};
 use crate::holders::HolderInfo;
 use crate::kind::FileId;
-use crate::options::LeaseOptions;
+use crate::lease::LeaseOptions;
 use crate::sys::Notifier;
 
 /// How often a waiter checks that the file it waits on is still the one at the path: from

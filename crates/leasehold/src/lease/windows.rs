@@ -35,7 +35,7 @@ use super::claim::{Claim, Key, Mode};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
-use crate::options::LeaseOptions;
+use crate::lease::LeaseOptions;
 use crate::sys::{self, Created, Notifier, Stood, naming};
 
 /// Whether waiters here are woken by a notifier (else they poll: here).

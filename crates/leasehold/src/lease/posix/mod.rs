@@ -22,7 +22,7 @@ use super::claim::{Claim, Key, Mode};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
-use crate::options::LeaseOptions;
+use crate::lease::LeaseOptions;
 use crate::sys::{self, Entry};
 
 mod error;
