@@ -67,7 +67,7 @@
 // Layers, lowest first; each module imports only from the ones before it:
 // kind (FileId, FileKind, Holders: nothing) → sys (the platform boundary: kind) →
 // holders (HolderInfo, look-ups: kind, sys) → error (kind, holders) → budget (sys, error) →
-// options (nothing) → lease (the primitive: all of these) → patterns (built on the primitive).
+// lease (the primitive and its options: all of these) → patterns (built on the primitive).
 #[cfg(all(feature = "etcd", unix))]
 pub mod arbiters;
 mod budget;
