@@ -45,12 +45,12 @@ use crate::error::{Error, Result};
 use crate::holders as lookup;
 use crate::kind::{FileId, Holders};
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
 mod blocking;
 pub(crate) mod claim;
 mod options;
 mod shared;
-#[cfg(feature = "tokio")]
-mod tokio;
 mod wait;
 
 #[cfg(unix)]

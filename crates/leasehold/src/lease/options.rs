@@ -238,7 +238,8 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let held = super::tokio::run(Acquisition::new(*self, &target, budget, mode, None)).await?;
+        let held =
+            super::asynchronous::run(Acquisition::new(*self, &target, budget, mode, None)).await?;
         Ok(Lease {
             held: Some(held),
             target,
@@ -298,7 +299,7 @@ impl LeaseOptions {
     ) -> Result<SharedLease> {
         let target = imp::Target::path(self, path.as_ref())?;
         let acq = Acquisition::new(*self, &target, budget, Mode::Shared, None);
-        let held = super::tokio::run(acq).await?;
+        let held = super::asynchronous::run(acq).await?;
         Ok(SharedLease {
             held: Some(held),
             target,
