@@ -24,7 +24,7 @@
 //! * **Wait.** Within a [`Budget`]: a waiter sleeps in the kernel's own lock queue (through a
 //!   helper thread, so that a deadline or a [`CancelToken`](crate::CancelToken) still ends
 //!   the wait at once), which makes it as fair and as fast as a blocking `flock` (`wait.rs`
-//!   has the decisions, `blocking.rs` and `tokio.rs` the two drivers).
+//!   has the decisions, `blocking.rs` and `asynchronous.rs` the two drivers).
 //! * **Release** closes the descriptor; it is idempotent, and `Drop` does it.
 //! * **Shared leases** ([`SharedLease`], `shared.rs`) take `LOCK_SH` on the same files with
 //!   the same open and verification; they cannot be upgraded, and an exclusive waiter is

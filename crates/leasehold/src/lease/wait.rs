@@ -1,5 +1,5 @@
 //! The decisions of a wait, made in one place; the blocking and the tokio drivers
-//! (`blocking.rs`, `tokio.rs`) only carry them out.
+//! (`blocking.rs`, `asynchronous.rs`) only carry them out.
 //!
 //! An acquisition is a small state machine. Each call of [`Acquisition::next`] does the
 //! non-blocking work that is due (open, claim, try, accept a grant, follow a replaced file,
