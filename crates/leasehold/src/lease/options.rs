@@ -12,7 +12,9 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use super::LockMode;
 use super::claim::Mode;
 use super::wait::Acquisition;
-use super::{Lease, LeaseHandle, LockDir, SharedLease, blocking, imp};
+use super::{
+    Imp, Lease, LeaseHandle, LockDir, Platform, PlatformTarget, SharedLease, blocking, imp,
+};
 use crate::budget::Budget;
 #[cfg(doc)] // the errors the methods document
 use crate::error::Error;
@@ -253,7 +255,7 @@ impl LeaseOptions {
     /// The unusable-path errors of [`try_acquire`](Self::try_acquire), and [`Error::Io`].
     pub fn open_handle(&self, path: impl AsRef<Path>) -> Result<LeaseHandle> {
         let target = imp::Target::path(self, path.as_ref())?;
-        let opened = imp::open(self, &target)?;
+        let opened = Imp::open(self, &target)?;
         Ok(LeaseHandle {
             opts: *self,
             target,

@@ -31,7 +31,7 @@ use std::path::Path;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::claim::Mode;
-use super::imp;
+use super::{Imp, Platform, PlatformHeld, PlatformTarget, imp};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::kind::FileId;
@@ -144,7 +144,7 @@ impl SharedLease {
         let held = self.held.as_ref().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
-        imp::verify(&self.target, held)
+        Imp::verify(&self.target, held)
     }
 
     /// Releases the lease by closing its descriptor. Idempotent. The lock file stays.

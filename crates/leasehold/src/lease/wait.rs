@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 
 use super::MAX_REOPENS;
 use super::claim::{self, Claim, Mode, Queued, Taken};
-use super::imp::{self, Attempt, Held, Opened, Target};
+use super::imp::{self, Held, Opened, Target};
+use super::{Attempt, Imp, Platform, PlatformOpened, PlatformTarget};
 use crate::budget::{Budget, Exhausted};
 use crate::error::{Error, Result};
 use crate::holders::HolderInfo;
@@ -129,8 +130,8 @@ impl<'a> Acquisition<'a> {
         let State::Inline(opened, claim) = std::mem::replace(&mut self.state, State::Done) else {
             return Ok(None);
         };
-        let granted = imp::lock_inline(self.target, opened, self.mode)?;
-        match imp::accept(self.target, granted, claim)? {
+        let granted = Imp::lock_inline(self.target, opened, self.mode)?;
+        match Imp::accept(self.target, granted, claim)? {
             Some(held) => Ok(Some(held)),
             None => {
                 self.reopen()?;
@@ -164,7 +165,7 @@ impl<'a> Acquisition<'a> {
         if let Some(n) = &self.notifier {
             return Ok(n.clone());
         }
-        let n = Arc::new(Notifier::new().map_err(|e| imp::wait_error(self.target.display(), e))?);
+        let n = Arc::new(Notifier::new().map_err(|e| Imp::wait_error(self.target.display(), e))?);
         self.notifier = Some(n.clone());
         Ok(n)
     }
@@ -179,7 +180,7 @@ impl<'a> Acquisition<'a> {
                     }
                     let opened = match reuse {
                         Some(o) => o,
-                        None => imp::open(&self.opts, self.target)?,
+                        None => Imp::open(&self.opts, self.target)?,
                     };
                     // First without a place in the queue: the uncontended path creates no
                     // notifier (an eventfd and its close measured ~15 % of a cold cycle).
@@ -220,7 +221,7 @@ impl<'a> Acquisition<'a> {
                         // Queued behind another lease of this process: it holds the lease,
                         // whatever the OS reveals of holders.
                         self.judge_budget_here(opened.file_id())?;
-                        if self.check_due() && !imp::still_at_path(self.target, opened.file_id()) {
+                        if self.check_due() && !Imp::still_at_path(self.target, opened.file_id()) {
                             drop(q);
                             self.reopen()?;
                             continue;
@@ -233,10 +234,10 @@ impl<'a> Acquisition<'a> {
                     if self.budget.flagged() {
                         return Err(self.cancelled());
                     }
-                    match kw.poll(self.target) {
+                    match Imp::poll_wait(&kw, self.target) {
                         Some(Ok(granted)) => {
                             drop(kw);
-                            match imp::accept(self.target, granted, claim)? {
+                            match Imp::accept(self.target, granted, claim)? {
                                 Some(held) => return Ok(Next::Acquired(held)),
                                 None => self.reopen()?,
                             }
@@ -244,7 +245,7 @@ impl<'a> Acquisition<'a> {
                         Some(Err(e)) => return Err(e),
                         None => {
                             self.judge_budget(id)?;
-                            if self.check_due() && !imp::still_at_path(self.target, id) {
+                            if self.check_due() && !Imp::still_at_path(self.target, id) {
                                 drop(kw);
                                 drop(claim);
                                 self.reopen()?;
@@ -274,7 +275,7 @@ impl<'a> Acquisition<'a> {
     /// replaced and is to be reopened); `Ok(Some(Wait))`: the state was set to wait.
     fn locked_try(&mut self, opened: Opened, claim: Claim) -> Result<Option<Next>> {
         let may_wait = !self.try_once();
-        match imp::try_lock(self.target, opened, claim, self.mode, may_wait)? {
+        match Imp::try_lock(self.target, opened, claim, self.mode, may_wait)? {
             Attempt::Acquired(held) => Ok(Some(Next::Acquired(held))),
             Attempt::Replaced => {
                 self.reopen()?;
@@ -286,7 +287,7 @@ impl<'a> Acquisition<'a> {
                 }
                 self.judge_budget(opened.file_id())?;
                 if self.may_block
-                    && imp::NOTIFIES
+                    && Imp::NOTIFIES
                     && self.budget.deadline().is_none()
                     && self.budget.cancel_token().is_none()
                 {
@@ -295,7 +296,7 @@ impl<'a> Acquisition<'a> {
                 }
                 let id = opened.file_id();
                 let n = self.ensure_notifier()?;
-                match imp::KernelWait::start(self.target, opened, self.mode, n) {
+                match Imp::start_wait(self.target, opened, self.mode, n) {
                     Ok(kw) => {
                         self.state = State::Kernel(kw, claim, id);
                         self.interval = CHECK_MIN;
@@ -340,7 +341,7 @@ impl<'a> Acquisition<'a> {
             .next_check
             .saturating_duration_since(Instant::now())
             .max(Duration::from_micros(100));
-        if !imp::NOTIFIES || matches!(self.state, State::Polling(..)) {
+        if !Imp::NOTIFIES || matches!(self.state, State::Polling(..)) {
             if !matches!(self.state, State::Polling(..)) {
                 self.poll = (self.poll * 2).clamp(POLL_MIN, POLL_MAX);
             }

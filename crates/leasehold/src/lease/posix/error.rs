@@ -26,7 +26,7 @@ pub(super) fn plain(name: &str, path: &Path, op: &'static str) -> Result<()> {
 }
 
 /// Creates `path` and its missing parents with mode 0700.
-pub(crate) fn create_dirs(path: &Path) -> Result<()> {
+pub(super) fn create_dirs(path: &Path) -> Result<()> {
     sys::create_dirs(path).map_err(|e| match e.raw_os_error() {
         Some(raw) => dir_error(sys::cwd(), path, path, Errno::from_raw_os_error(raw)),
         None => Error::Io {
@@ -96,6 +96,6 @@ pub(crate) fn path_error(path: &Path, op: &'static str, e: Errno) -> Error {
 }
 
 /// Maps a failure to set up a wait (no descriptor for the notifier).
-pub(crate) fn wait_error(path: &Path, e: Errno) -> Error {
+pub(super) fn wait_error(path: &Path, e: Errno) -> Error {
     path_error(path, "set up wait", e)
 }

@@ -1,9 +1,10 @@
 //! The primitive on POSIX (Linux, macOS, the BSDs): `flock` on a lock file.
 //!
-//! The fixed set of functions `lease/mod.rs` builds on: [`Dir`] (directory handles),
-//! [`Target`] (where a lock file is), [`open`], [`try_lock`], [`KernelWait`] (a wait in the
-//! kernel's own `flock` queue), [`accept`], [`still_at_path`], [`verify`], [`holders`] and the
-//! error mapping. Every system call is made through `sys`.
+//! The platform contract of `lease/mod.rs` ([`Platform`], which [`Posix`] at the end of this
+//! file implements): [`Dir`] (directory handles), [`Target`] (where a lock file is),
+//! [`open`], [`try_lock`], [`KernelWait`] (a wait in the kernel's own `flock` queue),
+//! [`accept`], [`still_at_path`], [`verify`], [`holders_error`] and the error mapping. Every
+//! system call is made through `sys`.
 //!
 //! This file is the primitive itself: open, claim, lock, verify, release. Beside it,
 //! `kernel_wait.rs` ([`KernelWait`] and the helper threads that block in `flock` for a
@@ -19,22 +20,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use rustix::io::Errno;
 
 use super::claim::{Claim, Key, Mode};
+use super::{Platform, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
 use crate::lease::LeaseOptions;
-use crate::sys::{self, Entry};
+use crate::sys::{self, Entry, Notifier};
 
 mod error;
 pub(crate) mod gate;
 mod kernel_wait;
 
-pub(crate) use error::{create_dirs, path_error, wait_error};
-use error::{dir_error, lock_error, plain};
+pub(crate) use error::path_error;
+use error::{create_dirs, dir_error, lock_error, plain, wait_error};
 pub(crate) use kernel_wait::KernelWait;
-
-/// Whether waiters here are woken by a notifier (else they poll: Windows).
-pub(crate) const NOTIFIES: bool = true;
 
 /// An opened directory that lock files are opened relative to (`openat`).
 #[derive(Debug, Clone)]
@@ -47,8 +46,8 @@ pub(crate) struct Dir {
     parent: Option<Arc<Dir>>,
 }
 
-impl Dir {
-    pub(crate) fn open(path: &Path) -> Result<Dir> {
+impl PlatformDir for Dir {
+    fn open(path: &Path) -> Result<Dir> {
         let fd = sys::open_dir_at(sys::cwd(), path, true)
             .map_err(|e| dir_error(sys::cwd(), path, path, e))?;
         let id = sys::fd_id(fd.as_fd()).map_err(|e| path_error(path, "stat directory", e))?;
@@ -65,7 +64,7 @@ impl Dir {
     /// [`Dir::open`]) names the root's inode, and each child name (never followed) names its
     /// child's inode. A directory renamed or replaced anywhere on the way means newcomers
     /// resolve elsewhere, so a lease held in it no longer excludes them.
-    pub(crate) fn verify(&self) -> Result<()> {
+    fn verify(&self) -> Result<()> {
         let (at, name, follow) = match &self.parent {
             None => (sys::cwd(), self.path.as_path(), true),
             Some(parent) => (
@@ -90,16 +89,16 @@ impl Dir {
     }
 
     /// The names of the entries of this directory.
-    pub(crate) fn names(&self) -> Result<Vec<std::ffi::OsString>> {
+    fn names(&self) -> Result<Vec<std::ffi::OsString>> {
         sys::dir_names(self.fd.as_fd()).map_err(|e| path_error(&self.path, "list directory", e))
     }
 
-    pub(crate) fn create(path: &Path) -> Result<Dir> {
+    fn create(path: &Path) -> Result<Dir> {
         create_dirs(path)?;
         Dir::open(path)
     }
 
-    pub(crate) fn child(&self, name: &str, create: bool) -> Result<Dir> {
+    fn child(&self, name: &str, create: bool) -> Result<Dir> {
         let path = self.path.join(name);
         plain(name, &path, "open directory")?;
         if create {
@@ -119,7 +118,7 @@ impl Dir {
         })
     }
 
-    pub(crate) fn has_lock_file(&self, name: &str) -> Result<bool> {
+    fn has_lock_file(&self, name: &str) -> Result<bool> {
         let path = self.path.join(name);
         plain(name, &path, "inspect lock file")?;
         match sys::entry_at(self.fd.as_fd(), Path::new(name)) {
@@ -135,7 +134,7 @@ impl Dir {
     /// refused before it is opened), never blocking on a FIFO, close-on-exec. `write` opens
     /// it for appending; `create` creates a missing one (0600). `Ok(None)`: no such file;
     /// otherwise the file and whether it existed before.
-    pub(crate) fn open_file(
+    fn open_file(
         &self,
         name: &str,
         write: bool,
@@ -163,17 +162,19 @@ impl Dir {
         }
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Makes the directory's entries durable (`fsync` of the directory).
+    fn sync(&self) -> std::io::Result<()> {
+        sys::sync_dir_fd(self.fd.as_fd())
+    }
+}
+
+impl Dir {
     pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-
-    /// Makes the directory's entries durable (`fsync` of the directory).
-    pub(crate) fn sync(&self) -> std::io::Result<()> {
-        sys::sync_dir_fd(self.fd.as_fd())
     }
 }
 
@@ -194,8 +195,10 @@ pub(crate) struct Target {
     checked: bool,
 }
 
-impl Target {
-    pub(crate) fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
+impl PlatformTarget for Target {
+    type Dir = Dir;
+
+    fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
         Ok(Target {
             dir: None,
             name: path.to_path_buf(),
@@ -205,7 +208,7 @@ impl Target {
         })
     }
 
-    pub(crate) fn at(dir: &Dir, name: &str) -> Result<Target> {
+    fn at(dir: &Dir, name: &str) -> Result<Target> {
         let display = dir.path.join(name);
         plain(name, &display, "open lock file")?;
         Ok(Target {
@@ -220,11 +223,17 @@ impl Target {
     /// The same lock without a gate: for an internal lock whose exclusive holder never waits
     /// (the keyed namespace's collector lock), where a turnstile protects nobody and its
     /// gate file would only be one more file in the namespace.
-    pub(crate) fn without_gate(mut self) -> Target {
+    fn without_gate(mut self) -> Target {
         self.gated = false;
         self
     }
 
+    fn display(&self) -> &Path {
+        self.display.as_deref().unwrap_or(&self.name)
+    }
+}
+
+impl Target {
     /// A descriptor the caller opened (`display` names it in messages): no path, no gate.
     pub(crate) fn descriptor(display: PathBuf) -> Target {
         Target {
@@ -241,10 +250,6 @@ impl Target {
             None => sys::cwd(),
             Some(d) => d.as_fd(),
         }
-    }
-
-    pub(crate) fn display(&self) -> &Path {
-        self.display.as_deref().unwrap_or(&self.name)
     }
 
     /// The gate's name, relative to `dir` (computed when needed: only shared acquirers and
@@ -290,11 +295,12 @@ pub(crate) fn open_descriptor(target: &Target, fd: BorrowedFd<'_>) -> Result<Ope
     Ok(Opened { fd, id })
 }
 
-impl Opened {
-    pub(crate) fn key(&self) -> Key {
+impl PlatformOpened for Opened {
+    fn key(&self) -> Key {
         (self.id.dev, self.id.ino)
     }
-    pub(crate) fn file_id(&self) -> Option<FileId> {
+
+    fn file_id(&self) -> Option<FileId> {
         Some(self.id)
     }
 }
@@ -324,16 +330,16 @@ pub(crate) struct Held {
     _claim: Claim,
 }
 
-impl Held {
-    pub(crate) fn file_id(&self) -> Option<FileId> {
+impl PlatformHeld for Held {
+    type Opened = Opened;
+
+    fn file_id(&self) -> Option<FileId> {
         Some(self.id)
     }
-    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
+
     /// Whether other processes wait for this lease (Linux: their marks, `sys::mark_waiting`;
     /// elsewhere nobody can tell cheaply, and the answer is `false`).
-    pub(crate) fn others_waiting(&self) -> bool {
+    fn others_waiting(&self) -> bool {
         #[cfg(all(target_os = "linux", not(leasehold_portable)))]
         return sys::others_waiting(self.fd.as_fd());
         #[cfg(not(all(target_os = "linux", not(leasehold_portable))))]
@@ -345,7 +351,7 @@ impl Held {
     /// [`LeaseHandle`](super::LeaseHandle)'s lease, whose description nobody else holds: it
     /// has no `share_with_children` and no `as_fd` (see [`Held`] for why a description that
     /// may be shared is never unlocked).
-    pub(crate) fn unlock_keep(self) -> Option<Opened> {
+    fn unlock_keep(self) -> Option<Opened> {
         let Held {
             gate,
             fd,
@@ -374,6 +380,12 @@ impl Held {
     }
 }
 
+impl Held {
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 /// A descriptor the kernel locked for a waiter, not yet checked against the path.
 pub(crate) struct Granted {
     fd: OwnedFd,
@@ -384,12 +396,8 @@ pub(crate) struct Granted {
     passed: gate::Passed,
 }
 
-/// The outcome of one non-blocking try.
-pub(crate) enum Attempt {
-    Acquired(Held),
-    Busy(Opened, Claim),
-    Replaced,
-}
+/// The outcome of one non-blocking try (the one enum of every platform).
+type Attempt = super::Attempt<Posix>;
 
 /// File systems already classified, by device: `fstatfs` on every acquisition measured as a
 /// tenth of the uncontended cost, and a mounted device's file system does not change.
@@ -427,7 +435,7 @@ fn network_fs(fd: BorrowedFd<'_>, dev: u64, path: &Path) -> Result<Option<&'stat
 }
 
 /// Opens the lock file, refusing anything but a regular file.
-pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
+fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
     let (dir, name, path) = (target.dir(), target.name.as_path(), target.display());
     // No look before the open: the open's own flags refuse what must never be opened — a
     // symlink (`O_NOFOLLOW`: ELOOP), a socket (ENXIO), a directory (`O_CREAT`: EISDIR) — and
@@ -479,7 +487,7 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
 /// One non-blocking try under a granted claim: flock, then verify that the inode is still the
 /// file at the path (a lock on an orphaned inode proves nothing). `may_wait`: the caller
 /// waits if this is busy (an exclusive try then defers to waiting readers, see `gate`).
-pub(crate) fn try_lock(
+fn try_lock(
     target: &Target,
     opened: Opened,
     claim: Claim,
@@ -524,7 +532,7 @@ pub(crate) fn try_lock(
 
 /// A locked descriptor becomes a [`Held`] lease if its inode is still the file at the path;
 /// `Ok(None)` (the descriptor closed, releasing the orphan's lock) when it was replaced.
-pub(crate) fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
+fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
     let Granted {
         fd,
         id,
@@ -559,7 +567,7 @@ pub(crate) fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<
 /// Blocks this thread in the kernel's queue for `opened` (no helper: one wake-up fewer on
 /// the handoff's critical path, measured ~16 µs on the 2-core reference VM). Only for waits
 /// that nothing can end but the grant: an unlimited budget without a cancellation token.
-pub(crate) fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result<Granted> {
+fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result<Granted> {
     #[cfg(all(target_os = "linux", not(leasehold_portable)))]
     sys::mark_waiting(opened.fd.as_fd());
     // The mark stays until the lease's descriptor closes (which drops it) or a handle
@@ -579,7 +587,7 @@ pub(crate) fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result
 }
 
 /// Whether the inode `id` is still the file at the path (else a waiter follows the path).
-pub(crate) fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
+fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
     !target.checked
         || matches!(
             sys::entry_at(target.dir(), &target.name),
@@ -588,7 +596,7 @@ pub(crate) fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
 }
 
 /// Checks that a held lease's inode is still the file at the path (one `fstatat`).
-pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
+fn verify(target: &Target, held: &Held) -> Result<()> {
     match sys::entry_at(target.dir(), &target.name) {
         Ok(Entry::Regular(now)) if now == held.id => Ok(()),
         Ok(_) | Err(Errno::NOENT) => Err(Error::LeaseLost {
@@ -599,7 +607,7 @@ pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
 }
 
 /// See `lease::check_trusted`.
-pub(crate) fn check_trusted(path: &Path) -> Result<()> {
+fn check_trusted(path: &Path) -> Result<()> {
     match sys::untrusted_at(sys::cwd(), path) {
         Ok(None) => Ok(()),
         Ok(Some(reason)) => Err(Error::Untrusted {
@@ -614,7 +622,7 @@ pub(crate) fn check_trusted(path: &Path) -> Result<()> {
 /// when it was unlinked. Only the collector of keyed lock files calls this, holding both the
 /// file's exclusive lock and the namespace's exclusive lock: nobody else ever unlinks or
 /// replaces a lock file, so the path cannot change between the check and the unlink.
-pub(crate) fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
+fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
     match sys::entry_at(target.dir(), &target.name) {
         Ok(Entry::Regular(now)) if now == held.id => {}
         Ok(_) => return Ok(false),
@@ -629,12 +637,12 @@ pub(crate) fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
 
 /// The modification time of a held lease's lock file (lock files are never written, so it
 /// is when the file was created unless someone touched it).
-pub(crate) fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
+fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
     sys::fd_modified(held.fd.as_fd()).map_err(|e| path_error(target.display(), "stat lock file", e))
 }
 
 /// Maps a failed holder look-up to the error naming `path`.
-pub(crate) fn holders_error(path: &Path, u: Unusable) -> Error {
+fn holders_error(path: &Path, u: Unusable) -> Error {
     match u {
         Unusable::NotRegular(kind) => Error::NotRegularFile {
             path: path.to_path_buf(),
@@ -653,4 +661,73 @@ pub(crate) fn holders_error(path: &Path, u: Unusable) -> Error {
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The POSIX platform (see [`Platform`]): each item names the function of this file (or of
+/// `kernel_wait.rs`) that does it.
+#[derive(Debug)]
+pub(crate) struct Posix;
+
+impl Platform for Posix {
+    /// Waiters are woken by their notifier: the kernel-wait helper pokes it on a grant.
+    const NOTIFIES: bool = true;
+
+    type Dir = Dir;
+    type Target = Target;
+    type Opened = Opened;
+    type Held = Held;
+    type Granted = Granted;
+    type KernelWait = KernelWait;
+    type SysError = Errno;
+
+    fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
+        open(opts, target)
+    }
+    fn try_lock(
+        target: &Target,
+        opened: Opened,
+        claim: Claim,
+        mode: Mode,
+        may_wait: bool,
+    ) -> Result<Attempt> {
+        try_lock(target, opened, claim, mode, may_wait)
+    }
+    fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
+        accept(target, granted, claim)
+    }
+    fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result<Granted> {
+        lock_inline(target, opened, mode)
+    }
+    fn start_wait(
+        target: &Target,
+        opened: Opened,
+        mode: Mode,
+        notifier: Arc<Notifier>,
+    ) -> std::result::Result<KernelWait, Opened> {
+        KernelWait::start(target, opened, mode, notifier)
+    }
+    fn poll_wait(wait: &KernelWait, target: &Target) -> Option<Result<Granted>> {
+        wait.poll(target)
+    }
+    fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
+        still_at_path(target, id)
+    }
+    fn verify(target: &Target, held: &Held) -> Result<()> {
+        verify(target, held)
+    }
+    fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
+        unlink_held(target, held)
+    }
+    fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
+        modified(target, held)
+    }
+    fn check_trusted(path: &Path) -> Result<()> {
+        check_trusted(path)
+    }
+    fn holders_error(path: &Path, u: Unusable) -> Error {
+        holders_error(path, u)
+    }
+    fn wait_error(path: &Path, e: Errno) -> Error {
+        wait_error(path, e)
+    }
 }
