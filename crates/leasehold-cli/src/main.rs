@@ -28,7 +28,7 @@
 //! available (`cmd/unsupported.rs`); `cmd/platform.rs` is the one seam that lets `bench` and
 //! `torture` run their worker processes on POSIX and Windows alike. Being a binary, this crate has no public
 //! API: the library is `leasehold`, the stores are `leasehold-stores`.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod cmd;
 mod env;

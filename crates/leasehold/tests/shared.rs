@@ -128,8 +128,8 @@ fn helper() {
             };
             let lease = Lease::acquire(&lock, &budget).unwrap();
             lease.share_with_children(true).unwrap();
-            // Never reaped here: this helper exits at once and the child, reparented, must
-            // outlive it (the test kills it).
+            // Never waited for: this helper exits at once and the child, holding the lease,
+            // outlives it (the test kills it by its pid).
             #[allow(clippy::zombie_processes)]
             let child = Command::new("sleep")
                 .arg("600")
@@ -545,7 +545,7 @@ fn a_waiting_reader_goes_before_writers_that_queue_after_it() {
         blocked_on(first.pid(), &lock) && pids(&gate) == vec![first.pid()]
     });
     let mut reader = Proc::spawn(&mut helper_cmd("wait-shared", &lock));
-    // (On the lock itself, the holder being exclusive: see `gate` in `lease/posix.rs`.)
+    // (On the lock itself, the holder being exclusive: see `lease/posix/gate.rs`.)
     until("the reader waits behind the first writer", || {
         blocked_on(reader.pid(), &lock) || blocked_on(reader.pid(), &gate)
     });
