@@ -311,9 +311,11 @@ mod imp {
             }
         }
         let status = child.wait();
-        if report.is_none() && group.is_some() {
-            // The supervisor died with COMMAND started: whatever is left of the tree goes
-            // (COMMAND itself dies of its parent-death signal; its orphans are ours).
+        let killed = status.as_ref().is_ok_and(|s| s.code().is_none());
+        if report.is_none() && killed {
+            // The supervisor was killed, perhaps with COMMAND started (even before it said
+            // so): whatever is left of the tree goes — COMMAND dies of its parent-death
+            // signal, its orphans are ours (and so are all our descendants on Linux).
             supervisor::kill_all(group);
         }
         finished.store(true, Ordering::SeqCst);
@@ -325,8 +327,8 @@ mod imp {
             Some((status, Why::Command)) => Ok(status),
             Some((_, _)) => Err(lost(why_lost.unwrap_or_else(|| {
                 format!(
-                    "no keep-alive was acknowledged in time (COMMAND was sent SIGTERM {:.1?} before the deadline)",
-                    args.grace
+                    "no keep-alive was acknowledged in time (COMMAND was sent SIGTERM {:.1} s before the deadline, --grace)",
+                    args.grace.as_secs_f64()
                 )
             }))),
             None => {
@@ -335,7 +337,7 @@ mod imp {
                 })?;
                 match (status.code(), group) {
                     // It ended by itself before COMMAND ran, after saying why on stderr.
-                    (Some(code), None) => Ok(code as u8),
+                    (Some(code), _) => Ok(code as u8),
                     _ => Err(Failure::failed(format!(
                         "{}: COMMAND's supervisor ended ({status}); COMMAND and every process it started were killed",
                         args.name

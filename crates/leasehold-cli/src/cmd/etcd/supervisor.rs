@@ -136,11 +136,14 @@ fn status_code(status: WaitStatus) -> u8 {
     }
 }
 
-/// Every live descendant of this process (Linux: from the parent links in `/proc`).
+/// Every process of the tree (Linux, from `/proc`): each descendant of this process, and
+/// each member of process group `group` (which, with this process a subreaper, is one too).
 #[cfg(target_os = "linux")]
-fn descendants() -> Vec<Pid> {
+fn tree(group: Option<Pid>) -> Vec<Pid> {
     let me = rustix::process::getpid().as_raw_nonzero().get();
-    let mut links: Vec<(i32, i32)> = Vec::new();
+    let group = group.map(|g| g.as_raw_nonzero().get());
+    // (pid, ppid, pgrp) of every process.
+    let mut all: Vec<(i32, i32, i32)> = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -152,16 +155,20 @@ fn descendants() -> Vec<Pid> {
         else {
             continue;
         };
-        // "PID (comm) S PPID ...": the comm may hold anything, the fields follow the last ')'.
+        // "PID (comm) S PPID PGRP ...": the comm may hold anything; the fields follow the
+        // last ')'.
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<i32>().ok());
-        if let Some(ppid) = ppid {
-            links.push((pid, ppid));
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse::<i32>().ok());
+        if let (Some(Some(ppid)), Some(Some(pgrp))) = (fields.next(), fields.next()) {
+            all.push((pid, ppid, pgrp));
         }
     }
     let mut found = vec![me];
@@ -169,28 +176,32 @@ fn descendants() -> Vec<Pid> {
     while i < found.len() {
         let parent = found[i];
         found.extend(
-            links
-                .iter()
-                .filter(|(_, pp)| *pp == parent)
-                .map(|(p, _)| *p),
+            all.iter()
+                .filter(|(_, pp, _)| *pp == parent)
+                .map(|(p, _, _)| *p),
         );
         i += 1;
     }
-    found
-        .into_iter()
-        .skip(1)
-        .filter_map(Pid::from_raw)
-        .collect()
+    found.remove(0);
+    for (pid, _, pgrp) in &all {
+        if Some(*pgrp) == group && !found.contains(pid) {
+            found.push(*pid);
+        }
+    }
+    found.into_iter().filter_map(Pid::from_raw).collect()
 }
 
-/// Sends `sig` to process group `group` and (Linux) to every descendant of this process.
+/// Sends `sig` once to every process of the tree: on Linux each descendant of this process
+/// and each member of process group `group`; elsewhere the group (all that can be found
+/// there). Once each: a COMMAND that handles SIGTERM must not run its handler twice.
 pub fn signal_tree(group: Option<Pid>, sig: Signal) {
+    #[cfg(target_os = "linux")]
+    for pid in tree(group) {
+        let _ = kill_process(pid, sig);
+    }
+    #[cfg(not(target_os = "linux"))]
     if let Some(group) = group {
         let _ = kill_process_group(group, sig);
-    }
-    #[cfg(target_os = "linux")]
-    for pid in descendants() {
-        let _ = kill_process(pid, sig);
     }
 }
 
@@ -403,6 +414,11 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    // Everything that can fail comes before COMMAND starts: from then on nothing returns
+    // early with COMMAND unsupervised.
+    sock.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
+    #[cfg(target_os = "linux")]
+    let timer = Timer::new().map_err(|e| fail("timer", &e))?;
     let me = std::process::id();
     // COMMAND through the exec helper: it arms the parent-death signal (our death kills it)
     // and checks we are still its parent, then becomes COMMAND; in a process group of its own.
@@ -418,8 +434,8 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
     let command =
         Pid::from_raw(child.id() as i32).ok_or_else(|| Failure::failed("COMMAND has no pid"))?;
     drop(child); // reaped below, with every other child (`wait`), never through std
-    let _ = writeln!(&sock, "pid {}", command.as_raw_nonzero());
-    sock.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
+    // One write (the socket is empty: it cannot be short).
+    let _ = (&sock).write_all(format!("pid {}\n", command.as_raw_nonzero()).as_bytes());
     let mut s = Supervisor {
         sock,
         pending: Vec::new(),
@@ -431,8 +447,6 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         stop: None,
         killed: false,
     };
-    #[cfg(target_os = "linux")]
-    let timer = Timer::new().map_err(|e| fail("timer", &e))?;
     loop {
         let children = reap(|pid, status| {
             if pid == s.command {
@@ -502,7 +516,7 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
     let status = s.status.unwrap_or(1);
     let why = s.stop.as_ref().map_or(Why::Command, |stop| stop.why);
     let _ = s.sock.set_nonblocking(false);
-    let _ = writeln!(&s.sock, "exit {status} {}", why.name());
+    let _ = (&s.sock).write_all(format!("exit {status} {}\n", why.name()).as_bytes());
     Ok(status)
 }
 
