@@ -758,6 +758,79 @@ mod with_etcd {
         assert_eq!(v["scope"], json!({}));
     }
 
+    /// `torture --etcd-run` on `leasehold run --etcd` itself, paused (SIGSTOP past the TTL,
+    /// then SIGCONT) and SIGKILLed, with COMMANDs that leave background children: no two
+    /// COMMANDs' trees ever act at once, and the run cleans up after itself.
+    #[test]
+    fn the_run_torture_pauses_and_kills_run_and_finds_no_violation() {
+        let Some(server) = EtcdServer::start("etcd run torture") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(leasehold()
+            .args(["torture", "--etcd", &server.endpoint, "--etcd-run"])
+            .args([
+                "--workers",
+                "3",
+                "--kills",
+                "6",
+                "--seconds",
+                "90",
+                "--json",
+            ])
+            .arg("--dir")
+            .arg(dir.path()));
+        assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+        let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+        assert_eq!(v["violations"], json!(0), "{v}");
+        let events = v["kills"].as_u64().unwrap() + v["pauses"].as_u64().unwrap();
+        assert_eq!(events, 6, "{v}");
+        assert!(v["operations"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["holders_checked"].as_u64().unwrap() > 0, "{v}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "the run directory is removed"
+        );
+    }
+
+    /// The run torture's self-check: with a lock name per worker (hidden
+    /// `--break-exclusion`) the trees overlap and increments get lost; the run must fail.
+    #[test]
+    fn the_run_torture_detects_a_broken_exclusion() {
+        let Some(server) = EtcdServer::start("etcd run torture self-check") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(leasehold()
+            .args([
+                "torture",
+                "--etcd",
+                &server.endpoint,
+                "--etcd-run",
+                "--break-exclusion",
+            ])
+            .args([
+                "--workers",
+                "3",
+                "--kills",
+                "4",
+                "--seconds",
+                "60",
+                "--json",
+            ])
+            .arg("--dir")
+            .arg(dir.path()));
+        assert_eq!(out.code, 1, "stdout {} stderr {}", out.stdout, out.stderr);
+        assert_one_line_error(&out, "violation(s) found");
+        testkit::assert_broken_exclusion_found(&out.stdout);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "the evidence is kept"
+        );
+    }
+
     /// `https://` endpoints: a real etcd serving TLS with a throwaway CA, trusted the way
     /// users trust a private CA (`SSL_CERT_FILE`), or not trusted at all. (Where TLS is built:
     /// see leasehold's Cargo.toml, `leasehold_etcd_without_tls`.)
