@@ -468,6 +468,29 @@ impl RegistryPaths {
 
 /// The multi-root workspace registry of one process. Not active until [`acquire`]d.
 ///
+/// Two registries over one home behave as two processes would: one is the authority, the
+/// other grants nothing until it takes over with [`refresh`](Registry::refresh) — and then
+/// serves its predecessor's last durable write.
+///
+/// ```
+/// use leasehold::{Budget, ErrorClass, patterns::authority::State};
+/// use leasehold_stores::registry::{Registry, RegistryPaths};
+///
+/// let dirs = || tempfile::tempdir().expect("a temporary directory");
+/// let (home, project, extra) = (dirs(), dirs(), dirs());
+/// let first = Registry::new(RegistryPaths::in_home(home.path(), None));
+/// let second = Registry::new(RegistryPaths::in_home(home.path(), None));
+/// first.acquire(&Budget::no_wait()).unwrap();
+/// let refused = second.acquire(&Budget::no_wait()).unwrap_err();
+/// assert_eq!(refused.class(), ErrorClass::Contended);
+/// first.add(project.path(), extra.path()).unwrap();
+/// assert!(!second.grants(project.path(), extra.path())); // not the authority: fails closed
+/// first.teardown(); // drains, closes the document, releases the lease last
+/// second.refresh().unwrap();
+/// assert_eq!(second.state(), State::Active);
+/// assert!(second.grants(project.path(), extra.path()));
+/// ```
+///
 /// [`acquire`]: Registry::acquire
 pub struct Registry {
     /// Shared so that the async faces can run a write or a teardown on the blocking pool.
