@@ -14,16 +14,14 @@
 //! Document shape (unknown fields, top-level or per workspace, are preserved):
 //! `{"version": 1, "workspaces": {"/primary": {"roots": ["/root", ...]}}}`.
 //!
-//! **On etcd** (feature `etcd`, [`Registry::on_etcd`]): the processes may be on several
-//! machines. The lock is an [`EtcdArbiter`] under `PREFIX/lock/` and the document is the value
+//! **On etcd** (feature `etcd`, `Registry::on_etcd`): the processes may be on several
+//! machines. The lock is an `EtcdArbiter` under `PREFIX/lock/` and the document is the value
 //! of `PREFIX/storages/multi_root_workspace`. Every write is one etcd transaction that succeeds
 //! only while the writer's lock key still exists with the create revision it was granted (the
 //! fencing token), so a writer paused past its lease's TTL that resumes is refused by etcd
 //! itself and writes nothing. Each written document carries `"fencing_token"`, the token it
 //! was written under; the file-backed store does the same under a fencing arbiter and refuses
 //! to write over a document stamped with a higher token.
-//!
-//! [`EtcdArbiter`]: leasehold::arbiters::etcd::EtcdArbiter
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
