@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::leasehold;
+use common::{closed_stdout, leasehold};
 use rustix::process::Signal;
 use serde_json::{Value, json};
 use testkit::{FlockHolder, Proc, assert_one_line_error, run};
@@ -482,22 +482,6 @@ fn serve_reads_one_request_at_a_time_and_sigterm_does_not_wait_for_the_backlog()
 // ---------------------------------------------------------------------------------------
 // 13. A closed stdout is not a panic
 // ---------------------------------------------------------------------------------------
-
-fn closed_stdout(cmd: &mut Command) -> testkit::Out {
-    let (r, w) = std::io::pipe().unwrap();
-    drop(r);
-    let out = cmd
-        .stdout(w)
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    testkit::Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::new(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 #[test]
 fn status_and_results_treat_a_closed_stdout_as_the_end_of_output() {

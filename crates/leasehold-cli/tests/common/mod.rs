@@ -126,3 +126,32 @@ pub fn gave_up_after(line: &str) -> Option<f64> {
         .and_then(|l| l.rsplit_once("; gave up after "))
         .and_then(|(_, secs)| secs.parse().ok())
 }
+
+/// Runs `cmd` with `stdout` as its standard output (stdin as `cmd` says: [`leasehold`] makes
+/// it `/dev/null`), capturing its status and stderr (the returned `stdout` is empty).
+fn with_stdout(cmd: &mut Command, stdout: Stdio) -> testkit::Out {
+    let out = cmd.stdout(stdout).stderr(Stdio::piped()).output().unwrap();
+    testkit::Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `cmd` with stdout a pipe whose reader has gone (every write fails with EPIPE), as in
+/// `leasehold … | head -0`.
+pub fn closed_stdout(cmd: &mut Command) -> testkit::Out {
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    with_stdout(cmd, w.into())
+}
+
+/// Runs `cmd` with stdout `/dev/full` (every write fails with ENOSPC), or `None` when this
+/// system has no `/dev/full`.
+pub fn full_stdout(cmd: &mut Command) -> Option<testkit::Out> {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .ok()?;
+    Some(with_stdout(cmd, full.into()))
+}

@@ -70,7 +70,7 @@ pub struct TortureArgs {
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Torture the registry on etcd at ENDPOINTS instead (SIGKILL and SIGSTOP/SIGCONT of
-    /// workers; `--kills` counts both). Needs the `etcd` feature.
+    /// workers; `--kills` counts both).
     #[arg(long, value_name = "ENDPOINTS", conflicts_with = "etcd_server")]
     etcd: Option<String>,
     /// Like --etcd, on a private etcd this run starts and stops (`etcd` on PATH).
