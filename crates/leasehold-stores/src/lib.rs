@@ -4,8 +4,8 @@
 //! one writer per log, lock-free readers) and the isolated result store ([`results`]: one
 //! owner per result ID). Each writes only under its lease, durably (an acknowledged write
 //! survives a crash), and refuses — rather than follows or overwrites — a symlink, a FIFO or
-//! a document that does not parse. Every error answers `class()` (a
-//! [`leasehold::ErrorClass`]): contended, unusable input, cancelled, or failed.
+//! a document that does not parse. Every error implements [`leasehold::Classify`]: its
+//! `class()` tells contended, unusable input, cancelled and failed apart.
 //!
 //! ## One example per store
 //!

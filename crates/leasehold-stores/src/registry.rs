@@ -473,7 +473,7 @@ impl RegistryPaths {
 /// serves its predecessor's last durable write.
 ///
 /// ```
-/// use leasehold::{Budget, ErrorClass, patterns::authority::State};
+/// use leasehold::{Budget, Classify, ErrorClass, patterns::authority::State};
 /// use leasehold_stores::registry::{Registry, RegistryPaths};
 ///
 /// let dirs = || tempfile::tempdir().expect("a temporary directory");

@@ -48,7 +48,7 @@
 //! [`CancelToken`] ends it from any thread, and dropping the future abandons it as well.
 //!
 //! ```
-//! use leasehold::{Budget, CancelToken, ErrorClass, Lease};
+//! use leasehold::{Budget, CancelToken, Classify, ErrorClass, Lease};
 //!
 //! # #[cfg(feature = "tokio")]
 //! #[tokio::main(flavor = "current_thread")]
@@ -195,8 +195,8 @@
 //! Each uses only those below it: the platform boundary (`sys`, the only code that makes
 //! system calls); the primitive — [`Lease`], [`SharedLease`], [`LeaseHandle`] (a kept-open
 //! lock file for cheap re-acquisition), [`LockDir`], [`holders`] — with its options
-//! ([`LeaseOptions`]), budgets ([`Budget`], [`CancelToken`]) and typed errors ([`Error`], whose
-//! [`class`](Error::class) tells contention, bad input, cancellation and failure apart); the
+//! ([`LeaseOptions`]), budgets ([`Budget`], [`CancelToken`]) and typed errors ([`Error`];
+//! [`Classify::class`] tells contention, bad input, cancellation and failure apart); the
 //! [`patterns`] built on it; and the etcd arbiter (`arbiters`, feature `etcd`), which plugs
 //! into the authority.
 //!

@@ -78,7 +78,7 @@ type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
 /// anything, not even its lock file.
 ///
 /// ```
-/// use leasehold::{Budget, ErrorClass};
+/// use leasehold::{Budget, Classify, ErrorClass};
 /// use leasehold_stores::results::ResultStore;
 ///
 /// let (root, src) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
