@@ -97,7 +97,7 @@ pub fn print(text: &str) -> std::io::Result<()> {
     out.finish()
 }
 
-/// [`print`] of `line` and a newline.
+/// [`print()`] of `line` and a newline.
 pub fn print_line(line: impl std::fmt::Display) -> std::io::Result<()> {
     print(&format!("{line}\n"))
 }

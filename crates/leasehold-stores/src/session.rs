@@ -44,6 +44,15 @@ const LOCK_NAME: &str = "session.lock";
 /// Validation happens once, here, so that everything holding a `SessionId` may use it as a
 /// single directory name: it cannot escape `DIR` (`..`, `/`), hide (`.x`), or name anything
 /// special. An ID starting with `-` is valid (command lines pass it after `--`).
+///
+/// ```
+/// use leasehold_stores::session::SessionId;
+///
+/// assert_eq!(SessionId::new("run-42").unwrap().as_str(), "run-42");
+/// for unsafe_id in ["", "..", "a/b", ".hidden", "tab\tname"] {
+///     assert!(SessionId::new(unsafe_id).unwrap_err().is_unusable_input());
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SessionId(String);
 
@@ -205,6 +214,23 @@ impl From<AppendError> for SessionError {
 }
 
 /// The sessions directory `DIR`: where sessions are found and created.
+///
+/// A new session exists on disk only from its first record; a reader works while the writer
+/// holds the session's lease, and never touches it.
+///
+/// ```
+/// use leasehold_stores::session::{SessionId, SessionStore};
+///
+/// let dir = tempfile::tempdir().expect("a temporary directory");
+/// let store = SessionStore::new(dir.path().join("sessions"));
+/// let id = SessionId::new("run-1").unwrap();
+/// let mut writer = store.open_writer(&id).unwrap();
+/// assert!(!store.exists(&id).unwrap()); // nothing written yet, nothing created
+/// writer.append_value(&serde_json::json!({"step": 1})).unwrap();
+/// let mut reader = store.reader(&id).unwrap(); // while the writer holds the lease
+/// assert_eq!(reader.next().unwrap().unwrap(), br#"{"step":1}"#);
+/// assert!(reader.next().is_none());
+/// ```
 #[derive(Debug, Clone)]
 pub struct SessionStore {
     dir: PathBuf,

@@ -73,6 +73,24 @@ type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
 
 /// A result store in one managed root (see the module documentation). Clones share the
 /// root, the wait policy and the notice.
+///
+/// IDs are trimmed; an ID without a candidate or publication is refused without creating
+/// anything, not even its lock file.
+///
+/// ```
+/// use leasehold::{Budget, Classify, ErrorClass};
+/// use leasehold_stores::results::ResultStore;
+///
+/// let (root, src) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+/// std::fs::write(src.path().join("a.txt"), "a").unwrap();
+/// let results = ResultStore::new(root.path());
+/// let now = Budget::no_wait();
+/// assert_eq!(results.discard("nope", &now).unwrap_err().class(), ErrorClass::Usage);
+/// assert!(!results.lock_path("nope").exists());
+/// results.stage(" r1 ", src.path(), &now).unwrap();
+/// assert_eq!(results.paths("r1", &now).unwrap(), ["a.txt"]);
+/// results.discard("r1", &now).unwrap();
+/// ```
 #[derive(Clone)]
 pub struct ResultStore {
     root: PathBuf,
