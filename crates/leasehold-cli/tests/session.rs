@@ -566,3 +566,36 @@ fn read_into_a_closed_pipe_is_not_a_failure() {
     );
     assert!(out.stderr.is_empty());
 }
+
+/// Issue 22 item 9: a writer whose session directory is renamed under it keeps working
+/// through its directory handles, while a second writer resolves `DIR/ID` to a fresh
+/// directory and owns the ID there. The first must notice at its next append (the whole
+/// chain is verified before each durable append) and stop with one line and status 1,
+/// writing nothing more into the moved log.
+#[test]
+fn a_writer_whose_session_directory_was_renamed_stops_before_its_next_append() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    let mut a = appender(&dir, "s");
+    a.send("1");
+    assert_eq!(wait_for_records(&dir, "s", 1), ["1"]);
+    std::fs::rename(dir.join("s"), dir.join("moved")).unwrap();
+    // The second writer owns the ID now (its record is visible under the ID's path).
+    let mut b = appender(&dir, "s");
+    b.send(r#"{"from":"b"}"#);
+    assert_eq!(wait_for_records(&dir, "s", 1), [r#"{"from":"b"}"#]);
+    a.send("2");
+    let a = finish(a);
+    assert_eq!(a.code, 1, "{a:?}");
+    assert_one_line_error(&a, "lease lost");
+    assert_one_line_error(&a, &dir.join("s").display().to_string());
+    assert_eq!(
+        std::fs::read(log_of(&dir, "moved")).unwrap(),
+        b"1\n",
+        "nothing more went into the moved log"
+    );
+    b.send(r#"{"from":"b2"}"#);
+    let b = finish(b);
+    assert_eq!(b.code, 0, "{b:?}");
+    assert_eq!(records(&dir, "s"), [r#"{"from":"b"}"#, r#"{"from":"b2"}"#]);
+}

@@ -5,9 +5,14 @@
 //! line ending in `\n`. The contract, and why each part of it is there:
 //!
 //! * **One writer.** [`AppendLog`] is opened and written only with a held [`Lease`] in hand,
-//!   and the lease is verified ([`Lease::verify`]) before the log is opened and before every
-//!   record: two writers appending to one file interleave their bytes and tear each other's
-//!   records, and a lease whose lock file was replaced excludes nobody.
+//!   and the whole chain is verified before the log is opened and before every record: the
+//!   lease ([`Lease::verify`]: the lock file is still the locked inode) and the directories
+//!   the log was reached through (each still the directory of that name, up to the path the
+//!   chain was opened as). Two writers appending to one file interleave their bytes and tear
+//!   each other's records; a lease whose lock file was replaced excludes nobody; and a log
+//!   whose directory was renamed keeps taking our appends through the open handles while a
+//!   newcomer creates a fresh directory under the old name and becomes its writer (issue 22
+//!   item 9: a session writer appended, exit 0, into a moved log beside a second owner).
 //! * **One `write` per record.** A record and its newline are written with a single `write(2)`
 //!   on an `O_APPEND` descriptor, so a record is never split by our own buffering and always
 //!   lands at the end of the file. (The kernel completes a regular-file write in one call
@@ -114,6 +119,8 @@ impl AppendError {
 pub struct AppendLog {
     file: File,
     path: PathBuf,
+    /// The directory the log was opened in, kept to verify its chain before every append.
+    dir: LockDir,
     /// File length after our last successful append: we are the only writer, so this is where
     /// a failed write is truncated back to.
     len: u64,
@@ -128,7 +135,8 @@ impl AppendLog {
     /// returns, and reported.
     ///
     /// `lease` must be the lease that guards this log: the repair and every append happen
-    /// only while it is verified to be held.
+    /// only while it is verified to be held and the chain of directories `dir` was reached
+    /// through still stands (each name still names the directory that was opened).
     pub fn open_at(
         dir: &LockDir,
         name: &str,
@@ -136,6 +144,7 @@ impl AppendLog {
         durability: Durability,
     ) -> Result<(AppendLog, Option<TornTail>), AppendError> {
         lease.verify()?;
+        dir.verify()?;
         let path = dir.path().join(name);
         let Some((file, existed)) = dir.open_file(name, true, true)? else {
             return Err(Error::NotFound { path }.into());
@@ -151,6 +160,7 @@ impl AppendLog {
         let mut log = AppendLog {
             file,
             path,
+            dir: dir.clone(),
             len,
             durability,
             unsynced: false,
@@ -175,7 +185,8 @@ impl AppendLog {
         self.len == 0
     }
 
-    /// Appends one record (without its newline) as one line, after verifying `lease`;
+    /// Appends one record (without its newline) as one line, after verifying `lease` and the
+    /// log's directory chain;
     /// with [`Durability::EveryRecord`] it is on stable storage when this returns.
     ///
     /// A record must be non-empty and must not contain a newline. On error nothing of the
@@ -261,8 +272,8 @@ impl AppendLog {
         Ok(())
     }
 
-    /// Verifies the lease, then writes whole lines with one `write` call (rolled back on
-    /// failure).
+    /// Verifies the lease and the log's directory chain, then writes whole lines with one
+    /// `write` call (rolled back on failure).
     fn write_lines(&mut self, lease: &Lease, lines: &[u8]) -> Result<(), AppendError> {
         if self.poisoned {
             return Err(AppendError::Poisoned {
@@ -270,6 +281,7 @@ impl AppendLog {
             });
         }
         lease.verify()?;
+        self.dir.verify()?;
         if let Err(e) = write_at_end(&self.file, lines, self.len) {
             self.roll_back();
             return Err(io_error(&self.path, "append record", e).into());
@@ -746,6 +758,40 @@ mod tests {
             Err(AppendError::Lease(Error::LeaseLost { .. }))
         ));
         assert_eq!(content(&f), b"1\n");
+    }
+
+    /// Issue 22 item 9: a log whose directory is renamed keeps working through our handles,
+    /// while a newcomer resolves the old name to a fresh directory and takes a fresh lock
+    /// there; the next append must fail closed instead of going into the moved log.
+    #[cfg(unix)] // Windows binds names to the real path at open (its verify answers Ok)
+    #[test]
+    fn appends_fail_closed_when_the_logs_directory_is_renamed() {
+        let tmp = crate::test_dir();
+        let root = LockDir::open(tmp.path()).unwrap();
+        let dir = root.child("s", true).unwrap();
+        let lease = crate::LeaseOptions::new()
+            .try_acquire_at(&dir, "log.lock")
+            .unwrap();
+        let (mut log, _) =
+            AppendLog::open_at(&dir, "log.jsonl", &lease, Durability::None).unwrap();
+        log.append(&lease, b"1").unwrap();
+        std::fs::rename(tmp.path().join("s"), tmp.path().join("moved")).unwrap();
+        // The lock file is still the locked inode in the (moved) directory handle: only the
+        // chain tells that the path now leads elsewhere.
+        lease.verify().unwrap();
+        let e = log.append(&lease, b"2").unwrap_err();
+        assert!(
+            matches!(&e, AppendError::Lease(Error::LeaseLost { path }) if path.ends_with("s")),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read(tmp.path().join("moved/log.jsonl")).unwrap(),
+            b"1\n"
+        );
+        assert!(matches!(
+            AppendLog::open_at(&dir, "log.jsonl", &lease, Durability::None),
+            Err(AppendError::Lease(Error::LeaseLost { .. }))
+        ));
     }
 
     #[cfg(not(target_os = "wasi"))] // a reader thread beside the writer: wasm32-wasip1 has one thread
