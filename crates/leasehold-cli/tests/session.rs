@@ -599,3 +599,102 @@ fn a_writer_whose_session_directory_was_renamed_stops_before_its_next_append() {
     assert_eq!(b.code, 0, "{b:?}");
     assert_eq!(records(&dir, "s"), [r#"{"from":"b"}"#, r#"{"from":"b2"}"#]);
 }
+
+/// Issue 22 item 8: a session another user prepared — a session directory or log that
+/// belongs to someone else or that others may write, holding forged records — is neither
+/// appended to nor served by `read` (exit 2, one line naming it), and the refusal creates
+/// nothing (no lock file in their directory); `LEASEHOLD_ALLOW_SHARED=1` accepts it. The
+/// other user is `nobody` where the tests run as root (chown); the mode cases run anyway.
+#[test]
+fn a_session_another_user_could_have_prepared_is_neither_appended_to_nor_read() {
+    use std::os::unix::fs::PermissionsExt;
+    const NOBODY: u32 = 65534;
+    let root = rustix::process::geteuid().is_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    let forged = b"{\"forged\":true}\n";
+    // (ID, what to prepare, the path the refusal names, its reason)
+    let mut cases = vec![(
+        "dir-0777",
+        "dir",
+        0o777,
+        false,
+        "may be written by group and others",
+    )];
+    cases.push((
+        "log-0666",
+        "log",
+        0o666,
+        false,
+        "may be written by group and others",
+    ));
+    if root {
+        cases.push((
+            "dir-nobody",
+            "dir",
+            0o700,
+            true,
+            "belongs to another user (uid 65534",
+        ));
+        cases.push((
+            "log-nobody",
+            "log",
+            0o600,
+            true,
+            "belongs to another user (uid 65534",
+        ));
+        cases.push((
+            "both-nobody",
+            "dir",
+            0o777,
+            true,
+            "belongs to another user (uid 65534",
+        ));
+    } else {
+        eprintln!("SKIP: sessions owned by nobody: need root to chown files to nobody");
+    }
+    for (id, what, mode, theirs, reason) in cases {
+        let sdir = dir.join(id);
+        std::fs::create_dir_all(&sdir).unwrap();
+        std::fs::write(log_of(&dir, id), forged).unwrap();
+        let named = if what == "dir" {
+            sdir.clone()
+        } else {
+            log_of(&dir, id)
+        };
+        std::fs::set_permissions(&named, std::fs::Permissions::from_mode(mode)).unwrap();
+        if theirs {
+            std::os::unix::fs::chown(&named, Some(NOBODY), Some(NOBODY)).unwrap();
+            if id == "both-nobody" {
+                std::os::unix::fs::chown(log_of(&dir, id), Some(NOBODY), Some(NOBODY)).unwrap();
+            }
+        }
+        let before = tree(tmp.path());
+        for out in [append(&dir, id, "{\"mine\":1}\n"), read(&dir, id)] {
+            assert_eq!(out.code, 2, "{id}: {out:?}");
+            assert_eq!(out.stdout, "", "{id}: forged records served");
+            assert_one_line_error(&out, &format!("{}: {reason}", named.display()));
+            assert_one_line_error(&out, "LEASEHOLD_ALLOW_SHARED=1");
+        }
+        assert_eq!(
+            tree(tmp.path()),
+            before,
+            "{id}: the refusal created something"
+        );
+        assert_eq!(std::fs::read(log_of(&dir, id)).unwrap(), forged, "{id}");
+        let out = run(session(&dir)
+            .env("LEASEHOLD_ALLOW_SHARED", "1")
+            .args(["read", "--", id]));
+        assert_eq!(
+            (out.code, out.stdout.as_str()),
+            (0, "{\"forged\":true}\n"),
+            "{id}: opted in"
+        );
+    }
+    // The sessions directory itself counts too.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = append(&dir, "new", "1\n");
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, &format!("{}: may be written", dir.display()));
+    assert!(!dir.join("new").exists());
+}

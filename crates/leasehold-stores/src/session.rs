@@ -22,6 +22,14 @@
 //!   for as long as it runs.
 //! * **Readers** ([`SessionReader`]) never open the lock file, so they can neither disturb nor
 //!   wait for a writer; they see a prefix of whole records.
+//! * **Nothing another user prepared is trusted** (the ownership rule of
+//!   [`leasehold::check_trusted`]): `DIR`, `DIR/ID` and `session.jsonl` must belong to this
+//!   user (or root) and be writable by nobody else, as the lock file must (the lease judges
+//!   it when it opens it), unless the store's [`LeaseOptions::allow_shared_state`] says
+//!   sharing is intended. Whoever may write the session directory can move `session.lock`
+//!   away and admit a second writer; whoever may write the log can forge the records that
+//!   readers serve. Writers and readers alike refuse such a session before anything is
+//!   created, opened or served (issue 22 item 8).
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -166,7 +174,8 @@ pub enum SessionError {
 impl SessionError {
     /// How a caller should treat this error: an invalid ID, an unknown session, a record
     /// that is not JSON or an unusable path (a symlink, FIFO or directory where a session
-    /// file should be, permission denied, …) is [`ErrorClass::Usage`] and changed nothing;
+    /// file should be, permission denied, a file or directory another user could have
+    /// prepared, …) is [`ErrorClass::Usage`] and changed nothing;
     /// a session owned by another process is [`ErrorClass::Contended`]; a lease or log
     /// error has its own class; anything else is [`ErrorClass::Failure`].
     pub fn class(&self) -> ErrorClass {
@@ -221,7 +230,10 @@ impl SessionStore {
     }
 
     /// Takes session leases with `options` (for example to accept a network or FUSE file
-    /// system, or a lock file shared with other users); `create` is always on.
+    /// system); `create` is always on. With [`LeaseOptions::allow_shared_state`] the
+    /// sessions directory, the session directories, their logs and their lock files may
+    /// belong to another user or be writable by others; without it (the default) such a
+    /// session is refused with [`Error::Untrusted`], naming the path.
     pub fn with_lease_options(mut self, options: LeaseOptions) -> SessionStore {
         self.options = options;
         self
@@ -272,8 +284,26 @@ impl SessionStore {
         Ok(self.session_dir(id)?.is_some())
     }
 
-    /// The session's directory handle if it exists (never following a symlink).
+    /// Refuses session `id` if another user could have prepared what stands at `DIR`,
+    /// `DIR/ID` or `DIR/ID/session.jsonl` (missing paths are fine), unless shared state is
+    /// allowed. Judged top-down before any of them is opened or created: once `DIR` is
+    /// trusted nobody else can replace `DIR/ID` after the look, and once `DIR/ID` is, nobody
+    /// else can replace the log. (The lock file is judged by the lease, on its descriptor.)
+    fn check_trusted(&self, id: &SessionId) -> Result<(), SessionError> {
+        if self.options.allows_shared_state() {
+            return Ok(());
+        }
+        let session = self.dir.join(id.as_str());
+        for path in [&self.dir, &session, &session.join(LOG_NAME)] {
+            leasehold::check_trusted(path).map_err(SessionError::Lease)?;
+        }
+        Ok(())
+    }
+
+    /// The session's directory handle if it exists (never following a symlink), once
+    /// [`check_trusted`](Self::check_trusted) has accepted it.
     fn session_dir(&self, id: &SessionId) -> Result<Option<LockDir>, SessionError> {
+        self.check_trusted(id)?;
         let root = match LockDir::open(&self.dir) {
             Ok(root) => root,
             Err(Error::NotFound { .. }) => return Ok(None),
@@ -429,6 +459,8 @@ impl SessionWriter {
     /// Creates the session directory (and `DIR`) and takes the lease: right before the
     /// first write, never earlier.
     fn materialize(&mut self) -> Result<(), SessionError> {
+        // Another user's directory (or log) may have appeared since the handle was opened.
+        self.store.check_trusted(&self.id)?;
         if self.store.durability != Durability::None {
             // `DIR` (and a fresh home above it) must survive a power cut like the records:
             // `LockDir::create` makes the directories but syncs no parent (found by the
@@ -758,6 +790,66 @@ mod tests {
         assert_eq!(mode(dir.join("s")), 0o700);
         assert_eq!(mode(dir.join("s").join(LOG_NAME)), 0o600);
         assert_eq!(mode(dir.join("s").join(LOCK_NAME)), 0o600);
+    }
+
+    /// Issue 22 item 8: a session directory or log that others may write is refused by
+    /// writers and readers alike, before anything is created in it, unless shared state is
+    /// allowed. (Other users' files: the CLI's tests, which run as root and chown.)
+    #[cfg(unix)] // Windows does not judge ACLs
+    #[test]
+    fn a_session_others_may_write_is_refused_unless_shared_state_is_allowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let set_mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let sdir = tmp.path().join("s");
+        std::fs::create_dir(&sdir).unwrap();
+        std::fs::write(sdir.join(LOG_NAME), b"{\"forged\":1}\n").unwrap();
+        set_mode(&sdir.join(LOG_NAME), 0o600);
+        let store = SessionStore::new(tmp.path());
+        for (round, (path, mode)) in [(&sdir, 0o777), (&sdir.join(LOG_NAME), 0o666)]
+            .into_iter()
+            .enumerate()
+        {
+            set_mode(path, mode);
+            let before = std::fs::read_dir(&sdir).unwrap().count();
+            for e in [
+                store.open_writer(&id("s")).unwrap_err(),
+                store.reader(&id("s")).unwrap_err(),
+            ] {
+                assert!(
+                    matches!(&e, SessionError::Lease(Error::Untrusted { path: p, .. }) if p == path),
+                    "{e}"
+                );
+                assert!(e.is_unusable_input(), "{e}");
+            }
+            assert_eq!(
+                std::fs::read_dir(&sdir).unwrap().count(),
+                before,
+                "the refusal created something"
+            );
+            let shared = store
+                .clone()
+                .with_lease_options(LeaseOptions::new().allow_shared_state(true));
+            shared
+                .open_writer(&id("s"))
+                .unwrap()
+                .append_json("2")
+                .unwrap();
+            assert_eq!(shared.reader(&id("s")).unwrap().count(), 2 + round);
+            set_mode(path, if path == &sdir { 0o700 } else { 0o600 });
+        }
+        // A writer opened before the session existed judges it again at its first write.
+        let mut late = store.open_writer(&id("t")).unwrap();
+        std::fs::create_dir(tmp.path().join("t")).unwrap();
+        set_mode(&tmp.path().join("t"), 0o770);
+        let e = late.append_json("1").unwrap_err();
+        assert!(
+            matches!(e, SessionError::Lease(Error::Untrusted { .. })),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_dir(tmp.path().join("t")).unwrap().count(), 0);
     }
 
     #[test]

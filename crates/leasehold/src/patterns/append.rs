@@ -772,8 +772,7 @@ mod tests {
         let lease = crate::LeaseOptions::new()
             .try_acquire_at(&dir, "log.lock")
             .unwrap();
-        let (mut log, _) =
-            AppendLog::open_at(&dir, "log.jsonl", &lease, Durability::None).unwrap();
+        let (mut log, _) = AppendLog::open_at(&dir, "log.jsonl", &lease, Durability::None).unwrap();
         log.append(&lease, b"1").unwrap();
         std::fs::rename(tmp.path().join("s"), tmp.path().join("moved")).unwrap();
         // The lock file is still the locked inode in the (moved) directory handle: only the
