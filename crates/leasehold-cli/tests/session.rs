@@ -698,3 +698,73 @@ fn a_session_another_user_could_have_prepared_is_neither_appended_to_nor_read() 
     assert_one_line_error(&out, &format!("{}: may be written", dir.display()));
     assert!(!dir.join("new").exists());
 }
+
+/// The record limit of `session --help` (64 MiB), written independently of the store.
+const RECORD_LIMIT: usize = 64 << 20;
+
+/// Issue 22 item 15: a line longer than the record limit (valid JSON, one byte over) is
+/// refused — exit 2, one line naming the limit — with nothing of it or after it written,
+/// while the lines before it stay; `session --help` states the limit. (The boundary itself,
+/// a record of exactly the limit, is pinned down by the library's tests.)
+#[test]
+fn append_refuses_a_line_over_the_record_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    let over = format!("\"{}\"", "x".repeat(RECORD_LIMIT - 1));
+    let out = append(&dir, "s", &format!("1\n{over}\n2\n"));
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_one_line_error(
+        &out,
+        "line 2 is longer than the record limit of 67108864 bytes",
+    );
+    assert_eq!(records(&dir, "s"), ["1"]);
+    let help = run(session(&dir).arg("--help"));
+    assert!(help.stdout.contains("at most 67108864 bytes"), "{help:?}");
+}
+
+/// Issue 22 item 15: `read` holds at most the record limit of a line. A torn tail of 512 MiB
+/// (sparse: it costs no disk) is skipped under a 256 MiB address-space limit, where reading
+/// it whole aborted with a backtrace; a whole line over the limit (no writer writes one) ends the output
+/// after the records before it, with one line and status 1.
+#[test]
+fn read_skips_a_torn_tail_over_the_limit_in_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sessions");
+    assert_eq!(append(&dir, "s", "1\n").code, 0);
+    let log = std::fs::OpenOptions::new()
+        .write(true)
+        .open(log_of(&dir, "s"))
+        .unwrap();
+    log.set_len(2 + (512 << 20)).unwrap();
+    let bounded = |dir: &Path| {
+        run(Command::new("sh")
+            .arg("-c")
+            .arg(r#"ulimit -v 262144 && exec "$0" session --dir "$1" read s"#)
+            .arg(common::bin())
+            .arg(dir)
+            .stdin(Stdio::null()))
+    };
+    let out = bounded(&dir);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "1\n"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr, "");
+
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log_of(&dir, "s"))
+        .unwrap();
+    log.write_all(b"\n2\n").unwrap();
+    let out = bounded(&dir);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (1, "1\n"),
+        "{}",
+        out.stderr
+    );
+    assert_one_line_error(&out, "over the record limit of 67108864 bytes");
+    assert_one_line_error(&out, &log_of(&dir, "s").display().to_string());
+}

@@ -22,6 +22,10 @@
 //!   for as long as it runs.
 //! * **Readers** ([`SessionReader`]) never open the lock file, so they can neither disturb nor
 //!   wait for a writer; they see a prefix of whole records.
+//! * **Records are at most [`MAX_RECORD_LEN`] bytes** (64 MiB, as one line): writers refuse
+//!   a longer one ([`SessionError::RecordTooLong`]) before anything is written, so a reader
+//!   never holds more than that of a line, and a longer torn tail is skipped in constant
+//!   memory.
 //! * **Nothing another user prepared is trusted** (the ownership rule of
 //!   [`leasehold::check_trusted`]): `DIR`, `DIR/ID` and `session.jsonl` must belong to this
 //!   user (or root) and be writable by nobody else, as the lock file must (the lease judges
@@ -36,6 +40,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+/// The longest record a session holds (64 MiB, as one line without its newline).
+pub use leasehold::patterns::append::MAX_RECORD_LEN;
 use leasehold::patterns::append::{AppendError, AppendLog, Durability, LogReader, TornTail};
 use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
@@ -157,6 +163,17 @@ pub enum SessionError {
         /// The parser's complaint.
         reason: String,
     },
+    /// A record is longer than [`MAX_RECORD_LEN`] (64 MiB): nothing of it was written. The
+    /// limit keeps what a reader must hold for one record bounded.
+    #[error(
+        "session {id}: a record of {len} bytes is longer than the limit of {MAX_RECORD_LEN} bytes (64 MiB); nothing of it was written (split it into smaller records)"
+    )]
+    RecordTooLong {
+        /// The session.
+        id: SessionId,
+        /// The record's length in bytes (as written: compacted, without its newline).
+        len: usize,
+    },
     /// The write handle was released; open a new one to write again.
     #[error("session {id}: the write handle was released")]
     Released {
@@ -182,7 +199,8 @@ impl SessionError {
         match self {
             SessionError::InvalidId { .. }
             | SessionError::UnknownSession { .. }
-            | SessionError::NotJson { .. } => ErrorClass::Usage,
+            | SessionError::NotJson { .. }
+            | SessionError::RecordTooLong { .. } => ErrorClass::Usage,
             SessionError::SessionAlreadyOwned { .. } => ErrorClass::Contended,
             SessionError::Released { .. } => ErrorClass::Failure,
             SessionError::Lease(e) => e.class(),
@@ -317,8 +335,9 @@ impl SessionStore {
     }
 }
 
-// Windows' Lease carries its target's paths and object name; one State per open writer.
-#[cfg_attr(windows, allow(clippy::large_enum_variant))]
+// The open log carries its directory handle (to verify the chain before each append), and
+// Windows' Lease its target's paths and object name; one State per open writer.
+#[allow(clippy::large_enum_variant)]
 enum State {
     /// A new session: nothing on disk, no lease yet.
     Pending,
@@ -365,21 +384,35 @@ impl SessionWriter {
     }
 
     /// Appends one JSON value given as text (surrounding whitespace is dropped; a value
-    /// spread over several lines is written compacted onto one). Invalid JSON is refused
-    /// before anything is created or written.
+    /// spread over several lines is written compacted onto one). Invalid JSON, and a record
+    /// longer than [`MAX_RECORD_LEN`], are refused before anything is created or written.
     pub fn append_json(&mut self, text: &str) -> Result<(), SessionError> {
         let text = text.trim();
         let compact;
-        let record = if text.contains(['\n', '\r']) {
+        let record = if spans_lines(text) {
             let value: serde_json::Value =
                 serde_json::from_str(text).map_err(|e| self.not_json(e))?;
             compact = value.to_string();
             compact.as_str()
         } else {
+            // One line is written as it is: refused by its length before it is parsed.
+            self.check_len(text)?;
             serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| self.not_json(e))?;
             text
         };
+        self.check_len(record)?;
         self.append_record(record.as_bytes())
+    }
+
+    /// Refuses a record longer than [`MAX_RECORD_LEN`] (before anything is created).
+    fn check_len(&self, record: &str) -> Result<(), SessionError> {
+        match record.len() > MAX_RECORD_LEN {
+            true => Err(SessionError::RecordTooLong {
+                id: self.id.clone(),
+                len: record.len(),
+            }),
+            false => Ok(()),
+        }
     }
 
     /// Appends several JSON texts as one batch (see [`AppendLog::append_batch`]): every text
@@ -410,22 +443,29 @@ impl SessionWriter {
         }
     }
 
-    /// Checks that `text` is one JSON value and returns it as a single line.
+    /// Checks that `text` is one JSON value of at most [`MAX_RECORD_LEN`] bytes and returns
+    /// it as a single line.
     fn compact_json(&self, text: &str) -> Result<String, SessionError> {
         let text = text.trim();
-        if text.contains(['\n', '\r']) {
+        let record = if spans_lines(text) {
             let value: serde_json::Value =
                 serde_json::from_str(text).map_err(|e| self.not_json(e))?;
-            Ok(value.to_string())
+            value.to_string()
         } else {
+            self.check_len(text)?;
             serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| self.not_json(e))?;
-            Ok(text.to_string())
-        }
+            text.to_string()
+        };
+        self.check_len(&record)?;
+        Ok(record)
     }
 
-    /// Appends one JSON value.
+    /// Appends one JSON value (refused, with nothing created or written, if it is longer
+    /// than [`MAX_RECORD_LEN`] as one line).
     pub fn append_value(&mut self, value: &serde_json::Value) -> Result<(), SessionError> {
-        self.append_record(value.to_string().as_bytes())
+        let record = value.to_string();
+        self.check_len(&record)?;
+        self.append_record(record.as_bytes())
     }
 
     /// Pushes appended records to stable storage (needed only with
@@ -615,8 +655,19 @@ impl AsyncSessionWriter {
     }
 }
 
+/// Whether `text` has a line break (and so must be compacted onto one line). Byte searches:
+/// the standard library's `memchr`, fast even over a record of the size limit.
+fn spans_lines(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.contains(&b'\n') || bytes.contains(&b'\r')
+}
+
 /// A lock-free reader of one session's records, in order: a prefix of whole records (a torn
 /// or in-progress final line is skipped and reported by [`torn_tail`](SessionReader::torn_tail)).
+///
+/// It holds at most [`MAX_RECORD_LEN`] bytes of a line: a longer torn tail is skipped in
+/// constant memory, and a longer whole line (no writer writes one) ends the records with an
+/// error naming the log and the line's offset.
 #[derive(Debug)]
 pub struct SessionReader {
     log: Option<LogReader>,
@@ -687,6 +738,26 @@ mod tests {
             store.reader(&id("s1")),
             Err(SessionError::UnknownSession { .. })
         ));
+    }
+
+    #[test]
+    fn a_record_over_the_limit_is_refused_before_anything_is_created() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sessions");
+        let store = SessionStore::new(&dir);
+        let mut w = store.open_writer(&id("big")).unwrap();
+        let over = format!("\"{}\"", "x".repeat(MAX_RECORD_LEN - 1));
+        for e in [
+            w.append_json(&over).unwrap_err(),
+            w.append_batch(["1", over.as_str()]).unwrap_err(),
+        ] {
+            assert!(
+                matches!(e, SessionError::RecordTooLong { len, .. } if len == MAX_RECORD_LEN + 1),
+                "{e}"
+            );
+            assert!(e.is_unusable_input());
+        }
+        assert!(!dir.exists(), "a refused record materializes nothing");
     }
 
     #[test]
