@@ -15,7 +15,7 @@
 //! * [`Recorder`]: the labelled, ordered events of one or more authorities.
 //! * [`assert_free`]: nothing holds a lock, asserted the way the build can tell.
 //! * [`blocked_on`] and [`until`] (Unix): a process queued for a lock, per `/proc/locks`, and
-//!   waiting for a state by looking at it.
+//!   waiting for a state by looking at it; [`stopped`]: a SIGSTOP has taken effect.
 //! * [`assert_broken_exclusion_found`]: the torture's self-check found what it must.
 //!
 //! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
@@ -38,7 +38,7 @@ pub use free::assert_free;
 #[cfg(unix)]
 pub use locks::{blocked_on, until};
 #[cfg(unix)]
-pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run};
+pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run, stopped};
 pub use recorder::Recorder;
 pub use spawns::quiet;
 pub use torture::assert_broken_exclusion_found;

@@ -105,6 +105,20 @@ pub enum ResultError {
         #[source]
         source: io::Error,
     },
+    /// The operation's cancellation token fired after it was admitted (in the CLI: SIGINT
+    /// or SIGTERM), and it stopped at the next file boundary, leaving the store consistent:
+    /// `done` and `not_done` say exactly where.
+    #[error("result {id:?}: {op} stopped by a cancellation; done: {done}; not done: {not_done}")]
+    Stopped {
+        /// The trimmed ID.
+        id: String,
+        /// The operation.
+        op: &'static str,
+        /// What was done.
+        done: String,
+        /// What was not done, and how to finish it.
+        not_done: String,
+    },
     /// An I/O failure before anything was changed.
     #[error("{path}: {op}: {source}; nothing was changed")]
     Io {
@@ -124,8 +138,9 @@ pub enum ResultError {
 impl ResultError {
     /// How the caller should treat this error: a bad ID, source or lock path is
     /// [`ErrorClass::Usage`], a busy ID [`ErrorClass::Contended`], a cancelled wait
-    /// [`ErrorClass::Cancelled`] (nothing was changed in each of these), anything else
-    /// [`ErrorClass::Failure`].
+    /// [`ErrorClass::Cancelled`] (nothing was changed in each of these), an operation
+    /// stopped by its cancellation token [`ErrorClass::Cancelled`] too (it says what it
+    /// did), anything else [`ErrorClass::Failure`].
     pub fn class(&self) -> ErrorClass {
         match self {
             ResultError::InvalidId { .. }
@@ -134,7 +149,7 @@ impl ResultError {
             | ResultError::Source { .. }
             | ResultError::Unusable { .. } => ErrorClass::Usage,
             ResultError::Busy { .. } => ErrorClass::Contended,
-            ResultError::Cancelled { .. } => ErrorClass::Cancelled,
+            ResultError::Cancelled { .. } | ResultError::Stopped { .. } => ErrorClass::Cancelled,
             ResultError::NotPublished { source, .. } => source.class(),
             ResultError::Lock(e) => e.class(),
             ResultError::Corrupt { .. } | ResultError::Partial { .. } | ResultError::Io { .. } => {

@@ -29,6 +29,17 @@ pub(super) enum Kind {
     Other(&'static str),
 }
 
+/// How a [`Tree::remove_tree_until`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// The directory and everything in it are gone.
+    Removed,
+    /// Nothing stood there.
+    Missing,
+    /// Asked to stop before it was done: what was not yet removed is still there.
+    Stopped,
+}
+
 fn refused(path: &std::path::Path, what: &str) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::InvalidInput,
@@ -70,7 +81,7 @@ mod unix {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     use rustix::io::Errno;
 
-    use super::{Kind, refused};
+    use super::{Kind, Removal, refused};
 
     /// An opened directory that data is reached through.
     #[derive(Debug)]
@@ -339,14 +350,28 @@ mod unix {
         /// Removes the directory `name` and everything in it, through handles: a symlink
         /// inside is removed as a link, never followed. `Ok(false)`: nothing there.
         pub(in crate::results) fn remove_tree(&self, name: &str) -> io::Result<bool> {
+            Ok(self.remove_tree_until(name, &|| false)? == Removal::Removed)
+        }
+
+        /// [`remove_tree`](Self::remove_tree), asking `stop` before each entry: once it
+        /// answers `true` the removal ends there ([`Removal::Stopped`]), leaving the rest.
+        pub(in crate::results) fn remove_tree_until(
+            &self,
+            name: &str,
+            stop: &dyn Fn() -> bool,
+        ) -> io::Result<Removal> {
             let Some(dir) = self.child(name, None)? else {
-                return Ok(false);
+                return Ok(Removal::Missing);
             };
             for entry in dir.names()? {
+                if stop() {
+                    return Ok(Removal::Stopped);
+                }
                 match dir.kind(&entry)? {
-                    Some(Kind::Dir) => {
-                        dir.remove_tree(&entry)?;
+                    Some(Kind::Dir) if dir.remove_tree_until(&entry, stop)? == Removal::Stopped => {
+                        return Ok(Removal::Stopped);
                     }
+                    Some(Kind::Dir) => {}
                     Some(_) => {
                         dir.remove_file(&entry)?;
                     }
@@ -354,8 +379,8 @@ mod unix {
                 }
             }
             match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
-                Ok(()) => Ok(true),
-                Err(Errno::NOENT) => Ok(false),
+                Ok(()) => Ok(Removal::Removed),
+                Err(Errno::NOENT) => Ok(Removal::Missing),
                 Err(e) => Err(ctx(&self.join(name), e)),
             }
         }
@@ -376,7 +401,7 @@ mod windows {
     use std::io::{self, Write};
     use std::path::{Path, PathBuf};
 
-    use super::{Kind, refused};
+    use super::{Kind, Removal, refused};
 
     #[derive(Debug)]
     pub(in crate::results) struct Tree {
@@ -537,6 +562,20 @@ mod windows {
                 Some(Kind::Other(what)) => Err(refused(&self.join(name), what)),
                 Some(Kind::File) => Err(refused(&self.join(name), "not a directory")),
             }
+        }
+        /// `stop` is asked once, before the removal (std removes a tree in one call here).
+        pub(in crate::results) fn remove_tree_until(
+            &self,
+            name: &str,
+            stop: &dyn Fn() -> bool,
+        ) -> io::Result<Removal> {
+            if stop() {
+                return Ok(Removal::Stopped);
+            }
+            Ok(match self.remove_tree(name)? {
+                true => Removal::Removed,
+                false => Removal::Missing,
+            })
         }
         pub(in crate::results) fn sync(&self) -> io::Result<()> {
             Ok(())

