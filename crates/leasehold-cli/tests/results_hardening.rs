@@ -54,7 +54,11 @@ fn plant(root: &Path, id: &str, n: usize) -> Vec<String> {
     for f in &files {
         fs::write(candidate.join("files").join(f), "x").unwrap();
     }
-    let entry = serde_json::json!({"id": id, "created_ms": 1, "files": files});
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let entry = serde_json::json!({"id": id, "created_ms": now, "files": files});
     fs::write(candidate.join("entry.json"), entry.to_string()).unwrap();
     files
 }
@@ -228,4 +232,86 @@ fn sigterm_stops_discard_while_it_deletes_and_sweep_finishes() {
         return;
     }
     panic!("discard finished {TRIES} times before it could be stopped part-way");
+}
+
+/// The names in `dir` that are temporaries of process `pid` (`.NAME.tmp.PID.N`).
+fn temporaries_of(dir: &Path, pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with('.') && n.contains(&format!(".tmp.{pid}.")))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Issue 22 item 17: a SIGKILLed `apply` leaves the temporary of the file it was writing in
+/// TARGET (`.NAME.tmp.PID.N`). The next operation on that ID — a re-apply, a discard, a
+/// sweep (the result not expired) — removes it under the ID's lease, while another
+/// process's temporary of the same file and a user's file of a temporary's shape are kept.
+#[test]
+fn temporaries_of_a_killed_apply_go_at_the_next_operation_on_the_id() {
+    if !can_see_stops("temporaries_of_a_killed_apply_go_at_the_next_operation_on_the_id") {
+        return;
+    }
+    const N: usize = 400;
+    for next in ["apply", "discard", "sweep"] {
+        let mut done = false;
+        for _ in 0..TRIES {
+            let home = tempfile::tempdir().unwrap();
+            let root = home.path().join("r");
+            let target = home.path().join("t");
+            let written = target.join("d");
+            plant(&root, "x", N);
+            let mut p = start(&root, &["apply", "x", "--to", target.to_str().unwrap()]);
+            // Stop it whenever one more file is in place, until one is caught mid-write.
+            let mut seen = 0;
+            let caught = loop {
+                if !stop_when(&mut p, || count(&written) > seen) {
+                    break false;
+                }
+                if !temporaries_of(&written, p.pid()).is_empty() {
+                    break true;
+                }
+                seen = count(&written);
+                p.signal(Signal::CONT);
+            };
+            if !caught {
+                eprintln!("{next}: apply finished before it was caught mid-write; again");
+                continue;
+            }
+            let killed = p.pid();
+            p.kill(); // SIGKILL while stopped, mid-write
+            let left = temporaries_of(&written, killed);
+            assert_eq!(left.len(), 1, "{left:?}");
+            // Not the killed apply's: another process's rewrite of the same file, and a
+            // user's file that only looks like a temporary.
+            let theirs = ".f00000.tmp.1.0";
+            let users = format!(".notours.tmp.{killed}.0");
+            fs::write(written.join(theirs), "theirs").unwrap();
+            fs::write(written.join(&users), "user's").unwrap();
+            let out = match next {
+                "apply" => run(results(&root).args(["apply", "x", "--to"]).arg(&target)),
+                "discard" => run(results(&root).args(["discard", "x"])),
+                _ => run(results(&root).args(["sweep", "--older-than", "3600"])),
+            };
+            assert_eq!(out.code, 0, "{next}: {out:?}");
+            assert_eq!(temporaries_of(&written, killed), [users.as_str()], "{next}");
+            assert!(written.join(theirs).is_file(), "{next}");
+            match next {
+                "apply" => assert_eq!(count(&written), N + 2),
+                "discard" => assert!(!root.join("results/x").exists()),
+                _ => {
+                    assert!(root.join("results/x/entry.json").is_file(), "not expired");
+                    assert!(!root.join("results/x/applying.json").exists());
+                }
+            }
+            done = true;
+            break;
+        }
+        assert!(
+            done,
+            "{next}: apply finished {TRIES} times before it was caught"
+        );
+    }
 }

@@ -298,8 +298,18 @@ mod unix {
             self.write_with(name, mode, &mut |f| f.write_all(bytes))
         }
 
-        /// The names in this directory.
+        /// The names in this directory; one that is not UTF-8 is an error.
         pub(in crate::results) fn names(&self) -> io::Result<Vec<String>> {
+            self.list(true)
+        }
+
+        /// The names in this directory that are UTF-8 (others are left out): for a
+        /// directory of the user's, where only our own (UTF-8) names are looked for.
+        pub(in crate::results) fn utf8_names(&self) -> io::Result<Vec<String>> {
+            self.list(false)
+        }
+
+        fn list(&self, strict: bool) -> io::Result<Vec<String>> {
             let fd = self.reopen()?;
             let mut names = Vec::new();
             let rd = rustix::fs::Dir::read_from(&fd.fd).map_err(|e| ctx(&self.path, e))?;
@@ -311,6 +321,7 @@ mod unix {
                 }
                 match std::str::from_utf8(name) {
                     Ok(n) => names.push(n.to_string()),
+                    Err(_) if !strict => {}
                     Err(_) => {
                         return Err(refused(
                             &self.join(&String::from_utf8_lossy(name)),
@@ -520,11 +531,18 @@ mod windows {
             self.write_with(name, mode, &mut |f| f.write_all(bytes))
         }
         pub(in crate::results) fn names(&self) -> io::Result<Vec<String>> {
+            self.list(true)
+        }
+        pub(in crate::results) fn utf8_names(&self) -> io::Result<Vec<String>> {
+            self.list(false)
+        }
+        fn list(&self, strict: bool) -> io::Result<Vec<String>> {
             let mut names = Vec::new();
             for e in std::fs::read_dir(&self.path)? {
                 let name = e?.file_name();
                 match name.into_string() {
                     Ok(n) => names.push(n),
+                    Err(_) if !strict => {}
                     Err(n) => {
                         return Err(refused(
                             &self.path.join(n),

@@ -268,6 +268,16 @@ impl ResultStore {
                 });
             }
         };
+        // What a killed apply of this ID left in its TARGET goes first; then this apply is
+        // recorded, so that if it is killed too, the next owner of the ID can clean up after
+        // it (see `applying`).
+        verify(lease).map_err(|source| ResultError::Io {
+            op: "apply",
+            path: self.lock_path(id),
+            source,
+        })?;
+        self.settle_applying(id)?;
+        self.mark_applying(id, target)?;
         let mut written: Vec<String> = Vec::new();
         for rel in &entry.files {
             if stopped(cancel) {
@@ -303,6 +313,14 @@ impl ResultStore {
             written.push(rel.clone());
         }
         let done = vec![describe_files("wrote", &written, target)];
+        // Every temporary was renamed into place: nothing of this apply is left to clean.
+        self.unmark_applying(id).map_err(|e| ResultError::Partial {
+            id: id.to_string(),
+            op: "apply",
+            done: done.join(", "),
+            not_done: "candidate and publication kept".into(),
+            source: io::Error::other(e.to_string()),
+        })?;
         self.remove(id, lease, "apply", done, cancel)?;
         Ok(entry.files)
     }
@@ -385,6 +403,14 @@ impl ResultStore {
             return Err(stop(&done, "publication and candidate kept".into()));
         }
         verify(lease).map_err(|e| partial(&done, "publication and candidate kept", e))?;
+        // A killed apply's temporaries in its TARGET go before the record that names them.
+        self.settle_applying(id).map_err(|e| {
+            partial(
+                &done,
+                "publication and candidate kept",
+                io::Error::other(e.to_string()),
+            )
+        })?;
         let area = |name| {
             self.area(name, false).map_err(|e| {
                 partial(
