@@ -315,3 +315,124 @@ fn temporaries_of_a_killed_apply_go_at_the_next_operation_on_the_id() {
         );
     }
 }
+
+/// Issue 22 item 10a: one ID, one operation at a time, even after the lock namespace is
+/// moved under a running operation. An `apply` is stopped part-way (SIGSTOP: it holds the
+/// ID's lease in the namespace that is then renamed); a `discard` of the same ID takes the
+/// ID's lease in a fresh namespace, but is not let in while the apply works on the
+/// candidate: it gives up with 75 and removes nothing. The apply, continued, finds its lease
+/// lost at its next file and stops with a message that is true — the candidate and the
+/// publication are kept, as it says. Then the discard goes through.
+#[test]
+fn a_moved_lock_namespace_does_not_let_a_second_operation_in() {
+    if !can_see_stops("a_moved_lock_namespace_does_not_let_a_second_operation_in") {
+        return;
+    }
+    const N: usize = 400;
+    for _ in 0..TRIES {
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join("r");
+        let target = home.path().join("t");
+        let written = target.join("d");
+        plant(&root, "x", N);
+        assert_eq!(run(results(&root).args(["finish", "x"])).code, 0);
+        let mut apply = start(&root, &["apply", "x", "--to", target.to_str().unwrap()]);
+        if !stop_when(&mut apply, || count(&written) > 0) || count(&written) >= N - 1 {
+            eprintln!("apply finished before it could be stopped part-way; again");
+            continue;
+        }
+        fs::rename(root.join(".result-locks-v1"), root.join(".moved")).unwrap();
+        let out = run(results(&root).args(["--timeout", "0.3", "discard", "x"]));
+        assert_eq!(out.code, 75, "{out:?}");
+        assert_one_line_error(&out, "another operation");
+        assert_one_line_error(&out, &common::pid_note(apply.pid()));
+        assert!(
+            root.join("results/x/entry.json").is_file(),
+            "discard removed the candidate"
+        );
+        assert!(
+            root.join("published/x.json").is_file(),
+            "discard removed the publication"
+        );
+
+        apply.signal(Signal::CONT);
+        let status = apply.wait_timeout(BOUND).expect("apply did not exit");
+        let mut err = String::new();
+        apply
+            .child
+            .stderr
+            .as_mut()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let out = Out {
+            code: status.code().unwrap_or(-1),
+            stdout: String::new(),
+            stderr: err,
+        };
+        assert_eq!(out.code, 1, "{out:?}");
+        assert_one_line_error(&out, "lease lost");
+        assert_one_line_error(&out, "candidate and publication kept");
+        assert!(
+            root.join("results/x/entry.json").is_file(),
+            "as the message says"
+        );
+        assert!(
+            root.join("published/x.json").is_file(),
+            "as the message says"
+        );
+
+        let out = run(results(&root).args(["discard", "x"]));
+        assert_eq!(out.code, 0, "{out:?}");
+        assert!(!root.join("results/x").exists());
+        return;
+    }
+    panic!("apply finished {TRIES} times before it could be stopped part-way");
+}
+
+/// Issue 22 item 10a, "messages that are true": what an interrupted apply says is kept is
+/// looked at, not assumed. Here the candidate and its publication are removed behind the
+/// store's back while the apply is stopped; continued, it fails at its next file and says
+/// they are no longer in the store (it used to say "candidate and publication kept").
+#[test]
+fn an_apply_that_fails_part_way_says_what_is_really_kept() {
+    if !can_see_stops("an_apply_that_fails_part_way_says_what_is_really_kept") {
+        return;
+    }
+    const N: usize = 400;
+    for _ in 0..TRIES {
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join("r");
+        let target = home.path().join("t");
+        let written = target.join("d");
+        plant(&root, "x", N);
+        assert_eq!(run(results(&root).args(["finish", "x"])).code, 0);
+        let mut apply = start(&root, &["apply", "x", "--to", target.to_str().unwrap()]);
+        if !stop_when(&mut apply, || count(&written) > 0) || count(&written) >= N - 1 {
+            eprintln!("apply finished before it could be stopped part-way; again");
+            continue;
+        }
+        fs::remove_dir_all(root.join("results/x")).unwrap();
+        fs::remove_file(root.join("published/x.json")).unwrap();
+        apply.signal(Signal::CONT);
+        let status = apply.wait_timeout(BOUND).expect("apply did not exit");
+        let mut err = String::new();
+        apply
+            .child
+            .stderr
+            .as_mut()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let out = Out {
+            code: status.code().unwrap_or(-1),
+            stdout: String::new(),
+            stderr: err,
+        };
+        assert_eq!(out.code, 1, "{out:?}");
+        assert_one_line_error(&out, "apply failed part-way");
+        assert_one_line_error(&out, "candidate and publication are no longer in the store");
+        return;
+    }
+    panic!("apply finished {TRIES} times before it could be stopped part-way");
+}

@@ -169,10 +169,11 @@ pub fn main(args: ResultsArgs) -> Outcome {
 }
 
 /// The holders of a busy ID, when `e` says the ID is busy (also inside `finish`'s "not
-/// published").
+/// published", and when its candidate is held by an operation admitted before the lock
+/// namespace moved).
 fn busy(e: &ResultError) -> Option<&HolderInfo> {
     match e {
-        ResultError::Busy { holders, .. } => Some(holders),
+        ResultError::Busy { holders, .. } | ResultError::Split { holders, .. } => Some(holders),
         ResultError::NotPublished { source, .. } => busy(source),
         _ => None,
     }

@@ -86,8 +86,9 @@ impl ResultStore {
 
     /// [`paths`](Self::paths) without blocking the executor.
     pub async fn paths_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        self.admitted_async(id, budget, false, |store, id, lease| {
-            store.paths_admitted(id, lease)
+        let waits = budget.clone();
+        self.admitted_async(id, budget, false, move |store, id, lease| {
+            store.paths_admitted(id, lease, &waits)
         })
         .await
     }
@@ -99,8 +100,8 @@ impl ResultStore {
             .admit_async(id, budget, false)
             .await
             .map_err(|e| not_published(id, e))?;
-        let (store, id) = (self.clone(), id.to_string());
-        offload(move || store.finish_admitted(&id, &lease)).await
+        let (store, id, waits) = (self.clone(), id.to_string(), budget.clone());
+        offload(move || store.finish_admitted(&id, &lease, &waits)).await
     }
 
     /// [`apply`](Self::apply) without blocking the executor.
@@ -110,28 +111,27 @@ impl ResultStore {
         target: impl Into<PathBuf>,
         budget: &Budget,
     ) -> Result<Vec<String>> {
-        let target = target.into();
-        let cancel = budget.cancel_token().cloned();
+        let (target, waits) = (target.into(), budget.clone());
         self.admitted_async(id, budget, false, move |store, id, lease| {
-            store.apply_admitted(id, &target, lease, cancel.as_ref())
+            store.apply_admitted(id, &target, lease, &waits)
         })
         .await
     }
 
     /// [`discard`](Self::discard) without blocking the executor.
     pub async fn discard_async(&self, id: &str, budget: &Budget) -> Result<()> {
-        let cancel = budget.cancel_token().cloned();
+        let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
-            store.remove_existing(id, lease, "discard", cancel.as_ref())
+            store.remove_existing(id, lease, "discard", &waits)
         })
         .await
     }
 
     /// [`abort`](Self::abort) without blocking the executor.
     pub async fn abort_async(&self, id: &str, budget: &Budget) -> Result<()> {
-        let cancel = budget.cancel_token().cloned();
+        let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
-            store.remove_existing(id, lease, "abort", cancel.as_ref())
+            store.remove_existing(id, lease, "abort", &waits)
         })
         .await
     }

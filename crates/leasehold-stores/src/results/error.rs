@@ -47,6 +47,20 @@ pub enum ResultError {
         /// Holders the OS revealed.
         holders: HolderInfo,
     },
+    /// Another operation holds the ID's candidate although this one was granted the ID's
+    /// lease: the lock namespace was moved or replaced while that operation ran, so the two
+    /// were granted leases on two different lock files. Nothing was changed.
+    #[error(
+        "result {id:?} is busy: another operation{holders} works on its candidate {candidate}, admitted before the lock namespace was moved or replaced; nothing was changed (retry once it has ended)"
+    )]
+    Split {
+        /// The trimmed ID.
+        id: String,
+        /// The candidate directory.
+        candidate: PathBuf,
+        /// Holders the OS revealed.
+        holders: HolderInfo,
+    },
     /// The wait for the ID's lease was cancelled; nothing was changed.
     #[error("result {id:?}: waiting for its operation lease was cancelled; nothing was changed")]
     Cancelled {
@@ -148,7 +162,7 @@ impl ResultError {
             | ResultError::Exists { .. }
             | ResultError::Source { .. }
             | ResultError::Unusable { .. } => ErrorClass::Usage,
-            ResultError::Busy { .. } => ErrorClass::Contended,
+            ResultError::Busy { .. } | ResultError::Split { .. } => ErrorClass::Contended,
             ResultError::Cancelled { .. } | ResultError::Stopped { .. } => ErrorClass::Cancelled,
             ResultError::NotPublished { source, .. } => source.class(),
             ResultError::Lock(e) => e.class(),

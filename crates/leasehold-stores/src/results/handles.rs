@@ -400,6 +400,17 @@ mod unix {
         pub(in crate::results) fn sync(&self) -> io::Result<()> {
             rustix::fs::fsync(self.fd.as_fd()).map_err(|e| ctx(&self.path, e))
         }
+
+        /// Locks this directory exclusively for the caller, waiting within `budget`: a
+        /// `flock` on this handle's own open file description (the library's
+        /// `lock_descriptor`), held until the handle is dropped.
+        pub(in crate::results) fn lock(&self, budget: &leasehold::Budget) -> leasehold::Result<()> {
+            leasehold::LeaseOptions::new().lock_descriptor(
+                self.fd.as_fd(),
+                leasehold::LockMode::Exclusive,
+                budget,
+            )
+        }
     }
 }
 
@@ -596,6 +607,13 @@ mod windows {
             })
         }
         pub(in crate::results) fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+        /// Windows: no handle to lock (the store's per-ID lease is the only exclusion).
+        pub(in crate::results) fn lock(
+            &self,
+            _budget: &leasehold::Budget,
+        ) -> leasehold::Result<()> {
             Ok(())
         }
     }

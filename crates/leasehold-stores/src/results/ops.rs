@@ -137,10 +137,16 @@ impl ResultStore {
     pub fn paths(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
-        self.paths_admitted(id, &lease)
+        self.paths_admitted(id, &lease, budget)
     }
 
-    pub(super) fn paths_admitted(&self, id: &str, lease: &KeyLease) -> Result<Vec<String>> {
+    pub(super) fn paths_admitted(
+        &self,
+        id: &str,
+        lease: &KeyLease,
+        budget: &Budget,
+    ) -> Result<Vec<String>> {
+        let _fence = self.fence(id, budget)?;
         Ok(self
             .inspect(id, lease, "paths")?
             .map(|e| e.files)
@@ -177,10 +183,16 @@ impl ResultStore {
         let lease = self
             .admit(id, budget, false)
             .map_err(|e| not_published(id, e))?;
-        self.finish_admitted(id, &lease)
+        self.finish_admitted(id, &lease, budget)
     }
 
-    pub(super) fn finish_admitted(&self, id: &str, lease: &KeyLease) -> Result<Vec<String>> {
+    pub(super) fn finish_admitted(
+        &self,
+        id: &str,
+        lease: &KeyLease,
+        budget: &Budget,
+    ) -> Result<Vec<String>> {
+        let _fence = self.fence(id, budget).map_err(|e| not_published(id, e))?;
         let Some(entry) = self.inspect(id, lease, "finish")? else {
             return Ok(Vec::new());
         };
@@ -217,7 +229,7 @@ impl ResultStore {
     pub fn apply(&self, id: &str, target: &Path, budget: &Budget) -> Result<Vec<String>> {
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
-        self.apply_admitted(id, target, &lease, budget.cancel_token())
+        self.apply_admitted(id, target, &lease, budget)
     }
 
     pub(super) fn apply_admitted(
@@ -225,8 +237,10 @@ impl ResultStore {
         id: &str,
         target: &Path,
         lease: &KeyLease,
-        cancel: Option<&CancelToken>,
+        budget: &Budget,
     ) -> Result<Vec<String>> {
+        let cancel = budget.cancel_token();
+        let _fence = self.fence(id, budget)?;
         let Some(entry) = self.entry(id)? else {
             // A publication whose candidate is gone has nothing to apply.
             return match self.read_publication(id)? {
@@ -287,7 +301,8 @@ impl ResultStore {
                     op: "apply",
                     done: describe_files("wrote", &written, target),
                     not_done: format!(
-                        "{left} file(s) not written starting with {rel:?}; candidate and publication kept (apply again to finish)"
+                        "{left} file(s) not written starting with {rel:?}; {} (apply again to finish)",
+                        self.kept(id)
                     ),
                 });
             }
@@ -305,7 +320,8 @@ impl ResultStore {
                     op: "apply",
                     done: describe_files("wrote", &written, target),
                     not_done: format!(
-                        "{left} file(s) not written starting with {rel:?}; candidate and publication kept"
+                        "{left} file(s) not written starting with {rel:?}; {}",
+                        self.kept(id)
                     ),
                     source,
                 });
@@ -318,7 +334,7 @@ impl ResultStore {
             id: id.to_string(),
             op: "apply",
             done: done.join(", "),
-            not_done: "candidate and publication kept".into(),
+            not_done: self.kept(id),
             source: io::Error::other(e.to_string()),
         })?;
         self.remove(id, lease, "apply", done, cancel)?;
@@ -351,7 +367,7 @@ impl ResultStore {
     ) -> Result<()> {
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
-        self.remove_existing(id, &lease, op, budget.cancel_token())
+        self.remove_existing(id, &lease, op, budget)
     }
 
     pub(super) fn remove_existing(
@@ -359,12 +375,30 @@ impl ResultStore {
         id: &str,
         lease: &KeyLease,
         op: &'static str,
-        cancel: Option<&CancelToken>,
+        budget: &Budget,
     ) -> Result<()> {
+        let _fence = self.fence(id, budget)?;
         if !self.exists(id) {
             return Err(self.unknown(id));
         }
-        self.remove(id, lease, op, Vec::new(), cancel)
+        self.remove(id, lease, op, Vec::new(), budget.cancel_token())
+    }
+
+    /// What of `id` is still in the store, as a message's "not done" says it: looked at, not
+    /// assumed (issue 22 item 10a: an apply whose lease had been split said "candidate and
+    /// publication kept" of what another process had removed).
+    pub(super) fn kept(&self, id: &str) -> String {
+        let stands = |area: &str, name: &str| matches!(self.area(area, false), Ok(Some(dir)) if matches!(dir.kind(name), Ok(Some(_))));
+        match (
+            stands("results", id),
+            stands("published", &format!("{id}.json")),
+        ) {
+            (true, true) => "candidate and publication kept",
+            (true, false) => "candidate kept (it has no publication)",
+            (false, true) => "publication kept, but its candidate is gone",
+            (false, false) => "candidate and publication are no longer in the store",
+        }
+        .to_string()
     }
 
     /// Removes the publication, then the candidate, under `lease`; `done` is what the
@@ -400,25 +434,15 @@ impl ResultStore {
             not_done,
         };
         if stopped(cancel) {
-            return Err(stop(&done, "publication and candidate kept".into()));
+            return Err(stop(&done, self.kept(id)));
         }
-        verify(lease).map_err(|e| partial(&done, "publication and candidate kept", e))?;
+        verify(lease).map_err(|e| partial(&done, &self.kept(id), e))?;
         // A killed apply's temporaries in its TARGET go before the record that names them.
-        self.settle_applying(id).map_err(|e| {
-            partial(
-                &done,
-                "publication and candidate kept",
-                io::Error::other(e.to_string()),
-            )
-        })?;
+        self.settle_applying(id)
+            .map_err(|e| partial(&done, &self.kept(id), io::Error::other(e.to_string())))?;
         let area = |name| {
-            self.area(name, false).map_err(|e| {
-                partial(
-                    &done,
-                    "publication and candidate kept",
-                    io::Error::other(e.to_string()),
-                )
-            })
+            self.area(name, false)
+                .map_err(|e| partial(&done, &self.kept(id), io::Error::other(e.to_string())))
         };
         let (published, results) = (area("published")?, area("results")?);
         // The candidate is judged before anything is removed: only a real candidate (a
@@ -438,7 +462,7 @@ impl ResultStore {
                         _ => {
                             return Err(partial(
                                 &done,
-                                "publication and candidate kept",
+                                &self.kept(id),
                                 io::Error::other(format!(
                                     "{} is not a result (no regular entry.json); left as it is",
                                     self.candidate(id).display()
@@ -450,7 +474,7 @@ impl ResultStore {
                 Ok(Some(_)) | Err(_) => {
                     return Err(partial(
                         &done,
-                        "publication and candidate kept",
+                        &self.kept(id),
                         io::Error::other(format!(
                             "{} is not a real directory; left as it is",
                             self.candidate(id).display()
@@ -467,20 +491,20 @@ impl ResultStore {
                         let _ = published.sync();
                         done.push(format!("removed {}", self.publication(id).display()));
                     }
-                    Err(e) => return Err(partial(&done, "publication and candidate kept", e)),
+                    Err(e) => return Err(partial(&done, &self.kept(id), e)),
                 },
                 Ok(None) => {}
                 Ok(Some(_)) => {
                     return Err(partial(
                         &done,
-                        "publication and candidate kept",
+                        &self.kept(id),
                         io::Error::other(format!(
                             "{} is not a regular file; left as it is",
                             self.publication(id).display()
                         )),
                     ));
                 }
-                Err(e) => return Err(partial(&done, "publication and candidate kept", e)),
+                Err(e) => return Err(partial(&done, &self.kept(id), e)),
             }
         }
         let Some(results) = candidate else {

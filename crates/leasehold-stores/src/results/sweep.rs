@@ -108,6 +108,19 @@ impl ResultStore {
                     }
                 },
             };
+            // The candidate too (see `fence`): taken by an operation admitted before the
+            // lock namespace moved, it is busy like a held lease.
+            let _fence = match self.fence(&id, &leasehold::Budget::no_wait()) {
+                Ok(fence) => fence,
+                Err(ResultError::Split { .. }) => {
+                    report.skipped.push(id);
+                    continue;
+                }
+                Err(e) => {
+                    report.failed.push((id, e.to_string()));
+                    continue;
+                }
+            };
             // A killed apply's temporaries in its TARGET, whether or not the result expired.
             match self.settle_applying(&id) {
                 Ok(n) => report.leftovers += n,
