@@ -130,7 +130,10 @@ fn apply_failing_part_way_reports_what_was_and_was_not_done() {
     assert!(matches!(e, ResultError::Partial { .. }), "{msg}");
     assert!(msg.contains("wrote 1 file(s)"), "{msg}");
     // Never published: what is kept is said as it is (issue 22 item 10a).
-    assert!(msg.contains("candidate kept (it has no publication)"), "{msg}");
+    assert!(
+        msg.contains("candidate kept (it has no publication)"),
+        "{msg}"
+    );
     assert!(home.path().join("root/results/r1/entry.json").is_file());
 }
 

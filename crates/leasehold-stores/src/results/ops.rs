@@ -388,11 +388,14 @@ impl ResultStore {
     /// assumed (issue 22 item 10a: an apply whose lease had been split said "candidate and
     /// publication kept" of what another process had removed).
     pub(super) fn kept(&self, id: &str) -> String {
-        let stands = |area: &str, name: &str| matches!(self.area(area, false), Ok(Some(dir)) if matches!(dir.kind(name), Ok(Some(_))));
-        match (
-            stands("results", id),
-            stands("published", &format!("{id}.json")),
-        ) {
+        let stands = |area: &str, name: &str| match self.area(area, false) {
+            Ok(Some(dir)) => !matches!(dir.kind(name), Ok(None)),
+            Ok(None) => false,
+            // Unreadable: something may still stand there; do not say it is gone.
+            Err(_) => true,
+        };
+        let publication = format!("{id}.json");
+        match (stands("results", id), stands("published", &publication)) {
             (true, true) => "candidate and publication kept",
             (true, false) => "candidate kept (it has no publication)",
             (false, true) => "publication kept, but its candidate is gone",
