@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use leasehold::{Budget, Holders, LeaseOptions, SharedLease};
+use leasehold::{Budget, CancelToken, Holders, LeaseOptions, SharedLease};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -195,38 +195,50 @@ pub(crate) fn try_acquire(
     }
 }
 
-/// The result of an async acquisition, turned into a `Lease` or the exception on the event
-/// loop's side (where the GIL is held).
-struct Outcome(leasehold::Result<Held>);
-
-impl<'py> IntoPyObject<'py> for Outcome {
-    type Target = Lease;
-    type Output = Bound<'py, Lease>;
-    type Error = PyErr;
-
-    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, Lease>> {
-        match self.0 {
-            Ok(held) => Bound::new(py, Lease::new(held)),
-            Err(e) => Err(to_pyerr(py, e)),
-        }
+/// The result of an async acquisition, turned into a `Lease` or the exception object on the
+/// event loop's side (where the GIL is held).
+fn outcome(py: Python<'_>, res: leasehold::Result<Held>) -> PyResult<Py<PyAny>> {
+    match res {
+        Ok(held) => Ok(Bound::new(py, Lease::new(held))?.into_any().unbind()),
+        Err(e) => Ok(to_pyerr(py, e).into_value(py).into_any()),
     }
 }
 
-/// `acquire` for asyncio: an awaitable that never blocks the event loop; cancelling the task
-/// that awaits it ends the wait and leaves nothing held.
+/// An async acquisition in progress (see `leasehold.acquire_async`, which drives it).
+#[pyclass(module = "leasehold._native", name = "_AsyncWait", frozen)]
+pub(crate) struct AsyncWait {
+    cancel: CancelToken,
+}
+
+#[pymethods]
+impl AsyncWait {
+    /// Ends the wait: the library's acquisition sees its token cancelled at once and ends
+    /// (nothing held); `finish` is still called, with the outcome.
+    fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Starts `acquire` on the library's tokio driver (the binding's runtime) and returns at
+/// once; when the acquisition has ended — and its wait with it — `finish(outcome)` is
+/// called on `event_loop` (`call_soon_threadsafe`) with a `Lease` or an exception.
+/// `leasehold.acquire_async` wraps this in a coroutine.
 #[pyfunction]
-#[pyo3(signature = (path, timeout=None, *, shared=false, allow_network_fs=false, allow_shared_state=false))]
-pub(crate) fn acquire_async(
-    py: Python<'_>,
+#[pyo3(signature = (path, timeout, shared, allow_network_fs, allow_shared_state, event_loop, finish))]
+#[allow(clippy::too_many_arguments)] // the surface's keywords, then the loop's two ends
+pub(crate) fn start_acquire(
     path: PathBuf,
     timeout: Option<f64>,
     shared: bool,
     allow_network_fs: bool,
     allow_shared_state: bool,
-) -> PyResult<Bound<'_, PyAny>> {
-    let budget = budget(timeout)?;
+    event_loop: Py<PyAny>,
+    finish: Py<PyAny>,
+) -> PyResult<AsyncWait> {
+    let cancel = CancelToken::new().map_err(|e| Python::attach(|py| to_pyerr(py, e)))?;
+    let budget = budget(timeout)?.with_cancel(cancel.clone());
     let opts = options(allow_network_fs, allow_shared_state);
-    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+    wait::runtime()?.spawn(async move {
         let res = match shared {
             true => opts
                 .acquire_shared_async(&path, &budget)
@@ -237,8 +249,19 @@ pub(crate) fn acquire_async(
                 .await
                 .map(Held::Exclusive),
         };
-        Ok(Outcome(res))
-    })
+        // The acquisition is over (dropped) before the loop hears of it.
+        Python::attach(|py| {
+            let delivered = outcome(py, res).and_then(|value| {
+                event_loop.call_method1(py, "call_soon_threadsafe", (finish, value))
+            });
+            if let Err(e) = delivered {
+                // The loop is closed: nobody waits any more, and a lease in `value` was
+                // dropped with it (released).
+                e.write_unraisable(py, None);
+            }
+        });
+    });
+    Ok(AsyncWait { cancel })
 }
 
 /// Who holds the lock file at `path`, without taking, creating or disturbing anything: the

@@ -21,17 +21,13 @@ use pyo3::prelude::*;
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // Async waits run on one worker thread: the waits themselves sleep in the library's
-    // kernel-wait helpers and the reactor, so more workers would only add idle threads.
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.worker_threads(1).enable_all();
-    pyo3_async_runtimes::tokio::init(builder);
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<lease::Lease>()?;
     m.add_class::<errors::Cause>()?;
     m.add_function(wrap_pyfunction!(lease::acquire, m)?)?;
     m.add_function(wrap_pyfunction!(lease::try_acquire, m)?)?;
-    m.add_function(wrap_pyfunction!(lease::acquire_async, m)?)?;
+    m.add_class::<lease::AsyncWait>()?;
+    m.add_function(wrap_pyfunction!(lease::start_acquire, m)?)?;
     m.add_function(wrap_pyfunction!(lease::holders, m)?)?;
     Ok(())
 }

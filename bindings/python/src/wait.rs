@@ -9,15 +9,17 @@
 //!   that. A handler that raises (SIGINT's `KeyboardInterrupt`) ends the wait: the future is
 //!   dropped, which abandons the wait and leaves nothing held (the library's contract), and
 //!   the exception propagates. The lock itself is never polled.
-//! * **Async** (`acquire_async`): the same future runs as a task on the shared
-//!   multi-threaded runtime of `pyo3-async-runtimes`, bridged to an asyncio future;
-//!   cancelling the awaiting task cancels that future, which drops the library's future
-//!   (abandoning the wait). A lease granted just as the task is cancelled is dropped with
-//!   the undelivered result, i.e. released at once.
+//! * **Async** (`acquire_async`): the same future runs as a task on [`runtime`], with a
+//!   [`CancelToken`](leasehold::CancelToken) in its budget, and reports to the event loop
+//!   (`call_soon_threadsafe`) once it has ended. Cancelling the awaiting task cancels the
+//!   token and then waits for that report, so that when `CancelledError` reaches the
+//!   caller the wait has ended and nothing of it is in line; a lease granted at that very
+//!   moment is released before the cancellation completes (`leasehold/__init__.py`).
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::pin;
+use std::sync::OnceLock;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -96,6 +98,27 @@ where
             }
         }
     }
+}
+
+/// The runtime async waits run on: one worker thread (the waits themselves sleep in the
+/// library's kernel-wait helpers and the reactor, so more workers would only add idle
+/// threads), started on the first `acquire_async`.
+pub(crate) fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("leasehold-async")
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            PyRuntimeError::new_err(format!(
+                "leasehold: cannot start the async wait driver: {e}"
+            ))
+        })?;
+    Ok(RUNTIME.get_or_init(|| rt))
 }
 
 static MAIN_THREAD: PyOnceLock<Py<PyAny>> = PyOnceLock::new();

@@ -37,14 +37,28 @@ print("joined", flush=True)
 """
 
 #: The main thread waits; on KeyboardInterrupt it says when (CLOCK_MONOTONIC), then idles.
+#: In a child whose wait was abandoned: who refuses a try while the holder still holds —
+#: "other" (the holder) when the abandoned wait left nothing in line, "self" when this
+#: process still waits (its in-process claim queues the try behind it).
+REFUSED_BY = """
+def refused_by(path):
+    try:
+        leasehold.acquire(path, 0).release()
+        return "nobody"
+    except leasehold.Timeout as e:
+        return "self" if "this process" in str(e) else "other"
+"""
+
 SIGINT = """
 import sys, time, leasehold
+""" + REFUSED_BY + """
 print("waiting", flush=True)
 try:
     leasehold.acquire(sys.argv[1], None if sys.argv[2] == "none" else float(sys.argv[2]))
     print("acquired", flush=True)
 except KeyboardInterrupt:
     print("interrupted", time.monotonic_ns(), flush=True)
+print("refused-by", refused_by(sys.argv[1]), flush=True)
 sys.stdin.readline()
 print("alive", flush=True)
 sys.stdin.readline()
@@ -53,6 +67,7 @@ sys.stdin.readline()
 #: An asyncio task waits while a ticker keeps running; the parent cancels it through stdin.
 ASYNC = """
 import asyncio, sys, time, leasehold
+""" + REFUSED_BY + """
 
 async def main():
     ticks = 0
@@ -77,6 +92,7 @@ async def main():
         print("acquired", flush=True)
     except asyncio.CancelledError:
         print("cancelled", time.monotonic_ns() - asked, flush=True)
+    print("refused-by", refused_by(sys.argv[1]), flush=True)
     await loop.run_in_executor(None, sys.stdin.readline)
     print("alive", flush=True)
     await loop.run_in_executor(None, sys.stdin.readline)
@@ -112,6 +128,7 @@ def test_sigint_ends_a_blocking_wait_with_keyboardinterrupt_within_100_ms(spawn,
     fields = child.expect("interrupted", limit=5)
     took_ms = (int(fields[1]) - sent) / 1e6
     assert took_ms < 100, f"KeyboardInterrupt came {took_ms:.1f} ms after SIGINT"
+    assert child.expect("refused-by")[1] == "other", "the interrupted wait is still in line"
     # The abandoned wait holds nothing: once the holder releases, a third process gets the
     # lease at once while the interrupted child is still alive.
     holder.send()
@@ -134,6 +151,7 @@ def test_cancelling_an_acquire_async_task_ends_its_wait_and_leaves_nothing_held(
     assert child.expect("ticked", limit=10)[2] == "False", "the wait ended by itself"
     took_ms = int(child.expect("cancelled")[1]) / 1e6
     assert took_ms < 100, f"cancellation took {took_ms:.1f} ms"
+    assert child.expect("refused-by")[1] == "other", "the cancelled wait is still in line"
     holder.send()
     holder.expect("released")
     # Another process takes the lease at once, while the cancelled child is still alive.

@@ -2,7 +2,7 @@
 
 import os
 from types import TracebackType
-from typing import Any, Awaitable, List, Optional, Type, Union
+from typing import Any, Callable, List, Optional, Type, Union
 
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -45,12 +45,16 @@ def try_acquire(
     allow_network_fs: bool = False,
     allow_shared_state: bool = False,
 ) -> Optional[Lease]: ...
-def acquire_async(
+class _AsyncWait:
+    def cancel(self) -> None: ...
+
+def start_acquire(
     path: _Path,
-    timeout: Optional[float] = None,
-    *,
-    shared: bool = False,
-    allow_network_fs: bool = False,
-    allow_shared_state: bool = False,
-) -> Awaitable[Lease]: ...
+    timeout: Optional[float],
+    shared: bool,
+    allow_network_fs: bool,
+    allow_shared_state: bool,
+    event_loop: Any,
+    finish: Callable[[Union[Lease, BaseException]], None],
+) -> _AsyncWait: ...
 def holders(path: _Path) -> Optional[List[int]]: ...
