@@ -130,7 +130,7 @@ fn budget(timeout: Option<f64>) -> PyResult<Budget> {
     match timeout {
         None => Ok(Budget::unlimited()),
         Some(t) if t == f64::INFINITY => Ok(Budget::unlimited()),
-        Some(t) if t == 0.0 => Ok(Budget::no_wait()),
+        Some(0.0) => Ok(Budget::no_wait()),
         Some(t) if t > 0.0 => Ok(Budget::timeout(Duration::from_secs_f64(t))),
         Some(t) => Err(PyValueError::new_err(format!(
             "timeout must be None (no limit), 0 (try once) or a positive number of seconds, not {t}"
