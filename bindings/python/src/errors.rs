@@ -10,7 +10,7 @@ use std::path::Path;
 
 use std::sync::OnceLock;
 
-use leasehold::{Error, ErrorClass};
+use leasehold::{Classify, Error, ErrorClass};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
