@@ -63,6 +63,15 @@ impl Crew {
             cmd.arg("--stamp").arg(s);
         }
         cmd.args(args);
+        self.spawn_command(cmd)
+    }
+
+    /// Starts `cmd` as a worker speaking the worker protocol on its stdin and stdout (a
+    /// contender of another language, `external.rs`); returns its index.
+    pub(super) fn spawn_command(
+        &mut self,
+        mut cmd: std::process::Command,
+    ) -> Result<usize, Failure> {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
