@@ -49,7 +49,7 @@ pub(crate) fn budget(
                 "timeoutMs {ms} is not a number of milliseconds ≥ 0; leave it out to wait without limit"
             )));
         }
-        Some(ms) if ms == 0.0 => Budget::no_wait(),
+        Some(0.0) => Budget::no_wait(),
         Some(ms) => Budget::timeout(Duration::from_secs_f64(ms / 1000.0)),
     };
     Ok(match cancel {
