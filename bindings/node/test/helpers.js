@@ -104,8 +104,18 @@ async function until (what, cond) {
   }
 }
 
+/**
+ * `promise`'s outcome, or 'timed out' after `limit` ms: a bound on a behaviour under test
+ * (so that a wait that never ends fails the test instead of hanging it), not a synchronisation.
+ */
+function within (limit, promise) {
+  let timer
+  const bound = new Promise((resolve) => { timer = setTimeout(() => resolve('timed out'), limit) })
+  return Promise.race([promise.then((v) => v, (e) => e), bound]).finally(() => clearTimeout(timer))
+}
+
 /** Nanoseconds on CLOCK_MONOTONIC (comparable across processes of this machine). */
 const now = () => process.hrtime.bigint()
 const ms = (ns) => Number(ns) / 1e6
 
-module.exports = { lh, PKG, CLI, skip, tempDir, Child, nodeChild, blockedOn, until, now, ms }
+module.exports = { lh, PKG, CLI, skip, tempDir, Child, nodeChild, blockedOn, until, within, now, ms }
