@@ -59,8 +59,11 @@ test('100 waits keep the event loop at its pace and add at most a handful of thr
   await holder.finish()
   assert.equal(acquired, WAITERS)
   const worst = Math.max(...gaps)
-  console.log(`threads: ${before} before, ${during} while ${WAITERS} waited; ticker's longest gap ${worst.toFixed(1)} ms; fs.readFile ${fsTook.toFixed(2)} ms`)
+  const typical = gaps.sort((x, y) => x - y)[gaps.length >> 1]
+  console.log(`threads: ${before} before, ${during} while ${WAITERS} waited; ticker's gaps: median ${typical.toFixed(1)} ms, longest ${worst.toFixed(1)} ms; fs.readFile ${fsTook.toFixed(2)} ms`)
   assert.ok(during - before <= 5, `${WAITERS} waits added ${during - before} threads`)
-  assert.ok(worst < 250, `the ticker stalled ${worst} ms`)
+  // Its pace: 10 ms ticks (a blocked loop would not tick at all), with room for a loaded machine.
+  assert.ok(typical < 50, `the ticker's median gap was ${typical} ms`)
+  assert.ok(worst < 1000, `the ticker stalled ${worst} ms`)
   assert.ok(fsTook < 1000, `fs.readFile took ${fsTook} ms`)
 })
