@@ -14,6 +14,9 @@
 //! Every item of ours has a doc comment; `missing_docs` is not denied only because napi-derive
 //! generates undocumented public glue (the constructors and callbacks of each `#[napi] impl`).
 
+// No unsafe of ours: the FFI is napi-rs's (its generated glue allows its own).
+#![deny(unsafe_code)]
+
 pub mod errors;
 pub mod lease;
 pub mod stores;
