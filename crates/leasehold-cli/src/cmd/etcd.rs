@@ -75,7 +75,7 @@ pub struct RunEtcd {
 #[cfg(not(all(feature = "etcd", unix)))]
 fn unsupported() -> Failure {
     Failure::failed(
-        "--etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc: apt-get install protobuf-compiler)",
+        "--etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd`",
     )
 }
 

@@ -46,8 +46,10 @@
 //!
 //! # Runtime
 //!
-//! etcd-client is async; the arbiter owns a small private tokio runtime (one worker thread) on
-//! which the client, the keep-alive tasks and the waits run. The blocking face hands a future
+//! The client is our own (`client.rs`: six RPCs over `tonic`, with the messages declared by
+//! hand in `proto.rs`, so building needs no `protoc`). It is async; the arbiter owns a small
+//! private tokio runtime (one worker thread) on which the client, the keep-alive tasks and the
+//! waits run. The blocking face hands a future
 //! to it and waits for the answer, so it works from any thread, inside another runtime or not;
 //! the async face (feature `tokio`) awaits the same task, and dropping it abandons the wait.
 
@@ -57,10 +59,6 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
-};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::runtime::{Handle, Runtime};
@@ -69,6 +67,16 @@ use tokio::task::AbortHandle;
 
 use crate::patterns::authority::{Arbiter, Grant};
 use crate::{Budget, Error, Result};
+
+use client::{Client, prefix_end};
+use proto::{
+    Compare, CompareResult, CompareTarget, EventType, KeyValue, LeaseKeepAliveRequest,
+    RangeRequest, RangeResponse, RequestOp, SortOrder, SortTarget, TxnRequest, TxnResponse, WatchCreateRequest, compare,
+    request_op, response_op,
+};
+
+mod client;
+mod proto;
 
 /// The smallest lease TTL accepted. Below it, a keep-alive every TTL/3 leaves too little
 /// slack for a loaded machine, and etcd's own minimum (1.5 × its election timeout) is near.
@@ -147,11 +155,11 @@ impl Ctx {
     async fn request<T>(
         &self,
         what: &str,
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+        fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
     ) -> Result<T> {
         match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self.unreachable(what, e)),
+            Ok(Err(e)) => Err(self.unreachable(what, status_text(&e))),
             Err(_) => Err(self.unreachable(
                 what,
                 format!("no answer within {REQUEST_TIMEOUT:?} (is etcd running and reachable?)"),
@@ -160,9 +168,40 @@ impl Ctx {
     }
 
     async fn revoke(&self, id: i64) {
-        let mut client = self.client.clone();
-        let _ = self.request("revoke lease", client.lease_revoke(id)).await;
+        let _ = self
+            .request("revoke lease", self.client.lease_revoke(id))
+            .await;
     }
+
+    /// `KV.Range` within [`REQUEST_TIMEOUT`].
+    async fn range(&self, what: &str, request: RangeRequest) -> Result<RangeResponse> {
+        self.request(what, self.client.range(request)).await
+    }
+
+    /// `KV.Txn` within [`REQUEST_TIMEOUT`].
+    async fn txn(&self, what: &str, request: TxnRequest) -> Result<TxnResponse> {
+        self.request(what, self.client.txn(request)).await
+    }
+}
+
+/// A status in one line: etcd's message (or the code when it has none) and the chain of
+/// causes a transport failure carries ("transport error: connection refused").
+fn status_text(status: &tonic::Status) -> String {
+    let mut text = if status.message().is_empty() {
+        format!("{:?}", status.code())
+    } else {
+        status.message().to_string()
+    };
+    let mut source = std::error::Error::source(status);
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text.replace('\n', " ")
 }
 
 type Live = Arc<Mutex<HashMap<u64, (String, Arc<Liveness>)>>>;
@@ -199,6 +238,39 @@ impl Shared {
     }
 }
 
+/// How connecting ended.
+enum Connecting {
+    /// An endpoint answered a request: the client works.
+    Answered(Client),
+    /// A URL cannot be used (it does not parse): nothing was contacted.
+    Unusable(String),
+    /// The request failed: refused, reset, or a failed TLS handshake.
+    Failed(tonic::Status),
+    /// No answer within [`CONNECT_TIMEOUT`].
+    Silent,
+}
+
+impl Connecting {
+    /// Makes the client (on the runtime, whose tasks its balancer uses) and proves with one
+    /// real request that an endpoint answers: the channel itself connects lazily.
+    async fn attempt(list: &[String], options: client::Options) -> Connecting {
+        let client = match Client::new(list, options) {
+            Ok(c) => c,
+            Err(reason) => return Connecting::Unusable(reason),
+        };
+        let probe = RangeRequest {
+            key: vec![0],
+            count_only: true,
+            ..RangeRequest::default()
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, client.range(probe)).await {
+            Ok(Ok(_)) => Connecting::Answered(client),
+            Ok(Err(e)) => Connecting::Failed(e),
+            Err(_) => Connecting::Silent,
+        }
+    }
+}
+
 /// A lock on an etcd v3 cluster, as an [`Arbiter`]: etcd's mutex recipe under a key prefix,
 /// held by a lease kept alive every TTL/3, with the lock key's create revision as fencing
 /// token (see the module docs). Cloning shares the connection.
@@ -231,7 +303,8 @@ impl EtcdArbiter {
     ///
     /// # Errors
     ///
-    /// [`Error::BadEndpoints`] for a list mixing `http://` and `https://` (or an empty one);
+    /// [`Error::BadEndpoints`] for a list mixing `http://` and `https://`, an empty one, or a
+    /// URL that does not parse (a URL without a scheme is taken as `http://`);
     /// [`Error::Unreachable`] naming the endpoints when no endpoint answered within
     /// [`CONNECT_TIMEOUT`] (the connection is checked with a request, not assumed), with
     /// what to do when the TLS handshake failed (untrusted certificate, wrong host name).
@@ -249,33 +322,36 @@ impl EtcdArbiter {
             .enable_all()
             .build()
             .map_err(|e| unreachable(format!("cannot start the client's runtime: {e}")))?;
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
-            .with_keep_alive_while_idle(true);
-        if tls {
-            options = with_tls(options).map_err(|reason| Error::BadEndpoints {
+        let options = client::Options {
+            connect_timeout: CONNECT_TIMEOUT,
+            keep_alive: Duration::from_secs(1),
+            keep_alive_timeout: Duration::from_secs(1),
+            #[cfg(not(leasehold_etcd_without_tls))]
+            tls: None,
+        };
+        let options = if tls {
+            with_tls(options).map_err(|reason| Error::BadEndpoints {
                 endpoints: endpoints.to_string(),
                 reason: reason.into(),
-            })?;
-        }
+            })?
+        } else {
+            options
+        };
         // Not `block_on`: connecting must work from inside another runtime too.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         runtime.spawn(async move {
-            let attempt = async {
-                let mut client = Client::connect(&list, Some(options)).await?;
-                // Connecting is lazy: one real request proves an endpoint answers.
-                client
-                    .get("\0", Some(GetOptions::new().with_count_only()))
-                    .await?;
-                Ok::<Client, etcd_client::Error>(client)
-            };
-            let _ = tx.send(tokio::time::timeout(CONNECT_TIMEOUT, attempt).await);
+            let _ = tx.send(Connecting::attempt(&list, options).await);
         });
         let client = match rx.recv() {
-            Ok(Ok(Ok(c))) => c,
-            Ok(Ok(Err(e))) => return Err(unreachable(connect_failure(&e, tls))),
-            Ok(Err(_)) | Err(_) => {
+            Ok(Connecting::Answered(c)) => c,
+            Ok(Connecting::Unusable(reason)) => {
+                return Err(Error::BadEndpoints {
+                    endpoints: endpoints.to_string(),
+                    reason,
+                });
+            }
+            Ok(Connecting::Failed(e)) => return Err(unreachable(connect_failure(&e, tls))),
+            Ok(Connecting::Silent) | Err(_) => {
                 return Err(unreachable(format!(
                     "unreachable: no answer within {CONNECT_TIMEOUT:?} (is etcd running, and is this its client URL?)"
                 )));
@@ -326,20 +402,16 @@ impl EtcdArbiter {
     pub fn owner(&self) -> Result<Option<EtcdHolder>> {
         let ctx = self.shared.ctx.clone();
         self.shared.block(async move {
-            let mut client = ctx.client.clone();
             let resp = ctx
-                .request(
-                    "read lock owner",
-                    client.get(ctx.prefix.as_str(), Some(first_created())),
-                )
+                .range("read lock owner", first_created(&ctx.prefix))
                 .await?;
-            Ok(resp.kvs().first().map(|kv| {
-                let value = String::from_utf8_lossy(kv.value());
+            Ok(resp.kvs.first().map(|kv| {
+                let value = String::from_utf8_lossy(&kv.value);
                 let (pid, host) = value.split_once('@').unwrap_or(("0", &value));
                 EtcdHolder {
                     pid: pid.parse().unwrap_or(0),
                     host: host.to_string(),
-                    token: kv.create_revision() as u64,
+                    token: kv.create_revision as u64,
                 }
             }))
         })
@@ -349,15 +421,12 @@ impl EtcdArbiter {
     pub fn contenders(&self) -> Result<usize> {
         let ctx = self.shared.ctx.clone();
         self.shared.block(async move {
-            let mut client = ctx.client.clone();
-            let options = GetOptions::new().with_prefix().with_count_only();
-            let resp = ctx
-                .request(
-                    "count lock keys",
-                    client.get(ctx.prefix.as_str(), Some(options)),
-                )
-                .await?;
-            Ok(usize::try_from(resp.count()).unwrap_or(0))
+            let count = RangeRequest {
+                count_only: true,
+                ..under(&ctx.prefix)
+            };
+            let resp = ctx.range("count lock keys", count).await?;
+            Ok(usize::try_from(resp.count).unwrap_or(0))
         })
     }
 
@@ -365,9 +434,8 @@ impl EtcdArbiter {
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let (ctx, key) = (self.shared.ctx.clone(), key.to_string());
         self.shared.block(async move {
-            let mut client = ctx.client.clone();
-            let resp = ctx.request("read", client.get(key.as_str(), None)).await?;
-            Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
+            let resp = ctx.range("read", only(&key)).await?;
+            Ok(resp.kvs.into_iter().next().map(|kv| kv.value))
         })
     }
 
@@ -387,16 +455,13 @@ impl EtcdArbiter {
         let (ctx, key) = (self.shared.ctx.clone(), key.to_string());
         let rev = i64::try_from(token).unwrap_or(i64::MAX);
         self.shared.block(async move {
-            let txn = Txn::new()
-                .when([Compare::create_revision(
-                    lock_key.as_str(),
-                    CompareOp::Equal,
-                    rev,
-                )])
-                .and_then([TxnOp::put(key.as_str(), value, None)]);
-            let mut client = ctx.client.clone();
-            let resp = ctx.request("fenced write", client.txn(txn)).await?;
-            if resp.succeeded() {
+            let txn = TxnRequest {
+                compare: vec![created_at(&lock_key, rev)],
+                success: vec![put(&key, value, 0)],
+                failure: Vec::new(),
+            };
+            let resp = ctx.txn("fenced write", txn).await?;
+            if resp.succeeded {
                 Ok(Fenced::Written)
             } else {
                 live.lose("etcd refused the fencing token: the lock key is gone".into());
@@ -410,19 +475,17 @@ impl EtcdArbiter {
     pub fn history(&self, key: &str) -> Result<Vec<Vec<u8>>> {
         let (ctx, key) = (self.shared.ctx.clone(), key.to_string());
         self.shared.block(async move {
-            let mut client = ctx.client.clone();
-            let head = ctx.request("read", client.get(key.as_str(), None)).await?;
-            let Some(last) = head.kvs().first().map(|kv| kv.mod_revision()) else {
+            let head = ctx.range("read", only(&key)).await?;
+            let Some(last) = head.kvs.first().map(|kv| kv.mod_revision) else {
                 return Ok(Vec::new());
             };
+            let from_the_start = WatchCreateRequest {
+                key: key.clone().into_bytes(),
+                range_end: Vec::new(),
+                start_revision: 1,
+            };
             let mut stream = ctx
-                .request(
-                    "watch",
-                    client.watch(
-                        key.as_str(),
-                        Some(WatchOptions::new().with_start_revision(1)),
-                    ),
-                )
+                .request("watch", ctx.client.watch(from_the_start))
                 .await?;
             let mut out = Vec::new();
             loop {
@@ -430,13 +493,14 @@ impl EtcdArbiter {
                 let Some(msg) = msg else {
                     return Err(ctx.unreachable("watch", "the stream ended early"));
                 };
-                if msg.canceled() {
-                    return Err(ctx.unreachable("watch", msg.cancel_reason()));
+                if msg.canceled {
+                    return Err(ctx.unreachable("watch", msg.cancel_reason));
                 }
-                for ev in msg.events() {
-                    if let (EventType::Put, Some(kv)) = (ev.event_type(), ev.kv()) {
-                        out.push(kv.value().to_vec());
-                        if kv.mod_revision() >= last {
+                for ev in msg.events {
+                    if let (Ok(EventType::Put), Some(kv)) = (EventType::try_from(ev.r#type), ev.kv)
+                    {
+                        out.push(kv.value);
+                        if kv.mod_revision >= last {
                             return Ok(out);
                         }
                     }
@@ -537,13 +601,15 @@ impl Drop for Held {
 
 /// One acquisition, on the private runtime (see the module docs for the recipe).
 async fn acquire(ctx: Ctx, budget: Budget) -> Result<Held> {
-    let mut client = ctx.client.clone();
-    let ttl_secs = ctx.ttl.as_secs() as i64;
+    let ttl_secs = i64::try_from(ctx.ttl.as_secs()).unwrap_or(i64::MAX);
     let sent = now();
     let lease = ctx
-        .request("grant lease", client.lease_grant(ttl_secs, None))
+        .request("grant lease", ctx.client.lease_grant(ttl_secs))
         .await?;
-    let id = lease.id();
+    if !lease.error.is_empty() {
+        return Err(ctx.unreachable("grant lease", lease.error));
+    }
+    let id = lease.id;
     let key = format!("{}{id:x}", ctx.prefix);
     let live = Arc::new(Liveness::new(
         key.clone(),
@@ -579,46 +645,34 @@ async fn acquire(ctx: Ctx, budget: Budget) -> Result<Held> {
 
 /// Creates the lock key and waits until it is the oldest; returns its create revision.
 async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -> Result<u64> {
-    let mut client = ctx.client.clone();
     let prefix = ctx.prefix.as_str();
-    let txn = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-        .and_then([
-            TxnOp::put(
-                key,
-                ctx.holder.as_str(),
-                Some(PutOptions::new().with_lease(id)),
-            ),
-            TxnOp::get(prefix, Some(first_created())),
-        ])
-        .or_else([
-            TxnOp::get(key, None),
-            TxnOp::get(prefix, Some(first_created())),
-        ]);
-    let resp = ctx.request("create lock key", client.txn(txn)).await?;
-    let ranges: Vec<_> = resp
-        .op_responses()
-        .into_iter()
-        .filter_map(|r| match r {
-            TxnOpResponse::Get(g) => Some(g),
-            _ => None,
-        })
-        .collect();
-    let mine = if resp.succeeded() {
-        resp.header().map(|h| h.revision())
+    let txn = TxnRequest {
+        compare: vec![created_at(key, 0)],
+        success: vec![
+            put(key, ctx.holder.as_bytes().to_vec(), id),
+            read(first_created(prefix)),
+        ],
+        failure: vec![read(only(key)), read(first_created(prefix))],
+    };
+    let resp = ctx.txn("create lock key", txn).await?;
+    let succeeded = resp.succeeded;
+    let revision = resp.header.as_ref().map(|h| h.revision);
+    let ranges = reads(resp);
+    let mine = if succeeded {
+        revision
     } else {
         ranges
             .first()
-            .and_then(|g| g.kvs().first())
-            .map(|kv| kv.create_revision())
+            .and_then(|kvs| kvs.first())
+            .map(|kv| kv.create_revision)
     };
     let Some(mine) = mine else {
         return Err(ctx.unreachable("create lock key", "etcd's answer lacks a revision"));
     };
     let owner = ranges
         .last()
-        .and_then(|g| g.kvs().first())
-        .map(|kv| kv.create_revision());
+        .and_then(|kvs| kvs.first())
+        .map(|kv| kv.create_revision);
     if owner.is_none_or(|o| o == mine) {
         return Ok(mine as u64);
     }
@@ -651,9 +705,9 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
         why = live.lost() => return Err(Error::Expired { name: key.to_string(), reason: why }),
     }
     // The predecessors are gone; make sure our own key outlived the wait.
-    let resp = ctx.request("read lock key", client.get(key, None)).await?;
-    match resp.kvs().first() {
-        Some(kv) if kv.create_revision() == mine => Ok(mine as u64),
+    let resp = ctx.range("read lock key", only(key)).await?;
+    match resp.kvs.first() {
+        Some(kv) if kv.create_revision == mine => Ok(mine as u64),
         _ => Err(Error::Expired {
             name: key.to_string(),
             reason: "the lease expired while waiting for the lock".into(),
@@ -663,7 +717,8 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
 
 /// Splits a comma-separated endpoint list and checks it is all `https://` or all plain: the
 /// one place the choice between TLS and plain text is made. A URL's scheme is matched
-/// case-insensitively and passed on in lower case (etcd-client matches it exactly).
+/// case-insensitively and passed on in lower case; a URL without one is `http://`, as with
+/// etcdctl.
 fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
     let bad = |reason: &str| Error::BadEndpoints {
         endpoints: endpoints.to_string(),
@@ -675,11 +730,19 @@ fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
         .filter(|e| !e.is_empty())
         .map(|e| match e.split_once("://") {
             Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
-            None => e.to_string(),
+            None => format!("http://{e}"),
         })
         .collect();
     if list.is_empty() {
         return Err(bad("no endpoint given"));
+    }
+    if let Some(odd) = list
+        .iter()
+        .find(|e| !e.starts_with("http://") && !e.starts_with("https://"))
+    {
+        return Err(bad(&format!(
+            "{odd}: only http:// and https:// URLs are supported"
+        )));
     }
     let https = list.iter().filter(|e| e.starts_with("https://")).count();
     if https != 0 && https != list.len() {
@@ -690,22 +753,23 @@ fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
     Ok(list)
 }
 
-/// TLS for `https://` endpoints. Without options etcd-client would use tonic's default TLS
-/// config, which trusts no root at all; the native roots are the system's store, or instead
-/// the certificates in SSL_CERT_FILE / SSL_CERT_DIR (rustls-native-certs, as OpenSSL).
+/// TLS for `https://` endpoints: rustls with ring, trusting the system's store, or instead
+/// the certificates in SSL_CERT_FILE / SSL_CERT_DIR (rustls-native-certs, as OpenSSL). Without
+/// roots of its own tonic's TLS would trust no root at all.
 #[cfg(not(leasehold_etcd_without_tls))]
-fn with_tls(options: ConnectOptions) -> std::result::Result<ConnectOptions, &'static str> {
-    use etcd_client::TlsOptions;
-    Ok(options.with_tls(
-        TlsOptions::new()
-            .with_native_roots()
-            .timeout(CONNECT_TIMEOUT),
-    ))
+fn with_tls(options: client::Options) -> std::result::Result<client::Options, &'static str> {
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .with_native_roots()
+        .timeout(CONNECT_TIMEOUT);
+    Ok(client::Options {
+        tls: Some(tls),
+        ..options
+    })
 }
 
 /// A build for linting only (`--cfg leasehold_etcd_without_tls`, see Cargo.toml) has no TLS.
 #[cfg(leasehold_etcd_without_tls)]
-fn with_tls(_: ConnectOptions) -> std::result::Result<ConnectOptions, &'static str> {
+fn with_tls(_: client::Options) -> std::result::Result<client::Options, &'static str> {
     Err(
         "this leasehold was built without TLS (--cfg leasehold_etcd_without_tls); rebuild it without that flag",
     )
@@ -714,16 +778,10 @@ fn with_tls(_: ConnectOptions) -> std::result::Result<ConnectOptions, &'static s
 /// Why connecting failed, in words a user can act on. A failed TLS handshake (rustls says
 /// why: an unknown issuer, a name the certificate does not cover, no root certificates at
 /// all) is told apart from an endpoint that does not answer, and says what to do.
-fn connect_failure(e: &etcd_client::Error, tls: bool) -> String {
-    // A gRPC status carries the transport's reason as its message ("invalid peer
-    // certificate: UnknownIssuer"); its Display adds a Debug dump of the source chain.
-    let what = match e {
-        etcd_client::Error::GRpcStatus(status) if !status.message().is_empty() => {
-            status.message().to_string()
-        }
-        other => other.to_string(),
-    }
-    .replace('\n', " ");
+fn connect_failure(e: &tonic::Status, tls: bool) -> String {
+    // A status carries the transport's reason as its message ("invalid peer certificate:
+    // UnknownIssuer") or in its chain of sources; its Display adds a Debug dump of the chain.
+    let what = status_text(e);
     let mut chain = String::new();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -756,55 +814,108 @@ fn connect_failure(e: &etcd_client::Error, tls: bool) -> String {
     format!("unreachable: {what}")
 }
 
+/// A range over every key under `prefix`.
+fn under(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        key: prefix.as_bytes().to_vec(),
+        range_end: prefix_end(prefix.as_bytes()),
+        ..RangeRequest::default()
+    }
+}
+
+/// A range of the one key `key`.
+fn only(key: &str) -> RangeRequest {
+    RangeRequest {
+        key: key.as_bytes().to_vec(),
+        ..RangeRequest::default()
+    }
+}
+
 /// The oldest key under a prefix: the owner.
-fn first_created() -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
+fn first_created(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        sort_order: SortOrder::Ascend as i32,
+        sort_target: SortTarget::Create as i32,
+        limit: 1,
+        ..under(prefix)
+    }
+}
+
+/// A transaction's read.
+fn read(range: RangeRequest) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestRange(range)),
+    }
+}
+
+/// A transaction's write of `value` to `key`, attached to `lease` (0: none).
+fn put(key: &str, value: Vec<u8>, lease: i64) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestPut(proto::PutRequest {
+            key: key.as_bytes().to_vec(),
+            value,
+            lease,
+        })),
+    }
+}
+
+/// The condition "`key` was created at revision `rev`" (0: `key` does not exist).
+fn created_at(key: &str, rev: i64) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.as_bytes().to_vec(),
+        target_union: Some(compare::TargetUnion::CreateRevision(rev)),
+    }
+}
+
+/// The keys each read of a transaction's answer returned, in order.
+fn reads(resp: TxnResponse) -> Vec<Vec<KeyValue>> {
+    resp.responses
+        .into_iter()
+        .filter_map(|r| match r.response {
+            Some(response_op::Response::ResponseRange(g)) => Some(g.kvs),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Waits until no key under the prefix older than `max_rev` is left, watching the deletion of
 /// the youngest of them each time (mutex.go's `waitDeletes`).
 async fn wait_deletes(ctx: &Ctx, max_rev: i64) -> Result<()> {
-    let mut client = ctx.client.clone();
     loop {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_max_create_revision(max_rev)
-            .with_limit(1);
-        let resp = ctx
-            .request(
-                "read predecessors",
-                client.get(ctx.prefix.as_str(), Some(options)),
-            )
-            .await?;
-        let Some(kv) = resp.kvs().first() else {
+        let youngest_older = RangeRequest {
+            sort_order: SortOrder::Descend as i32,
+            sort_target: SortTarget::Create as i32,
+            max_create_revision: max_rev,
+            limit: 1,
+            ..under(&ctx.prefix)
+        };
+        let resp = ctx.range("read predecessors", youngest_older).await?;
+        let Some(kv) = resp.kvs.into_iter().next() else {
             return Ok(());
         };
-        let rev = resp.header().map_or(0, |h| h.revision());
-        let pred = kv.key().to_vec();
-        let watch = WatchOptions::new().with_start_revision(rev);
+        let rev = resp.header.map_or(0, |h| h.revision);
+        let watch = WatchCreateRequest {
+            key: kv.key,
+            range_end: Vec::new(),
+            start_revision: rev,
+        };
         let mut stream = ctx
-            .request("watch predecessor", client.watch(pred, Some(watch)))
+            .request("watch predecessor", ctx.client.watch(watch))
             .await?;
         'watch: loop {
             let msg = stream
                 .message()
                 .await
-                .map_err(|e| ctx.unreachable("watch predecessor", e))?;
+                .map_err(|e| ctx.unreachable("watch predecessor", status_text(&e)))?;
             let Some(msg) = msg else {
                 return Err(ctx.unreachable("watch predecessor", "the stream ended"));
             };
-            if msg.canceled() {
-                return Err(ctx.unreachable("watch predecessor", msg.cancel_reason()));
+            if msg.canceled {
+                return Err(ctx.unreachable("watch predecessor", msg.cancel_reason));
             }
-            if msg
-                .events()
-                .iter()
-                .any(|e| e.event_type() == EventType::Delete)
-            {
+            if msg.events.iter().any(|e| e.r#type == EventType::Delete as i32) {
                 break 'watch;
             }
         }
@@ -852,18 +963,27 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
         let ttl = Duration::from_secs(ttl_secs.max(0) as u64).min(ctx.ttl);
         (sent + nanos(ttl)).saturating_sub(nanos(margin(ctx.ttl)))
     };
-    let mut client = ctx.client.clone();
+    let gone = "etcd reports the lease expired or revoked";
     loop {
         if live.check().is_some() {
             return;
         }
+        // Opening the stream sends the first keep-alive; its answer is the first renewal.
         let sent = now();
-        let opened = tokio::time::timeout(period, client.lease_keep_alive(id)).await;
-        let (mut keeper, mut stream) = match opened {
-            Ok(Ok(pair)) => pair,
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) if e.contains("not found") => {
-                live.lose("etcd reports the lease expired or revoked".into());
+        let opened = tokio::time::timeout(period, async {
+            let mut stream = ctx.client.lease_keep_alive(id).await?;
+            let first = stream.message().await?;
+            Ok::<_, tonic::Status>((stream, first))
+        })
+        .await;
+        let mut stream = match opened {
+            Ok(Ok((_, Some(resp)))) if resp.ttl <= 0 => {
+                live.lose(gone.into());
                 return;
+            }
+            Ok(Ok((stream, Some(resp)))) => {
+                live.extend(bought(sent, resp.ttl));
+                stream
             }
             _ => {
                 // Not reachable now; try again soon (the deadline decides when to give up).
@@ -871,7 +991,6 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
                 continue;
             }
         };
-        live.extend(bought(sent, ctx.ttl.as_secs() as i64));
         loop {
             let next = tokio::time::Instant::now() + period;
             tokio::time::sleep_until(next).await;
@@ -879,15 +998,15 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
                 return;
             }
             let sent = now();
-            if keeper.keep_alive().await.is_err() {
+            if stream.send(LeaseKeepAliveRequest { id }).await.is_err() {
                 break;
             }
             match tokio::time::timeout(period, stream.message()).await {
-                Ok(Ok(Some(resp))) if resp.ttl() <= 0 => {
-                    live.lose("etcd reports the lease expired or revoked".into());
+                Ok(Ok(Some(resp))) if resp.ttl <= 0 => {
+                    live.lose(gone.into());
                     return;
                 }
-                Ok(Ok(Some(resp))) => live.extend(bought(sent, resp.ttl())),
+                Ok(Ok(Some(resp))) => live.extend(bought(sent, resp.ttl)),
                 _ => break,
             }
         }
