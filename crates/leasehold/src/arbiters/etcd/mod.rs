@@ -71,8 +71,8 @@ use crate::{Budget, Error, Result};
 use client::{Client, prefix_end};
 use proto::{
     Compare, CompareResult, CompareTarget, EventType, KeyValue, LeaseKeepAliveRequest,
-    RangeRequest, RangeResponse, RequestOp, SortOrder, SortTarget, TxnRequest, TxnResponse, WatchCreateRequest, compare,
-    request_op, response_op,
+    RangeRequest, RangeResponse, RequestOp, SortOrder, SortTarget, TxnRequest, TxnResponse,
+    WatchCreateRequest, compare, request_op, response_op,
 };
 
 mod client;
@@ -690,8 +690,8 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
-        waited = wait_deletes(ctx, mine - 1) => waited?,
+    let outlived = tokio::select! {
+        waited = wait_deletes(ctx, key, mine) => waited?,
         () = deadline => {
             return Err(Error::TimedOut {
                 path: ctx.prefix.trim_end_matches('/').into(),
@@ -703,15 +703,15 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
             return Err(Error::Cancelled { path: ctx.prefix.trim_end_matches('/').into() });
         }
         why = live.lost() => return Err(Error::Expired { name: key.to_string(), reason: why }),
-    }
-    // The predecessors are gone; make sure our own key outlived the wait.
-    let resp = ctx.range("read lock key", only(key)).await?;
-    match resp.kvs.first() {
-        Some(kv) if kv.create_revision == mine => Ok(mine as u64),
-        _ => Err(Error::Expired {
+    };
+    // The predecessors are gone; our own key must have outlived the wait.
+    if outlived {
+        Ok(mine as u64)
+    } else {
+        Err(Error::Expired {
             name: key.to_string(),
             reason: "the lease expired while waiting for the lock".into(),
-        }),
+        })
     }
 }
 
@@ -880,26 +880,45 @@ fn reads(resp: TxnResponse) -> Vec<Vec<KeyValue>> {
         .collect()
 }
 
-/// Waits until no key under the prefix older than `max_rev` is left, watching the deletion of
-/// the youngest of them each time (mutex.go's `waitDeletes`).
-async fn wait_deletes(ctx: &Ctx, max_rev: i64) -> Result<()> {
+/// Waits until no key under the prefix older than `mine` (the create revision of `key`, the
+/// waiter's own) is left, watching the deletion of the youngest of them each time (mutex.go's
+/// `waitDeletes`); then answers whether `key` still exists as created at `mine` (a lease that
+/// expired during the wait took it away).
+///
+/// Each look is one read-only transaction (predecessor and own key together: one round trip,
+/// where reading them apart costs a second one on the hand-over's path), and each watch
+/// starts at the revision after that read. etcd sends a watch's events as they happen only to
+/// a watcher that starts after its current revision; one that starts at or before it (as
+/// mutex.go's does, from the read's own revision) is caught up by a loop that runs every
+/// 100 ms, which delayed a hand-over by up to that much (issue 26 item 6). Nothing is missed:
+/// the predecessor existed at the read's revision, so its deletion comes after it.
+async fn wait_deletes(ctx: &Ctx, key: &str, mine: i64) -> Result<bool> {
     loop {
         let youngest_older = RangeRequest {
             sort_order: SortOrder::Descend as i32,
             sort_target: SortTarget::Create as i32,
-            max_create_revision: max_rev,
+            max_create_revision: mine - 1,
             limit: 1,
+            keys_only: true,
             ..under(&ctx.prefix)
         };
-        let resp = ctx.range("read predecessors", youngest_older).await?;
-        let Some(kv) = resp.kvs.into_iter().next() else {
-            return Ok(());
+        let look = TxnRequest {
+            compare: Vec::new(),
+            success: vec![read(youngest_older), read(only(key))],
+            failure: Vec::new(),
         };
-        let rev = resp.header.map_or(0, |h| h.revision);
+        let resp = ctx.txn("read predecessors", look).await?;
+        let rev = resp.header.as_ref().map_or(0, |h| h.revision);
+        let mut found = reads(resp).into_iter();
+        let predecessor = found.next().and_then(|kvs| kvs.into_iter().next());
+        let own = found.next().and_then(|kvs| kvs.into_iter().next());
+        let Some(predecessor) = predecessor else {
+            return Ok(own.is_some_and(|kv| kv.create_revision == mine));
+        };
         let watch = WatchCreateRequest {
-            key: kv.key,
+            key: predecessor.key,
             range_end: Vec::new(),
-            start_revision: rev,
+            start_revision: rev + 1,
         };
         let mut stream = ctx
             .request("watch predecessor", ctx.client.watch(watch))
@@ -915,7 +934,11 @@ async fn wait_deletes(ctx: &Ctx, max_rev: i64) -> Result<()> {
             if msg.canceled {
                 return Err(ctx.unreachable("watch predecessor", msg.cancel_reason));
             }
-            if msg.events.iter().any(|e| e.r#type == EventType::Delete as i32) {
+            if msg
+                .events
+                .iter()
+                .any(|e| e.r#type == EventType::Delete as i32)
+            {
                 break 'watch;
             }
         }
