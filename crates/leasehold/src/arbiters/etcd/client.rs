@@ -23,8 +23,8 @@ use tonic_prost::ProstCodec;
 
 use super::proto::{
     LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseRevokeRequest, LeaseRevokeResponse, RangeRequest, RangeResponse, TxnRequest,
-    TxnResponse, WatchCreateRequest, WatchRequest, WatchResponse, watch_request,
+    LeaseRevokeRequest, LeaseRevokeResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    WatchCreateRequest, WatchRequest, WatchResponse, watch_request,
 };
 
 /// The gRPC paths: `/PACKAGE.SERVICE/METHOD` as in `rpc.proto` (package `etcdserverpb`).
