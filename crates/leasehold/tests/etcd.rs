@@ -170,6 +170,64 @@ fn a_waiter_watches_its_predecessor_from_the_next_revision_never_as_a_slow_watch
     }
 }
 
+/// A key under a lock's prefix that is attached to no lease never expires: it is not a
+/// process's claim (every holder's and waiter's key has a lease) but debris — a registry
+/// document written there by a prefix inside the lock's range (issue 22 item 7), or a stray
+/// `etcdctl put`. Counted as the oldest holder it would refuse the lock for ever; counted as
+/// a predecessor it would leave a waiter watching it for ever.
+#[test]
+fn a_key_without_a_lease_is_neither_holder_nor_waiter() {
+    let Some(server) = EtcdServer::start("etcd lease-less keys") else {
+        return;
+    };
+    // Lease-less keys are planted the way a misplaced registry writes its document: a
+    // fenced write (no lease) by the holder of another lock.
+    let planter = arbiter(&server, "planter");
+    let pen = planter.acquire(&Budget::no_wait()).unwrap();
+    let plant = |key: &str| {
+        let token = pen.fencing_token().unwrap();
+        let written = planter.put_fenced(token, key, br#"{"version":1}"#.to_vec());
+        assert_eq!(written.unwrap(), Fenced::Written);
+    };
+    // More than one page of them (the arbiter reads 16 keys at a time) at each place.
+    let debris = 20;
+    plant("test/l/storages/multi_root_workspace");
+    for i in 0..debris {
+        plant(&format!("test/l/before-{i}"));
+    }
+    let a = arbiter(&server, "l");
+    assert_eq!(a.owner().unwrap(), None, "a lease-less key holds nothing");
+    assert_eq!(a.contenders().unwrap(), 0);
+    let first = a
+        .acquire(&Budget::no_wait())
+        .expect("a lease-less key does not contend");
+    assert_eq!(a.owner().unwrap().map(|o| o.token), first.fencing_token());
+    // Between the holder's key and the waiter's: the waiter's predecessor must be the
+    // holder, not this key (whose deletion never comes).
+    for i in 0..debris {
+        plant(&format!("test/l/between-{i}"));
+    }
+    let b = arbiter(&server, "l");
+    let (tx, rx) = mpsc::channel();
+    let waiter = thread::spawn(move || {
+        let g = b.acquire(&Budget::timeout(Duration::from_secs(10)));
+        tx.send(Instant::now()).unwrap();
+        g
+    });
+    server.queued("test/l/", 2 * debris + 3);
+    assert_eq!(a.contenders().unwrap(), 2, "the holder and its waiter");
+    let released = Instant::now();
+    drop(first);
+    let granted_at = rx.recv().unwrap();
+    let second = waiter.join().unwrap().expect("granted after the release");
+    let handover = granted_at.duration_since(released);
+    assert!(
+        handover < Duration::from_millis(500),
+        "hand-over took {handover:?}"
+    );
+    assert_eq!(a.owner().unwrap().map(|o| o.token), second.fencing_token());
+}
+
 #[test]
 fn a_paused_etcd_makes_the_grant_fail_closed_before_the_ttl_and_a_new_grant_follows() {
     let Some(server) = EtcdServer::start("etcd paused") else {

@@ -398,14 +398,15 @@ impl EtcdArbiter {
     }
 
     /// The lock's current owner: the key under the prefix with the lowest create revision
-    /// (waiters' keys are not holders). Reads only; never disturbs a holder or a waiter.
+    /// among those attached to a lease (waiters' keys are not holders, and a key without a
+    /// lease is nobody's: see [`first_leased`]). Reads only; never disturbs a holder or a
+    /// waiter.
     pub fn owner(&self) -> Result<Option<EtcdHolder>> {
         let ctx = self.shared.ctx.clone();
         self.shared.block(async move {
-            let resp = ctx
-                .range("read lock owner", first_created(&ctx.prefix))
-                .await?;
-            Ok(resp.kvs.first().map(|kv| {
+            let (owner, _) =
+                first_leased(&ctx, "read lock owner", first_created(&ctx.prefix)).await?;
+            Ok(owner.map(|kv| {
                 let value = String::from_utf8_lossy(&kv.value);
                 let (pid, host) = value.split_once('@').unwrap_or(("0", &value));
                 EtcdHolder {
@@ -417,16 +418,22 @@ impl EtcdArbiter {
         })
     }
 
-    /// How many keys are under the prefix: the holder and its queued waiters. Reads only.
+    /// How many keys attached to a lease are under the prefix: the holder and its queued
+    /// waiters (a key without a lease is neither). Reads only.
     pub fn contenders(&self) -> Result<usize> {
         let ctx = self.shared.ctx.clone();
         self.shared.block(async move {
-            let count = RangeRequest {
-                count_only: true,
-                ..under(&ctx.prefix)
+            let mut count = 0;
+            let all = RangeRequest {
+                keys_only: true,
+                ..first_created(&ctx.prefix)
             };
-            let resp = ctx.range("count lock keys", count).await?;
-            Ok(usize::try_from(resp.count).unwrap_or(0))
+            scan(&ctx, "count lock keys", all, |kv| {
+                count += usize::from(kv.lease != 0);
+                false
+            })
+            .await?;
+            Ok(count)
         })
     }
 
@@ -661,18 +668,29 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
     let mine = if succeeded {
         revision
     } else {
-        ranges
-            .first()
-            .and_then(|kvs| kvs.first())
-            .map(|kv| kv.create_revision)
+        // The key exists already (a retried request): ours only if it is on our lease.
+        match ranges.first().and_then(|kvs| kvs.first()) {
+            Some(kv) if kv.lease == id => Some(kv.create_revision),
+            Some(_) => {
+                return Err(ctx.unreachable(
+                    "create lock key",
+                    format!("{key} exists on another lease (written by something else than a leasehold acquisition); delete it"),
+                ));
+            }
+            None => None,
+        }
     };
     let Some(mine) = mine else {
         return Err(ctx.unreachable("create lock key", "etcd's answer lacks a revision"));
     };
-    let owner = ranges
-        .last()
-        .and_then(|kvs| kvs.first())
-        .map(|kv| kv.create_revision);
+    let owner = match ranges.last().and_then(|kvs| kvs.first()) {
+        // The oldest key has no lease, so it holds nothing (see `first_leased`): look on.
+        Some(kv) if kv.lease == 0 => first_leased(ctx, "read lock owner", first_created(prefix))
+            .await?
+            .0
+            .map(|kv| kv.create_revision),
+        oldest => oldest.map(|kv| kv.create_revision),
+    };
     if owner.is_none_or(|o| o == mine) {
         return Ok(mine as u64);
     }
@@ -841,6 +859,69 @@ fn first_created(prefix: &str) -> RangeRequest {
     }
 }
 
+/// How many keys one read of a [`scan`] asks for.
+const PAGE: i64 = 16;
+
+/// Reads the keys `range` selects (under one prefix, sorted by create revision) page by page
+/// and shows each to `visit` in that order until it answers `true`; answers the revision of
+/// the last read. A page ends before the keys created after (ascending) or before
+/// (descending) its last one: keys that share a create revision were created by one
+/// transaction, which a lock key never shares (each is created alone).
+async fn scan(
+    ctx: &Ctx,
+    what: &str,
+    mut range: RangeRequest,
+    mut visit: impl FnMut(KeyValue) -> bool + Send,
+) -> Result<i64> {
+    range.limit = PAGE;
+    let descending = range.sort_order == SortOrder::Descend as i32;
+    loop {
+        let resp = ctx.range(what, range.clone()).await?;
+        let rev = resp.header.as_ref().map_or(0, |h| h.revision);
+        let more = resp.more;
+        let mut last = None;
+        for kv in resp.kvs {
+            last = Some(kv.create_revision);
+            if visit(kv) {
+                return Ok(rev);
+            }
+        }
+        match last {
+            Some(created) if more && descending && created > 1 => {
+                range.max_create_revision = created - 1;
+            }
+            Some(created) if more && !descending => range.min_create_revision = created + 1,
+            _ => return Ok(rev),
+        }
+    }
+}
+
+/// The first key attached to a lease among those `range` selects, in its order, with the
+/// revision of the read that found it.
+///
+/// Every holder's and waiter's key is attached to its lease, so that it goes when its
+/// process stops renewing. A key under a lock's prefix without a lease never expires and is
+/// no process's claim — a document that a registry whose prefix lay inside the lock's range
+/// wrote there (issue 22 item 7), or a stray `etcdctl put` — and counted as the oldest holder
+/// it would keep the lock from everyone for ever; counted as a predecessor it would keep a
+/// waiter watching for a deletion that never comes. It is skipped.
+async fn first_leased(
+    ctx: &Ctx,
+    what: &str,
+    range: RangeRequest,
+) -> Result<(Option<KeyValue>, i64)> {
+    let mut found = None;
+    let rev = scan(ctx, what, range, |kv| {
+        let leased = kv.lease != 0;
+        if leased {
+            found = Some(kv);
+        }
+        leased
+    })
+    .await?;
+    Ok((found, rev))
+}
+
 /// A transaction's read.
 fn read(range: RangeRequest) -> RequestOp {
     RequestOp {
@@ -894,24 +975,42 @@ fn reads(resp: TxnResponse) -> Vec<Vec<KeyValue>> {
 /// the predecessor existed at the read's revision, so its deletion comes after it.
 async fn wait_deletes(ctx: &Ctx, key: &str, mine: i64) -> Result<bool> {
     loop {
-        let youngest_older = RangeRequest {
+        let older = RangeRequest {
             sort_order: SortOrder::Descend as i32,
             sort_target: SortTarget::Create as i32,
             max_create_revision: mine - 1,
-            limit: 1,
+            limit: PAGE,
             keys_only: true,
             ..under(&ctx.prefix)
         };
         let look = TxnRequest {
             compare: Vec::new(),
-            success: vec![read(youngest_older), read(only(key))],
+            success: vec![read(older.clone()), read(only(key))],
             failure: Vec::new(),
         };
         let resp = ctx.txn("read predecessors", look).await?;
-        let rev = resp.header.as_ref().map_or(0, |h| h.revision);
+        let mut rev = resp.header.as_ref().map_or(0, |h| h.revision);
+        // Only the page's flag tells whether older keys did not fit in it.
+        let more = resp.responses.first().is_some_and(
+            |r| matches!(&r.response, Some(response_op::Response::ResponseRange(g)) if g.more),
+        );
         let mut found = reads(resp).into_iter();
-        let predecessor = found.next().and_then(|kvs| kvs.into_iter().next());
+        let page = found.next().unwrap_or_default();
         let own = found.next().and_then(|kvs| kvs.into_iter().next());
+        let oldest_seen = page.last().map(|kv| kv.create_revision);
+        // The youngest older key with a lease (a key without one is nobody's claim, see
+        // `first_leased`); past a page of lease-less keys, the rest are read page by page.
+        let mut predecessor = page.into_iter().find(|kv| kv.lease != 0);
+        if predecessor.is_none()
+            && more
+            && let Some(oldest) = oldest_seen.filter(|&c| c > 1)
+        {
+            let rest = RangeRequest {
+                max_create_revision: oldest - 1,
+                ..older
+            };
+            (predecessor, rev) = first_leased(ctx, "read predecessors", rest).await?;
+        }
         let Some(predecessor) = predecessor else {
             return Ok(own.is_some_and(|kv| kv.create_revision == mine));
         };
