@@ -170,6 +170,38 @@ fn a_waiter_watches_its_predecessor_from_the_next_revision_never_as_a_slow_watch
     }
 }
 
+/// When the waiter's predecessor was the only older claim, its deletion grants the waiter at
+/// once: no key can become older than the waiter's later (create revisions only grow), so
+/// etcd's mutex.go's look after each deletion would only put another round trip on the
+/// hand-over's path. etcd's own count of answered transactions is the observation: the
+/// holder's release is a lease revocation, and the waiter sends nothing more before it holds.
+#[test]
+fn the_last_predecessors_deletion_grants_without_another_look() {
+    let Some(server) = EtcdServer::start("etcd last predecessor") else {
+        return;
+    };
+    let txns = || {
+        server.metric(
+            r#"grpc_server_handled_total{grpc_code="OK",grpc_method="Txn",grpc_service="etcdserverpb.KV",grpc_type="unary"}"#,
+        )
+    };
+    let holder = arbiter(&server, "lp").acquire(&Budget::no_wait()).unwrap();
+    let b = arbiter(&server, "lp");
+    let waiter = thread::spawn(move || b.acquire(&Budget::timeout(Duration::from_secs(10))));
+    testkit::until("the waiter watches its predecessor", || {
+        server.metric("etcd_debugging_mvcc_watcher_total") >= 1.0
+    });
+    let before = txns();
+    drop(holder);
+    let granted = waiter.join().unwrap().expect("granted after the release");
+    granted.verify().unwrap();
+    assert_eq!(
+        txns(),
+        before,
+        "a look after the last predecessor's deletion"
+    );
+}
+
 /// A key under a lock's prefix that is attached to no lease never expires: it is not a
 /// process's claim (every holder's and waiter's key has a lease) but debris — a registry
 /// document written there by a prefix inside the lock's range (issue 22 item 7), or a stray

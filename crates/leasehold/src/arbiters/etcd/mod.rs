@@ -722,7 +722,14 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
         }
         why = live.lost() => return Err(Error::Expired { name: key.to_string(), reason: why }),
     };
-    // The predecessors are gone; our own key must have outlived the wait.
+    // The predecessors are gone; our own key must have outlived the wait, and our grant's
+    // deadline not have passed (after which etcd may expire the lease at any moment).
+    if let Some(why) = live.check() {
+        return Err(Error::Expired {
+            name: key.to_string(),
+            reason: why,
+        });
+    }
     if outlived {
         Ok(mine as u64)
     } else {
@@ -964,7 +971,9 @@ fn reads(resp: TxnResponse) -> Vec<Vec<KeyValue>> {
 /// Waits until no key under the prefix older than `mine` (the create revision of `key`, the
 /// waiter's own) is left, watching the deletion of the youngest of them each time (mutex.go's
 /// `waitDeletes`); then answers whether `key` still exists as created at `mine` (a lease that
-/// expired during the wait took it away).
+/// expired during the wait took it away). When the predecessor deleted was the only older
+/// key with a lease, that deletion ends the wait without another look (mutex.go looks again;
+/// here that round trip would be on the hand-over's path for nothing).
 ///
 /// Each look is one read-only transaction (predecessor and own key together: one round trip,
 /// where reading them apart costs a second one on the hand-over's path), and each watch
@@ -997,7 +1006,15 @@ async fn wait_deletes(ctx: &Ctx, key: &str, mine: i64) -> Result<bool> {
         let mut found = reads(resp).into_iter();
         let page = found.next().unwrap_or_default();
         let own = found.next().and_then(|kvs| kvs.into_iter().next());
+        if !own.as_ref().is_some_and(|kv| kv.create_revision == mine) {
+            return Ok(false);
+        }
         let oldest_seen = page.last().map(|kv| kv.create_revision);
+        // Whether the page holds every older key and only one of them has a lease: then its
+        // deletion leaves no older claim, and the wait is over without another look. No
+        // claim older than ours can appear later: create revisions only grow, and a claim
+        // is created with its lease (nothing of ours attaches a lease to an existing key).
+        let last = !more && page.iter().filter(|kv| kv.lease != 0).count() == 1;
         // The youngest older key with a lease (a key without one is nobody's claim, see
         // `first_leased`); past a page of lease-less keys, the rest are read page by page.
         let mut predecessor = page.into_iter().find(|kv| kv.lease != 0);
@@ -1012,7 +1029,7 @@ async fn wait_deletes(ctx: &Ctx, key: &str, mine: i64) -> Result<bool> {
             (predecessor, rev) = first_leased(ctx, "read predecessors", rest).await?;
         }
         let Some(predecessor) = predecessor else {
-            return Ok(own.is_some_and(|kv| kv.create_revision == mine));
+            return Ok(true);
         };
         let watch = WatchCreateRequest {
             key: predecessor.key,
@@ -1038,6 +1055,11 @@ async fn wait_deletes(ctx: &Ctx, key: &str, mine: i64) -> Result<bool> {
                 .iter()
                 .any(|e| e.r#type == EventType::Delete as i32)
             {
+                if last {
+                    // Our key was there at the look, and our lease cannot have expired yet
+                    // unless the grant's deadline passed, which the caller checks next.
+                    return Ok(true);
+                }
                 break 'watch;
             }
         }
