@@ -339,6 +339,38 @@ async fn dropping_an_async_wait_abandons_it_and_leaves_nothing() {
     assert_eq!(c.owner().unwrap().map(|o| o.token), next.fencing_token());
 }
 
+/// An endpoint list names a cluster's members: one that refuses connections (down, or not
+/// started yet) must not fail a request another member answers, whichever place it has in
+/// the list. (A balancer that spreads requests over the members failed about every other
+/// request here, each with the dead member's `connection refused`.)
+#[test]
+fn a_member_that_refuses_connections_is_passed_over() {
+    let Some(server) = EtcdServer::start("etcd dead member") else {
+        return;
+    };
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = format!("http://127.0.0.1:{dead}");
+    for list in [
+        format!("{dead},{}", server.endpoint),
+        format!("{},{dead}", server.endpoint),
+    ] {
+        let a = EtcdArbiter::connect(&list, "test/members", TTL)
+            .unwrap_or_else(|e| panic!("{list}: {e}"));
+        for _ in 0..5 {
+            let g = a
+                .acquire(&Budget::no_wait())
+                .unwrap_or_else(|e| panic!("{list}: {e}"));
+            assert_eq!(a.owner().unwrap().map(|o| o.token), g.fencing_token());
+            assert_eq!(a.contenders().unwrap(), 1);
+            drop(g);
+        }
+    }
+}
+
 #[test]
 fn a_list_mixing_http_and_https_is_refused_as_unusable_input() {
     for endpoints in [

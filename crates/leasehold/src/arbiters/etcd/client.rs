@@ -8,15 +8,23 @@
 //! their cause kept as the status's [`source`](std::error::Error::source) (what
 //! [`super::connect_failure`] reads to tell a TLS failure from a silent endpoint).
 //!
-//! The channel connects lazily and balances over the endpoints (tonic's power-of-two-choices
-//! balancer, as etcd's own Go client spreads over its endpoints); it must be created inside
-//! the runtime it will run on, which spawns its workers.
+//! Each endpoint has its own lazily connected HTTP/2 channel. A request goes to the endpoint
+//! that answered last; when it cannot even connect there (refused, unreachable, no answer
+//! within the connect timeout: nothing was sent), it goes to the next one, so a cluster
+//! member that is down costs one failed connection, not a failed request. (tonic's balancer,
+//! which spreads requests over the members, failed about every other request when one member
+//! was down: each went to the dead member once, with its `connection refused`.) The
+//! channels must be created inside the runtime they will run on.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::uri::PathAndQuery;
+use std::future::Future;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status, Streaming};
 use tonic_prost::ProstCodec;
@@ -40,7 +48,8 @@ pub(super) const MAX_ENDPOINTS: usize = 64;
 
 /// How the connection is made: the same for every endpoint of a list.
 pub(super) struct Options {
-    /// How long a connection attempt (TCP, then TLS) may take.
+    /// How long connecting to all the endpoints in turn may take (each gets its share, at
+    /// least [`MIN_CONNECT`]), TCP and TLS together.
     pub connect_timeout: Duration,
     /// HTTP/2 pings every this often, also while idle, so that a dead peer is noticed
     /// within `keep_alive + keep_alive_timeout` even between requests.
@@ -52,11 +61,17 @@ pub(super) struct Options {
     pub tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
+/// The shortest connect timeout an endpoint gets, however long the list.
+const MIN_CONNECT: Duration = Duration::from_millis(500);
+
 /// A connection to an etcd cluster; cloning shares it (every clone multiplexes over the same
 /// HTTP/2 connections).
 #[derive(Clone)]
 pub(super) struct Client {
-    grpc: tonic::client::Grpc<Channel>,
+    /// One channel per endpoint, in the order given.
+    members: Arc<[tonic::client::Grpc<Channel>]>,
+    /// The member that answered last: where the next request goes first.
+    current: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Client {
@@ -102,11 +117,13 @@ impl Client {
                 endpoints.len()
             ));
         }
-        let (channel, changes) = Channel::balance_channel(endpoints.len().max(1));
+        let share = u32::try_from(endpoints.len().max(1)).unwrap_or(u32::MAX);
+        let connect_timeout = (options.connect_timeout / share).max(MIN_CONNECT);
+        let mut members = Vec::with_capacity(endpoints.len());
         for url in endpoints {
             let endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|e| format!("{url:?} is not a usable URL: {e}"))?
-                .connect_timeout(options.connect_timeout)
+                .connect_timeout(connect_timeout)
                 .http2_keep_alive_interval(options.keep_alive)
                 .keep_alive_timeout(options.keep_alive_timeout)
                 .keep_alive_while_idle(true)
@@ -118,36 +135,68 @@ impl Client {
                     .map_err(|e| format!("{url:?}: TLS: {e}"))?,
                 None => endpoint,
             };
-            changes
-                .try_send(tonic::transport::channel::Change::Insert(
-                    url.clone(),
-                    endpoint,
-                ))
-                .map_err(|e| format!("{url:?}: cannot add the endpoint: {e}"))?;
+            members.push(tonic::client::Grpc::new(endpoint.connect_lazy()));
+        }
+        if members.is_empty() {
+            return Err("no endpoint given".into());
         }
         Ok(Client {
-            grpc: tonic::client::Grpc::new(channel),
+            members: members.into(),
+            current: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// Runs `call` on the member that answered last, and on the next ones in turn while a
+    /// member cannot be connected to (see [`never_sent`]); the member that answers becomes
+    /// the first for the next request. Any other failure is the answer: the request may
+    /// have reached etcd, and sending it twice is the caller's decision.
+    async fn on_a_member<T, F>(
+        &self,
+        mut call: impl FnMut(tonic::client::Grpc<Channel>) -> F,
+    ) -> Result<T, Status>
+    where
+        F: Future<Output = Result<T, Status>>,
+    {
+        let n = self.members.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut failed = None;
+        for k in (0..n).map(|i| (first + i) % n) {
+            match call(self.members[k].clone()).await {
+                Err(e) if never_sent(&e) => failed = Some(e),
+                answer => {
+                    if answer.is_ok() {
+                        self.current.store(k, Ordering::Relaxed);
+                    }
+                    return answer;
+                }
+            }
+        }
+        Err(failed.unwrap_or_else(|| Status::unavailable("no endpoint")))
     }
 
     /// One request, one answer.
     async fn unary<Q, R>(&self, path: &'static str, request: Q) -> Result<R, Status>
     where
-        Q: prost::Message + Send + Sync + 'static,
+        Q: prost::Message + Clone + Send + Sync + 'static,
         R: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = self.grpc.clone();
-        grpc.ready()
-            .await
-            .map_err(|e| Status::from_error(Box::new(e)))?;
-        let answer = grpc
-            .unary(
-                Request::new(request),
-                PathAndQuery::from_static(path),
-                ProstCodec::<Q, R>::default(),
-            )
-            .await?;
-        Ok(answer.into_inner())
+        self.on_a_member(|mut grpc| {
+            let request = request.clone();
+            async move {
+                grpc.ready()
+                    .await
+                    .map_err(|e| Status::from_error(Box::new(e)))?;
+                let answer = grpc
+                    .unary(
+                        Request::new(request),
+                        PathAndQuery::from_static(path),
+                        ProstCodec::<Q, R>::default(),
+                    )
+                    .await?;
+                Ok(answer.into_inner())
+            }
+        })
+        .await
     }
 
     /// Opens a bidirectional stream whose first request is `first`.
@@ -158,26 +207,31 @@ impl Client {
     /// prototype of this client: a keep-alive or watch opened that way hangs).
     async fn duplex<Q, R>(&self, path: &'static str, first: Q) -> Result<Duplex<Q, R>, Status>
     where
-        Q: prost::Message + Send + Sync + 'static,
+        Q: prost::Message + Clone + Send + Sync + 'static,
         R: prost::Message + Default + Send + Sync + 'static,
     {
-        let (requests, queue) = mpsc::channel(4);
-        requests
-            .try_send(first)
-            .map_err(|_| Status::internal("cannot queue the stream's first request"))?;
-        let mut grpc = self.grpc.clone();
-        grpc.ready()
-            .await
-            .map_err(|e| Status::from_error(Box::new(e)))?;
-        let answers = grpc
-            .streaming(
-                Request::new(ReceiverStream::new(queue)),
-                PathAndQuery::from_static(path),
-                ProstCodec::<Q, R>::default(),
-            )
-            .await?
-            .into_inner();
-        Ok(Duplex { requests, answers })
+        self.on_a_member(|mut grpc| {
+            let first = first.clone();
+            async move {
+                let (requests, queue) = mpsc::channel(4);
+                requests
+                    .try_send(first)
+                    .map_err(|_| Status::internal("cannot queue the stream's first request"))?;
+                grpc.ready()
+                    .await
+                    .map_err(|e| Status::from_error(Box::new(e)))?;
+                let answers = grpc
+                    .streaming(
+                        Request::new(ReceiverStream::new(queue)),
+                        PathAndQuery::from_static(path),
+                        ProstCodec::<Q, R>::default(),
+                    )
+                    .await?
+                    .into_inner();
+                Ok(Duplex { requests, answers })
+            }
+        })
+        .await
     }
 
     /// `KV.Range`: the keys a range request selects, read linearizably unless it asks for a
@@ -223,6 +277,22 @@ impl Client {
         };
         self.duplex(WATCH, first).await
     }
+}
+
+/// Whether a call failed before anything was sent: the connection to the member could not
+/// be made (hyper's connector says `tcp connect error` — refused, unreachable, timed out —
+/// or `dns error`), so another member may be asked the same. The cause is read from the
+/// status's chain of sources, where the transport keeps it.
+fn never_sent(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if text.starts_with("tcp connect error") || text.starts_with("dns error") {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// The end of the range of keys that start with `prefix` (etcd's convention: the prefix

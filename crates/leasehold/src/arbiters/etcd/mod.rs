@@ -301,6 +301,10 @@ impl EtcdArbiter {
     /// must name the URL's host. Either every endpoint is `https://` or none is: a mixed list
     /// would send some requests in the clear, so it is refused.
     ///
+    /// Several endpoints are members of one cluster: requests go to the one that answered
+    /// last, and to the next in turn while one cannot be connected to (down, refusing), so a
+    /// member that is down fails no request another member answers.
+    ///
     /// # Errors
     ///
     /// [`Error::BadEndpoints`] for a list mixing `http://` and `https://`, an empty one, or a
