@@ -1010,7 +1010,7 @@ async fn wait_deletes(ctx: &Ctx, key: &str, mine: i64) -> Result<bool> {
         let mut found = reads(resp).into_iter();
         let page = found.next().unwrap_or_default();
         let own = found.next().and_then(|kvs| kvs.into_iter().next());
-        if !own.as_ref().is_some_and(|kv| kv.create_revision == mine) {
+        if own.as_ref().is_none_or(|kv| kv.create_revision != mine) {
             return Ok(false);
         }
         let oldest_seen = page.last().map(|kv| kv.create_revision);
