@@ -6,7 +6,7 @@
 //! prefix of each file's unsynced operations, as a real disk may have written some of them.
 //! The rules are in [`model`]; the FUSE face and the mount guard in [`fs`]; the backing
 //! directory (always the durable state) in [`backing`]; the torture in [`torture`].
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 #[cfg(target_os = "linux")]
 pub mod backing;

@@ -7,6 +7,8 @@
 //! crashfs torture [--cuts N] [--seconds S] [--leasehold PATH] [--seed N] [--policy P] ...
 //! ```
 
+#![deny(unsafe_code)]
+
 #[cfg(not(target_os = "linux"))]
 fn main() {
     eprintln!("crashfs: Linux only (FUSE)");

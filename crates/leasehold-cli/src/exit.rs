@@ -1,13 +1,14 @@
 //! Exit statuses of the contract and the one-line error that goes with them.
 //!
 //! This is the one place where an error becomes an exit status: every error of the library
-//! and the stores answers a [`leasehold::ErrorClass`], and [`status`] maps the class. No verb
+//! and the stores answers a [`leasehold::ErrorClass`] (the library's [`Classify`] trait), and
+//! [`status`] maps the class. No verb
 //! picks a status for an error itself (`run --conflict-exit-code` only replaces the
 //! contended status, through [`Failure::conflict_code`]).
 
 use std::fmt;
 
-use leasehold::ErrorClass;
+use leasehold::{Classify, ErrorClass};
 
 /// Success.
 pub const OK: u8 = 0;
@@ -26,42 +27,6 @@ pub fn status(class: ErrorClass) -> u8 {
         ErrorClass::Contended => CONTENDED,
         ErrorClass::Cancelled => crate::signals::exit_code(),
         ErrorClass::Failure => FAILURE,
-    }
-}
-
-/// An error that knows its class: the library's and the stores' errors.
-pub trait Classified: fmt::Display {
-    /// How the CLI treats it (see [`status`]).
-    fn class(&self) -> ErrorClass;
-}
-
-impl Classified for leasehold::Error {
-    fn class(&self) -> ErrorClass {
-        leasehold::Error::class(self)
-    }
-}
-
-impl Classified for leasehold::patterns::keyed::KeyError {
-    fn class(&self) -> ErrorClass {
-        leasehold::patterns::keyed::KeyError::class(self)
-    }
-}
-
-impl Classified for leasehold_stores::registry::RegistryError {
-    fn class(&self) -> ErrorClass {
-        leasehold_stores::registry::RegistryError::class(self)
-    }
-}
-
-impl Classified for leasehold_stores::results::ResultError {
-    fn class(&self) -> ErrorClass {
-        leasehold_stores::results::ResultError::class(self)
-    }
-}
-
-impl Classified for leasehold_stores::session::SessionError {
-    fn class(&self) -> ErrorClass {
-        leasehold_stores::session::SessionError::class(self)
     }
 }
 
@@ -95,13 +60,13 @@ impl Failure {
     }
 
     /// A library or store error, with its class's status and its own message.
-    pub fn of(e: &impl Classified) -> Failure {
+    pub fn of(e: &impl Classify) -> Failure {
         Failure::new(e.class(), e)
     }
 
     /// A library or store error whose message gets `more` appended (for example how long the
     /// verb waited and which option waits longer).
-    pub fn of_with(e: &impl Classified, more: &str) -> Failure {
+    pub fn of_with(e: &impl Classify, more: &str) -> Failure {
         Failure::new(e.class(), format!("{e}{more}"))
     }
 
@@ -171,6 +136,53 @@ mod tests {
                 .conflict_code(9)
                 .code,
             9
+        );
+    }
+
+    /// One generic path for every error type of the library and the stores (the library's
+    /// `Classify`): each keeps its message and gets its class's status, wrapped errors
+    /// their inner error's.
+    #[test]
+    fn every_error_type_goes_through_one_classify_path() {
+        fn check(e: &impl Classify, code: u8) {
+            let f = Failure::of(e);
+            assert_eq!((f.code, f.message), (code, e.to_string()));
+            assert_eq!(status(e.class()), code);
+        }
+        let lease = || leasehold::Error::Cancelled {
+            path: "/x.lock".into(),
+        };
+        check(
+            &leasehold::patterns::keyed::KeyError::EmptyKey { key: " ".into() },
+            USAGE,
+        );
+        check(&leasehold::patterns::keyed::KeyError::Lease(lease()), 143);
+        check(
+            &leasehold_stores::registry::RegistryError::StorageFailed { reason: "x".into() },
+            FAILURE,
+        );
+        check(
+            &leasehold_stores::results::ResultError::InvalidId {
+                id: "..".into(),
+                reason: "unsafe",
+            },
+            USAGE,
+        );
+        check(&leasehold_stores::results::ResultError::Lock(lease()), 143);
+        check(
+            &leasehold_stores::session::SessionError::InvalidId {
+                id: "..".into(),
+                reason: "unsafe",
+            },
+            USAGE,
+        );
+        check(
+            &leasehold_stores::session::SessionError::Lease(lease()),
+            143,
+        );
+        check(
+            &leasehold::patterns::authority::StoreFailure("x".into()),
+            FAILURE,
         );
     }
 

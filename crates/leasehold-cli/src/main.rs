@@ -19,14 +19,16 @@
 //! * `torture`, `bench` — measure the claims: crash torture with SIGKILLed workers, and
 //!   latencies and costs against kernel floors measured in the same run.
 //!
-//! `env` maps the opt-in environment variables to lease options; `exit` maps errors to the contract's statuses and prints them; `out` writes stderr lines in one `write` each and treats a closed stdout as
-//! the end of output; `signals` turns SIGINT and
-//! SIGTERM into cancellation of a wait. Where a verb needs what the platform lacks (`bench` on
+//! `env` maps the opt-in environment variables to lease options; `exit` maps errors to the
+//! contract's statuses and prints them; `out` is the one writer of both streams (stderr
+//! lines in one `write` each; on stdout a reader that went away ends the output and any
+//! other failed write is exit 1); `signals` turns SIGINT and SIGTERM into cancellation of a
+//! wait. Where a verb needs what the platform lacks (`bench` on
 //! macOS and the BSDs: `/proc`; `flock` outside Linux: `pidfd_getfd`), it says it is not
 //! available (`cmd/unsupported.rs`); `cmd/platform.rs` is the one seam that lets `bench` and
 //! `torture` run their worker processes on POSIX and Windows alike. Being a binary, this crate has no public
 //! API: the library is `leasehold`, the stores are `leasehold-stores`.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 mod cmd;
 mod env;
@@ -37,7 +39,7 @@ mod wait;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Cross-process leases over local durable state, arbitrated by the kernel.
 #[derive(Parser, Debug)]
@@ -82,7 +84,13 @@ fn main() -> ExitCode {
             return finish(cmd::flock::run(args, prog));
         }
     }
-    let cli = Cli::parse();
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
+        Ok(cli) => cli,
+        Err(e) => return not_parsed(e),
+    };
     let outcome = match cli.command {
         Command::Flock(args) => cmd::flock::main(args),
         Command::Run(args) => cmd::run::main(args),
@@ -96,6 +104,79 @@ fn main() -> ExitCode {
         Command::ExecWithParentDeathSignal(args) => cmd::etcd::exec(args),
     };
     finish(outcome)
+}
+
+/// Whether this build has the etcd arbiter (`--features etcd`, on POSIX).
+const ETCD_BUILT: bool = cfg!(all(feature = "etcd", unix));
+
+/// The command line clap parses: the derive's, except that a build without etcd says so
+/// (<https://github.com/leasehold/leasehold/issues/23> item 7: `--etcd` was listed as if it
+/// worked). There `--etcd` and `--etcd-server` are marked as not in this build (using one
+/// says how to rebuild), and the options that mean something only with them are hidden.
+fn command() -> clap::Command {
+    let cli = Cli::command();
+    if ETCD_BUILT { cli } else { without_etcd(cli) }
+}
+
+/// [`command`]'s marking of the etcd options, in `cmd` and every subcommand below it.
+fn without_etcd(cmd: clap::Command) -> clap::Command {
+    const MARK: &str = "(not in this build: rebuild with --features etcd)";
+    cmd.mut_args(|arg| match arg.get_id().as_str() {
+        "etcd" | "etcd_server" => {
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            arg.help(format!("{help} {MARK}"))
+        }
+        "ttl" | "prefix" | "grace" => arg.hide(true),
+        _ => arg,
+    })
+    .mut_subcommands(without_etcd)
+}
+
+/// clap's answer when the command line named nothing to run: `--help` or `--version` text
+/// (status 0), or a usage error (status 2, with a hint where the mistake is a known one).
+///
+/// Help and version go through [`out::Stdout`] like every other output: clap's own
+/// `exit()` swallows a failed write, so `leasehold --help > /dev/full` exited 0 with the
+/// text lost (<https://github.com/leasehold/leasehold/issues/22> item 13).
+fn not_parsed(mut e: clap::Error) -> ExitCode {
+    if e.use_stderr() {
+        hint_double_dash(&mut e);
+        let _ = e.print(); // a failed write to stderr has nowhere left to be reported
+        return ExitCode::from(exit::USAGE);
+    }
+    let stdout = out::Stdout::new();
+    stdout.print(&e.render().to_string());
+    finish(
+        stdout
+            .finish()
+            .map(|()| exit::OK)
+            .map_err(exit::Failure::from),
+    )
+}
+
+/// `leasehold run LOCKFILE echo hi` (COMMAND without `--` before it) is clap's "unexpected
+/// argument 'echo'", which does not say what to do: add the tip that `--` goes before
+/// COMMAND (<https://github.com/leasehold/leasehold/issues/23> item 7). An unexpected
+/// argument that looks like an option keeps clap's own tip.
+fn hint_double_dash(e: &mut clap::Error) {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument
+        || std::env::args_os().nth(1).is_none_or(|verb| verb != "run")
+    {
+        return;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return;
+    };
+    if arg.starts_with('-') {
+        return;
+    }
+    let tip =
+        format!("COMMAND goes after `--`: leasehold run [OPTIONS] LOCKFILE -- {arg} [ARGS...]");
+    e.insert(
+        ContextKind::Suggested,
+        ContextValue::StyledStrs(vec![tip.into()]),
+    );
 }
 
 /// The exit status of a verb's outcome, printing its failure.

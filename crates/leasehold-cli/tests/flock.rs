@@ -376,7 +376,7 @@ exit 0",
 #[test]
 fn command_inherits_the_lock_unless_closed_and_no_fork_execs() {
     // It observes holders through /proc/locks, which the portable build does not read.
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         eprintln!(
             "SKIP: command_inherits_the_lock_unless_closed_and_no_fork_execs: needs /proc/locks (off in the portable build)"
         );
@@ -496,4 +496,81 @@ fn shared_newcomers_queue_behind_a_waiting_exclusive_leasehold_flock() {
     assert_eq!(writer.line(), "writer in");
     assert!(writer.wait().success());
     assert_eq!(run(lflock(&["-s", "-n"]).arg(&lock).arg("true")).code, 0);
+}
+
+/// flock(1)'s cross-user case, a `/var/lock`-style lock file in a shared sticky directory:
+/// a FILE that another user owns, or that its group or others may write, is locked as
+/// flock(1) locks it — not refused with 66 (issue 22 item 11). A script that switches to us
+/// by `PATH` shares such files between users; the lease is the open file description, and
+/// the ownership rule guards the stores `run` and the other verbs keep, not a bare lock
+/// file the caller chose. Across users the lock still excludes, both ways.
+#[test]
+fn a_lock_file_another_user_owns_or_may_write_is_locked_as_flock_does() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!(
+            "SKIP: a_lock_file_another_user_owns_or_may_write_is_locked_as_flock_does: needs root to chown to nobody and run as nobody"
+        );
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // Another user's file, 0644, locked by root.
+    let theirs = dir.path().join("theirs.lock");
+    std::fs::write(&theirs, b"").unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out = run(lflock(&["-n"]).arg(&theirs).args(["echo", "ran"]));
+    assert_eq!((out.code, out.stdout.as_str()), (0, "ran\n"), "{out:?}");
+    let out = run(lflock(&["-n", "-s"]).arg(&theirs).args(["echo", "ran"]));
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "ran\n"),
+        "shared: {out:?}"
+    );
+    // `run` keeps the ownership rule: this is where the two verbs differ on purpose.
+    let out = run(leasehold().arg("run").arg(&theirs).args(["--", "true"]));
+    assert_eq!(out.code, 2, "{out:?}");
+
+    // A root file every user may write (0666), held by nobody: root is excluded, by us and
+    // by util-linux flock, until nobody lets go; then root gets it.
+    let shared = dir.path().join("shared.lock");
+    std::fs::write(&shared, b"").unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut nobody = Proc::spawn(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(bin())
+            .arg("flock")
+            .arg(&shared)
+            .args(["sh", "-c", "echo locked; read _"]),
+    );
+    assert_eq!(nobody.line(), "locked");
+    assert_eq!(run(lflock(&["-n"]).arg(&shared).arg("true")).code, 1);
+    assert_eq!(
+        run(Command::new("flock").arg("-n").arg(&shared).arg("true")).code,
+        1
+    );
+    nobody.send("");
+    assert!(nobody.wait().success());
+    let mut root = Proc::spawn(
+        lflock(&[])
+            .arg(&shared)
+            .args(["sh", "-c", "echo locked; read _"]),
+    );
+    assert_eq!(root.line(), "locked");
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin())
+        .args(["flock", "-n"])
+        .arg(&shared)
+        .arg("true")
+        .stdin(std::process::Stdio::null()));
+    assert_eq!(
+        (out.code, out.stderr.as_str()),
+        (1, ""),
+        "nobody is excluded: {out:?}"
+    );
+    root.send("");
+    assert!(root.wait().success());
 }

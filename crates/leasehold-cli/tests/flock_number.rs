@@ -73,3 +73,86 @@ fn number_that_is_not_open_is_one_line_and_exit_65() {
     assert_eq!(out.code, 65, "{out:?}");
     testkit::assert_one_line_error(&out, "descriptor 47");
 }
+
+/// A FIFO: two open file descriptions of it exclude each other, as with flock(1) (issue 22
+/// item 14: a FIFO descriptor was refused, and the message named our internal duplicate,
+/// "descriptor 8", for the user's 9).
+#[test]
+fn number_locks_a_fifo_as_flock_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert_eq!(run(Command::new("mkfifo").arg(&fifo)).code, 0);
+    // `<>` opens a FIFO without waiting for the other end.
+    let script = r#"exec 9<>"$F" 8<>"$F"
+"$LH" flock -n 9; echo "lock $?"
+"$LH" flock -n 8; echo "other while held $?"
+"$LH" flock -u 9; echo "unlock $?"
+"$LH" flock -n -s 8; echo "other after unlock $?"
+"$LH" flock -n -s 9; echo "shared beside shared $?""#;
+    assert_eq!(
+        sh(script, &fifo),
+        [
+            "lock 0",
+            "other while held 1",
+            "unlock 0",
+            "other after unlock 0",
+            "shared beside shared 0",
+        ]
+    );
+}
+
+/// A pipe: its read end and its write end are two open file descriptions of one inode, so a
+/// lock through one excludes the other — here as stdin (`flock 0`) and stdout (`flock 1`).
+#[test]
+fn number_locks_a_pipe_as_flock_does() {
+    let (r, w) = std::io::pipe().unwrap();
+    let lflock = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.arg("flock").args(args);
+        c
+    };
+    let out = run(lflock(&["-n", "0"]).stdin(r.try_clone().unwrap()));
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""), "{out:?}");
+    let out = run(lflock(&["-n", "1"]).stdout(w.try_clone().unwrap()));
+    assert_eq!(out.code, 1, "the other end is excluded: {out:?}");
+    if cfg!(target_os = "linux") {
+        // And util-linux flock(1) sees the same lock.
+        let out = run(Command::new("flock")
+            .args(["-n", "1"])
+            .stdout(w.try_clone().unwrap()));
+        assert_eq!(out.code, 1, "{out:?}");
+    }
+    let out = run(lflock(&["-u", "0"]).stdin(r.try_clone().unwrap()));
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = run(lflock(&["-n", "1"]).stdout(w.try_clone().unwrap()));
+    assert_eq!(out.code, 0, "free after -u: {out:?}");
+}
+
+/// A device: a character device node of our own (the same device as `/dev/null`, so the
+/// lock is on an inode no other program uses), opened twice.
+#[test]
+fn number_locks_a_device_as_flock_does() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP: number_locks_a_device_as_flock_does: needs root to make a device node");
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("null");
+    let rdev = std::fs::metadata("/dev/null").unwrap().rdev() as rustix::fs::Dev;
+    let made = run(Command::new("mknod")
+        .arg(&dev)
+        .arg("c")
+        .arg(rustix::fs::major(rdev).to_string())
+        .arg(rustix::fs::minor(rdev).to_string()));
+    assert_eq!(made.code, 0, "{made:?}");
+    let script = r#"exec 9>"$F" 8>"$F"
+"$LH" flock -n 9; echo "lock $?"
+"$LH" flock -n 8; echo "other while held $?"
+exec 9>&-
+"$LH" flock -n 8; echo "other after close $?""#;
+    assert_eq!(
+        sh(script, &dev),
+        ["lock 0", "other while held 1", "other after close 0"]
+    );
+}

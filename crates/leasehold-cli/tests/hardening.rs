@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::leasehold;
+use common::{closed_stdout, leasehold};
 use rustix::process::Signal;
 use serde_json::{Value, json};
 use testkit::{FlockHolder, Proc, assert_one_line_error, run};
@@ -363,7 +363,7 @@ fn a_lock_file_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
 #[test]
 fn a_sigterm_landing_right_after_the_grant_never_lets_command_run_to_completion() {
     // It observes holders through /proc/locks, which the portable build does not read.
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         eprintln!(
             "SKIP: a_sigterm_landing_right_after_the_grant_never_lets_command_run_to_completion: needs /proc/locks (off in the portable build)"
         );
@@ -483,22 +483,6 @@ fn serve_reads_one_request_at_a_time_and_sigterm_does_not_wait_for_the_backlog()
 // 13. A closed stdout is not a panic
 // ---------------------------------------------------------------------------------------
 
-fn closed_stdout(cmd: &mut Command) -> testkit::Out {
-    let (r, w) = std::io::pipe().unwrap();
-    drop(r);
-    let out = cmd
-        .stdout(w)
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    testkit::Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::new(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 #[test]
 fn status_and_results_treat_a_closed_stdout_as_the_end_of_output() {
     let tmp = tempfile::tempdir().unwrap();
@@ -543,7 +527,7 @@ fn status_and_results_treat_a_closed_stdout_as_the_end_of_output() {
 #[test]
 fn a_sigkilled_run_is_not_named_as_holder_while_its_command_keeps_the_lease() {
     // It observes holders through /proc/locks, which the portable build does not read.
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         eprintln!(
             "SKIP: a_sigkilled_run_is_not_named_as_holder_while_its_command_keeps_the_lease: needs /proc/locks (off in the portable build)"
         );
@@ -722,7 +706,7 @@ fn a_session_log_that_is_not_a_regular_file_is_not_called_a_lock_file() {
 #[test]
 fn another_users_live_holder_is_still_named_when_its_descriptors_cannot_be_read() {
     // It observes holders through /proc/locks, which the portable build does not read.
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         eprintln!(
             "SKIP: another_users_live_holder_is_still_named_when_its_descriptors_cannot_be_read: needs /proc/locks (off in the portable build)"
         );

@@ -43,7 +43,7 @@ fn try_run(lock: &Path, extra: &[&str]) -> i32 {
 #[test]
 fn shared_runs_coexist_and_exclude_exclusive_ones_both_ways() {
     // It observes holders through /proc/locks, which the portable build does not read.
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         eprintln!(
             "SKIP: shared_runs_coexist_and_exclude_exclusive_ones_both_ways: needs /proc/locks (off in the portable build)"
         );

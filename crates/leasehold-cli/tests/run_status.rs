@@ -123,7 +123,7 @@ fn command_keeps_the_lease_when_leasehold_itself_is_sigkilled() {
         out.code, 75,
         "COMMAND still runs, so nobody else may: {out:?}"
     );
-    if !cfg!(leasehold_portable) {
+    if testkit::reveals_holders() {
         // (The portable build's status cannot tell; the refused try above is the proof.)
         let st = status_text(&lock);
         assert_eq!(st.code, 0);
@@ -196,7 +196,7 @@ fn timeout_and_no_wait_give_up_with_75_or_the_conflict_code_and_never_run_comman
     assert_eq!(out.code, 0);
     assert!(!marker.exists(), "COMMAND must never run without the lease");
     // The abandoned waiters hold nothing: the holder's pid is the only one.
-    if !cfg!(leasehold_portable) {
+    if testkit::reveals_holders() {
         let st = run(leasehold().args(["status", "--json"]).arg(&lock));
         let v: serde_json::Value = serde_json::from_str(&st.stdout).unwrap();
         assert_eq!(v["holders"], serde_json::json!([holder.pid()]));
@@ -413,7 +413,7 @@ fn status_reports_free_held_and_json_without_creating_anything() {
     );
     let holder = hold(&lock);
     let out = status_text(&lock);
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         // The macOS/BSD path: the OS does not reveal holders, and status says so in one line.
         assert_eq!(out.code, 1, "{out:?}");
         assert_one_line_error(&out, "this system does not reveal lock holders");
@@ -448,7 +448,7 @@ fn status_during_a_storm_of_no_wait_runs_causes_no_spurious_failure() {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 // Portable build: "does not reveal lock holders" (exit 1), never a disturbance.
-                let want = if cfg!(leasehold_portable) { 1 } else { 0 };
+                let want = if !testkit::reveals_holders() { 1 } else { 0 };
                 assert_eq!(status_text(&lock).code, want);
                 n += 1;
             }

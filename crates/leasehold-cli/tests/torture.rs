@@ -41,6 +41,37 @@ fn a_short_torture_run_finds_no_violation_and_cleans_up() {
     );
 }
 
+/// `--descendants`: COMMAND of every counter `run` leaves the increment to a background
+/// descendant and exits, while shared reads keep the shared-mode gates in use, so exclusive
+/// runs wait through the gates and hand their lease on to a descendant that outlives them.
+/// Zero violations (the released-by-the-gate bug of issue 22 item 1 made 30–50 per run).
+#[test]
+fn a_torture_run_whose_commands_leave_descendants_holding_the_lease_finds_no_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .arg("torture")
+        .args([
+            "--descendants",
+            "--workers",
+            "4",
+            "--kills",
+            "40",
+            "--seconds",
+            "60",
+            "--json",
+            "--dir",
+        ])
+        .arg(dir.path()));
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert!(v["operations"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        dir.path().read_dir().unwrap().next().is_none(),
+        "the run directory is removed"
+    );
+}
+
 /// The checker's self-check: workers that take the counter's lease on lock files of their own
 /// (hidden `--break-exclusion`) overlap, and the run must fail with one line, the evidence
 /// kept. (The same test runs against the Windows binary under Wine: `windows_cli.rs`.)

@@ -19,8 +19,10 @@
 //! ```text
 //! cargo run -p leasehold-stores --example async_registry --features tokio
 //! ```
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly) marks each item with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod document;
 pub mod registry;

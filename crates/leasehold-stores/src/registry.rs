@@ -39,7 +39,7 @@ use leasehold::patterns::authority::{
 use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Budget, ErrorClass, HolderInfo, Lease, LeaseOptions};
+use leasehold::{Budget, Classify, ErrorClass, HolderInfo, Lease, LeaseOptions};
 use serde_json::{Map, Value, json};
 
 use crate::document::{DocumentFiles, JsonDocument, RealFiles};
@@ -98,12 +98,12 @@ pub enum RegistryError {
     },
 }
 
-impl RegistryError {
+impl Classify for RegistryError {
     /// How a caller should treat this error: an invalid root or prefix is [`ErrorClass::Usage`],
     /// another authority [`ErrorClass::Contended`], a failed store [`ErrorClass::Failure`],
     /// and a lease error its own class (an unusable lease path is `Usage`, a cancelled wait
     /// `Cancelled`).
-    pub fn class(&self) -> ErrorClass {
+    fn class(&self) -> ErrorClass {
         match self {
             RegistryError::InvalidRoot { .. } | RegistryError::InvalidPrefix { .. } => {
                 ErrorClass::Usage
@@ -113,7 +113,9 @@ impl RegistryError {
             RegistryError::Lease(e) => e.class(),
         }
     }
+}
 
+impl RegistryError {
     /// The contract's error code: `invalid-root`, `registry-contended` or `storage-failed`
     /// (and `invalid-prefix`, which only opening a registry on etcd answers, so no `serve`
     /// answer carries it).

@@ -32,7 +32,7 @@ use leasehold::patterns::append::{AppendError, AppendLog, Durability, LogReader,
 use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Error, ErrorClass, HolderInfo, Lease, LeaseOptions, LockDir};
+use leasehold::{Classify, Error, ErrorClass, HolderInfo, Lease, LeaseOptions, LockDir};
 
 /// The log file inside a session directory.
 const LOG_NAME: &str = "session.jsonl";
@@ -163,13 +163,13 @@ pub enum SessionError {
     Log(AppendError),
 }
 
-impl SessionError {
+impl Classify for SessionError {
     /// How a caller should treat this error: an invalid ID, an unknown session, a record
     /// that is not JSON or an unusable path (a symlink, FIFO or directory where a session
     /// file should be, permission denied, …) is [`ErrorClass::Usage`] and changed nothing;
     /// a session owned by another process is [`ErrorClass::Contended`]; a lease or log
     /// error has its own class; anything else is [`ErrorClass::Failure`].
-    pub fn class(&self) -> ErrorClass {
+    fn class(&self) -> ErrorClass {
         match self {
             SessionError::InvalidId { .. }
             | SessionError::UnknownSession { .. }
@@ -180,7 +180,9 @@ impl SessionError {
             SessionError::Log(e) => e.class(),
         }
     }
+}
 
+impl SessionError {
     /// True when the caller's input is at fault and nothing was changed (the class
     /// [`ErrorClass::Usage`]).
     pub fn is_unusable_input(&self) -> bool {

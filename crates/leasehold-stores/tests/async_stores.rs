@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::Budget;
-use leasehold::ErrorClass;
 use leasehold::patterns::authority::{Event, State};
 use leasehold::patterns::keyed::{KeyLease, KeyedLeases};
+use leasehold::{Classify, ErrorClass};
 use leasehold_stores::document::RealFiles;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
 use leasehold_stores::results::{ResultError, ResultStore};

@@ -40,8 +40,8 @@ mod on_etcd {
     use super::*;
     use std::time::{Duration, Instant};
 
-    use leasehold::Budget;
     use leasehold::patterns::authority::State;
+    use leasehold::{Budget, Classify};
     use leasehold_stores::registry::{Registry, RegistryError};
     use support::EtcdServer;
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use leasehold::patterns::authority::State;
 use leasehold::patterns::durable::{Step, replace_file_observed};
-use leasehold::{Budget, Lease};
+use leasehold::{Budget, Classify, Lease};
 use leasehold_stores::document::{DocumentFiles, RealFiles};
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths, Scope};
 

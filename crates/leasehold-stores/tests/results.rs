@@ -6,8 +6,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use leasehold::Budget;
-use leasehold::ErrorClass;
 use leasehold::patterns::keyed::KeyedLeases;
+use leasehold::{Classify, ErrorClass};
 use leasehold_stores::results::{ResultError, ResultStore};
 
 /// The result store's lock namespace, as its on-disk format names it: holding a key here

@@ -223,9 +223,12 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// How a caller should treat this error; see [`ErrorClass`].
-    pub fn class(&self) -> ErrorClass {
+impl Classify for Error {
+    /// How a caller should treat this error: contention and a run-out wait are
+    /// [`ErrorClass::Contended`], a cancelled wait [`ErrorClass::Cancelled`], a path or
+    /// endpoint list that cannot be used as given [`ErrorClass::Usage`], anything else
+    /// [`ErrorClass::Failure`].
+    fn class(&self) -> ErrorClass {
         match self {
             Error::Contended { .. } | Error::TimedOut { .. } => ErrorClass::Contended,
             Error::Cancelled { .. } => ErrorClass::Cancelled,
@@ -251,7 +254,9 @@ impl Error {
             Error::Expired { .. } => ErrorClass::Failure,
         }
     }
+}
 
+impl Error {
     /// True for [`Error::Contended`] and [`Error::TimedOut`]: somebody else has the lease
     /// (the class [`ErrorClass::Contended`]).
     pub fn is_contended(&self) -> bool {
@@ -323,10 +328,25 @@ impl Error {
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// An error that says how a caller should treat it: its [`ErrorClass`].
+///
+/// Every error type of leasehold and `leasehold-stores` implements it — [`Error`], the
+/// patterns' `KeyError`, `AppendError`, `AuthorityError` and `StoreFailure`, the stores'
+/// `RegistryError`, `ResultError` and `SessionError` — and an error that wraps another
+/// answers the wrapped one's class unless it knows better. So a program decides what to do
+/// with any of them (retry later, report bad input, stop quietly) in one place, generic
+/// over `impl Classify`, instead of per type or per variant: the `leasehold` CLI maps a
+/// class to its exit status this way (`exit.rs`). It is a trait, not a method on each type,
+/// so that such a place needs no list of the types and no forwarding code per type.
+pub trait Classify: std::error::Error {
+    /// How a caller should treat this error; see [`ErrorClass`].
+    fn class(&self) -> ErrorClass;
+}
+
 /// How a caller should treat an error, whatever the layer it comes from: every error type of
-/// leasehold and `leasehold-stores` answers one `class()`, so that a program decides what to
-/// do (retry later, report bad input, stop quietly) in one place instead of per variant. The
-/// `leasehold` CLI maps each class to one exit status (its `exit.rs`).
+/// leasehold and `leasehold-stores` answers one [`Classify::class`], so that a program
+/// decides what to do (retry later, report bad input, stop quietly) in one place instead of
+/// per variant. The `leasehold` CLI maps each class to one exit status (its `exit.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
     /// The caller's input is unusable (a path that is not a regular file or directory where

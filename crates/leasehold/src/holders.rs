@@ -120,7 +120,7 @@ impl HolderInfo {
     /// Who holds it, for a message that reads "held by …": `another process (pid N)`,
     /// `another process` when the OS does not tell, or `this process (another lease of it)`
     /// when the only holder revealed is this very process — in-process contention, which
-    /// must not be reported as "another process (pid <our own pid>)".
+    /// must not be reported as `another process (pid <our own pid>)`.
     pub fn who(&self) -> String {
         if self.this_process {
             return "this process (another lease of it)".to_string();

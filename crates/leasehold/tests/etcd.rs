@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::arbiters::etcd::{EtcdArbiter, Fenced, margin};
 use leasehold::patterns::authority::{Arbiter, Grant};
-use leasehold::{Budget, CancelToken, Error};
+use leasehold::{Budget, CancelToken, Classify, Error};
 use support::EtcdServer;
 
 const TTL: Duration = Duration::from_secs(2);

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use leasehold::patterns::keyed::{COLLECTOR_LOCK, Collection, KeyError, KeyedLeases, lock_name};
-use leasehold::{Budget, CancelToken, Error};
+use leasehold::{Budget, CancelToken, Classify, Error};
 
 /// The keyed-lease namespace directory these tests use (the library takes it from its
 /// caller; the result store names its own).

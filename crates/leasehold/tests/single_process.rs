@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use leasehold::patterns::append::{AppendLog, Durability, LogReader};
 use leasehold::patterns::durable::replace_file;
 use leasehold::patterns::keyed::{KeyError, KeyedLeases};
-use leasehold::{Budget, CancelToken, Error, ErrorClass, FileKind, LeaseOptions, LockDir};
+use leasehold::{
+    Budget, CancelToken, Classify, Error, ErrorClass, FileKind, LeaseOptions, LockDir,
+};
 
 /// A fresh temporary directory (on WASI under `TMPDIR`, which the runner preopens: WASI has
 /// no system temporary directory).

@@ -13,14 +13,15 @@
 //!   [`assert_one_line_error`] for the CLI's error contract.
 //! * [`Canary`]: a tokio task whose ticks prove that no executor thread was blocked.
 //! * [`Recorder`]: the labelled, ordered events of one or more authorities.
-//! * [`assert_free`]: nothing holds a lock, asserted the way the build can tell.
+//! * [`assert_free`]: nothing holds a lock, asserted the way the build can tell; and
+//!   [`reveals_holders`]: whether it can (Linux) or not (macOS/BSD, the portable build).
 //! * [`blocked_on`] and [`until`] (Unix): a process queued for a lock, per `/proc/locks`, and
 //!   waiting for a state by looking at it.
 //! * [`assert_broken_exclusion_found`]: the torture's self-check found what it must.
 //!
 //! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
 //! tests compile) stay in that crate's `tests/common`.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod canary;
@@ -34,7 +35,7 @@ mod spawns;
 mod torture;
 
 pub use canary::Canary;
-pub use free::assert_free;
+pub use free::{assert_free, reveals_holders};
 #[cfg(unix)]
 pub use locks::{blocked_on, until};
 #[cfg(unix)]

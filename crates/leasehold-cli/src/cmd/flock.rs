@@ -10,7 +10,9 @@
 //!   its descendants), exit with its status (128 + N when signal N killed it);
 //! * `FILE|DIRECTORY -c COMMAND` — the same through `$SHELL -c` (`/bin/sh` when unset);
 //! * `NUMBER` — lock the already open descriptor NUMBER (`exec 9>f; flock -n 9`): the lock is
-//!   the open file description's and stays with the shell after we exit.
+//!   the open file description's and stays with the shell after we exit. As with flock(1) it
+//!   may be open on any file `flock(2)` locks: a regular file, a directory, a FIFO or pipe, a
+//!   device (the refusals of FILE guard opening a path, and the shell opened this one).
 //!
 //! Exit statuses as flock(1): COMMAND's; 1 (or `-E N`) when the lock could not be had (`-n`,
 //! `-w` ran out; nothing is printed unless `--verbose`); 64 usage; 65 when locking failed;
@@ -26,6 +28,14 @@
 //!   leasehold's lease: the inode is verified after locking, network file systems are
 //!   refused, and shared holders never starve an exclusive waiter of ours (the lock's gate:
 //!   see the library's `SharedLease`).
+//! * Not a difference: a FILE that another user owns, or that its group or others may write
+//!   (a shared `/var/lock`-style file), is locked as flock(1) locks it, although `run` and
+//!   the stores refuse such files unless `LEASEHOLD_ALLOW_SHARED=1`. A script that switches
+//!   to this verb by `PATH` shares lock files between users that way, and would otherwise
+//!   stop with 66. The ownership rule protects state a verb keeps (a store whose lock file a
+//!   stranger could replace under its writer); here the caller chose a bare lock file, the
+//!   lease is the open file description, and whoever may replace the file could do the same
+//!   to flock(1)'s users.
 //! * A DIRECTORY is locked as flock(1) does: opened read-only, never through a symlink; it
 //!   has no gate, and neither has a NUMBER descriptor.
 //! * SIGINT/SIGTERM while waiting end the wait at once: exit 130/143, COMMAND not run. While
@@ -65,6 +75,8 @@ const EX_CANTCREAT: u8 = 73;
 #[derive(Args, Debug)]
 #[command(disable_help_flag = true)]
 pub struct FlockArgs {
+    /// flock(1)'s options, then FILE|DIRECTORY COMMAND [ARGS...], FILE|DIRECTORY -c COMMAND,
+    /// or NUMBER (see `leasehold flock --help`).
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
@@ -345,19 +357,26 @@ Differences from util-linux flock(1): a symlink, FIFO, socket or device FILE is 
 ";
 
 /// Runs flock(1)'s argv `args`; `prog` names this program in `--verbose` lines.
+///
+/// Stdout (`--help`, `-V`, `--verbose`) is written as flock(1) writes it: a reader that went
+/// away ends the output; any other failed write (`> /dev/full`) is one line and exit 1 —
+/// after COMMAND has run, which a `--verbose` line never keeps from running (util-linux's
+/// `close_stdout` does the same; with `-F` the line is printed before the exec, the one
+/// moment left).
 pub fn run(args: &[OsString], prog: &str) -> Outcome {
+    let stdout = crate::out::Stdout::new();
     let plan = match parse(args) {
         Ok(plan) => plan,
         Err(Stop::Help) => {
-            print!("{USAGE}");
-            return Ok(OK);
+            stdout.print(USAGE);
+            return stdout.finish().map(|()| OK).map_err(written);
         }
         Err(Stop::Version) => {
-            println!(
+            stdout.line(format_args!(
                 "flock from leasehold {} (argv-compatible with util-linux flock 2.38)",
                 env!("CARGO_PKG_VERSION")
-            );
-            return Ok(OK);
+            ));
+            return stdout.finish().map(|()| OK).map_err(written);
         }
         Err(Stop::Usage(why)) => {
             return Err(Failure::with_status(
@@ -386,7 +405,7 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
                     true => "timeout while waiting to get lock",
                     false => "failed to get lock",
                 };
-                eprintln!("leasehold: flock: {why}");
+                crate::out::error_line(&format!("flock: {why}"));
             }
             return Ok(plan.conflict);
         }
@@ -398,20 +417,24 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
     }
     if plan.verbose {
         let took = started.elapsed();
-        println!(
+        stdout.line(format_args!(
             "{prog}: getting lock took {}.{:06} seconds",
             took.as_secs(),
             took.subsec_micros()
-        );
+        ));
     }
     let What::Path(_, command) = &plan.what else {
-        return Ok(OK); // NUMBER: the lock stays with the inherited description
+        // NUMBER: the lock stays with the inherited description.
+        return stdout.finish().map(|()| OK).map_err(written);
     };
     let Some((program, rest)) = command.split_first() else {
-        return Ok(OK);
+        return stdout.finish().map(|()| OK).map_err(written);
     };
     if plan.verbose {
-        println!("{prog}: executing {}", program.to_string_lossy());
+        stdout.line(format_args!(
+            "{prog}: executing {}",
+            program.to_string_lossy()
+        ));
     }
     let fail_exec = |e: std::io::Error| {
         let code = match e.raw_os_error() {
@@ -431,6 +454,9 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
     if plan.no_fork {
         // exec: the lock's descriptor is kept open across it, so COMMAND holds the lock.
         held.inherit(true)?;
+        if let Err(e) = stdout.finish() {
+            written(e).print(); // the last moment this process can say so
+        }
         let e = cmd.exec();
         return Err(fail_exec(e));
     }
@@ -444,7 +470,14 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
         .wait()
         .map_err(|e| Failure::failed(format!("flock: waiting for the command: {e}")))?;
     drop(held);
+    // A `--verbose` line that could not be written fails the run, as in flock(1).
+    stdout.finish().map_err(written)?;
     Ok(super::run::exit_status(status))
+}
+
+/// A failed write to stdout, as flock(1) reports it: exit 1, one line.
+fn written(e: std::io::Error) -> Failure {
+    Failure::failed(format!("flock: {e}"))
 }
 
 /// What stands locked while COMMAND runs.
@@ -530,7 +563,11 @@ fn lock_path(path: &Path, op: Op, budget: &Budget) -> Result<Held, Failed> {
         rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW),
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory
     );
-    let opts = LeaseOptions::new().create_parents(false);
+    // A FILE another user owns or may write is locked, as flock(1) locks it (issue 22 item
+    // 11): see the module docs, "Deliberate differences".
+    let opts = LeaseOptions::new()
+        .create_parents(false)
+        .allow_shared_state(true);
     match (op, is_dir) {
         (Op::Lock(LockMode::Exclusive), false) => opts
             .acquire(path, budget)
@@ -602,13 +639,35 @@ fn lock_number(n: i32, op: Op, budget: &Budget) -> Result<Held, Failed> {
             format!("flock: descriptor {n}: {e}{hint}"),
         ))
     })?;
-    match op {
-        Op::Lock(mode) => LeaseOptions::new()
-            .lock_descriptor(dup.as_fd(), mode, budget)
-            .map_err(|e| failed(&e, false))?,
-        Op::Unlock => leasehold::unlock_descriptor(dup.as_fd()).map_err(|e| failed(&e, false))?,
-    }
+    let done = match op {
+        Op::Lock(mode) => LeaseOptions::new().lock_descriptor(dup.as_fd(), mode, budget),
+        Op::Unlock => leasehold::unlock_descriptor(dup.as_fd()),
+    };
+    done.map_err(|e| failed(&for_number(e, n), false))?;
     Ok(Held::Nothing)
+}
+
+/// `e` about descriptor `n`. The library names a descriptor by the number it was given —
+/// here the duplicate [`inherited`] made ("descriptor 8" for the user's 9, issue 22 item
+/// 14) — while the user knows only `n`.
+fn for_number(e: Error, n: i32) -> Error {
+    let path = PathBuf::from(format!("descriptor {n}"));
+    match e {
+        Error::Io { op, source, .. } => Error::Io { op, path, source },
+        Error::LockingUnsupported { source, .. } => Error::LockingUnsupported { path, source },
+        Error::TooManyOpenFiles { limit, .. } => Error::TooManyOpenFiles { path, limit },
+        Error::NotRegularFile { kind, .. } => Error::NotRegularFile { path, kind },
+        Error::Contended { holders, .. } => Error::Contended { path, holders },
+        Error::TimedOut {
+            holders, waited, ..
+        } => Error::TimedOut {
+            path,
+            holders,
+            waited,
+        },
+        Error::Cancelled { .. } => Error::Cancelled { path },
+        other => other,
+    }
 }
 
 /// A duplicate of this process's descriptor `n` — a new descriptor for the *same open file
@@ -712,6 +771,30 @@ mod tests {
                 "{bad:?} must be a usage error"
             );
         }
+    }
+
+    #[test]
+    fn errors_about_a_number_name_the_users_number_not_our_duplicate() {
+        let io = |op| Error::Io {
+            op,
+            path: PathBuf::from("descriptor 8"),
+            source: std::io::Error::from(Errno::IO),
+        };
+        for (e, op) in [(io("lock"), "lock"), (io("unlock"), "unlock")] {
+            let msg = for_number(e, 9).to_string();
+            assert!(msg.starts_with(&format!("descriptor 9: {op}: ")), "{msg}");
+        }
+        let e = Error::LockingUnsupported {
+            path: PathBuf::from("descriptor 8"),
+            source: std::io::Error::from(Errno::NOLCK),
+        };
+        assert!(for_number(e, 9).to_string().starts_with("descriptor 9: "));
+        let e = Error::Cancelled {
+            path: PathBuf::from("descriptor 8"),
+        };
+        assert!(
+            matches!(for_number(e, 9), Error::Cancelled { path } if path == Path::new("descriptor 9"))
+        );
     }
 
     #[test]

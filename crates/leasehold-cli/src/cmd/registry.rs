@@ -12,12 +12,11 @@
 //! the process soon after it is told, so teardown there is best effort — the kernel destroys
 //! the lease object with the process anyway, and every answered mutation is already durable.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold::{Budget, ErrorClass};
+use leasehold::{Budget, Classify, ErrorClass};
 
 use leasehold::patterns::authority::State;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths, Scope, existing_dir};
@@ -59,9 +58,19 @@ pub struct RegistryArgs {
 #[derive(Subcommand, Debug)]
 enum Op {
     /// Grant ROOT to PRIMARY (both existing directories).
-    Add { primary: PathBuf, root: PathBuf },
+    Add {
+        /// The primary root: an existing directory (stored canonicalized).
+        primary: PathBuf,
+        /// The root granted to PRIMARY: an existing directory (stored canonicalized).
+        root: PathBuf,
+    },
     /// Withdraw ROOT from PRIMARY (either may no longer exist).
-    Remove { primary: PathBuf, root: PathBuf },
+    Remove {
+        /// The primary root (canonicalized if it still exists, else taken as written).
+        primary: PathBuf,
+        /// The root to withdraw (canonicalized if it still exists, else taken as written).
+        root: PathBuf,
+    },
     /// Print the scope: primary roots and their granted roots.
     List {
         /// Print {"state": ..., "scope": {...}}.
@@ -139,9 +148,10 @@ fn one_shot(registry: &Registry, timeout: Option<Duration>, op: Op) -> Outcome {
         }
     }
     let interrupts = Interrupts::install()?;
+    let stdout = crate::out::Stdout::new();
     if let Err(failure) = acquire(registry, timeout, &interrupts) {
         if let (Op::List { json: true }, false) = (&op, failure.class == ErrorClass::Cancelled) {
-            print_line(&json!({"state": state_name(&registry.state()), "scope": {}}));
+            stdout.line(json!({"state": state_name(&registry.state()), "scope": {}}));
         }
         return Err(failure);
     }
@@ -149,17 +159,19 @@ fn one_shot(registry: &Registry, timeout: Option<Duration>, op: Op) -> Outcome {
         Op::Add { primary, root } => registry.add(primary, root),
         Op::Remove { primary, root } => registry.remove(primary, root),
         Op::List { json: true } => {
-            print_line(&json!({"state": "active", "scope": scope_json(&registry.scope())}));
+            stdout.line(json!({"state": "active", "scope": scope_json(&registry.scope())}));
             Ok(())
         }
         Op::List { json: false } => {
-            print_list(&registry.scope());
+            print_list(&stdout, &registry.scope());
             Ok(())
         }
         Op::Serve => Ok(()),
     };
     registry.teardown();
-    done.map(|()| OK).map_err(|e| Failure::of(&e))
+    done.map_err(|e| Failure::of(&e))?;
+    // The listing is printed before the teardown; a failed write is reported after it.
+    stdout.finish().map(|()| OK).map_err(Failure::from)
 }
 
 /// Acquires the authority within `--timeout` (default: try once), saying once on stderr,
@@ -185,20 +197,16 @@ fn acquire(
         })
 }
 
-fn print_list(scope: &Scope) {
-    let mut out = std::io::stdout().lock();
+/// Each primary root on a line, each of its granted roots below it, indented.
+fn print_list(stdout: &crate::out::Stdout, scope: &Scope) {
+    let mut text = String::new();
     for (primary, roots) in scope {
-        let _ = writeln!(out, "{}", primary.display());
+        text.push_str(&format!("{}\n", primary.display()));
         for r in roots {
-            let _ = writeln!(out, "  {}", r.display());
+            text.push_str(&format!("  {}\n", r.display()));
         }
     }
-}
-
-fn print_line(v: &Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{v}");
-    let _ = out.flush();
+    stdout.print(&text);
 }
 
 fn state_name(s: &State) -> &'static str {
@@ -394,9 +402,10 @@ fn serve(registry: &Registry) -> Outcome {
 
 /// Answers one input after the other from `next` until it says stop (EOF, a signal, a
 /// console event), fails, or nobody reads the answers any more; then tears down (drain,
-/// close, release). The one loop both platforms' `serve` run.
+/// close, release). The one loop both platforms' `serve` run. An answer that could not be
+/// written (a full disk, not a reader that went away) fails the verb after the teardown.
 fn answer_all(registry: &Registry, mut next: impl FnMut() -> Result<Input, Failure>) -> Outcome {
-    let mut out = std::io::stdout().lock();
+    let stdout = crate::out::Stdout::new();
     let outcome = loop {
         let input = match next() {
             Err(e) => break Err(e),
@@ -406,15 +415,14 @@ fn answer_all(registry: &Registry, mut next: impl FnMut() -> Result<Input, Failu
             break Ok(OK);
         };
         let Some(answer) = answer else { continue };
-        if writeln!(out, "{answer}")
-            .and_then(|()| out.flush())
-            .is_err()
-        {
+        if !stdout.line(answer) {
             break Ok(OK); // nobody is listening any more: tear down as on EOF
         }
     };
     registry.teardown();
-    outcome
+    let outcome = outcome?;
+    stdout.finish()?;
+    Ok(outcome)
 }
 
 /// What one input asks of `serve`: `None` to stop, `Some(None)` to skip (a blank line),

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold::{ErrorClass, HolderInfo};
+use leasehold::{Classify, ErrorClass, HolderInfo};
 use leasehold_stores::results::{ResultError, ResultStore};
 
 use crate::exit::{Failure, OK, Outcome};
@@ -81,7 +81,7 @@ enum Verb {
     /// Remove lock files of IDs with no candidate and no publication that nobody holds;
     /// never waits (held lock files are kept).
     Gc {
-        /// Only lock files older than SECS (by modification time; default 0).
+        /// Only lock files older than SECS (by modification time).
         #[arg(long, value_name = "SECS", value_parser = super::parse_secs, default_value = "0")]
         older_than: Duration,
     },
@@ -109,14 +109,17 @@ pub fn main(args: ResultsArgs) -> Outcome {
         wait.run(op, held_by)
     };
     let json = args.json;
+    // Printed from inside the work (`paths` under the ID's lease); a failed write is
+    // reported once the work is done (see `out::Stdout`).
+    let stdout = crate::out::Stdout::new();
     let done = match args.verb {
         Verb::Stage { id, from } => waited(&id, &|b| store.stage(&id, &from, b).map(drop)),
-        Verb::Paths { id } => waited(&id, &|b| store.paths(&id, b).map(|p| print_paths(&p, json))),
+        Verb::Paths { id } => waited(&id, &|b| store.paths(&id, b).map(|p| print_paths(&stdout, &p, json))),
         Verb::Finish { id } => waited(&id, &|b| store.finish(&id, b).map(drop)),
         Verb::Apply { id, to } => waited(&id, &|b| store.apply(&id, &to, b).map(drop)),
         Verb::Discard { id } => waited(&id, &|b| store.discard(&id, b)),
         Verb::Abort { id } => waited(&id, &|b| store.abort(&id, b)),
-        Verb::Pending => store.pending().map(|p| print_list(&p, json)),
+        Verb::Pending => store.pending().map(|p| print_list(&stdout, &p, json)),
         Verb::Gc { older_than } => store.gc(older_than).map(|report| {
             let text = if json {
                 format!(
@@ -130,7 +133,7 @@ pub fn main(args: ResultsArgs) -> Outcome {
                 )
             };
             // A reader that went away ends the output (the collection is done).
-            let _ = crate::out::print(&text);
+            stdout.print(&text);
             if report.busy {
                 crate::out::error_line(
                     "gc: another process was taking a result's lease at that instant; nothing was collected (run gc again)",
@@ -146,14 +149,14 @@ pub fn main(args: ResultsArgs) -> Outcome {
                 removed.chain(skipped).collect()
             };
             // The sweep has happened: a reader that went away loses only the report.
-            let _ = crate::out::print(&text);
+            stdout.print(&text);
             for (id, why) in &report.failed {
                 crate::out::error_line(&format!("sweep left {id:?} as it was: {why}"));
             }
         }),
     };
     match done {
-        Ok(()) => Ok(OK),
+        Ok(()) => stdout.finish().map(|()| OK).map_err(Failure::from),
         Err(e) if e.class() == ErrorClass::Contended => Err(Failure::of_with(&e, &wait.gave_up())),
         Err(e) => Err(Failure::of(&e)),
     }
@@ -173,9 +176,9 @@ fn busy(e: &ResultError) -> Option<&HolderInfo> {
 /// unambiguously (a control character such as a newline, a backslash, or a leading `"`) is
 /// printed as a JSON string literal — `"` … `"` with JSON escapes — so every line is one path
 /// and a quoted line is never also a plain path.
-fn print_paths(paths: &[String], json: bool) {
+fn print_paths(stdout: &crate::out::Stdout, paths: &[String], json: bool) {
     if json {
-        return print_list(paths, json);
+        return print_list(stdout, paths, json);
     }
     let quoted: Vec<String> = paths
         .iter()
@@ -187,18 +190,18 @@ fn print_paths(paths: &[String], json: bool) {
             }
         })
         .collect();
-    print_list(&quoted, false);
+    print_list(stdout, &quoted, false);
 }
 
 /// One item per line, or a JSON array; a reader that went away ends the output (EPIPE is
 /// not a failure: the verb's work is done).
-fn print_list(items: &[String], json: bool) {
+fn print_list(stdout: &crate::out::Stdout, items: &[String], json: bool) {
     let text = if json {
         format!("{}\n", serde_json::json!(items))
     } else {
         items.iter().map(|i| format!("{i}\n")).collect()
     };
-    let _ = crate::out::print(&text);
+    stdout.print(&text);
 }
 
 /// `$LEASEHOLD_HOME/results`, else `~/.leasehold/results`.

@@ -22,11 +22,26 @@ use crate::exit::{CONTENDED, Failure, Outcome};
 use crate::signals::Interrupts;
 use crate::wait::Wait;
 
+/// `run`'s own exit statuses, closing `run --help` (contract v1.3, `run`).
+macro_rules! run_exit_statuses {
+    () => {
+        "Exit status:
+  COMMAND's  when COMMAND ran: its status, or 128+N if signal N killed it
+  126        COMMAND was found but could not be started
+  127        COMMAND was not found
+  75         the lease could not be had (--no-wait, or --timeout ran out); N with --conflict-exit-code N
+  130, 143   SIGINT or SIGTERM ended the wait (COMMAND never ran)
+  2          usage error, or an unusable LOCKFILE (a symlink, FIFO, socket, device or directory; permission denied)
+  1          any other failure (I/O; with --etcd: endpoint unreachable, or `lease lost`)"
+    };
+}
+
 #[derive(Args, Debug)]
+#[cfg_attr(not(windows), command(after_help = run_exit_statuses!()))]
 #[cfg_attr(
     windows,
     command(
-        after_help = "On Windows COMMAND does not inherit the lease (a kernel object handle, not a descriptor): the lease lasts while leasehold runs, and killing leasehold frees it while COMMAND may still run. Contention messages name no pid: Windows does not reveal holders."
+        after_help = concat!(run_exit_statuses!(), "\n\nOn Windows COMMAND does not inherit the lease (a kernel object handle, not a descriptor): the lease lasts while leasehold runs, and killing leasehold frees it while COMMAND may still run. Contention messages name no pid: Windows does not reveal holders.")
     )
 )]
 pub struct RunArgs {
@@ -40,7 +55,7 @@ pub struct RunArgs {
     /// Try once; do not wait.
     #[arg(long)]
     no_wait: bool,
-    /// Exit status when the lease could not be had (default 75).
+    /// Exit status when the lease could not be had.
     #[arg(long, value_name = "N", default_value_t = CONTENDED)]
     conflict_exit_code: u8,
     /// etcd endpoints (comma-separated http:// or https:// URLs; https trusts the system's

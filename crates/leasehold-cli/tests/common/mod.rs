@@ -39,7 +39,7 @@ pub fn hold(lock: &Path) -> Proc {
 /// the OS does not reveal holders — built with `--cfg leasehold_portable` (the macOS/BSD code
 /// path, README "Platforms"), where messages must then carry no pid at all.
 pub fn pid_note(pid: u32) -> String {
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         String::new()
     } else {
         format!("(pid {pid})")
@@ -50,7 +50,7 @@ pub fn pid_note(pid: u32) -> String {
 /// information (the portable build, where `status` says it cannot tell) a `run --no-wait`
 /// try answers `free` or `held` instead.
 pub fn status_line(lock: &Path) -> String {
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         let out = run(leasehold()
             .args(["run", "--no-wait"])
             .arg(lock)
@@ -64,7 +64,7 @@ pub fn status_line(lock: &Path) -> String {
 
 /// What [`status_line`] says of a lock held by `pid`.
 pub fn held_by(pid: u32) -> String {
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         "held".to_string()
     } else {
         format!("held by pid {pid}")
@@ -73,7 +73,7 @@ pub fn held_by(pid: u32) -> String {
 
 /// ` (pid N)` as it follows "held by another process" in messages (see [`pid_note`]).
 pub fn with_pid(pid: u32) -> String {
-    if cfg!(leasehold_portable) {
+    if !testkit::reveals_holders() {
         String::new()
     } else {
         format!(" (pid {pid})")
@@ -87,7 +87,7 @@ pub fn wait_until_free(lock: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         // Without holder information (the portable build) only a try tells: `run --no-wait`.
-        let out = if cfg!(leasehold_portable) {
+        let out = if !testkit::reveals_holders() {
             let out = run(leasehold()
                 .args(["run", "--no-wait"])
                 .arg(lock)
@@ -125,4 +125,33 @@ pub fn gave_up_after(line: &str) -> Option<f64> {
     line.strip_suffix("s; wait longer with --timeout SECS")
         .and_then(|l| l.rsplit_once("; gave up after "))
         .and_then(|(_, secs)| secs.parse().ok())
+}
+
+/// Runs `cmd` with `stdout` as its standard output (stdin as `cmd` says: [`leasehold`] makes
+/// it `/dev/null`), capturing its status and stderr (the returned `stdout` is empty).
+fn with_stdout(cmd: &mut Command, stdout: Stdio) -> testkit::Out {
+    let out = cmd.stdout(stdout).stderr(Stdio::piped()).output().unwrap();
+    testkit::Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `cmd` with stdout a pipe whose reader has gone (every write fails with EPIPE), as in
+/// `leasehold … | head -0`.
+pub fn closed_stdout(cmd: &mut Command) -> testkit::Out {
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    with_stdout(cmd, w.into())
+}
+
+/// Runs `cmd` with stdout `/dev/full` (every write fails with ENOSPC), or `None` when this
+/// system has no `/dev/full`.
+pub fn full_stdout(cmd: &mut Command) -> Option<testkit::Out> {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .ok()?;
+    Some(with_stdout(cmd, full.into()))
 }

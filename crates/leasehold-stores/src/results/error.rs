@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use leasehold::{Error as LeaseError, ErrorClass, HolderInfo};
+use leasehold::{Classify, Error as LeaseError, ErrorClass, HolderInfo};
 
 /// Errors of the result store. Each names the ID or path and says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -121,12 +121,12 @@ pub enum ResultError {
     Lock(LeaseError),
 }
 
-impl ResultError {
+impl Classify for ResultError {
     /// How the caller should treat this error: a bad ID, source or lock path is
     /// [`ErrorClass::Usage`], a busy ID [`ErrorClass::Contended`], a cancelled wait
     /// [`ErrorClass::Cancelled`] (nothing was changed in each of these), anything else
     /// [`ErrorClass::Failure`].
-    pub fn class(&self) -> ErrorClass {
+    fn class(&self) -> ErrorClass {
         match self {
             ResultError::InvalidId { .. }
             | ResultError::Unknown { .. }

@@ -1,8 +1,9 @@
 //! The lease primitive: an exclusive (or shared), kernel-arbitrated lock, documented once here
-//! over a private per-platform implementation (`posix.rs`: `flock` on a lock file;
+//! over a private per-platform implementation (`posix/`: `flock` on a lock file;
 //! `windows.rs`: a named kernel semaphore; `single.rs`: WASI, which has no inter-process
 //! lock, where a lease is the in-process claim alone and only behind
-//! [`LeaseOptions::single_process`]).
+//! [`LeaseOptions::single_process`]), each of which meets the one contract written here,
+//! [`Platform`].
 //!
 //! Contract, in the order things happen:
 //!
@@ -24,37 +25,41 @@
 //! * **Wait.** Within a [`Budget`]: a waiter sleeps in the kernel's own lock queue (through a
 //!   helper thread, so that a deadline or a [`CancelToken`](crate::CancelToken) still ends
 //!   the wait at once), which makes it as fair and as fast as a blocking `flock` (`wait.rs`
-//!   has the decisions, `blocking.rs` and `tokio.rs` the two drivers).
+//!   has the decisions, `blocking.rs` and `asynchronous.rs` the two drivers).
 //! * **Release** closes the descriptor; it is idempotent, and `Drop` does it.
 //! * **Shared leases** ([`SharedLease`], `shared.rs`) take `LOCK_SH` on the same files with
 //!   the same open and verification; they cannot be upgraded, and an exclusive waiter is
 //!   never starved by them (a turnstile: the claim queue in-process, the lock's gate across
-//!   processes, `posix.rs`).
+//!   processes, `posix/gate.rs`).
 //!
 //! One acquisition, from the top: [`LeaseOptions::acquire`] → `wait.rs`
-//! (`Acquisition::next`) → `posix.rs` (`open`, `try_lock`, `KernelWait`) → `sys/unix.rs`
-//! (`flock`).
+//! (`Acquisition::next`) → `posix/mod.rs` (`open`, `try_lock`) and `posix/kernel_wait.rs`
+//! (`KernelWait`) → `sys/unix.rs` (`flock`).
 
+use std::fmt::Debug;
 use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
 
 #[cfg(unix)]
 use std::os::fd::BorrowedFd;
 
 use crate::budget::Budget;
 use crate::error::{Error, Result};
-use crate::holders as lookup;
+use crate::holders::{self as lookup, Unusable};
 use crate::kind::{FileId, Holders};
-use crate::options::LeaseOptions;
+use crate::sys::Notifier;
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
 mod blocking;
 pub(crate) mod claim;
+mod options;
 mod shared;
-#[cfg(feature = "tokio")]
-mod tokio;
 mod wait;
 
 #[cfg(unix)]
-#[path = "posix.rs"]
+#[path = "posix/mod.rs"]
 mod imp;
 #[cfg(windows)]
 #[path = "windows.rs"]
@@ -63,9 +68,227 @@ mod imp;
 #[path = "single.rs"]
 mod imp;
 
-use claim::Mode;
+/// This build's platform (see [`Platform`]).
+#[cfg(unix)]
+type Imp = imp::Posix;
+/// This build's platform (see [`Platform`]).
+#[cfg(windows)]
+type Imp = imp::Windows;
+/// This build's platform (see [`Platform`]).
+#[cfg(target_os = "wasi")]
+type Imp = imp::Single;
+
+use claim::{Claim, Key, Mode};
 use wait::Acquisition;
 
+/// The contract every platform file meets — `posix/` (`flock` on a lock file),
+/// `windows.rs` (a named kernel semaphore), `single.rs` (WASI: the in-process claim alone)
+/// — written once, so that the compiler checks each of them against it, the way
+/// parking_lot's `ThreadParkerT` does for its per-platform parkers.
+///
+/// Everything above the platform — the public types of this module, the decisions of a
+/// wait (`wait.rs`) and its two drivers (`blocking.rs`, `asynchronous.rs`), the shared
+/// leases (`shared.rs`) and the options (`options.rs`) — reaches it only through this
+/// trait, [`PlatformDir`], [`PlatformTarget`], [`PlatformOpened`] and [`PlatformHeld`], and
+/// the per-platform extras that are `#[cfg]` by nature (POSIX: `Dir::as_fd`, `Held::as_fd`,
+/// `Target::descriptor`, `open_descriptor` and `path_error`, for descriptors, inheritance
+/// and [`LeaseOptions::lock_descriptor`]; Windows: `Dir::real_path`, `Target::object_name`).
+/// Whatever else a platform file holds is private to it.
+///
+/// One acquisition, in order (the module documentation states the guarantees): [`open`]
+/// (refuse anything but a regular file) → the in-process claim (`claim.rs`) →
+/// [`try_lock`] (one non-blocking lock, then the inode check) → when busy, a wait in the
+/// kernel's queue ([`start_wait`] and [`poll_wait`], or [`lock_inline`] where only a grant
+/// can end the wait; a platform without a queue gives the file back and the waiter polls)
+/// → [`accept`] (the inode check of a grant) → [`verify`] while held → release by dropping
+/// the [`Held`](Self::Held).
+///
+/// [`open`]: Self::open
+/// [`try_lock`]: Self::try_lock
+/// [`start_wait`]: Self::start_wait
+/// [`poll_wait`]: Self::poll_wait
+/// [`lock_inline`]: Self::lock_inline
+/// [`accept`]: Self::accept
+/// [`verify`]: Self::verify
+pub(crate) trait Platform: Sized {
+    /// Whether a waiter is woken by its notifier alone (POSIX: the kernel-wait helper, or a
+    /// releasing lease of this process, pokes it). Elsewhere waiters also poll with
+    /// back-off: nothing announces a destroyed Windows object, and WASI cannot wake a
+    /// sleeper on a cancellation.
+    const NOTIFIES: bool;
+
+    /// An opened directory: what [`LockDir`] wraps.
+    type Dir: PlatformDir;
+    /// Where a lock is: a path, or a name in a [`Self::Dir`].
+    type Target: PlatformTarget<Dir = Self::Dir>;
+    /// A lock opened for locking, not yet locked (what a [`LeaseHandle`] keeps between
+    /// leases).
+    type Opened: PlatformOpened;
+    /// A held lease. Dropping it releases, by closing: never by unlocking an open file
+    /// description that a child may share.
+    type Held: PlatformHeld<Opened = Self::Opened>;
+    /// A lock the kernel granted a waiter, not yet checked against the path.
+    type Granted;
+    /// A wait in the kernel's own lock queue; dropping it abandons the wait, and nothing of
+    /// ours holds the lease afterwards.
+    type KernelWait;
+    /// The error of this platform's system calls where they reach this layer (setting up a
+    /// waiter's [`Notifier`]): `Errno` on POSIX, `std::io::Error` elsewhere.
+    type SysError;
+
+    /// Opens the lock, refusing anything but a regular file (and whatever `opts` refuse).
+    fn open(opts: &LeaseOptions, target: &Self::Target) -> Result<Self::Opened>;
+
+    /// One non-blocking try under a granted claim: lock, then check that the locked inode
+    /// is still the file at the path. `may_wait`: the caller waits if this is busy.
+    fn try_lock(
+        target: &Self::Target,
+        opened: Self::Opened,
+        claim: Claim,
+        mode: Mode,
+        may_wait: bool,
+    ) -> Result<Attempt<Self>>;
+
+    /// A granted lock becomes a held lease if its inode is still the file at the path;
+    /// `Ok(None)` (the lock dropped) when the file was replaced.
+    fn accept(
+        target: &Self::Target,
+        granted: Self::Granted,
+        claim: Claim,
+    ) -> Result<Option<Self::Held>>;
+
+    /// Blocks this thread in the kernel's queue: only for a wait that nothing but the grant
+    /// can end (no deadline, no cancellation token), and only where [`NOTIFIES`] holds.
+    ///
+    /// [`NOTIFIES`]: Self::NOTIFIES
+    fn lock_inline(
+        target: &Self::Target,
+        opened: Self::Opened,
+        mode: Mode,
+    ) -> Result<Self::Granted>;
+
+    /// Starts (or adopts) a wait in the kernel's queue that `notifier` announces the end of;
+    /// `Err` gives the file back where the platform has no such queue (the waiter polls).
+    fn start_wait(
+        target: &Self::Target,
+        opened: Self::Opened,
+        mode: Mode,
+        notifier: Arc<Notifier>,
+    ) -> std::result::Result<Self::KernelWait, Self::Opened>;
+
+    /// The grant, once the kernel made it; the error if the wait failed; `None` meanwhile.
+    fn poll_wait(wait: &Self::KernelWait, target: &Self::Target) -> Option<Result<Self::Granted>>;
+
+    /// Whether the inode `id` is still the file at the path (else a waiter follows the
+    /// path).
+    fn still_at_path(target: &Self::Target, id: Option<FileId>) -> bool;
+
+    /// Checks that a held lease still stands for its path ([`Error::LeaseLost`] if not).
+    fn verify(target: &Self::Target, held: &Self::Held) -> Result<()>;
+
+    /// Removes a held lease's lock file if the path still names the locked inode (`Ok(true)`:
+    /// removed): the keyed collector's protocol, nothing else.
+    fn unlink_held(target: &Self::Target, held: &Self::Held) -> Result<bool>;
+
+    /// The modification time of a held lease's lock file.
+    fn modified(target: &Self::Target, held: &Self::Held) -> Result<SystemTime>;
+
+    /// See [`check_trusted`].
+    fn check_trusted(path: &Path) -> Result<()>;
+
+    /// The error naming `path` for a failed holder look-up.
+    fn holders_error(path: &Path, u: Unusable) -> Error;
+
+    /// The error naming `path` for a waiter's notifier that could not be set up.
+    fn wait_error(path: &Path, e: Self::SysError) -> Error;
+}
+
+/// An opened directory of a [`Platform`]: the inside of [`LockDir`], whose methods document
+/// each of these.
+pub(crate) trait PlatformDir: Sized + Clone + Debug {
+    /// See [`LockDir::open`].
+    fn open(path: &Path) -> Result<Self>;
+    /// See [`LockDir::create`].
+    fn create(path: &Path) -> Result<Self>;
+    /// See [`LockDir::child`].
+    fn child(&self, name: &str, create: bool) -> Result<Self>;
+    /// See [`LockDir::has_lock_file`].
+    fn has_lock_file(&self, name: &str) -> Result<bool>;
+    /// See [`LockDir::path`].
+    fn path(&self) -> &Path;
+    /// See [`LockDir::open_file`].
+    fn open_file(
+        &self,
+        name: &str,
+        write: bool,
+        create: bool,
+    ) -> Result<Option<(std::fs::File, bool)>>;
+    /// See [`LockDir::sync`].
+    fn sync(&self) -> std::io::Result<()>;
+    /// See [`LockDir::verify`].
+    fn verify(&self) -> Result<()>;
+    /// See [`LockDir::names`].
+    fn names(&self) -> Result<Vec<std::ffi::OsString>>;
+}
+
+/// Where a lock of a [`Platform`] is.
+pub(crate) trait PlatformTarget: Sized + Clone + Debug {
+    /// The platform's directory handle.
+    type Dir;
+    /// A lock file at `path` (resolved against the working directory).
+    fn path(opts: &LeaseOptions, path: &Path) -> Result<Self>;
+    /// The lock file `name` in `dir`; a `name` that is not one plain component is refused.
+    fn at(dir: &Self::Dir, name: &str) -> Result<Self>;
+    /// The same lock without the shared leases' gate (for an internal lock whose exclusive
+    /// holder never waits: the keyed namespace's collector lock).
+    fn without_gate(self) -> Self;
+    /// How messages name the lock.
+    fn display(&self) -> &Path;
+}
+
+/// A lock of a [`Platform`] opened for locking, not yet locked.
+pub(crate) trait PlatformOpened: Debug {
+    /// The in-process claim table's key (see `claim.rs`).
+    fn key(&self) -> Key;
+    /// The identity of the opened inode (`None` where a lease is no file: Windows).
+    fn file_id(&self) -> Option<FileId>;
+}
+
+/// A held lease of a [`Platform`].
+pub(crate) trait PlatformHeld: Debug {
+    /// What an unlock without closing gives back.
+    type Opened;
+    /// The identity of the locked inode (`None` where a lease is no file: Windows).
+    fn file_id(&self) -> Option<FileId>;
+    /// Whether other processes wait for this lease, where that is cheap to tell (else
+    /// `false`): a [`LeaseHandle`] then closes instead of unlocking, so they get their turn.
+    fn others_waiting(&self) -> bool;
+    /// Unlocks without closing, giving back the still-open lock for the next try; `None`
+    /// when it was closed instead. Only for a [`LeaseHandle`]'s lease, whose open file
+    /// description nobody else holds.
+    fn unlock_keep(self) -> Option<Self::Opened>;
+}
+
+/// The outcome of one non-blocking try ([`Platform::try_lock`]). Not every platform makes
+/// every outcome: a Windows object cannot be replaced under us, and on WASI the claim is
+/// the lock, so a claimed try is never busy.
+#[cfg_attr(not(unix), allow(dead_code))]
+pub(crate) enum Attempt<P: Platform> {
+    /// The lease is ours.
+    Acquired(P::Held),
+    /// Someone else holds it: the file and the claim, to wait with.
+    Busy(P::Opened, Claim),
+    /// The lock file was replaced between open and lock: reopen.
+    Replaced,
+}
+
+/// The two kernel services the patterns need beside leases, so that they reach the kernel
+/// only through the primitive: positioned reads of a data file opened with
+/// [`LockDir::open_file`] (the append log's tail checks) and this process's id, where the
+/// platform has one (WASI: `None`; durable rewrites name their temporaries with it).
+pub(crate) use crate::sys::{process_id, read_exact_at};
+
+pub use options::LeaseOptions;
 #[cfg(unix)]
 pub use shared::unlock_descriptor;
 pub use shared::{LockMode, SharedLease};
@@ -183,143 +406,6 @@ impl LockDir {
     }
 }
 
-impl LeaseOptions {
-    /// Takes the lease on `path` if it is free right now.
-    ///
-    /// # Errors
-    /// [`Error::Contended`] when another holder has it (see [`Error::holders`]); the
-    /// unusable-path errors ([`Error::NotRegularFile`], [`Error::ParentNotDirectory`],
-    /// [`Error::PermissionDenied`], [`Error::NameTooLong`], [`Error::NetworkFilesystem`]);
-    /// [`Error::Unstable`] when the lock file keeps being replaced; [`Error::Io`];
-    /// [`Error::Unsupported`] on WASI unless [`single_process`](Self::single_process) is set.
-    pub fn try_acquire(&self, path: impl AsRef<Path>) -> Result<Lease> {
-        self.acquire(path, &Budget::no_wait())
-    }
-
-    /// Takes the lease on `path`, waiting within `budget`.
-    ///
-    /// # Errors
-    /// As [`try_acquire`](Self::try_acquire), plus [`Error::TimedOut`] when the budget's
-    /// deadline passed and [`Error::Cancelled`] when its token fired. Either way the waiter
-    /// is abandoned and nothing of ours holds the lease.
-    pub fn acquire(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::path(self, path.as_ref())?;
-        self.acquire_target(target, budget, Mode::Exclusive)
-    }
-
-    /// Takes the lease on the lock file `name` inside `dir` if it is free right now.
-    ///
-    /// # Errors
-    /// As [`try_acquire`](Self::try_acquire); a `name` that is not one plain component is
-    /// refused.
-    pub fn try_acquire_at(&self, dir: &LockDir, name: &str) -> Result<Lease> {
-        self.acquire_at(dir, name, &Budget::no_wait())
-    }
-
-    /// Takes the lease on the lock file `name` inside `dir`, waiting within `budget`.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    pub fn acquire_at(&self, dir: &LockDir, name: &str, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?;
-        self.acquire_target(target, budget, Mode::Exclusive)
-    }
-
-    /// [`acquire_at`](Self::acquire_at) in either mode, without the shared leases' gate: the
-    /// keyed pattern holds its namespace's collector lock *shared* while it opens, locks and
-    /// verifies a key's lock file, and its collector holds it *exclusive* and never waits
-    /// (see `patterns::keyed`), so no turnstile is needed there.
-    pub(crate) fn acquire_at_mode(
-        &self,
-        dir: &LockDir,
-        name: &str,
-        budget: &Budget,
-        mode: Mode,
-    ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?.without_gate();
-        self.acquire_target(target, budget, mode)
-    }
-
-    /// [`acquire_at_mode`](Self::acquire_at_mode) without blocking the executor.
-    #[cfg(feature = "tokio")]
-    pub(crate) async fn acquire_at_mode_async(
-        &self,
-        dir: &LockDir,
-        name: &str,
-        budget: &Budget,
-        mode: Mode,
-    ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?.without_gate();
-        self.acquire_target_async(target, budget, mode).await
-    }
-
-    fn acquire_target(&self, target: imp::Target, budget: &Budget, mode: Mode) -> Result<Lease> {
-        let held = blocking::run(Acquisition::new(*self, &target, budget, mode, None))?;
-        Ok(Lease {
-            held: Some(held),
-            target,
-        })
-    }
-
-    /// Takes the lease on `path`, waiting within `budget` without blocking the executor.
-    /// Dropping the future abandons the wait and leaves nothing held.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    #[cfg(feature = "tokio")]
-    pub async fn acquire_async(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::path(self, path.as_ref())?;
-        self.acquire_target_async(target, budget, Mode::Exclusive)
-            .await
-    }
-
-    /// Takes the lease on `name` inside `dir`, waiting within `budget` without blocking the
-    /// executor (see [`LeaseOptions::acquire_at`]).
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    #[cfg(feature = "tokio")]
-    pub async fn acquire_at_async(
-        &self,
-        dir: &LockDir,
-        name: &str,
-        budget: &Budget,
-    ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?;
-        self.acquire_target_async(target, budget, Mode::Exclusive)
-            .await
-    }
-
-    #[cfg(feature = "tokio")]
-    async fn acquire_target_async(
-        &self,
-        target: imp::Target,
-        budget: &Budget,
-        mode: Mode,
-    ) -> Result<Lease> {
-        let held = tokio::run(Acquisition::new(*self, &target, budget, mode, None)).await?;
-        Ok(Lease {
-            held: Some(held),
-            target,
-        })
-    }
-
-    /// Opens a [`LeaseHandle`] on `path`: the lock file stays open so the lease can be taken
-    /// and released many times at the cost of `flock` + `fstatat` + unlock.
-    ///
-    /// # Errors
-    /// The unusable-path errors of [`try_acquire`](Self::try_acquire), and [`Error::Io`].
-    pub fn open_handle(&self, path: impl AsRef<Path>) -> Result<LeaseHandle> {
-        let target = imp::Target::path(self, path.as_ref())?;
-        let opened = imp::open(self, &target)?;
-        Ok(LeaseHandle {
-            opts: *self,
-            target,
-            opened: Some(opened),
-        })
-    }
-}
-
 /// An exclusive lease, held until [`release`](Lease::release) or drop.
 ///
 /// While a `Lease` is held, no other process (and no other `Lease` in this process) holds the
@@ -402,7 +488,7 @@ impl Lease {
         let held = self.held.as_ref().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
-        imp::verify(&self.target, held)
+        Imp::verify(&self.target, held)
     }
 
     /// Removes the lock file while holding its lease, if the path still names the locked
@@ -418,7 +504,7 @@ impl Lease {
         let held = self.held.as_ref().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
-        imp::unlink_held(&self.target, held)
+        Imp::unlink_held(&self.target, held)
     }
 
     /// The lock file's modification time, while held (when it was created: lock files are
@@ -430,7 +516,7 @@ impl Lease {
         let held = self.held.as_ref().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
-        imp::modified(&self.target, held)
+        Imp::modified(&self.target, held)
     }
 
     /// Releases the lease by closing its descriptor. Idempotent. The lock file stays.
@@ -549,7 +635,7 @@ impl HandleLease<'_> {
                 path: self.handle.path().to_path_buf(),
             });
         };
-        imp::verify(&self.handle.target, held)
+        Imp::verify(&self.handle.target, held)
     }
 
     /// Releases the lease; the handle keeps the file open for the next [`LeaseHandle::lock`]
@@ -585,7 +671,7 @@ impl Drop for HandleLease<'_> {
 /// when a component that exists is not a directory, [`Error::PermissionDenied`].
 pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
     let path = path.as_ref();
-    lookup::at_path(path).map_err(|u| imp::holders_error(path, u))
+    lookup::at_path(path).map_err(|u| Imp::holders_error(path, u))
 }
 
 /// Refuses an existing `path` (never following a final symlink) that another user could have
@@ -599,7 +685,7 @@ pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
 /// [`Error::Untrusted`] naming the path and who else could change it; an I/O error of the
 /// look.
 pub fn check_trusted(path: impl AsRef<Path>) -> Result<()> {
-    imp::check_trusted(path.as_ref())
+    Imp::check_trusted(path.as_ref())
 }
 
 #[cfg(all(test, unix))]

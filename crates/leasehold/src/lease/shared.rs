@@ -8,14 +8,14 @@
 //! **No writer starvation.** An exclusive waiter gets the lease as soon as the shared holders
 //! present when it started waiting have released, even while shared holders overlap each
 //! other without a gap: new shared acquirers wait behind it — in this process through the
-//! claim queue (`claim.rs`), across processes through the lock's gate (`posix.rs`, `gate`),
+//! claim queue (`claim.rs`), across processes through the lock's gate (`posix/gate.rs`),
 //! which every leasehold process honours. (Plain `flock -s` readers starve a `flock -x`
 //! writer for ever; BENCHMARKS.md has both figures.)
 //!
 //! **No reader starvation.** Nor do writers that release and queue again at once starve the
 //! readers waiting behind them: a shared waiter reserves its turn on the readers' gate, and
 //! exclusive waiters (and a waiting process's later exclusive acquisitions) let the readers
-//! already waiting go first — readers and writers take turns (`posix.rs`, `gate`).
+//! already waiting go first — readers and writers take turns (`posix/gate.rs`).
 //!
 //! **No upgrade.** `flock` converts a shared lock to an exclusive one non-atomically — it
 //! drops the shared lock first, so another writer can get in between — and a failed
@@ -31,12 +31,11 @@ use std::path::Path;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::claim::Mode;
-use super::wait::Acquisition;
-use super::{blocking, imp};
+use super::{Imp, Platform, PlatformHeld, PlatformTarget, imp};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::kind::FileId;
-use crate::options::LeaseOptions;
+use crate::lease::LeaseOptions;
 
 /// Whether a lock excludes everyone ([`Exclusive`](LockMode::Exclusive)) or only exclusive
 /// holders ([`Shared`](LockMode::Shared)): for [`LeaseOptions::lock_descriptor`], where the
@@ -89,8 +88,8 @@ impl From<LockMode> for Mode {
 /// ```
 #[derive(Debug)]
 pub struct SharedLease {
-    held: Option<imp::Held>,
-    target: imp::Target,
+    pub(super) held: Option<imp::Held>,
+    pub(super) target: imp::Target,
 }
 
 impl SharedLease {
@@ -145,7 +144,7 @@ impl SharedLease {
         let held = self.held.as_ref().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
-        imp::verify(&self.target, held)
+        Imp::verify(&self.target, held)
     }
 
     /// Releases the lease by closing its descriptor. Idempotent. The lock file stays.
@@ -171,84 +170,6 @@ impl SharedLease {
     #[cfg(unix)]
     pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
         self.held.as_ref().map(imp::Held::as_fd)
-    }
-}
-
-impl LeaseOptions {
-    /// Takes a shared lease on `path` if it can be had right now: no exclusive holder and no
-    /// exclusive waiter ahead (a waiter of ours holds the gate: see [`SharedLease`]).
-    ///
-    /// # Errors
-    /// As [`try_acquire`](Self::try_acquire); [`Error::SharedUnsupported`] on Windows.
-    pub fn try_acquire_shared(&self, path: impl AsRef<Path>) -> Result<SharedLease> {
-        self.acquire_shared(path, &Budget::no_wait())
-    }
-
-    /// Takes a shared lease on `path`, waiting within `budget` — behind any exclusive waiter
-    /// already queued, so that writers are never starved.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
-    pub fn acquire_shared(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
-        let target = imp::Target::path(self, path.as_ref())?;
-        let held = blocking::run(Acquisition::new(*self, &target, budget, Mode::Shared, None))?;
-        Ok(SharedLease {
-            held: Some(held),
-            target,
-        })
-    }
-
-    /// Takes a shared lease on `path` without blocking the executor; dropping the future
-    /// abandons the wait and leaves nothing held.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
-    #[cfg(feature = "tokio")]
-    pub async fn acquire_shared_async(
-        &self,
-        path: impl AsRef<Path>,
-        budget: &Budget,
-    ) -> Result<SharedLease> {
-        let target = imp::Target::path(self, path.as_ref())?;
-        let acq = Acquisition::new(*self, &target, budget, Mode::Shared, None);
-        let held = super::tokio::run(acq).await?;
-        Ok(SharedLease {
-            held: Some(held),
-            target,
-        })
-    }
-
-    /// Locks the open file description behind `fd`, a descriptor the caller opened (or
-    /// inherited: `exec 9>lockfile` in a shell), in `mode`, waiting within `budget` — what
-    /// `flock(1)` does with a descriptor number.
-    ///
-    /// The lock belongs to the open file description, not to a lease object: it stays after
-    /// this call returns, for as long as any descriptor of that description is open, until
-    /// [`unlock_descriptor`] or until every one of them is closed. `fd` must be a regular
-    /// file or a directory. Unlike a path lease there is no inode-vs-path check (there is no
-    /// path to check against: the caller vouches for what it opened), no gate (an exclusive
-    /// waiter here does not hold shared acquirers back), and no in-process exclusion once
-    /// the call has returned. A description that already holds a lock in the other mode is
-    /// converted the way `flock(2)` converts: not atomically.
-    ///
-    /// # Errors
-    /// [`Error::NotRegularFile`] for anything but a regular file or a directory,
-    /// [`Error::Contended`]/[`Error::TimedOut`], [`Error::Cancelled`], [`Error::Io`] (a
-    /// closed descriptor: `EBADF`).
-    #[cfg(unix)]
-    pub fn lock_descriptor(
-        &self,
-        fd: BorrowedFd<'_>,
-        mode: LockMode,
-        budget: &Budget,
-    ) -> Result<()> {
-        let display = std::path::PathBuf::from(format!("descriptor {}", fd.as_raw_fd()));
-        let target = imp::Target::descriptor(display);
-        let opened = imp::open_descriptor(&target, fd)?;
-        let acq = Acquisition::new(*self, &target, budget, mode.into(), Some(opened));
-        // Closing our duplicate leaves the lock with the caller's description.
-        drop(blocking::run(acq)?);
-        Ok(())
     }
 }
 

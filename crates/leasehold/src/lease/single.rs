@@ -2,7 +2,8 @@
 //! lease is a claim in this process's claim table (`claim.rs`) and nothing else, and only
 //! behind [`LeaseOptions::single_process`].
 //!
-//! The same fixed set of functions as `posix.rs` and `windows.rs`; the differences, and why:
+//! The same platform contract as `posix/` and `windows.rs` ([`Platform`], which [`Single`]
+//! implements); the differences, and why:
 //!
 //! * **Opt-in or nothing.** WASI preview 1 has no `flock`, no record locks and no named
 //!   kernel objects, and a host may preopen one directory into several instances (or share
@@ -40,15 +41,12 @@ use std::sync::Arc;
 use rustix::io::Errno;
 
 use super::claim::{Claim, Key, Mode};
+use super::{Platform, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
-use crate::options::LeaseOptions;
+use crate::lease::LeaseOptions;
 use crate::sys::{self, Notifier, Stood};
-
-/// Whether waiters here are woken by a notifier alone (no: they also poll their budget, as
-/// WASI cannot wake a sleeper on a cancellation).
-pub(crate) const NOTIFIES: bool = false;
 
 /// What the platform is called in [`Error::Unsupported`].
 const PLATFORM: &str = "WASI";
@@ -62,8 +60,8 @@ pub(crate) struct Dir {
     parent: Option<Arc<Dir>>,
 }
 
-impl Dir {
-    pub(crate) fn open(path: &Path) -> Result<Dir> {
+impl PlatformDir for Dir {
+    fn open(path: &Path) -> Result<Dir> {
         match sys::stat_follow(path) {
             Ok(Stood::Directory(id)) => Ok(Dir {
                 path: path.to_path_buf(),
@@ -85,12 +83,12 @@ impl Dir {
         }
     }
 
-    pub(crate) fn create(path: &Path) -> Result<Dir> {
+    fn create(path: &Path) -> Result<Dir> {
         create_dirs(path)?;
         Dir::open(path)
     }
 
-    pub(crate) fn child(&self, name: &str, create: bool) -> Result<Dir> {
+    fn child(&self, name: &str, create: bool) -> Result<Dir> {
         let path = self.path.join(name);
         plain(name, &path, "open directory")?;
         if create {
@@ -117,7 +115,7 @@ impl Dir {
         }
     }
 
-    pub(crate) fn has_lock_file(&self, name: &str) -> Result<bool> {
+    fn has_lock_file(&self, name: &str) -> Result<bool> {
         let path = self.path.join(name);
         plain(name, &path, "inspect lock file")?;
         match sys::stat_nofollow(&path) {
@@ -132,9 +130,9 @@ impl Dir {
         }
     }
 
-    /// Opens a data file `name` as carefully as a lock file (see `posix.rs`): the file and
+    /// Opens a data file `name` as carefully as a lock file (see `posix/mod.rs`): the file and
     /// whether it existed before; `Ok(None)` when it is missing and `create` is false.
-    pub(crate) fn open_file(
+    fn open_file(
         &self,
         name: &str,
         write: bool,
@@ -173,17 +171,17 @@ impl Dir {
     }
 
     /// `fsync` of the directory.
-    pub(crate) fn sync(&self) -> io::Result<()> {
+    fn sync(&self) -> io::Result<()> {
         sys::sync_dir(&self.path)
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    fn path(&self) -> &Path {
         &self.path
     }
 
     /// Checks that every directory this one was reached through is still the directory that
-    /// was opened (the root's path followed, each child's name not): see `posix.rs`.
-    pub(crate) fn verify(&self) -> Result<()> {
+    /// was opened (the root's path followed, each child's name not): see `posix/mod.rs`.
+    fn verify(&self) -> Result<()> {
         let now = match self.parent {
             None => sys::stat_follow(&self.path),
             Some(_) => sys::stat_nofollow(&self.path),
@@ -203,7 +201,7 @@ impl Dir {
         }
     }
 
-    pub(crate) fn names(&self) -> Result<Vec<std::ffi::OsString>> {
+    fn names(&self) -> Result<Vec<std::ffi::OsString>> {
         sys::dir_names(&self.path).map_err(|e| io_error(&self.path, "list directory", e))
     }
 }
@@ -216,26 +214,28 @@ pub(crate) struct Target {
     in_dir: bool,
 }
 
-impl Target {
-    pub(crate) fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
+impl PlatformTarget for Target {
+    type Dir = Dir;
+
+    fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
         Ok(Target {
             path: path.to_path_buf(),
             in_dir: false,
         })
     }
 
-    pub(crate) fn at(dir: &Dir, name: &str) -> Result<Target> {
+    fn at(dir: &Dir, name: &str) -> Result<Target> {
         let path = dir.path.join(name);
         plain(name, &path, "open lock file")?;
         Ok(Target { path, in_dir: true })
     }
 
     /// No gate here (the claim table is the whole turnstile): the same target.
-    pub(crate) fn without_gate(self) -> Target {
+    fn without_gate(self) -> Target {
         self
     }
 
-    pub(crate) fn display(&self) -> &Path {
+    fn display(&self) -> &Path {
         &self.path
     }
 }
@@ -248,11 +248,12 @@ pub(crate) struct Opened {
     key: Key,
 }
 
-impl Opened {
-    pub(crate) fn key(&self) -> Key {
+impl PlatformOpened for Opened {
+    fn key(&self) -> Key {
         self.key
     }
-    pub(crate) fn file_id(&self) -> Option<FileId> {
+
+    fn file_id(&self) -> Option<FileId> {
         Some(self.id)
     }
 }
@@ -266,16 +267,20 @@ pub(crate) struct Held {
     _claim: Claim,
 }
 
-impl Held {
-    pub(crate) fn file_id(&self) -> Option<FileId> {
+impl PlatformHeld for Held {
+    type Opened = Opened;
+
+    fn file_id(&self) -> Option<FileId> {
         Some(self.id)
     }
+
     /// Waiters of this process are handed the claim by the table itself; nobody else waits.
-    pub(crate) fn others_waiting(&self) -> bool {
+    fn others_waiting(&self) -> bool {
         false
     }
+
     /// Releases the claim and gives back the still-open file for the next try.
-    pub(crate) fn unlock_keep(self) -> Option<Opened> {
+    fn unlock_keep(self) -> Option<Opened> {
         let Held {
             fd,
             id,
@@ -290,22 +295,17 @@ impl Held {
 /// Never exists here: there is no kernel queue to be granted from.
 pub(crate) enum Granted {}
 
-/// The outcome of one try under a granted claim.
-pub(crate) enum Attempt {
-    Acquired(Held),
-    #[allow(dead_code)] // the claim is the lock: a claimed try is never busy
-    Busy(Opened, Claim),
-    Replaced,
-}
+/// The outcome of one non-blocking try (the one enum of every platform).
+type Attempt = super::Attempt<Single>;
 
 /// WASI has no users or mode bits: nothing to judge (see [`LeaseOptions::allow_shared_state`]).
-pub(crate) fn check_trusted(_path: &Path) -> Result<()> {
+fn check_trusted(_path: &Path) -> Result<()> {
     Ok(())
 }
 
 /// Opens the lock file, refusing anything but a regular file — and refusing to lease at
 /// all unless the program declared itself the only one ([`LeaseOptions::single_process`]).
-pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
+fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
     let path = target.display();
     if !opts.single_process {
         return Err(Error::Unsupported {
@@ -366,7 +366,7 @@ fn claim_key(id: FileId, path: &Path) -> Key {
 
 /// One try under a granted claim. The claim is the lock; what is left to check is that the
 /// claimed inode is still the file at the path (else newcomers claim another inode).
-pub(crate) fn try_lock(
+fn try_lock(
     target: &Target,
     opened: Opened,
     claim: Claim,
@@ -386,12 +386,12 @@ pub(crate) fn try_lock(
 }
 
 /// Never granted (no kernel queue).
-pub(crate) fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
+fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
     match granted {}
 }
 
 /// Never called here (no kernel queue to block in: `NOTIFIES` is false).
-pub(crate) fn lock_inline(target: &Target, _opened: Opened, _mode: Mode) -> Result<Granted> {
+fn lock_inline(target: &Target, _opened: Opened, _mode: Mode) -> Result<Granted> {
     Err(Error::Io {
         op: "lock",
         path: target.display().to_path_buf(),
@@ -400,7 +400,7 @@ pub(crate) fn lock_inline(target: &Target, _opened: Opened, _mode: Mode) -> Resu
 }
 
 /// Whether the inode `id` is still the file at the path.
-pub(crate) fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
+fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
     matches!(sys::stat_nofollow(target.display()), Ok(Stood::Regular(now)) if Some(now) == id)
 }
 
@@ -430,7 +430,7 @@ impl Drop for KernelWait {
 }
 
 /// Checks that a held lease's inode is still the file at the path.
-pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
+fn verify(target: &Target, held: &Held) -> Result<()> {
     match sys::stat_nofollow(target.display()) {
         Ok(Stood::Regular(now)) if now == held.id => Ok(()),
         Ok(_) => Err(Error::LeaseLost {
@@ -441,8 +441,8 @@ pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
 }
 
 /// Removes a held lease's lock file if the path still names the claimed inode (the keyed
-/// collector's protocol, see `posix.rs`).
-pub(crate) fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
+/// collector's protocol, see `posix/mod.rs`).
+fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
     match sys::stat_nofollow(target.display()) {
         Ok(Stood::Regular(now)) if now == held.id => {}
         Ok(_) => return Ok(false),
@@ -456,12 +456,12 @@ pub(crate) fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
 }
 
 /// The modification time of a held lease's lock file.
-pub(crate) fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
+fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
     sys::fd_modified(held.fd.as_fd()).map_err(|e| io_error(target.display(), "stat lock file", e))
 }
 
 /// Maps a failed holder look-up to the error naming `path`.
-pub(crate) fn holders_error(path: &Path, u: Unusable) -> Error {
+fn holders_error(path: &Path, u: Unusable) -> Error {
     match u {
         Unusable::NotRegular(kind) => Error::NotRegularFile {
             path: path.to_path_buf(),
@@ -530,8 +530,78 @@ pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
 }
 
 /// Maps a failure to set up a wait.
-pub(crate) fn wait_error(path: &Path, e: io::Error) -> Error {
+fn wait_error(path: &Path, e: io::Error) -> Error {
     io_error(path, "set up wait", e)
+}
+
+/// The single-process platform, WASI (see [`Platform`]): each item names the function of
+/// this file that does it.
+#[derive(Debug)]
+pub(crate) struct Single;
+
+impl Platform for Single {
+    /// Not by a notifier alone: waiters also poll their budget, as WASI cannot wake a sleeper
+    /// on a cancellation.
+    const NOTIFIES: bool = false;
+
+    type Dir = Dir;
+    type Target = Target;
+    type Opened = Opened;
+    type Held = Held;
+    type Granted = Granted;
+    type KernelWait = KernelWait;
+    type SysError = io::Error;
+
+    fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
+        open(opts, target)
+    }
+    fn try_lock(
+        target: &Target,
+        opened: Opened,
+        claim: Claim,
+        mode: Mode,
+        may_wait: bool,
+    ) -> Result<Attempt> {
+        try_lock(target, opened, claim, mode, may_wait)
+    }
+    fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
+        accept(target, granted, claim)
+    }
+    fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result<Granted> {
+        lock_inline(target, opened, mode)
+    }
+    fn start_wait(
+        target: &Target,
+        opened: Opened,
+        mode: Mode,
+        notifier: Arc<Notifier>,
+    ) -> std::result::Result<KernelWait, Opened> {
+        KernelWait::start(target, opened, mode, notifier)
+    }
+    fn poll_wait(wait: &KernelWait, target: &Target) -> Option<Result<Granted>> {
+        wait.poll(target)
+    }
+    fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
+        still_at_path(target, id)
+    }
+    fn verify(target: &Target, held: &Held) -> Result<()> {
+        verify(target, held)
+    }
+    fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
+        unlink_held(target, held)
+    }
+    fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
+        modified(target, held)
+    }
+    fn check_trusted(path: &Path) -> Result<()> {
+        check_trusted(path)
+    }
+    fn holders_error(path: &Path, u: Unusable) -> Error {
+        holders_error(path, u)
+    }
+    fn wait_error(path: &Path, e: io::Error) -> Error {
+        wait_error(path, e)
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The decisions of a wait, made in one place; the blocking and the tokio drivers
-//! (`blocking.rs`, `tokio.rs`) only carry them out.
+//! (`blocking.rs`, `asynchronous.rs`) only carry them out.
 //!
 //! An acquisition is a small state machine. Each call of [`Acquisition::next`] does the
 //! non-blocking work that is due (open, claim, try, accept a grant, follow a replaced file,
@@ -16,7 +16,7 @@
 //! 3. Under the claim, one `LOCK_NB` try, then the inode check. A replaced file is reopened,
 //!    at most [`MAX_REOPENS`](super::MAX_REOPENS) times in all.
 //! 4. Busy: with a try-once budget, report contention. Otherwise wait in the kernel's own
-//!    queue (`posix.rs`, [`KernelWait`](super::imp::KernelWait)) — the kernel decides who is
+//!    queue (`posix/kernel_wait.rs`, [`KernelWait`](super::imp::KernelWait)) — the kernel decides who is
 //!    next, as fairly and as fast as for any blocking `flock` — where the platform has one;
 //!    else (Windows) poll with back-off. (On WASI the claim is the whole lock: a try under
 //!    it is never busy, and waiters wait in the claim queue, polling their budget.)
@@ -29,12 +29,13 @@ use std::time::{Duration, Instant};
 
 use super::MAX_REOPENS;
 use super::claim::{self, Claim, Mode, Queued, Taken};
-use super::imp::{self, Attempt, Held, Opened, Target};
+use super::imp::{self, Held, Opened, Target};
+use super::{Attempt, Imp, Platform, PlatformOpened, PlatformTarget};
 use crate::budget::{Budget, Exhausted};
 use crate::error::{Error, Result};
 use crate::holders::HolderInfo;
 use crate::kind::FileId;
-use crate::options::LeaseOptions;
+use crate::lease::LeaseOptions;
 use crate::sys::Notifier;
 
 /// How often a waiter checks that the file it waits on is still the one at the path: from
@@ -129,8 +130,8 @@ impl<'a> Acquisition<'a> {
         let State::Inline(opened, claim) = std::mem::replace(&mut self.state, State::Done) else {
             return Ok(None);
         };
-        let granted = imp::lock_inline(self.target, opened, self.mode)?;
-        match imp::accept(self.target, granted, claim)? {
+        let granted = Imp::lock_inline(self.target, opened, self.mode)?;
+        match Imp::accept(self.target, granted, claim)? {
             Some(held) => Ok(Some(held)),
             None => {
                 self.reopen()?;
@@ -164,7 +165,7 @@ impl<'a> Acquisition<'a> {
         if let Some(n) = &self.notifier {
             return Ok(n.clone());
         }
-        let n = Arc::new(Notifier::new().map_err(|e| imp::wait_error(self.target.display(), e))?);
+        let n = Arc::new(Notifier::new().map_err(|e| Imp::wait_error(self.target.display(), e))?);
         self.notifier = Some(n.clone());
         Ok(n)
     }
@@ -179,7 +180,7 @@ impl<'a> Acquisition<'a> {
                     }
                     let opened = match reuse {
                         Some(o) => o,
-                        None => imp::open(&self.opts, self.target)?,
+                        None => Imp::open(&self.opts, self.target)?,
                     };
                     // First without a place in the queue: the uncontended path creates no
                     // notifier (an eventfd and its close measured ~15 % of a cold cycle).
@@ -220,7 +221,7 @@ impl<'a> Acquisition<'a> {
                         // Queued behind another lease of this process: it holds the lease,
                         // whatever the OS reveals of holders.
                         self.judge_budget_here(opened.file_id())?;
-                        if self.check_due() && !imp::still_at_path(self.target, opened.file_id()) {
+                        if self.check_due() && !Imp::still_at_path(self.target, opened.file_id()) {
                             drop(q);
                             self.reopen()?;
                             continue;
@@ -233,10 +234,10 @@ impl<'a> Acquisition<'a> {
                     if self.budget.flagged() {
                         return Err(self.cancelled());
                     }
-                    match kw.poll(self.target) {
+                    match Imp::poll_wait(&kw, self.target) {
                         Some(Ok(granted)) => {
                             drop(kw);
-                            match imp::accept(self.target, granted, claim)? {
+                            match Imp::accept(self.target, granted, claim)? {
                                 Some(held) => return Ok(Next::Acquired(held)),
                                 None => self.reopen()?,
                             }
@@ -244,7 +245,7 @@ impl<'a> Acquisition<'a> {
                         Some(Err(e)) => return Err(e),
                         None => {
                             self.judge_budget(id)?;
-                            if self.check_due() && !imp::still_at_path(self.target, id) {
+                            if self.check_due() && !Imp::still_at_path(self.target, id) {
                                 drop(kw);
                                 drop(claim);
                                 self.reopen()?;
@@ -274,7 +275,7 @@ impl<'a> Acquisition<'a> {
     /// replaced and is to be reopened); `Ok(Some(Wait))`: the state was set to wait.
     fn locked_try(&mut self, opened: Opened, claim: Claim) -> Result<Option<Next>> {
         let may_wait = !self.try_once();
-        match imp::try_lock(self.target, opened, claim, self.mode, may_wait)? {
+        match Imp::try_lock(self.target, opened, claim, self.mode, may_wait)? {
             Attempt::Acquired(held) => Ok(Some(Next::Acquired(held))),
             Attempt::Replaced => {
                 self.reopen()?;
@@ -286,7 +287,7 @@ impl<'a> Acquisition<'a> {
                 }
                 self.judge_budget(opened.file_id())?;
                 if self.may_block
-                    && imp::NOTIFIES
+                    && Imp::NOTIFIES
                     && self.budget.deadline().is_none()
                     && self.budget.cancel_token().is_none()
                 {
@@ -295,7 +296,7 @@ impl<'a> Acquisition<'a> {
                 }
                 let id = opened.file_id();
                 let n = self.ensure_notifier()?;
-                match imp::KernelWait::start(self.target, opened, self.mode, n) {
+                match Imp::start_wait(self.target, opened, self.mode, n) {
                     Ok(kw) => {
                         self.state = State::Kernel(kw, claim, id);
                         self.interval = CHECK_MIN;
@@ -340,7 +341,7 @@ impl<'a> Acquisition<'a> {
             .next_check
             .saturating_duration_since(Instant::now())
             .max(Duration::from_micros(100));
-        if !imp::NOTIFIES || matches!(self.state, State::Polling(..)) {
+        if !Imp::NOTIFIES || matches!(self.state, State::Polling(..)) {
             if !matches!(self.state, State::Polling(..)) {
                 self.poll = (self.poll * 2).clamp(POLL_MIN, POLL_MAX);
             }

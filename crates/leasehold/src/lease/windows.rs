@@ -1,7 +1,8 @@
 //! The primitive on Windows: a named kernel semaphore whose existence is the lock.
 //!
-//! The same fixed set of functions as `posix.rs`, and the same contract where it makes sense;
-//! the differences, and why:
+//! The same platform contract as `posix/` ([`Platform`], which [`Windows`] at the end of
+//! this file implements), and the same guarantees where they make sense; the differences,
+//! and why:
 //!
 //! * **No lock file is opened, created or held.** The lease is the kernel object named
 //!   `Local\leasehold-<hex sha256(key)>` (see `sys/naming.rs`), where the key is the real path
@@ -32,14 +33,12 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use super::claim::{Claim, Key, Mode};
+use super::{Platform, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
-use crate::options::LeaseOptions;
+use crate::lease::LeaseOptions;
 use crate::sys::{self, Created, Notifier, Stood, naming};
-
-/// Whether waiters here are woken by a notifier (else they poll: here).
-pub(crate) const NOTIFIES: bool = false;
 
 /// `ERROR_DIRECTORY`: "the directory name is invalid" (a file where a directory was expected).
 const ERROR_DIRECTORY: i32 = 267;
@@ -55,8 +54,8 @@ pub(crate) struct Dir {
     real: PathBuf,
 }
 
-impl Dir {
-    pub(crate) fn open(path: &Path) -> Result<Dir> {
+impl PlatformDir for Dir {
+    fn open(path: &Path) -> Result<Dir> {
         match sys::stat_follow(path) {
             Ok(Stood::Directory) => {}
             Ok(Stood::Regular) => {
@@ -85,12 +84,12 @@ impl Dir {
         })
     }
 
-    pub(crate) fn create(path: &Path) -> Result<Dir> {
+    fn create(path: &Path) -> Result<Dir> {
         create_dirs(path)?;
         Dir::open(path)
     }
 
-    pub(crate) fn child(&self, name: &str, create: bool) -> Result<Dir> {
+    fn child(&self, name: &str, create: bool) -> Result<Dir> {
         let path = self.path.join(name);
         if !sys::is_plain_name(OsStr::new(name)) {
             return Err(not_plain(path, "open directory"));
@@ -121,7 +120,7 @@ impl Dir {
         Ok(Dir { path, real })
     }
 
-    pub(crate) fn has_lock_file(&self, name: &str) -> Result<bool> {
+    fn has_lock_file(&self, name: &str) -> Result<bool> {
         let path = self.path.join(name);
         if !sys::is_plain_name(OsStr::new(name)) {
             return Err(not_plain(path, "inspect lock file"));
@@ -140,7 +139,7 @@ impl Dir {
 
     /// Opens a data file `name` (never following a final link): the file and whether it
     /// existed before; `Ok(None)` when missing and `create` is false.
-    pub(crate) fn open_file(
+    fn open_file(
         &self,
         name: &str,
         write: bool,
@@ -176,25 +175,27 @@ impl Dir {
     }
 
     /// Windows cannot `fsync` a directory; NTFS journals the entry itself.
-    pub(crate) fn sync(&self) -> io::Result<()> {
+    fn sync(&self) -> io::Result<()> {
         Ok(())
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    fn path(&self) -> &Path {
         &self.path
     }
 
     /// Leases in a `LockDir` are bound to the directory resolved when it was opened (their
     /// object names derive from its real path), so there is no chain to walk again.
-    pub(crate) fn verify(&self) -> Result<()> {
+    fn verify(&self) -> Result<()> {
         Ok(())
     }
 
     /// Windows keeps no lock files, so there are none to list (or collect).
-    pub(crate) fn names(&self) -> Result<Vec<std::ffi::OsString>> {
+    fn names(&self) -> Result<Vec<std::ffi::OsString>> {
         Ok(Vec::new())
     }
+}
 
+impl Dir {
     pub(crate) fn real_path(&self) -> &Path {
         &self.real
     }
@@ -215,8 +216,10 @@ enum TargetKind {
     At { dir: PathBuf, name: String },
 }
 
-impl Target {
-    pub(crate) fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
+impl PlatformTarget for Target {
+    type Dir = Dir;
+
+    fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
         Ok(Target {
             kind: TargetKind::Path(path.to_path_buf()),
             display: path.to_path_buf(),
@@ -224,7 +227,7 @@ impl Target {
         })
     }
 
-    pub(crate) fn at(dir: &Dir, name: &str) -> Result<Target> {
+    fn at(dir: &Dir, name: &str) -> Result<Target> {
         let display = dir.path.join(name);
         if !sys::is_plain_name(OsStr::new(name)) {
             return Err(not_plain(display, "open lock file"));
@@ -239,15 +242,17 @@ impl Target {
         })
     }
 
-    pub(crate) fn display(&self) -> &Path {
+    fn display(&self) -> &Path {
         &self.display
     }
 
     /// Windows leases have no gate (no shared mode): the same target.
-    pub(crate) fn without_gate(self) -> Target {
+    fn without_gate(self) -> Target {
         self
     }
+}
 
+impl Target {
     pub(crate) fn object_name(&self) -> &str {
         self.name.get().map_or("", String::as_str)
     }
@@ -259,11 +264,12 @@ pub(crate) struct Opened {
     name: String,
 }
 
-impl Opened {
-    pub(crate) fn key(&self) -> Key {
+impl PlatformOpened for Opened {
+    fn key(&self) -> Key {
         key_of(&self.name)
     }
-    pub(crate) fn file_id(&self) -> Option<FileId> {
+
+    fn file_id(&self) -> Option<FileId> {
         None
     }
 }
@@ -287,16 +293,20 @@ pub(crate) struct Held {
     _claim: Claim,
 }
 
-impl Held {
-    pub(crate) fn file_id(&self) -> Option<FileId> {
+impl PlatformHeld for Held {
+    type Opened = Opened;
+
+    fn file_id(&self) -> Option<FileId> {
         None
     }
+
     /// Nobody can tell who waits for a named object.
-    pub(crate) fn others_waiting(&self) -> bool {
+    fn others_waiting(&self) -> bool {
         false
     }
+
     /// Releases and gives back the resolved lock for the next try.
-    pub(crate) fn unlock_keep(self) -> Option<Opened> {
+    fn unlock_keep(self) -> Option<Opened> {
         let Held {
             _handle,
             name,
@@ -311,21 +321,16 @@ impl Held {
 /// Never exists on Windows: there is no kernel queue to wait in.
 pub(crate) enum Granted {}
 
-/// The outcome of one non-blocking try.
-pub(crate) enum Attempt {
-    Acquired(Held),
-    Busy(Opened, Claim),
-    #[allow(dead_code)] // a Windows lock object cannot be replaced under us
-    Replaced,
-}
+/// The outcome of one non-blocking try (the one enum of every platform).
+type Attempt = super::Attempt<Windows>;
 
 /// Windows does not judge ACLs: see `lease::check_trusted`.
-pub(crate) fn check_trusted(_path: &Path) -> Result<()> {
+fn check_trusted(_path: &Path) -> Result<()> {
     Ok(())
 }
 
 /// Checks the target and computes its object name (creating missing parents if allowed).
-pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
+fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
     let path = target.display();
     let (parent, file_name) = match &target.kind {
         TargetKind::At { dir, name } => (dir.clone(), name.clone()),
@@ -397,7 +402,7 @@ pub(crate) fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
 }
 
 /// One try under a granted claim: create the named object.
-pub(crate) fn try_lock(
+fn try_lock(
     target: &Target,
     opened: Opened,
     claim: Claim,
@@ -424,12 +429,12 @@ pub(crate) fn try_lock(
 }
 
 /// Never granted (no kernel queue).
-pub(crate) fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
+fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
     match granted {}
 }
 
 /// Never called on Windows (its waits poll).
-pub(crate) fn lock_inline(_target: &Target, opened: Opened, _mode: Mode) -> Result<Granted> {
+fn lock_inline(_target: &Target, opened: Opened, _mode: Mode) -> Result<Granted> {
     Err(Error::Io {
         op: "lock",
         path: PathBuf::from(opened.name),
@@ -441,7 +446,7 @@ pub(crate) fn lock_inline(_target: &Target, opened: Opened, _mode: Mode) -> Resu
 }
 
 /// A held object cannot be replaced under us.
-pub(crate) fn still_at_path(_target: &Target, _id: Option<FileId>) -> bool {
+fn still_at_path(_target: &Target, _id: Option<FileId>) -> bool {
     true
 }
 
@@ -473,12 +478,12 @@ impl Drop for KernelWait {
 /// Checks that the lease still stands for its path.
 ///
 /// A named object vanishes with its last handle: there is no lock file to remove.
-pub(crate) fn unlink_held(_target: &Target, _held: &Held) -> Result<bool> {
+fn unlink_held(_target: &Target, _held: &Held) -> Result<bool> {
     Ok(false)
 }
 
 /// A kernel object has no modification time; it counts as just made (never collected).
-pub(crate) fn modified(_target: &Target, _held: &Held) -> Result<std::time::SystemTime> {
+fn modified(_target: &Target, _held: &Held) -> Result<std::time::SystemTime> {
     Ok(std::time::SystemTime::now())
 }
 
@@ -488,7 +493,7 @@ pub(crate) fn modified(_target: &Target, _held: &Held) -> Result<std::time::Syst
 /// no longer resolves at all (its directory was removed) keeps the lease: whoever recreates
 /// the directory at that path resolves the same name. Leases taken in a `LockDir` are bound
 /// to the directory resolved when it was opened.
-pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
+fn verify(target: &Target, held: &Held) -> Result<()> {
     let TargetKind::Path(p) = &target.kind else {
         return Ok(());
     };
@@ -510,7 +515,7 @@ pub(crate) fn verify(target: &Target, held: &Held) -> Result<()> {
 }
 
 /// Maps a failed holder look-up to the error naming `path`.
-pub(crate) fn holders_error(path: &Path, u: Unusable) -> Error {
+fn holders_error(path: &Path, u: Unusable) -> Error {
     match u {
         Unusable::NotRegular(kind) => Error::NotRegularFile {
             path: path.to_path_buf(),
@@ -574,6 +579,75 @@ pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
 }
 
 /// Maps a failure to set up a wait.
-pub(crate) fn wait_error(path: &Path, e: io::Error) -> Error {
+fn wait_error(path: &Path, e: io::Error) -> Error {
     io_error(path, "set up wait", e)
+}
+
+/// The Windows platform (see [`Platform`]): each item names the function of this file that
+/// does it.
+#[derive(Debug)]
+pub(crate) struct Windows;
+
+impl Platform for Windows {
+    /// Waiters poll: no kernel event announces a destroyed named object.
+    const NOTIFIES: bool = false;
+
+    type Dir = Dir;
+    type Target = Target;
+    type Opened = Opened;
+    type Held = Held;
+    type Granted = Granted;
+    type KernelWait = KernelWait;
+    type SysError = io::Error;
+
+    fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
+        open(opts, target)
+    }
+    fn try_lock(
+        target: &Target,
+        opened: Opened,
+        claim: Claim,
+        mode: Mode,
+        may_wait: bool,
+    ) -> Result<Attempt> {
+        try_lock(target, opened, claim, mode, may_wait)
+    }
+    fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
+        accept(target, granted, claim)
+    }
+    fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result<Granted> {
+        lock_inline(target, opened, mode)
+    }
+    fn start_wait(
+        target: &Target,
+        opened: Opened,
+        mode: Mode,
+        notifier: Arc<Notifier>,
+    ) -> std::result::Result<KernelWait, Opened> {
+        KernelWait::start(target, opened, mode, notifier)
+    }
+    fn poll_wait(wait: &KernelWait, target: &Target) -> Option<Result<Granted>> {
+        wait.poll(target)
+    }
+    fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
+        still_at_path(target, id)
+    }
+    fn verify(target: &Target, held: &Held) -> Result<()> {
+        verify(target, held)
+    }
+    fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
+        unlink_held(target, held)
+    }
+    fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
+        modified(target, held)
+    }
+    fn check_trusted(path: &Path) -> Result<()> {
+        check_trusted(path)
+    }
+    fn holders_error(path: &Path, u: Unusable) -> Error {
+        holders_error(path, u)
+    }
+    fn wait_error(path: &Path, e: io::Error) -> Error {
+        wait_error(path, e)
+    }
 }

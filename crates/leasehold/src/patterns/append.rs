@@ -33,8 +33,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, ErrorClass};
-use crate::lease::{Lease, LockDir};
+use crate::error::{Classify, Error, ErrorClass};
+use crate::lease::{self, Lease, LockDir};
 
 /// How far an append is pushed to stable storage before it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -86,18 +86,20 @@ pub enum AppendError {
     },
 }
 
-impl AppendError {
+impl Classify for AppendError {
     /// How a caller should treat this error: a refused record is [`ErrorClass::Usage`]
     /// (nothing was written), a poisoned handle [`ErrorClass::Failure`], and a lease or I/O
     /// error has its own class.
-    pub fn class(&self) -> ErrorClass {
+    fn class(&self) -> ErrorClass {
         match self {
             AppendError::Lease(e) => e.class(),
             AppendError::InvalidRecord { .. } => ErrorClass::Usage,
             AppendError::Poisoned { .. } => ErrorClass::Failure,
         }
     }
+}
 
+impl AppendError {
     /// True when the log path itself is unusable (not a regular file, permission denied, …):
     /// the caller's input is at fault and nothing was changed.
     pub fn is_unusable_path(&self) -> bool {
@@ -318,7 +320,7 @@ impl AppendLog {
             return Ok(None);
         }
         let mut last = [0u8; 1];
-        read_exact_at(&self.file, &mut last, self.len - 1)
+        lease::read_exact_at(&self.file, &mut last, self.len - 1)
             .map_err(|e| io_error(&self.path, "read log", e))?;
         if last[0] == b'\n' {
             return Ok(None);
@@ -432,7 +434,7 @@ fn last_newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
     while hi > 0 {
         let lo = hi.saturating_sub(CHUNK);
         let chunk = &mut buf[..(hi - lo) as usize];
-        read_exact_at(file, chunk, lo)?;
+        lease::read_exact_at(file, chunk, lo)?;
         if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
             return Ok(Some(lo + i as u64));
         }
@@ -464,35 +466,6 @@ fn write_at_end(file: &File, mut lines: &[u8], mut end: u64) -> std::io::Result<
             Ok(n) => {
                 lines = &lines[n..];
                 end += n as u64;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Fills `buf` from `offset` without moving a shared file position (`pread` on POSIX,
-/// `ReadFile` with an offset on Windows, `pread` through `sys` on WASI).
-#[cfg(unix)]
-fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
-}
-
-#[cfg(target_os = "wasi")]
-fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    crate::sys::read_exact_at(file, buf, offset)
-}
-
-#[cfg(windows)]
-fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
-    use std::os::windows::fs::FileExt;
-    while !buf.is_empty() {
-        match file.seek_read(buf, offset) {
-            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
-                buf = &mut buf[n..];
-                offset += n as u64;
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

@@ -316,7 +316,7 @@ pub fn temporary_name(name: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     // WASI has no process ids: 0 there (a clash with another instance's leftover is
     // stepped over like any other, see above).
-    let pid = crate::sys::process_id().unwrap_or(0);
+    let pid = crate::lease::process_id().unwrap_or(0);
     format!(".{name}.tmp.{pid}.{n}")
 }
 
@@ -388,7 +388,7 @@ mod tests {
         // The names the next rewrites of this process would pick, as a killed process whose
         // pid we now have would have left them.
         let next = COUNTER.load(Ordering::Relaxed);
-        let pid = crate::sys::process_id().unwrap_or(0);
+        let pid = crate::lease::process_id().unwrap_or(0);
         for n in next..next + 8 {
             std::fs::write(dir.path().join(format!(".doc.json.tmp.{pid}.{n}")), b"old").unwrap();
         }

@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use crate::lease::claim::Mode;
-use crate::{Budget, Error, ErrorClass, Lease, LeaseOptions, LockDir};
+use crate::{Budget, Classify, Error, ErrorClass, Lease, LeaseOptions, LockDir};
 
 /// How long an acquisition waits at most unless [`KeyedLeases::max_wait`] says otherwise.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
@@ -112,10 +112,10 @@ pub enum KeyError {
     },
 }
 
-impl KeyError {
+impl Classify for KeyError {
     /// How a caller should treat this error: an empty or unknown key is
     /// [`ErrorClass::Usage`] (nothing was created); a lease error has its own class.
-    pub fn class(&self) -> ErrorClass {
+    fn class(&self) -> ErrorClass {
         match self {
             KeyError::EmptyKey { .. } | KeyError::Unknown { .. } => ErrorClass::Usage,
             KeyError::Lease(e) => e.class(),

@@ -281,7 +281,7 @@ pub(crate) fn try_lock(fd: BorrowedFd<'_>, shared: bool) -> Result<bool, Errno> 
 }
 
 /// `flock(LOCK_EX)` (or `LOCK_SH`): sleeps in the kernel's queue until the lock is granted.
-/// Only the kernel-wait helper threads call this (see `lease/posix.rs`); `EINTR` is retried.
+/// Only the kernel-wait helper threads call this (see `lease/posix/kernel_wait.rs`); `EINTR` is retried.
 pub(crate) fn lock_blocking(fd: BorrowedFd<'_>, shared: bool) -> Result<(), Errno> {
     let op = if shared {
         FlockOperation::LockShared
@@ -515,6 +515,12 @@ pub(crate) fn create_dirs(path: &Path) -> io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(path)
+}
+
+/// Fills `buf` from `offset` without moving a shared file position (`pread`, through std's
+/// `FileExt`, which retries `EINTR` and short reads).
+pub(crate) fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
 }
 
 /// `fsync` of an open directory: makes its entries (creations, renames) durable.

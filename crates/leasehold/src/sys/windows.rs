@@ -8,9 +8,10 @@
 //! destroys a named object when its last handle closes — on `CloseHandle`, and on process
 //! death, `TerminateProcess` included — so a crashed holder never blocks a successor.
 //!
-//! This is the only module of the crate that contains `unsafe` code: `windows-sys` exposes the
-//! raw Win32 calls, and there is no safe wrapper crate (like `rustix` on POSIX) for named
-//! semaphores. Each block states why it is sound.
+//! This module has `unsafe` code (allowed here alone, with `reactor.rs` on POSIX; see the
+//! crate's `unsafe` policy in `lib.rs`): `windows-sys` exposes the raw Win32 calls, and there
+//! is no safe wrapper crate (like `rustix` on POSIX) for named semaphores. Each block states
+//! why it is sound.
 
 use std::io;
 use std::os::windows::ffi::OsStrExt;
@@ -166,6 +167,28 @@ pub(crate) fn open_data_file(path: &Path, write: bool, create: bool) -> io::Resu
         ));
     }
     Ok(file)
+}
+
+/// Fills `buf` from `offset` (`ReadFile` with an offset; unlike `pread` it moves the
+/// handle's file position, which the append log does not use: its writes are positioned too).
+pub(crate) fn read_exact_at(
+    file: &std::fs::File,
+    mut buf: &mut [u8],
+    mut offset: u64,
+) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        match file.seek_read(buf, offset) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Sleeps (Windows waiters poll: no kernel event announces a destroyed named object).

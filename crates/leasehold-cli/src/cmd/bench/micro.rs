@@ -32,7 +32,7 @@ fn sys_err<'a>(what: &'static str, path: &'a Path) -> impl Fn(rustix::io::Errno)
 
 #[cfg(unix)]
 /// The system calls of `Lease::try_acquire` + drop, issued directly (see `open` and
-/// `try_lock` in the library's `lease/posix.rs`, confirmed with strace): open
+/// `try_lock` in the library's `lease/posix/mod.rs`, confirmed with strace): open
 /// no-follow/non-blocking/close-on-exec/no-ctty creating 0600, one `fstat` for the identity,
 /// kind and owner, `geteuid` for the owner check, `flock(LOCK_EX|LOCK_NB)`, `statat` to
 /// verify the locked inode is the one at the path, `close`. (The look before the open and

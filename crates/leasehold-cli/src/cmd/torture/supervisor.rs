@@ -43,6 +43,8 @@ pub struct Settings {
     pub gc: bool,
     /// Workers break exclusion on purpose (the checker's self-check): see `TortureArgs`.
     pub break_exclusion: bool,
+    /// Increments in background descendants of COMMAND, and shared reads: see `TortureArgs`.
+    pub descendants: bool,
 }
 
 #[derive(Default)]
@@ -135,6 +137,7 @@ pub fn run(settings: &Settings) -> Outcome {
             let flags = Flags {
                 gc: settings.gc,
                 break_exclusion: settings.break_exclusion,
+                descendants: settings.descendants,
             };
             thread::spawn(move || tend(&shared, &layout, &exe, slot, flags))
         })
@@ -244,6 +247,7 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
 struct Flags {
     gc: bool,
     break_exclusion: bool,
+    descendants: bool,
 }
 
 /// Keeps one worker slot busy: starts an incarnation, answers its phases (or kills it in
@@ -267,6 +271,7 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags)
                 .arg(&layout.dir)
                 .args(flags.gc.then_some("--gc"))
                 .args(flags.break_exclusion.then_some("--break-exclusion"))
+                .args(flags.descendants.then_some("--descendants"))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(err);

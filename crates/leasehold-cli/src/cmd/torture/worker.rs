@@ -103,6 +103,8 @@ pub fn work(layout: &Layout, slot: u32, generation: u32) -> Outcome {
     for seq in 1u64.. {
         if rng.below(2) == 0 {
             registry_op(layout, &logs, &mut rng, seq)?;
+        } else if cfg!(unix) && layout.descendants && rng.below(3) == 0 {
+            shared_read(layout, &logs, &exe)?;
         } else if cfg!(unix) {
             counter_op(layout, &logs, &exe, seq)?;
         } else {
@@ -144,28 +146,107 @@ fn registry_op(layout: &Layout, logs: &Logs, rng: &mut Rng, seq: u64) -> Result<
 
 fn counter_op(layout: &Layout, logs: &Logs, exe: &Path, seq: u64) -> Result<(), Failure> {
     logs.op("intent", &format!("{seq} counter"))?;
-    let status = Command::new(exe)
-        .arg("run")
+    let mut cmd = Command::new(exe);
+    cmd.arg("run")
         .arg("--timeout")
         .arg(ACQUIRE_WAIT.as_secs().to_string())
         .arg(layout.counter_lock_of(logs.slot))
+        .arg("--");
+    if !layout.descendants {
+        let status = cmd
+            .arg(exe)
+            .args(increment_args(layout, logs))
+            .status()
+            .map_err(|e| Failure::failed(format!("cannot start leasehold run: {e}")))?;
+        return match status.code() {
+            Some(0) => logs.op("ack", &seq.to_string()),
+            Some(75) => Ok(()),
+            _ => logs.op(
+                "violation",
+                &format!("counter increment ended with {status}"),
+            ),
+        };
+    }
+    // COMMAND starts the increment in the background and exits: `run` ends while the
+    // descendant still holds the inherited lease, which must stay held until it exits. The
+    // descendant keeps the supervisor's stdin and stdout for its phases (an asynchronous
+    // list's stdin is /dev/null before its own redirections: saved to 3 first), and records the
+    // acknowledgement itself; this worker waits for it through their shared stderr pipe,
+    // whose end of file says that `run` and the descendant have both gone.
+    let (mut reader, writer) =
+        std::io::pipe().map_err(|e| Failure::failed(format!("cannot make a pipe: {e}")))?;
+    cmd.args(["sh", "-c", "exec 3<&0; \"$@\" <&3 3<&- &", "sh"])
+        .arg(exe)
+        .args(increment_args(layout, logs))
+        .args(["--ack", &seq.to_string()])
+        .stderr(writer);
+    let child = cmd.spawn();
+    drop(cmd); // our copy of the pipe's write end
+    let mut child =
+        child.map_err(|e| Failure::failed(format!("cannot start leasehold run: {e}")))?;
+    let _ = std::io::copy(&mut reader, &mut std::io::stderr());
+    let status = child
+        .wait()
+        .map_err(|e| Failure::failed(format!("waiting for leasehold run: {e}")))?;
+    match status.code() {
+        Some(0 | 75) => Ok(()),
+        _ => logs.op(
+            "violation",
+            &format!("counter increment ended with {status}"),
+        ),
+    }
+}
+
+/// The worker arguments of an increment as COMMAND (after the executable).
+fn increment_args(layout: &Layout, logs: &Logs) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = crate::cmd::worker::ARGS
+        .iter()
+        .chain(&["torture", "--increment"])
+        .map(Into::into)
+        .collect();
+    args.push(format!("{}:{}", logs.slot, logs.generation).into());
+    args.push("--dir".into());
+    args.push(layout.dir.clone().into());
+    args
+}
+
+/// A `--descendants` run's reader: the counter read under `run --shared` (so that the
+/// shared-mode gates exist, and exclusive runs wait through them).
+fn shared_read(layout: &Layout, logs: &Logs, exe: &Path) -> Result<(), Failure> {
+    let status = Command::new(exe)
+        .args(["run", "--shared", "--timeout"])
+        .arg(ACQUIRE_WAIT.as_secs().to_string())
+        .arg(layout.counter_lock())
         .arg("--")
         .arg(exe)
         .args(crate::cmd::worker::ARGS)
-        .args(["torture", "--increment"])
+        .args(["torture", "--read"])
         .arg(format!("{}:{}", logs.slot, logs.generation))
         .arg("--dir")
         .arg(&layout.dir)
         .status()
         .map_err(|e| Failure::failed(format!("cannot start leasehold run: {e}")))?;
     match status.code() {
-        Some(0) => logs.op("ack", &seq.to_string()),
-        Some(75) => Ok(()),
-        _ => logs.op(
-            "violation",
-            &format!("counter increment ended with {status}"),
-        ),
+        Some(0 | 75) => Ok(()),
+        _ => logs.op("violation", &format!("counter read ended with {status}")),
     }
+}
+
+/// The command `run --shared` executes: the counter must parse (never torn under a lease).
+pub fn read(layout: &Layout, slot: u32, generation: u32) -> Outcome {
+    let logs = Logs::open(layout, slot, generation)?;
+    phase("reading");
+    let path = layout.counter();
+    let bytes = std::fs::read(&path)
+        .map_err(|e| Failure::failed(format!("{}: cannot read: {e}", path.display())))?;
+    let text = String::from_utf8_lossy(&bytes);
+    if text.trim().parse::<u64>().is_err() {
+        logs.op(
+            "violation",
+            &format!("counter torn under a shared lease: {text:?}"),
+        )?;
+    }
+    Ok(0)
 }
 
 /// The counter on Windows: the same increment under a `Lease` this worker takes itself,
@@ -194,10 +275,14 @@ fn counter_in_process(layout: &Layout, logs: &Logs, seq: u64) -> Result<(), Fail
     }
 }
 
-/// The command `run` executes under the counter lease: read, increment, durably rewrite.
-pub fn increment(layout: &Layout, slot: u32, generation: u32) -> Outcome {
+/// The command `run` executes under the counter lease: read, increment, durably rewrite;
+/// with `ack`, then record operation `ack` as acknowledged (see [`counter_op`]).
+pub fn increment(layout: &Layout, slot: u32, generation: u32, ack: Option<u64>) -> Outcome {
     let logs = Logs::open(layout, slot, generation)?;
     increment_held(layout, &logs)?;
+    if let Some(seq) = ack {
+        logs.op("ack", &seq.to_string())?;
+    }
     Ok(0)
 }
 

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use crate::{Budget, Error, ErrorClass, HolderInfo, Lease, LeaseOptions};
+use crate::{Budget, Classify, Error, ErrorClass, HolderInfo, Lease, LeaseOptions};
 
 #[cfg(feature = "tokio")]
 mod asynchronous;
@@ -119,9 +119,9 @@ impl Arbiter for KernelArbiter {
 #[error("{0}")]
 pub struct StoreFailure(pub String);
 
-impl StoreFailure {
+impl Classify for StoreFailure {
     /// Always [`ErrorClass::Failure`]: the store, not the caller's input, is at fault.
-    pub fn class(&self) -> ErrorClass {
+    fn class(&self) -> ErrorClass {
         ErrorClass::Failure
     }
 }
@@ -175,12 +175,12 @@ pub enum AuthorityError {
     Lease(Error),
 }
 
-impl AuthorityError {
+impl Classify for AuthorityError {
     /// How a caller should treat this error: another authority is
     /// [`ErrorClass::Contended`], a failed store [`ErrorClass::Failure`], and an arbiter
     /// error the class of that error (an unusable lock path is `Usage`, a cancelled wait
     /// `Cancelled`).
-    pub fn class(&self) -> ErrorClass {
+    fn class(&self) -> ErrorClass {
         match self {
             AuthorityError::Contended { .. } => ErrorClass::Contended,
             AuthorityError::StorageFailed { .. } => ErrorClass::Failure,

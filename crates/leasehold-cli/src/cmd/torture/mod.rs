@@ -70,7 +70,7 @@ pub struct TortureArgs {
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Torture the registry on etcd at ENDPOINTS instead (SIGKILL and SIGSTOP/SIGCONT of
-    /// workers; `--kills` counts both). Needs the `etcd` feature.
+    /// workers; `--kills` counts both).
     #[arg(long, value_name = "ENDPOINTS", conflicts_with = "etcd_server")]
     etcd: Option<String>,
     /// Like --etcd, on a private etcd this run starts and stops (`etcd` on PATH).
@@ -90,6 +90,12 @@ pub struct TortureArgs {
     /// lock file of its own, so increments overlap and get lost; the run must fail.
     #[arg(long, hide = true, conflicts_with = "gc")]
     break_exclusion: bool,
+    /// COMMAND of each counter `run` leaves the increment to a background descendant and
+    /// exits at once, so the lease must outlive `run` (it lasts until the last process
+    /// holding it exits); a third of the counter operations read it under `run --shared`
+    /// instead, so the shared-mode gates exist and exclusive runs wait through them.
+    #[arg(long, conflicts_with = "gc")]
+    descendants: bool,
 }
 
 /// Arguments of a torture worker process (internal: not part of the contract).
@@ -110,6 +116,17 @@ pub struct WorkerArgs {
     /// The checker's self-check: the counter's lease on a lock file of this worker's own.
     #[arg(long)]
     break_exclusion: bool,
+    /// A `--descendants` run: counter increments in a background descendant of COMMAND,
+    /// and shared reads.
+    #[arg(long)]
+    descendants: bool,
+    /// With `--increment`: record the acknowledgement of operation SEQ after the increment
+    /// (the increment of a `--descendants` run ends after its `run` has exited).
+    #[arg(long, value_name = "SEQ", requires = "increment")]
+    ack: Option<u64>,
+    /// Read the counter under a shared lease (run as COMMAND under `leasehold run --shared`).
+    #[arg(long, conflicts_with = "increment")]
+    read: bool,
 }
 
 /// Runs one torture worker (or one increment under `run`).
@@ -117,8 +134,11 @@ pub fn worker(args: WorkerArgs) -> Outcome {
     let (slot, generation) = parse_id(&args.id)?;
     let mut layout = Layout::new(&args.dir);
     layout.broken = args.break_exclusion;
+    layout.descendants = args.descendants;
     if args.increment {
-        worker::increment(&layout, slot, generation)
+        worker::increment(&layout, slot, generation, args.ack)
+    } else if args.read {
+        worker::read(&layout, slot, generation)
     } else if args.gc && slot == 0 {
         worker::collect(&layout, slot, generation)
     } else if args.gc {
@@ -136,6 +156,11 @@ pub fn main(args: TortureArgs) -> Outcome {
     if args.etcd.is_some() || args.etcd_server || args.etcd_worker.is_some() {
         return etcd_mode(&args);
     }
+    if args.descendants && cfg!(windows) {
+        return Err(Failure::usage(
+            "torture --descendants: COMMAND's descendants inherit the lease on Unix only (on Windows the lease is not inherited)",
+        ));
+    }
     supervisor::run(&supervisor::Settings {
         workers: args.workers,
         kills: args.kills,
@@ -144,6 +169,7 @@ pub fn main(args: TortureArgs) -> Outcome {
         dir: args.dir,
         gc: args.gc,
         break_exclusion: args.break_exclusion,
+        descendants: args.descendants,
     })
 }
 
@@ -207,6 +233,8 @@ pub struct Layout {
     dir: PathBuf,
     /// `--break-exclusion`: each worker slot locks a counter lock file of its own.
     broken: bool,
+    /// `--descendants`: increments in background descendants of COMMAND, and shared reads.
+    descendants: bool,
 }
 
 impl Layout {
@@ -214,6 +242,7 @@ impl Layout {
         Layout {
             dir: dir.to_path_buf(),
             broken: false,
+            descendants: false,
         }
     }
     /// The etcd mode's operations log (one file, appended to by every worker: POSIX only).

@@ -6,20 +6,25 @@
 //! the reactor, so no executor thread is ever parked and no thread is spent per waiter (the
 //! kernel-wait helper is per inode and process, shared by every waiter there). Dropping the
 //! future drops the acquisition, which abandons its wait: nothing of ours holds the lease
-//! afterwards (see `posix.rs`, `KernelWait`).
+//! afterwards (see `posix/kernel_wait.rs`, `KernelWait`).
 
 use super::imp::Held;
 use super::wait::{Acquisition, Next};
 use crate::error::Result;
 
 #[cfg(unix)]
-use std::os::fd::{BorrowedFd, OwnedFd};
+use crate::sys;
 #[cfg(unix)]
-use tokio::io::{Interest, unix::AsyncFd};
+use std::os::fd::OwnedFd;
+#[cfg(unix)]
+use tokio::io::unix::AsyncFd;
 
 pub(crate) async fn run(mut acq: Acquisition<'_>) -> Result<Held> {
     #[cfg(unix)]
-    let cancel = acq.budget().cancel_token().and_then(|c| register(c.fd()));
+    let cancel = acq
+        .budget()
+        .cancel_token()
+        .and_then(|c| sys::register_readable(c.fd()));
     #[cfg(unix)]
     let mut notifier: Option<AsyncFd<OwnedFd>> = None;
     loop {
@@ -37,7 +42,7 @@ pub(crate) async fn run(mut acq: Acquisition<'_>) -> Result<Held> {
                 #[cfg(unix)]
                 {
                     if notifier.is_none() {
-                        notifier = acq.notifier().and_then(|n| register(n.fd()));
+                        notifier = acq.notifier().and_then(|n| sys::register_readable(n.fd()));
                     }
                     tokio::select! {
                         _ = readable(notifier.as_ref()) => {}
@@ -50,19 +55,6 @@ pub(crate) async fn run(mut acq: Acquisition<'_>) -> Result<Held> {
             }
         }
     }
-}
-
-/// Registers a borrowed descriptor with the reactor. A duplicate is registered, because one
-/// descriptor (a shared cancellation pipe) cannot be registered twice with epoll.
-///
-/// The safe constructor is deprecated only because an arbitrary `AsRawFd` could report a
-/// different descriptor over time; an `OwnedFd` owned by the `AsyncFd` cannot, so the use is
-/// sound, and it keeps this crate free of `unsafe`.
-#[cfg(unix)]
-#[allow(deprecated)]
-fn register(fd: BorrowedFd<'_>) -> Option<AsyncFd<OwnedFd>> {
-    let owned = fd.try_clone_to_owned().ok()?;
-    AsyncFd::with_interest(owned, Interest::READABLE).ok()
 }
 
 #[cfg(unix)]

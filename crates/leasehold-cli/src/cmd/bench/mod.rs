@@ -68,7 +68,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Instead: leasehold on etcd at ENDPOINTS against `etcdctl lock` (acquire, hand-over,
-    /// takeover after SIGKILL). Needs the `etcd` feature and etcdctl.
+    /// takeover after SIGKILL). Needs etcdctl on PATH.
     #[arg(long, value_name = "ENDPOINTS", conflicts_with = "etcd_server")]
     etcd: Option<String>,
     /// Like --etcd, on a private etcd this run starts and stops (`etcd` on PATH).

@@ -1,0 +1,344 @@
+//! Options for taking a lease, and every way of taking one with them: exclusive and shared
+//! leases, on a path or in a [`LockDir`], blocking or async, handles and caller's
+//! descriptors. The options are the same on every platform; what they mean there is said in
+//! each method's documentation.
+
+use std::path::Path;
+
+#[cfg(unix)]
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+#[cfg(unix)]
+use super::LockMode;
+use super::claim::Mode;
+use super::wait::Acquisition;
+use super::{
+    Imp, Lease, LeaseHandle, LockDir, Platform, PlatformTarget, SharedLease, blocking, imp,
+};
+use crate::budget::Budget;
+#[cfg(doc)] // the errors the methods document
+use crate::error::Error;
+use crate::error::Result;
+
+/// Options for taking a lease. `LeaseOptions::default()` accepts a missing lock file
+/// (creating it, mode 0600, on POSIX), creates missing parent directories, refuses network
+/// and FUSE file systems, refuses an existing lock file that another user owns or may
+/// write, and refuses to lease at all where the platform has no lock other processes
+/// honour (WebAssembly/WASI: see [`single_process`](Self::single_process)).
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseOptions {
+    pub(crate) create: bool,
+    pub(crate) create_parents: bool,
+    pub(crate) allow_network_fs: bool,
+    pub(crate) allow_shared_state: bool,
+    pub(crate) single_process: bool,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions {
+            create: true,
+            create_parents: true,
+            allow_network_fs: false,
+            allow_shared_state: false,
+            single_process: false,
+        }
+    }
+}
+
+impl LeaseOptions {
+    /// The defaults: accept a missing lock file, create missing parents, refuse network file
+    /// systems.
+    pub fn new() -> LeaseOptions {
+        LeaseOptions::default()
+    }
+
+    /// With `false`, a missing lock file is [`Error::NotFound`] — used where only a known key
+    /// may allocate a lock file. With `true` (the default) a missing file is created with mode
+    /// 0600 on POSIX; on Windows it is never created, because there the lease is a named
+    /// kernel object, not the file.
+    pub fn create(mut self, create: bool) -> LeaseOptions {
+        self.create = create;
+        self
+    }
+
+    /// Whether missing parent directories of a path are created (mode 0700 on POSIX). On
+    /// Windows the parent must exist before locking: its real path is part of the lock's name.
+    pub fn create_parents(mut self, create: bool) -> LeaseOptions {
+        self.create_parents = create;
+        self
+    }
+
+    /// Allows lock files on network and FUSE file systems (NFS, SMB/CIFS, AFS, Coda, FUSE:
+    /// sshfs, bindfs, ...; UNC paths and mapped drives on Windows). Off by default: `flock`
+    /// there may block forever even with `LOCK_NB`, or fail to exclude other clients (a
+    /// bindfs mount and its backing path do not exclude each other), and a Windows kernel
+    /// object excludes only processes on this machine. Opting in is your statement that your
+    /// mount's locking is sound. The CLI opts in with `LEASEHOLD_ALLOW_NETWORK_FS=1`.
+    pub fn allow_network_filesystem(mut self, allow: bool) -> LeaseOptions {
+        self.allow_network_fs = allow;
+        self
+    }
+
+    /// Accepts an existing lock file that belongs to another user (neither this process's
+    /// effective user nor root) or that its group or others may write. Off by default, as
+    /// OpenSSH's StrictModes: the owner of a lock file can unlink it while you hold it, after
+    /// which a second process locks a new file and both believe they hold the lease; anyone
+    /// who may write it can do the same. Turn it on only where several users share the lock
+    /// on purpose (a group-writable lock file in a shared directory). POSIX only; the CLI
+    /// opts in with `LEASEHOLD_ALLOW_SHARED=1`.
+    pub fn allow_shared_state(mut self, allow: bool) -> LeaseOptions {
+        self.allow_shared_state = allow;
+        self
+    }
+
+    /// Declares that this program is the only one that will ever take leases in the
+    /// directories it uses, so that a lease may be a claim in this process's claim table
+    /// alone where the platform has no inter-process lock.
+    ///
+    /// Only WASI (`wasm32-wasip1`) needs it: WASI has no file locking at all, and a WASI host can preopen one directory into
+    /// several instances (or share it with native processes), which would all "hold" the
+    /// same lease if leasehold granted one silently — failing open, the one thing a lock must
+    /// not do. Without the opt-in, acquiring there is [`Error::Unsupported`]. With it,
+    /// a lease excludes the other leases of this instance (exclusive and shared modes, FIFO
+    /// waiters, budgets and cancellation as everywhere), and nothing else: the invariant you
+    /// state is that no other instance or process uses the same directory.
+    ///
+    /// On Linux, macOS, the BSDs and Windows the option changes nothing: the kernel lock is
+    /// always taken, so a second process is still excluded with it set (tested). It exists
+    /// everywhere so that portable code can set it once.
+    pub fn single_process(mut self, only: bool) -> LeaseOptions {
+        self.single_process = only;
+        self
+    }
+
+    /// Whether network and FUSE file systems are allowed (see
+    /// [`allow_network_filesystem`](Self::allow_network_filesystem)).
+    pub fn allows_network_filesystem(&self) -> bool {
+        self.allow_network_fs
+    }
+
+    /// Whether state other users own or may write is accepted (see
+    /// [`allow_shared_state`](Self::allow_shared_state)); stores built on the lease apply the
+    /// same rule to the directories and documents they keep beside it.
+    pub fn allows_shared_state(&self) -> bool {
+        self.allow_shared_state
+    }
+}
+
+impl LeaseOptions {
+    /// Takes the lease on `path` if it is free right now.
+    ///
+    /// # Errors
+    /// [`Error::Contended`] when another holder has it (see [`Error::holders`]); the
+    /// unusable-path errors ([`Error::NotRegularFile`], [`Error::ParentNotDirectory`],
+    /// [`Error::PermissionDenied`], [`Error::NameTooLong`], [`Error::NetworkFilesystem`]);
+    /// [`Error::Unstable`] when the lock file keeps being replaced; [`Error::Io`];
+    /// [`Error::Unsupported`] on WASI unless [`single_process`](Self::single_process) is set.
+    pub fn try_acquire(&self, path: impl AsRef<Path>) -> Result<Lease> {
+        self.acquire(path, &Budget::no_wait())
+    }
+
+    /// Takes the lease on `path`, waiting within `budget`.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire), plus [`Error::TimedOut`] when the budget's
+    /// deadline passed and [`Error::Cancelled`] when its token fired. Either way the waiter
+    /// is abandoned and nothing of ours holds the lease.
+    pub fn acquire(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
+        let target = imp::Target::path(self, path.as_ref())?;
+        self.acquire_target(target, budget, Mode::Exclusive)
+    }
+
+    /// Takes the lease on the lock file `name` inside `dir` if it is free right now.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire); a `name` that is not one plain component is
+    /// refused.
+    pub fn try_acquire_at(&self, dir: &LockDir, name: &str) -> Result<Lease> {
+        self.acquire_at(dir, name, &Budget::no_wait())
+    }
+
+    /// Takes the lease on the lock file `name` inside `dir`, waiting within `budget`.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    pub fn acquire_at(&self, dir: &LockDir, name: &str, budget: &Budget) -> Result<Lease> {
+        let target = imp::Target::at(&dir.0, name)?;
+        self.acquire_target(target, budget, Mode::Exclusive)
+    }
+
+    /// [`acquire_at`](Self::acquire_at) in either mode, without the shared leases' gate: the
+    /// keyed pattern holds its namespace's collector lock *shared* while it opens, locks and
+    /// verifies a key's lock file, and its collector holds it *exclusive* and never waits
+    /// (see `patterns::keyed`), so no turnstile is needed there.
+    pub(crate) fn acquire_at_mode(
+        &self,
+        dir: &LockDir,
+        name: &str,
+        budget: &Budget,
+        mode: Mode,
+    ) -> Result<Lease> {
+        let target = imp::Target::at(&dir.0, name)?.without_gate();
+        self.acquire_target(target, budget, mode)
+    }
+
+    /// [`acquire_at_mode`](Self::acquire_at_mode) without blocking the executor.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn acquire_at_mode_async(
+        &self,
+        dir: &LockDir,
+        name: &str,
+        budget: &Budget,
+        mode: Mode,
+    ) -> Result<Lease> {
+        let target = imp::Target::at(&dir.0, name)?.without_gate();
+        self.acquire_target_async(target, budget, mode).await
+    }
+
+    fn acquire_target(&self, target: imp::Target, budget: &Budget, mode: Mode) -> Result<Lease> {
+        let held = blocking::run(Acquisition::new(*self, &target, budget, mode, None))?;
+        Ok(Lease {
+            held: Some(held),
+            target,
+        })
+    }
+
+    /// Takes the lease on `path`, waiting within `budget` without blocking the executor.
+    /// Dropping the future abandons the wait and leaves nothing held.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
+        let target = imp::Target::path(self, path.as_ref())?;
+        self.acquire_target_async(target, budget, Mode::Exclusive)
+            .await
+    }
+
+    /// Takes the lease on `name` inside `dir`, waiting within `budget` without blocking the
+    /// executor (see [`LeaseOptions::acquire_at`]).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_at_async(
+        &self,
+        dir: &LockDir,
+        name: &str,
+        budget: &Budget,
+    ) -> Result<Lease> {
+        let target = imp::Target::at(&dir.0, name)?;
+        self.acquire_target_async(target, budget, Mode::Exclusive)
+            .await
+    }
+
+    #[cfg(feature = "tokio")]
+    async fn acquire_target_async(
+        &self,
+        target: imp::Target,
+        budget: &Budget,
+        mode: Mode,
+    ) -> Result<Lease> {
+        let held =
+            super::asynchronous::run(Acquisition::new(*self, &target, budget, mode, None)).await?;
+        Ok(Lease {
+            held: Some(held),
+            target,
+        })
+    }
+
+    /// Opens a [`LeaseHandle`] on `path`: the lock file stays open so the lease can be taken
+    /// and released many times at the cost of `flock` + `fstatat` + unlock.
+    ///
+    /// # Errors
+    /// The unusable-path errors of [`try_acquire`](Self::try_acquire), and [`Error::Io`].
+    pub fn open_handle(&self, path: impl AsRef<Path>) -> Result<LeaseHandle> {
+        let target = imp::Target::path(self, path.as_ref())?;
+        let opened = Imp::open(self, &target)?;
+        Ok(LeaseHandle {
+            opts: *self,
+            target,
+            opened: Some(opened),
+        })
+    }
+}
+
+impl LeaseOptions {
+    /// Takes a shared lease on `path` if it can be had right now: no exclusive holder and no
+    /// exclusive waiter ahead (a waiter of ours holds the gate: see [`SharedLease`]).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire); [`Error::SharedUnsupported`] on Windows.
+    pub fn try_acquire_shared(&self, path: impl AsRef<Path>) -> Result<SharedLease> {
+        self.acquire_shared(path, &Budget::no_wait())
+    }
+
+    /// Takes a shared lease on `path`, waiting within `budget` — behind any exclusive waiter
+    /// already queued, so that writers are never starved.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
+    pub fn acquire_shared(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
+        let target = imp::Target::path(self, path.as_ref())?;
+        let held = blocking::run(Acquisition::new(*self, &target, budget, Mode::Shared, None))?;
+        Ok(SharedLease {
+            held: Some(held),
+            target,
+        })
+    }
+
+    /// Takes a shared lease on `path` without blocking the executor; dropping the future
+    /// abandons the wait and leaves nothing held.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_shared_async(
+        &self,
+        path: impl AsRef<Path>,
+        budget: &Budget,
+    ) -> Result<SharedLease> {
+        let target = imp::Target::path(self, path.as_ref())?;
+        let acq = Acquisition::new(*self, &target, budget, Mode::Shared, None);
+        let held = super::asynchronous::run(acq).await?;
+        Ok(SharedLease {
+            held: Some(held),
+            target,
+        })
+    }
+
+    /// Locks the open file description behind `fd`, a descriptor the caller opened (or
+    /// inherited: `exec 9>lockfile` in a shell), in `mode`, waiting within `budget` — what
+    /// `flock(1)` does with a descriptor number.
+    ///
+    /// The lock belongs to the open file description, not to a lease object: it stays after
+    /// this call returns, for as long as any descriptor of that description is open, until
+    /// [`unlock_descriptor`](super::unlock_descriptor) or until every one of them is closed.
+    /// `fd` may be open on any kind of file `flock(2)` locks — a regular file, a directory, a
+    /// FIFO or pipe, a device — as with `flock(1)`: the caller opened it, so none of the
+    /// dangers of opening a path apply. Unlike a path lease there is no inode-vs-path check
+    /// (there is no path to check against: the caller vouches for what it opened), no gate (an exclusive
+    /// waiter here does not hold shared acquirers back), and no in-process exclusion once
+    /// the call has returned. A description that already holds a lock in the other mode is
+    /// converted the way `flock(2)` converts: not atomically.
+    ///
+    /// # Errors
+    /// [`Error::Contended`]/[`Error::TimedOut`], [`Error::Cancelled`], [`Error::Io`] (a
+    /// closed descriptor: `EBADF`).
+    #[cfg(unix)]
+    pub fn lock_descriptor(
+        &self,
+        fd: BorrowedFd<'_>,
+        mode: LockMode,
+        budget: &Budget,
+    ) -> Result<()> {
+        let display = std::path::PathBuf::from(format!("descriptor {}", fd.as_raw_fd()));
+        let target = imp::Target::descriptor(display);
+        let opened = imp::open_descriptor(&target, fd)?;
+        let acq = Acquisition::new(*self, &target, budget, mode.into(), Some(opened));
+        // Closing our duplicate leaves the lock with the caller's description.
+        drop(blocking::run(acq)?);
+        Ok(())
+    }
+}

@@ -1,0 +1,356 @@
+//! The gate of a lock file: the cross-process half of the turnstile that keeps shared holders
+//! from starving an exclusive waiter (the in-process half is the claim queue, `claim.rs`).
+//!
+//! Why: `flock` grants `LOCK_SH` to a newcomer whenever only shared locks are held, even
+//! while a `LOCK_EX` waiter is queued, so readers that overlap each other keep a writer out
+//! for ever (util-linux `flock -s` readers do exactly that to a `flock -x` writer; BENCHMARKS.md
+//! has the figure).
+//!
+//! The protocol, over three more lock files next to the lock file, the gate, the readers'
+//! gate and the writers' queue:
+//!
+//! * An **exclusive waiter** (one that found the lock busy and waits) first passes the
+//!   readers' gate (takes it exclusively, waiting while shared waiters hold it, and lets it
+//!   go at once), then queues on the writers' queue (`LOCK_EX`: writers only), then holds
+//!   the gate exclusively (`LOCK_EX`, waiting for it if need be) while it waits for the
+//!   lock, and **keeps the queue and the gate with the lease**: its release closes the
+//!   lock, then unlocks the gate and the queue ([`HeldGate`]). An exclusive *try* never
+//!   touches the gates (for the readers' gate, see the last point); an exclusive waiter
+//!   never creates the gate or the readers' gate (shared acquirers do), and creates the
+//!   writers' queue only next to a gate.
+//! * A **shared acquirer** passes the gate: takes it shared (non-blocking on a try), tries
+//!   `LOCK_SH` on the lock, and lets the gate go at once. A **shared waiter** (the try found
+//!   the gate or the lock busy) holds the readers' gate shared for its whole wait. Where no
+//!   writer has the gate, it passes it the same way and, the lock being held exclusively,
+//!   waits for the lock *without* the gate, so it never blocks the next exclusive waiter
+//!   for longer than one try. Where a writer has the gate, it probes the lock shared: held
+//!   exclusively (normally by that writer, holding the lease), it waits on the lock itself,
+//!   and the writer's release wakes it directly, before the next writer, which must take the
+//!   gate and then the lock; held shared (the writer waits for those readers), it lets its
+//!   probe go at once and queues on the gate behind the writer.
+//! * An **exclusive acquisition that may wait** (not a try-once), in a process that has
+//!   waited on this lock while it had a readers' gate, first tries the readers' gate
+//!   exclusively (non-blocking): held by shared waiters, it does not try the lock but
+//!   waits as above. A writer that releases and acquires again at once would otherwise
+//!   take the lock back before the readers its release woke are scheduled (the kernel wakes
+//!   `flock` waiters, it does not hand the lock over): measured, 18 % of the writers'
+//!   acquisitions in the bench's mixed loop were such re-takes, and a reader's longest
+//!   waits spanned 15–23 writer holds. Where no gate is known (every lock only exclusive
+//!   users ever touched) the check costs one look-up in a process-wide list.
+//!
+//! So once an exclusive waiter holds the gate, no newcomer gets the lock shared: the waiter
+//! gets it as soon as the shared holders present when it took the gate (plus any shared
+//! waiter that had already passed it) have released, however they overlap — no writer
+//! starvation. And once shared waiters wait, exclusive waiters that come after them wait at
+//! the readers' gate until those have the lock: a writer that releases and queues again at
+//! once cannot take the gate back ahead of the readers its release woke — no reader
+//! starvation (measured: without the readers' gate two back-to-back writers made 65 % of
+//! the acquisitions against two back-to-back readers and a reader's contended wait p99 was
+//! 17× the plain-flock floor's; BENCHMARKS.md, "Shared mode"). A reader that waits on the
+//! lock next to a waiting writer (the lock's holder was not the gate's: `flock(1)`, an
+//! exclusive try) does not overtake it on Linux, whose queue puts a request behind the
+//! conflicting one before it; elsewhere it may, once. Readers and writers thus
+//! take turns in phases: the readers waiting when a writer releases go in before the next
+//! writer that was not already in line. Exclusive waiters queue on the gate among
+//! themselves, in the kernel's order. Everyone takes the readers' gate before the gate and
+//! the gate before the lock, and nobody waits for a gate while holding the lock, so there
+//! is no deadlock. (One process must not nest shared leases on one file while an exclusive
+//! waiter may queue: the inner one waits behind the waiter, which waits for the outer one.)
+//!
+//! Why a writer keeps the gate with its lease, readers wait on the lock while a writer holds
+//! it, and writers queue apart from readers: every wake-up on a hand-over's path costs, and
+//! on the 2-vCPU reference VM a `flock` call that wakes waiters takes ~8 µs and a woken
+//! waiter runs ~15 µs later. Letting the gate go on the grant woke the readers queued on it
+//! from the writer's acquisition and queued them on the lock again, and readers that then
+//! waited on the gate were woken only by a second wake-up after the writer's release
+//! (release to grant 29–34 µs, against 14–15 µs for a reader woken from the lock). And a
+//! writer queued on the gate had the readers that came after it queued behind its request
+//! (Linux puts a conflicting request behind the waiting one), which the kernel wakes when
+//! that writer is granted, before its `flock` returns: writer → writer hand-overs took
+//! 29–44 µs against the floor + verify's 15–19 µs. Measured in the bench's mixed loop, the
+//! handoff p50 went from 1.45× to 1.00–1.19× the floor + verify figure (BENCHMARKS.md,
+//! "Shared mode — one wake-up per hand-over").
+//!
+//! An abandoned exclusive wait (deadline, cancellation, dropped future) keeps its place on
+//! the gate until the kernel grants its helper the lock, which it drops at once (see
+//! [`KernelWait`](super::KernelWait)): new shared acquirers are held back for no longer
+//! than the waiter itself would have waited, and a later waiter of the process that adopts
+//! the helper keeps the place in line.
+//!
+//! Where they live and what they cost: `.<name>.leasehold-gate`,
+//! `.<name>.leasehold-gate-readers` and `.<name>.leasehold-gate-writers` in the lock file's
+//! directory (`.leasehold-gate-<sha256 of the name>` and so on when that would be too long a
+//! file name), each opened
+//! exactly like a lock file (relative to the same directory handle, never following a
+//! symlink, never blocking, close-on-exec, created 0600, never written, truncated or
+//! removed) and used only while it is a regular file. A shared acquisition pays one more
+//! open, `fstat`, `flock` and close (BENCHMARKS.md: shared acquire vs the floor), a shared
+//! wait the same again for the readers' gate (its two descriptors close with the lease,
+//! after the lock file's: [`Spare`]); an exclusive try pays nothing (an
+//! acquisition that may wait, where this process saw a readers' gate, one open, `flock` and
+//! close), an exclusive wait three opens and up to five `flock`s, and its release
+//! two `flock(LOCK_UN)`s on the gates (never on the lock: see [`Held`](super::Held)). A lease that waited keeps its gate descriptors while held:
+//! two more for a shared one, three more for an exclusive one (count them against
+//! `RLIMIT_NOFILE` when holding many leases at once). The gates only
+//! ever cost fairness, never exclusion: where they cannot be opened or locked (a read-only
+//! directory, a file system without locks) leases work as plain `flock` does, and lockers
+//! that do not know them (util-linux `flock(1)`, other libraries) are excluded by the lock
+//! itself as before. Descriptors locked with `lock_descriptor` have no path and no gates.
+//!
+//! Not a POSIX record lock on the lock file itself: Linux waiters already mark themselves
+//! with whole-file POSIX read locks there (`sys::mark_waiting`), which a write lock would
+//! collide with, and on the BSDs and macOS record locks and `flock` share one lock list.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use rustix::io::Errno;
+
+use super::{Target, guard};
+use crate::kind::FileId;
+use crate::sys::{self, Entry};
+
+/// The gate (and the writers' queue) an exclusive waiter holds with its lease.
+///
+/// Dropped right after the lease's descriptor closed (see [`Held`](super::Held)), it unlocks
+/// the gate, then the writers' queue, with `flock(LOCK_UN)`s on the gates' own descriptors
+/// (nobody else has them): the readers queued on the gate, then the next writer, are woken
+/// at once, before the closes that follow (a `close` wakes the waiters only at its end,
+/// measured 3–4 µs on the reference VM, and the next file's waiters one `close` later
+/// still). The lock itself is never unlocked through a duplicate: its description may be
+/// COMMAND's too (see [`Held`](super::Held)).
+#[derive(Debug)]
+pub(crate) struct HeldGate {
+    gate: OwnedFd,
+    writers: Option<OwnedFd>,
+}
+
+impl Drop for HeldGate {
+    fn drop(&mut self) {
+        // After the lock's close: a reader woken by the gate finds the lock free (unless a
+        // child still holds it), else it would queue on the lock and need a second
+        // wake-up. The next writer last: the readers that queued while we held go before
+        // it.
+        let _ = sys::unlock(self.gate.as_fd());
+        if let Some(w) = &self.writers {
+            let _ = sys::unlock(w.as_fd());
+        }
+    }
+}
+
+/// Gate descriptors a shared waiter already unlocked, kept with the lease so that they
+/// close after the lock file's descriptor, off the hand-over's path (each `close` of a
+/// file with waiters measured ~3.5 µs here, twice on every shared wait's grant).
+#[derive(Debug, Default)]
+pub(crate) struct Spare {
+    _fds: [Option<OwnedFd>; 2],
+}
+
+/// What a wait keeps of the gates until the lease is released.
+#[derive(Debug, Default)]
+pub(crate) struct Passed {
+    pub(crate) held: Option<HeldGate>,
+    pub(crate) spare: Spare,
+}
+
+/// The suffix of a gate's name (and how an operator recognises one).
+const SUFFIX: &str = ".leasehold-gate";
+/// The suffix of a readers' gate's name.
+const READERS_SUFFIX: &str = ".leasehold-gate-readers";
+/// The suffix of the writers' queue's name.
+const WRITERS_SUFFIX: &str = ".leasehold-gate-writers";
+/// The longest file name the common file systems take (`NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// The gate's file name for the lock file named `lock`.
+pub(crate) fn name(lock: &OsStr) -> std::ffi::OsString {
+    named(lock, SUFFIX)
+}
+
+/// The readers' gate's file name for the lock file named `lock`.
+pub(crate) fn readers_name(lock: &OsStr) -> std::ffi::OsString {
+    named(lock, READERS_SUFFIX)
+}
+
+/// The writers' queue's file name for the lock file named `lock`.
+pub(crate) fn writers_name(lock: &OsStr) -> std::ffi::OsString {
+    named(lock, WRITERS_SUFFIX)
+}
+
+fn named(lock: &OsStr, suffix: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = lock.as_bytes();
+    if 1 + bytes.len() + suffix.len() <= NAME_MAX {
+        let mut n = std::ffi::OsString::from(".");
+        n.push(lock);
+        n.push(suffix);
+        return n;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    std::ffi::OsString::from(format!("{suffix}-{hex}"))
+}
+
+/// The gates a wait goes through (either may be missing: fairness only).
+pub(crate) struct Gates {
+    gate: Option<OwnedFd>,
+    readers: Option<OwnedFd>,
+    /// Exclusive waits only, and only next to a gate.
+    writers: Option<OwnedFd>,
+}
+
+/// The inodes whose readers' gate a wait of this process has opened (gates are never
+/// removed): where an exclusive acquisition checks for waiting readers first.
+static READERS_GATED: Mutex<Vec<FileId>> = Mutex::new(Vec::new());
+
+/// Opens the gates of `target` (the inode `id`) for a wait in `shared` or exclusive mode,
+/// and remembers a readers' gate found. The gate and the readers' gate are created by
+/// shared waiters only, as [`open`] does; the writers' queue, which only exclusive waits
+/// use, by an exclusive wait that found a gate (so a lock only exclusive users ever
+/// touched still gets no gate file at all).
+pub(crate) fn open_for_wait(target: &Target, id: FileId, shared: bool) -> Gates {
+    let readers = open_file(target, target.readers_gate(), shared);
+    if readers.is_some() {
+        let mut known = guard(&READERS_GATED);
+        if !known.contains(&id) {
+            known.push(id);
+        }
+    }
+    let gate = open(target, shared);
+    let writers = match (shared, &gate) {
+        (false, Some(_)) => open_file(target, target.writers_gate(), true),
+        _ => None,
+    };
+    Gates {
+        gate,
+        readers,
+        writers,
+    }
+}
+
+/// Whether shared waiters hold the readers' gate of `target` (inode `id`) right now; only
+/// looked at where a wait of this process found one.
+pub(crate) fn readers_waiting(target: &Target, id: FileId) -> bool {
+    if !guard(&READERS_GATED).contains(&id) {
+        return false;
+    }
+    let Some(readers) = open_file(target, target.readers_gate(), false) else {
+        return false;
+    };
+    matches!(sys::try_lock(readers.as_fd(), false), Ok(false))
+}
+
+/// Opens the gate of `target`, or `None` where it has none or it cannot be used (see the
+/// module documentation: fairness only). With `create` (shared acquirers) a missing gate
+/// is created 0600; exclusive waiters never create one, so a lock that only ever had
+/// exclusive users never gets a gate (and keyed leases' namespaces none at all). Where
+/// no gate exists no shared lease of ours is held or was ever taken, bar one created at
+/// this very moment, whose first holder then goes unqueued.
+pub(crate) fn open(target: &Target, create: bool) -> Option<OwnedFd> {
+    open_file(target, target.gate(), create)
+}
+
+fn open_file(target: &Target, name: Option<PathBuf>, create: bool) -> Option<OwnedFd> {
+    let fd = sys::open_lock_file(target.dir(), &name?, create).ok()?;
+    matches!(sys::fd_entry(fd.as_fd()), Ok(Entry::Regular(_))).then_some(fd)
+}
+
+/// A shared acquirer's non-blocking pass: `false` while an exclusive waiter holds the gate.
+/// A gate that cannot be locked at all lets everyone pass.
+pub(crate) fn pass_now(gate: &OwnedFd) -> bool {
+    sys::try_lock(gate.as_fd(), true).unwrap_or(true)
+}
+
+/// Blocks until the lock on `fd` is granted in `shared` or exclusive mode, through the
+/// gates there are (see the module documentation for the protocol), and answers what the
+/// lease keeps of them. A gate that cannot be locked costs fairness only: the wait goes
+/// on to the lock.
+pub(crate) fn block(
+    fd: BorrowedFd<'_>,
+    gates: Gates,
+    shared: bool,
+) -> std::result::Result<Passed, Errno> {
+    match shared {
+        true => block_shared(fd, gates),
+        false => block_exclusive(fd, gates),
+    }
+}
+
+fn block_exclusive(fd: BorrowedFd<'_>, gates: Gates) -> std::result::Result<Passed, Errno> {
+    let Gates {
+        gate,
+        readers,
+        writers,
+    } = gates;
+    if let Some(r) = readers {
+        // Wait until the readers already waiting have the lock, then let the readers'
+        // gate go (it closes here, before this wait is in line: off every hand-over).
+        let _ = sys::lock_blocking(r.as_fd(), false);
+    }
+    let Some(gate) = gate else {
+        return sys::lock_blocking(fd, false).map(|()| Passed::default());
+    };
+    if let Some(w) = &writers {
+        // Behind the writer ahead of us, on a file no reader queues on.
+        let _ = sys::lock_blocking(w.as_fd(), false);
+    }
+    let _ = sys::lock_blocking(gate.as_fd(), false);
+    sys::lock_blocking(fd, false)?;
+    // The lock is ours: the gate stays held with the lease (see the module
+    // documentation), and the readers behind it pass when the lease is released.
+    Ok(Passed {
+        held: Some(HeldGate { gate, writers }),
+        spare: Spare::default(),
+    })
+}
+
+fn block_shared(fd: BorrowedFd<'_>, gates: Gates) -> std::result::Result<Passed, Errno> {
+    let Gates { gate, readers, .. } = gates;
+    if let Some(r) = &readers {
+        // Reserve this reader's turn for the whole wait.
+        let _ = sys::lock_blocking(r.as_fd(), true);
+    }
+    let res = match &gate {
+        Some(g) => pass_then_lock(fd, g),
+        None => sys::lock_blocking(fd, true),
+    };
+    // The lock is ours (or the wait failed): writers behind us may queue. Unlocked, not
+    // closed: the descriptors close with the lease (see `Spare`).
+    if let Some(r) = &readers {
+        let _ = sys::unlock(r.as_fd());
+    }
+    res.map(|()| Passed {
+        held: None,
+        spare: Spare {
+            _fds: [gate, readers],
+        },
+    })
+}
+
+/// A shared waiter's way through `gate` to the lock on `fd`.
+fn pass_then_lock(fd: BorrowedFd<'_>, gate: &OwnedFd) -> std::result::Result<(), Errno> {
+    if !pass_now(gate) {
+        // A writer has the gate. Holding the lock, it lets the readers queued on the
+        // lock in when it releases, before the next writer: wait on the lock itself, so
+        // that the release wakes us directly (through the gate took a second wake-up:
+        // measured 29–34 µs from release to grant against 14–15 µs). Waiting for the
+        // readers that hold the lock, it must not be overtaken: let our probe go and
+        // queue on the gate behind it.
+        if !sys::try_lock(fd, true)? {
+            return sys::lock_blocking(fd, true);
+        }
+        let _ = sys::unlock(fd);
+        let _ = sys::lock_blocking(gate.as_fd(), true);
+    }
+    // Through the gate (held shared): try the lock and let the gate go before waiting
+    // for the lock, so that no writer waits for the gate behind a reader's wait.
+    let now = sys::try_lock(fd, true);
+    let _ = sys::unlock(gate.as_fd());
+    match now? {
+        true => Ok(()),
+        false => sys::lock_blocking(fd, true),
+    }
+}

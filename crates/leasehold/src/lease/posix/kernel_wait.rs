@@ -1,0 +1,217 @@
+//! Waiting in the kernel's queue: [`KernelWait`] and the helper threads that block in
+//! `flock` for it.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustix::io::Errno;
+
+use super::{Granted, Opened, Target, gate, guard, lock_error};
+use crate::error::Result;
+use crate::kind::FileId;
+use crate::lease::PlatformTarget;
+use crate::lease::claim::Mode;
+#[cfg(all(target_os = "linux", not(leasehold_portable)))]
+use crate::sys;
+use crate::sys::Notifier;
+
+/// A wait in the kernel's own `flock` queue, run by a helper thread, that the waiter can
+/// abandon at any moment.
+///
+/// Why the kernel's queue: a waiter that sleeps on an event and then retries `LOCK_NB` loses
+/// the race to a releaser that re-locks at once — the kernel wakes blocked lockers directly
+/// when a lock is dropped, but an event reaches a poller only after the release, and the
+/// poller must then be scheduled and retry (measured: 0.2 % owner changes with two processes
+/// in a back-to-back loop where blocking `flock(LOCK_EX)` gives 52 %; see BENCHMARKS.md).
+/// Blocking in `flock` cannot be cancelled without signals, so a helper thread blocks instead
+/// of the waiter, and the waiter sleeps on its notifier and its budget's cancellation pipe.
+///
+/// The price, measured (issue 12, BENCHMARKS.md "Issue 12 — after"): a grant lands on the
+/// helper, which must then wake the waiting thread — a second thread wake-up on the
+/// handoff's critical path, 16–18 µs p50 on the 2-vCPU reference VM (an idle vCPU's wake-up
+/// through the hypervisor; an eventfd ping-pong between two busy threads costs 4 µs), so a
+/// cancellable handoff is 2.5–3.8× a blocking `flock`'s instead of the 1.3× the issue asks.
+/// The alternative — the waiting thread itself blocked in `flock`, a signal to end the wait
+/// — needs a handler installed without `SA_RESTART` (else the kernel restarts `flock`):
+/// `signal-hook` always sets `SA_RESTART`, and `sigaction` itself is `unsafe`, which this
+/// crate does not write. Waits nothing but a grant can end (no deadline, no token) block the
+/// calling thread inline (`lock_inline`) and pay one wake-up, as `flock` does.
+///
+/// Abandoning (dropping) the wait leaves the helper blocked; when the kernel grants it the
+/// lock nobody wants any more, it closes the descriptor at once, so the lease is held by
+/// nobody of ours for more than the few microseconds that takes. A later waiter in this
+/// process on the same inode adopts the abandoned wait instead of starting another, so a
+/// process never has more than one helper per inode and mode.
+pub(crate) struct KernelWait {
+    slot: Arc<Slot>,
+    id: FileId,
+}
+
+struct Slot {
+    state: Mutex<SlotState>,
+}
+
+enum SlotState {
+    Waiting(Arc<Notifier>),
+    Abandoned,
+    /// The locked descriptor, and what the lease keeps of the gates.
+    Granted(OwnedFd, gate::Passed),
+    Failed(Errno),
+    Taken,
+}
+
+/// Kernel waits in progress: (inode, shared?, slot).
+static PENDING: Mutex<Vec<(FileId, bool, Arc<Slot>)>> = Mutex::new(Vec::new());
+
+impl KernelWait {
+    /// Starts (or adopts) a kernel wait for `opened` in `mode`; `notifier` is poked on grant.
+    /// (`Err` gives the file back where no kernel queue exists: never on POSIX.)
+    pub(crate) fn start(
+        target: &Target,
+        opened: Opened,
+        mode: Mode,
+        notifier: Arc<Notifier>,
+    ) -> std::result::Result<KernelWait, Opened> {
+        let shared = mode == Mode::Shared;
+        let mut pending = guard(&PENDING);
+        for (id, sh, slot) in pending.iter() {
+            if *id == opened.id && *sh == shared {
+                let mut state = guard(&slot.state);
+                if matches!(*state, SlotState::Abandoned) {
+                    *state = SlotState::Waiting(notifier);
+                    return Ok(KernelWait {
+                        slot: slot.clone(),
+                        id: opened.id,
+                    });
+                }
+            }
+        }
+        let slot = Arc::new(Slot {
+            state: Mutex::new(SlotState::Waiting(notifier)),
+        });
+        pending.push((opened.id, shared, slot.clone()));
+        drop(pending);
+        let (id, job_slot) = (opened.id, slot.clone());
+        // Opened here, by the waiter, so the helper needs nothing of the target.
+        let gates = gate::open_for_wait(target, opened.id, shared);
+        let started = helpers::run(Box::new(move || {
+            let fd = opened.fd;
+            #[cfg(all(target_os = "linux", not(leasehold_portable)))]
+            sys::mark_waiting(fd.as_fd());
+            // The mark stays with the lease (see `lock_inline`).
+            let res = gate::block(fd.as_fd(), gates, shared);
+            guard(&PENDING).retain(|(_, _, s)| !Arc::ptr_eq(s, &job_slot));
+            let mut state = guard(&job_slot.state);
+            if let SlotState::Waiting(n) = &*state {
+                let n = n.clone();
+                *state = match res {
+                    Ok(passed) => SlotState::Granted(fd, passed),
+                    Err(e) => SlotState::Failed(e),
+                };
+                n.poke();
+            }
+            // Abandoned: `fd` closes here, releasing a lock nobody wants.
+        }));
+        if !started {
+            // No helper thread (the process is at its thread limit): the wait fails at once
+            // instead of never ending. The job, and the descriptor in it, are gone.
+            guard(&PENDING).retain(|(_, _, s)| !Arc::ptr_eq(s, &slot));
+            *guard(&slot.state) = SlotState::Failed(Errno::AGAIN);
+        }
+        Ok(KernelWait { slot, id })
+    }
+
+    /// The locked descriptor once the kernel granted it; the error if `flock` failed.
+    pub(crate) fn poll(&self, target: &Target) -> Option<Result<Granted>> {
+        let mut state = guard(&self.slot.state);
+        match std::mem::replace(&mut *state, SlotState::Taken) {
+            SlotState::Granted(fd, passed) => Some(Ok(Granted {
+                fd,
+                id: self.id,
+                marked: true,
+                passed,
+            })),
+            SlotState::Failed(e) => Some(Err(lock_error(target.display(), e))),
+            other => {
+                *state = other;
+                None
+            }
+        }
+    }
+}
+
+impl Drop for KernelWait {
+    fn drop(&mut self) {
+        // Take the pending list first (the helper's order), so an adopter never sees a slot
+        // half-way.
+        let _pending = guard(&PENDING);
+        let mut state = guard(&self.slot.state);
+        if matches!(*state, SlotState::Waiting(_)) {
+            *state = SlotState::Abandoned;
+        } else if matches!(*state, SlotState::Granted(..)) {
+            *state = SlotState::Taken; // drops the descriptor: releases at once
+        }
+    }
+}
+
+/// Helper threads that block in `flock` on behalf of waiters, kept for reuse.
+///
+/// A thread is spawned only when no idle one is parked; an idle thread exits after
+/// [`IDLE_FOR`](helpers::IDLE_FOR). Each parked thread has its own channel, so a job is
+/// handed to exactly one thread, which is then no longer idle: a second wait never queues
+/// behind a first one that may block for good.
+mod helpers {
+    use super::*;
+    use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+
+    pub(super) const IDLE_FOR: Duration = Duration::from_secs(10);
+
+    pub(super) type Job = Box<dyn FnOnce() + Send>;
+
+    /// Parked helpers, each by the sending end of its channel and an ID.
+    static IDLE: Mutex<Vec<(u64, Sender<Job>)>> = Mutex::new(Vec::new());
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    /// Hands `job` to a parked helper or a new one; `false` when no thread could be had.
+    pub(super) fn run(mut job: Job) -> bool {
+        loop {
+            let parked = guard(&IDLE).pop();
+            let Some((_, tx)) = parked else { break };
+            match tx.send(job) {
+                Ok(()) => return true,
+                Err(mpsc::SendError(back)) => job = back, // that helper has exited
+            }
+        }
+        let (tx, rx) = mpsc::channel::<Job>();
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name("leasehold-wait".into())
+            .spawn(move || worker(id, tx, rx, job));
+        spawned.is_ok()
+    }
+
+    fn worker(id: u64, tx: Sender<Job>, rx: mpsc::Receiver<Job>, first: Job) {
+        first();
+        loop {
+            guard(&IDLE).push((id, tx.clone()));
+            match rx.recv_timeout(IDLE_FOR) {
+                Ok(job) => job(),
+                Err(RecvTimeoutError::Timeout) => {
+                    let mut idle = guard(&IDLE);
+                    if let Some(pos) = idle.iter().position(|(i, _)| *i == id) {
+                        idle.remove(pos);
+                        return;
+                    }
+                    drop(idle);
+                    // Someone took our sender and is handing us a job.
+                    match rx.recv() {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+}
