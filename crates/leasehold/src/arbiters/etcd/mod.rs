@@ -11,10 +11,13 @@
 //! 1. grants a lease of `ttl` and keeps it alive every `ttl / 3` (its own task);
 //! 2. in one transaction creates `PREFIX<lease id in hex>` (value `PID@HOST`, attached to the
 //!    lease) if absent, and reads the key under `PREFIX` with the lowest create revision;
+//!    only keys attached to a lease count, here and below: a key without one never expires
+//!    and is nobody's claim (`first_leased`);
 //! 3. owns the lock when that lowest key is its own. Otherwise it watches the *deletion* of
-//!    its predecessor (the key just below its own create revision), and again, until no
-//!    older key is left — no polling; a holder that dies loses its key when its lease
-//!    expires, a holder that releases revokes its lease at once;
+//!    its predecessor (the key just below its own create revision), from the revision after
+//!    the read that found it, and again, until no older key is left — no polling; a holder
+//!    that dies loses its key when its lease expires, a holder that releases revokes its
+//!    lease at once (`wait_deletes` says why the watch starts where it does);
 //! 4. is granted with its key's create revision as the fencing token: etcd's revisions only
 //!    grow, so every later grant of the lock carries a larger token.
 //!
@@ -403,8 +406,8 @@ impl EtcdArbiter {
 
     /// The lock's current owner: the key under the prefix with the lowest create revision
     /// among those attached to a lease (waiters' keys are not holders, and a key without a
-    /// lease is nobody's: see [`first_leased`]). Reads only; never disturbs a holder or a
-    /// waiter.
+    /// lease is nobody's: see the module docs, step 2). Reads only; never disturbs a holder
+    /// or a waiter.
     pub fn owner(&self) -> Result<Option<EtcdHolder>> {
         let ctx = self.shared.ctx.clone();
         self.shared.block(async move {
