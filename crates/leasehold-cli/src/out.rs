@@ -14,7 +14,7 @@
 //! Why any other write error is one: `> /dev/full`, a full disk or a failing device lose the
 //! output, and a script that goes on as if it had it acts on nothing. util-linux tools
 //! (`close_stdout`) report it as `write error` and exit 1; so do we, with one line naming
-//! the error (<https://github.com/leasehold/leasehold/issues/22> item 13: `results` and
+//! the error (issue 22 item 13: `results` and
 //! `registry` used to exit 0 with their output lost). A closed stdout (`>&-`) is neither:
 //! the Rust runtime opens `/dev/null` on a closed descriptor 0–2 before `main`, so the
 //! output is discarded as the caller asked.
@@ -97,7 +97,7 @@ pub fn print(text: &str) -> std::io::Result<()> {
     out.finish()
 }
 
-/// [`print`] of `line` and a newline.
+/// [`print()`] of `line` and a newline.
 pub fn print_line(line: impl std::fmt::Display) -> std::io::Result<()> {
     print(&format!("{line}\n"))
 }

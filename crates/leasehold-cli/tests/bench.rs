@@ -10,9 +10,29 @@ use testkit::run;
 #[test]
 fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(leasehold()
-        .args(["bench", "--quick", "--json", "--dir"])
-        .arg(dir.path()));
+    // A contender of another language (`--contender`, bench/external.rs): a Python worker
+    // doing what the kernel floor does, where python3 is installed.
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/flock_contender.py"
+    );
+    let python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python {
+        println!(
+            "SKIP: bench --contender: python3 is not installed (the contender is a Python script)"
+        );
+    }
+    let mut cmd = leasehold();
+    cmd.args(["bench", "--quick", "--json", "--dir"])
+        .arg(dir.path());
+    if python {
+        cmd.arg("--contender")
+            .arg(format!("py-flock=python3 {fixture}"));
+    }
+    let out = run(&mut cmd);
     assert_eq!(out.code, 0, "stderr: {}", out.stderr);
     let doc: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON document");
     for key in ["quick", "repeats", "elapsed_s", "machine", "figures"] {
@@ -78,6 +98,32 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
             let floor = method.starts_with("floor");
             assert_eq!(line["met"].is_null(), floor, "{line}");
         }
+    }
+    if python {
+        // The contender is one more method of the uncued table (ratios, no verdict) and has
+        // an uncontended row against the run's kernel floor.
+        for workers in [2, 4] {
+            let line = lines
+                .iter()
+                .find(|l| l["workers"] == workers && l["method"] == "py-flock")
+                .unwrap_or_else(|| panic!("no uncued line for the contender with {workers}"));
+            assert!(
+                line["acquisitions"].as_f64().is_some_and(|n| n > 0.0),
+                "{line}"
+            );
+            assert!(line["ratios"]["owner_change_vs_floor"].is_f64(), "{line}");
+            assert!(line["met"].is_null(), "{line}");
+        }
+        let cycles = doc["contenders"]["uncontended"]
+            .as_array()
+            .expect("contender rows");
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        assert_eq!(cycles[0]["method"], "py-flock");
+        assert!(
+            cycles[0]["ns_per_cycle"].as_f64().is_some_and(|n| n > 0.0),
+            "{cycles:?}"
+        );
+        assert!(cycles[0]["ratio_vs_floor"].is_f64(), "{cycles:?}");
     }
     for f in figures {
         assert!(f["median"].as_f64().is_some_and(|m| m >= 0.0), "{f}");

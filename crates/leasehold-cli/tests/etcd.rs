@@ -62,7 +62,14 @@ fn usage_errors_are_exit_2() {
         let out = run(leasehold().args(["status", "--etcd", " , ", "n"]));
         assert_eq!(out.code, 2, "no endpoint: {out:?}");
         assert_one_line_error(&out, "no endpoint given");
+        let out = run(leasehold().args([
+            "run", "--etcd", &e, "--ttl", "4", "--grace", "2.5", "n", "--", "true",
+        ]));
+        assert_eq!(out.code, 2, "a grace over half the TTL: {out:?}");
+        assert_one_line_error(&out, "at most half the TTL");
     }
+    let out = run(leasehold().args(["run", "--grace", "1", "/tmp/x.lock", "--", "true"]));
+    assert_eq!(out.code, 2, "--grace without --etcd: {out:?}");
 }
 
 #[cfg(feature = "etcd")]
@@ -260,22 +267,31 @@ mod with_etcd {
         server.resume();
         let status = a.wait_timeout(Duration::from_secs(10)).expect("run exits");
         assert_eq!(status.code(), Some(1));
+        // leasehold's one line (COMMAND's shell may report its child killed by SIGTERM).
         let mut err = String::new();
         std::io::Read::read_to_string(a.child.stderr.as_mut().unwrap(), &mut err).unwrap();
-        assert_eq!(err.lines().count(), 1, "{err:?}");
-        assert!(err.starts_with("leasehold: x: lease lost"), "{err:?}");
+        let ours: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("leasehold: "))
+            .collect();
+        assert_eq!(ours.len(), 1, "{err:?}");
+        assert!(ours[0].starts_with("leasehold: x: lease lost"), "{err:?}");
     }
 
+    /// A COMMAND that ignores SIGTERM, and so do its children: once the lease is lost (etcd
+    /// paused), they are all SIGKILLed at the deadline, before the TTL can have run out
+    /// (it used to be COMMAND alone, 5 s after SIGTERM).
     #[test]
-    fn a_command_that_ignores_sigterm_is_killed_five_seconds_later() {
+    fn a_command_that_ignores_sigterm_is_killed_with_its_children_before_the_ttl() {
         let Some(server) = EtcdServer::start("etcd run sigkill after sigterm") else {
             return;
         };
         let e = server.endpoint.as_str();
-        let script = "trap '' TERM; echo locked $LEASEHOLD_FENCING_TOKEN $$; \
+        let script = "trap '' TERM; sleep 600 >/dev/null & \
+                      echo locked $LEASEHOLD_FENCING_TOKEN $$ $!; \
                       while :; do sleep 0.05; done";
         let mut a = holder(e, "i", script, &[]);
-        let (_, command) = locked(&mut a);
+        let (_, command, child) = locked_with_child(&mut a);
         server.pause();
         let paused = Instant::now();
         let status = a
@@ -285,11 +301,199 @@ mod with_etcd {
         server.resume();
         assert_eq!(status.code(), Some(1));
         assert!(!alive(command), "COMMAND survived");
+        assert!(!alive(child), "COMMAND's background child survived");
         assert!(
-            took >= Duration::from_secs(5),
-            "SIGKILL came only {took:?} after the pause"
+            took < TTL,
+            "the tree was gone only {took:?} after the pause"
         );
-        assert!(took < TTL + Duration::from_secs(6), "{took:?}");
+    }
+
+    /// `locked TOKEN PID CHILD`: what a COMMAND with a background child says.
+    fn locked_with_child(p: &mut Proc) -> (u64, u32, u32) {
+        let line = p.line();
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.first(), Some(&"locked"), "{line:?}");
+        assert_eq!(f.len(), 4, "{line:?}");
+        (
+            f[1].parse().expect("token"),
+            f[2].parse().expect("pid"),
+            f[3].parse().expect("child pid"),
+        )
+    }
+
+    /// A COMMAND that starts a background child (which would sleep for ten minutes) and says
+    /// `locked TOKEN PID CHILD`, then waits.
+    const WITH_CHILD: &str = "sleep 600 >/dev/null & \
+                              echo locked $LEASEHOLD_FENCING_TOKEN $$ $!; exec sleep 600";
+
+    fn parent_of(pid: u32) -> u32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+        let (_, rest) = stat.rsplit_once(')').expect("stat");
+        rest.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_command_that_ends_leaves_no_background_process_behind() {
+        let Some(server) = EtcdServer::start("etcd run background child") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let script = "sleep 600 >/dev/null & echo locked $LEASEHOLD_FENCING_TOKEN $$ $!";
+        let mut a = holder(e, "bg", script, &[]);
+        let (_, _, child) = locked_with_child(&mut a);
+        let status = a.wait_timeout(Duration::from_secs(10)).expect("run exits");
+        assert!(status.success(), "{status:?}");
+        assert!(!alive(child), "the background child outlived the lease");
+        let out = run(leasehold().args(["status", "--etcd", e, "bg"]));
+        assert_eq!(out.stdout, "free\n", "{out:?}");
+    }
+
+    #[test]
+    fn sigkill_of_leasehold_stops_the_whole_tree_before_a_successor_starts() {
+        let Some(server) = EtcdServer::start("etcd run sigkill tree") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let mut a = holder(e, "kt", WITH_CHILD, &[]);
+        let (_, command, child) = locked_with_child(&mut a);
+        let mut b = holder(e, "kt", HOLD, &["--timeout", "20"]);
+        server.queued("leasehold/lock/kt/", 2);
+        a.kill(); // leasehold only: its supervisor stops the tree, the lease expires
+        locked(&mut b);
+        assert!(!alive(command), "COMMAND runs beside the next holder's");
+        assert!(
+            !alive(child),
+            "COMMAND's child runs beside the next holder's"
+        );
+        b.send("go");
+        assert_eq!(b.line(), "done");
+        assert!(b.wait().success());
+    }
+
+    /// `leasehold run` itself SIGSTOPped past the TTL sends no keep-alive: the lease expires
+    /// and the next holder starts — by then COMMAND's supervisor, which keeps the deadline by
+    /// itself, has stopped COMMAND and its child. Resumed, `run` says `lease lost`.
+    #[test]
+    fn a_stopped_leasehold_run_has_its_tree_stopped_before_the_successor_starts() {
+        let Some(server) = EtcdServer::start("etcd run sigstop of run") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let mut a = Proc::spawn(
+            leasehold()
+                .args(["run", "--etcd", e, "--ttl", "2", "st", "--", "sh", "-c"])
+                .arg(WITH_CHILD)
+                .stderr(std::process::Stdio::piped()),
+        );
+        let (_, command, child) = locked_with_child(&mut a);
+        let mut b = holder(e, "st", HOLD, &["--timeout", "20"]);
+        server.queued("leasehold/lock/st/", 2);
+        a.signal(Signal::STOP);
+        locked(&mut b);
+        let overlap = (alive(command), alive(child));
+        a.signal(Signal::CONT);
+        assert_eq!(
+            overlap,
+            (false, false),
+            "(COMMAND, its child) alive beside the next holder's COMMAND"
+        );
+        let status = a.wait_timeout(Duration::from_secs(10)).expect("run exits");
+        assert_eq!(status.code(), Some(1));
+        let mut err = String::new();
+        std::io::Read::read_to_string(a.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err:?}");
+        assert!(err.starts_with("leasehold: st: lease lost"), "{err:?}");
+        b.send("go");
+        assert_eq!(b.line(), "done");
+        assert!(b.wait().success());
+    }
+
+    /// `--grace`: a COMMAND that shuts down on SIGTERM gets it at least GRACE before the
+    /// successor can start (here `run` is stopped, so nothing renews the lease), and its
+    /// shutdown is over before the successor's COMMAND begins. Times are the COMMANDs' own
+    /// (`date +%s%N`, one clock for both).
+    #[test]
+    fn the_grace_gives_a_sigterm_handling_command_its_time_before_the_successor() {
+        let Some(server) = EtcdServer::start("etcd run grace") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let grace = Duration::from_millis(1500);
+        let script = "trap 'echo term $(date +%s%N); sleep 1; echo cleaned $(date +%s%N); exit 0' TERM; \
+                      echo locked $LEASEHOLD_FENCING_TOKEN $$; \
+                      while :; do sleep 0.05; done";
+        let mut a = Proc::spawn(
+            leasehold()
+                .args(["run", "--etcd", e, "--ttl", "4", "--grace", "1.5", "g"])
+                .args(["--", "sh", "-c", script]),
+        );
+        let (_, command) = locked(&mut a);
+        let mut b = Proc::spawn(leasehold().args([
+            "run",
+            "--etcd",
+            e,
+            "--ttl",
+            "4",
+            "--timeout",
+            "30",
+            "g",
+            "--",
+            "sh",
+            "-c",
+            "echo locked $(date +%s%N); read _x; exit 0",
+        ]));
+        server.queued("leasehold/lock/g/", 2);
+        a.signal(Signal::STOP);
+        let started = b.line();
+        assert!(!alive(command), "COMMAND runs beside the next holder's");
+        a.signal(Signal::CONT);
+        let time = |line: &str, what: &str| -> u64 {
+            let f: Vec<&str> = line.split(' ').collect();
+            assert_eq!(f.first(), Some(&what), "{line:?}");
+            f[1].parse().expect("nanoseconds")
+        };
+        let successor = time(&started, "locked");
+        let term = time(&a.line(), "term");
+        let cleaned = time(&a.line(), "cleaned");
+        assert!(cleaned < successor, "the shutdown overlapped the successor");
+        let ahead = Duration::from_nanos(successor.saturating_sub(term));
+        eprintln!("SIGTERM {ahead:?} before the successor (grace {grace:?})");
+        assert!(
+            ahead >= grace,
+            "SIGTERM came only {ahead:?} before the successor started"
+        );
+        assert_eq!(
+            a.wait_timeout(Duration::from_secs(10))
+                .and_then(|s| s.code()),
+            Some(1)
+        );
+        b.close_stdin();
+        assert!(b.wait().success());
+    }
+
+    /// The supervisor itself SIGKILLed: COMMAND dies of its parent-death signal and `run`,
+    /// to which the orphans fall, kills COMMAND's child; `run` exits 1 and releases.
+    #[test]
+    fn a_killed_supervisor_takes_command_and_its_children_with_it() {
+        let Some(server) = EtcdServer::start("etcd run supervisor killed") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let mut a = holder(e, "sv", WITH_CHILD, &[]);
+        let (_, command, child) = locked_with_child(&mut a);
+        let supervisor = parent_of(command);
+        assert_eq!(parent_of(supervisor), a.pid(), "run → supervisor → COMMAND");
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(supervisor as i32).unwrap(),
+            Signal::KILL,
+        )
+        .unwrap();
+        let status = a.wait_timeout(Duration::from_secs(10)).expect("run exits");
+        assert_eq!(status.code(), Some(1), "{status:?}");
+        assert!(!alive(command), "COMMAND survived its supervisor");
+        assert!(!alive(child), "COMMAND's child survived the supervisor");
+        let out = run(leasehold().args(["status", "--etcd", e, "sv"]));
+        assert_eq!(out.stdout, "free\n", "released: {out:?}");
     }
 
     #[test]
@@ -489,6 +693,35 @@ mod with_etcd {
         assert_eq!(v["scope"][p.to_str().unwrap()], json!([p]), "{v}");
     }
 
+    /// After a short etcd outage (paused past the TTL, resumed), the first `refresh` answers
+    /// ok only when it made the serve active again: never `{"ok":true,"state":"contended"}`.
+    #[test]
+    fn refresh_after_a_short_etcd_outage_says_ok_only_when_active() {
+        let Some(server) = EtcdServer::start("etcd registry refresh after outage") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let dirs = tempfile::tempdir().unwrap();
+        let p = dirs.path().canonicalize().unwrap();
+        let mut a = serve(e);
+        assert_eq!(add(&mut a, &p, &p)["ok"], json!(true));
+        server.pause();
+        // The outage itself (not a synchronisation): longer than the TTL, with no request
+        // in between, so the serve learns of it only from the refresh.
+        std::thread::sleep(TTL + Duration::from_millis(500));
+        server.resume();
+        let v = ask(&mut a, json!({"op": "refresh"}));
+        if v["ok"] == json!(true) {
+            assert_eq!(v["state"], json!("active"), "{v}");
+        } else {
+            assert_eq!(v["error"], json!("registry-contended"), "{v}");
+            assert_eq!(v["scope"], json!({}), "{v}");
+        }
+        refresh_until_active(&mut a, Duration::from_secs(10));
+        let v = ask(&mut a, json!({"op": "list"}));
+        assert_eq!(v["scope"][p.to_str().unwrap()], json!([p]), "{v}");
+    }
+
     #[test]
     fn one_shot_registry_verbs_on_etcd() {
         let Some(server) = EtcdServer::start("etcd registry one-shot") else {
@@ -523,6 +756,79 @@ mod with_etcd {
         let out = reg(&["list", "--json"]);
         let v: Value = serde_json::from_str(&out.stdout).unwrap();
         assert_eq!(v["scope"], json!({}));
+    }
+
+    /// `torture --etcd-run` on `leasehold run --etcd` itself, paused (SIGSTOP past the TTL,
+    /// then SIGCONT) and SIGKILLed, with COMMANDs that leave background children: no two
+    /// COMMANDs' trees ever act at once, and the run cleans up after itself.
+    #[test]
+    fn the_run_torture_pauses_and_kills_run_and_finds_no_violation() {
+        let Some(server) = EtcdServer::start("etcd run torture") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(leasehold()
+            .args(["torture", "--etcd", &server.endpoint, "--etcd-run"])
+            .args([
+                "--workers",
+                "3",
+                "--kills",
+                "6",
+                "--seconds",
+                "90",
+                "--json",
+            ])
+            .arg("--dir")
+            .arg(dir.path()));
+        assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+        let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+        assert_eq!(v["violations"], json!(0), "{v}");
+        let events = v["kills"].as_u64().unwrap() + v["pauses"].as_u64().unwrap();
+        assert_eq!(events, 6, "{v}");
+        assert!(v["operations"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["holders_checked"].as_u64().unwrap() > 0, "{v}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "the run directory is removed"
+        );
+    }
+
+    /// The run torture's self-check: with a lock name per worker (hidden
+    /// `--break-exclusion`) the trees overlap and increments get lost; the run must fail.
+    #[test]
+    fn the_run_torture_detects_a_broken_exclusion() {
+        let Some(server) = EtcdServer::start("etcd run torture self-check") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(leasehold()
+            .args([
+                "torture",
+                "--etcd",
+                &server.endpoint,
+                "--etcd-run",
+                "--break-exclusion",
+            ])
+            .args([
+                "--workers",
+                "3",
+                "--kills",
+                "4",
+                "--seconds",
+                "60",
+                "--json",
+            ])
+            .arg("--dir")
+            .arg(dir.path()));
+        assert_eq!(out.code, 1, "stdout {} stderr {}", out.stdout, out.stderr);
+        assert_one_line_error(&out, "violation(s) found");
+        testkit::assert_broken_exclusion_found(&out.stdout);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "the evidence is kept"
+        );
     }
 
     /// `https://` endpoints: a real etcd serving TLS with a throwaway CA, trusted the way

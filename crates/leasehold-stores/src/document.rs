@@ -128,6 +128,20 @@ fn kind_name(m: &std::fs::Metadata) -> &'static str {
 }
 
 /// One JSON object stored in one file.
+///
+/// ```
+/// use leasehold_stores::document::JsonDocument;
+///
+/// let dir = tempfile::tempdir().expect("a temporary directory");
+/// let doc = JsonDocument::new(dir.path().join("doc.json"));
+/// let mut map = doc.load().unwrap(); // a missing file is an empty object
+/// map.insert("version".into(), 1.into());
+/// doc.save(&map).unwrap(); // temp file, fsync, rename, fsync of the directory
+/// std::fs::write(doc.path(), "{ torn").unwrap();
+/// let failure = doc.load().unwrap_err(); // names the file; the file is left as it is
+/// assert!(failure.to_string().contains("does not parse"));
+/// assert_eq!(std::fs::read_to_string(doc.path()).unwrap(), "{ torn");
+/// ```
 #[derive(Clone)]
 pub struct JsonDocument {
     path: PathBuf,

@@ -1,5 +1,91 @@
-//! Stores built on leasehold's patterns: the multi-root workspace registry, the session log
-//! and the isolated result store.
+//! Stores built on leasehold's patterns, for several processes of one product that share one
+//! home directory: the multi-root workspace registry ([`registry`]: one writer for the whole
+//! store, and nothing granted by any other process), append-only session logs ([`session`]:
+//! one writer per log, lock-free readers) and the isolated result store ([`results`]: one
+//! owner per result ID). Each writes only under its lease, durably (an acknowledged write
+//! survives a crash), and refuses — rather than follows or overwrites — a symlink, a FIFO or
+//! a document that does not parse. Every error implements [`leasehold::Classify`]: its
+//! `class()` tells contended, unusable input, cancelled and failed apart.
+//!
+//! ## One example per store
+//!
+//! **The registry**: become the authority, grant a root, tear down (drain, close, release).
+//!
+//! ```
+//! use leasehold::Budget;
+//! use leasehold_stores::registry::{Registry, RegistryPaths};
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let (home, project, extra) = (tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?);
+//!     let registry = Registry::new(RegistryPaths::in_home(home.path(), None));
+//!     registry.acquire(&Budget::no_wait())?; // Contended while another process is the writer
+//!     registry.add(project.path(), extra.path())?; // durable when it returns
+//!     assert!(registry.grants(project.path(), &extra.path().join("notes.md")));
+//!     registry.teardown();
+//!     assert!(!registry.grants(project.path(), extra.path())); // not the authority: nothing
+//!     Ok(())
+//! }
+//! ```
+//!
+//! **A session log**: the write lease is taken before the first record (a session that never
+//! writes leaves nothing on disk); readers see whole records only.
+//!
+//! ```
+//! use leasehold_stores::session::{SessionId, SessionStore};
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let dir = tempfile::tempdir()?;
+//!     let (store, id) = (SessionStore::new(dir.path()), SessionId::new("run-42")?);
+//!     let mut writer = store.open_writer(&id)?;
+//!     writer.append_json(r#"{"event":"start"}"#)?; // one write and one fsync
+//!     assert!(store.open_writer(&id).unwrap_err().is_contended()); // one writer per session
+//!     let records = store.reader(&id)?.collect::<Result<Vec<_>, _>>()?;
+//!     assert_eq!(records, [br#"{"event":"start"}"#.to_vec()]);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! **The result store**: stage a candidate, publish it, apply it to a target — each step
+//! under the ID's lease, which no other process holds meanwhile.
+//!
+//! ```
+//! use leasehold::Budget;
+//! use leasehold_stores::results::ResultStore;
+//! use std::time::Duration;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let (root, src, target) = (tempfile::tempdir()?, tempfile::tempdir()?, tempfile::tempdir()?);
+//!     std::fs::write(src.path().join("patch.txt"), "proposed")?;
+//!     let results = ResultStore::new(root.path());
+//!     let wait = Budget::timeout(Duration::from_secs(5));
+//!     results.stage("r1", src.path(), &wait)?;
+//!     assert_eq!(results.finish("r1", &wait)?, ["patch.txt"]); // published
+//!     assert_eq!(results.pending()?, ["r1"]);
+//!     results.apply("r1", target.path(), &wait)?; // written into target; r1 is gone
+//!     assert_eq!(std::fs::read_to_string(target.path().join("patch.txt"))?, "proposed");
+//!     Ok(())
+//! }
+//! ```
+//!
+//! **The registry on etcd** (feature `etcd`, POSIX), for processes on several machines: the
+//! document lives in etcd, and every write is a transaction that succeeds only while the
+//! writer still holds the lock it was granted.
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "etcd", unix))]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use leasehold::Budget;
+//! use leasehold_stores::registry::Registry;
+//! use std::{path::Path, time::Duration};
+//!
+//! let registry = Registry::on_etcd("http://10.0.0.5:2379", "app/registry", Duration::from_secs(10), None)?;
+//! registry.acquire(&Budget::timeout(Duration::from_secs(30)))?;
+//! registry.add(Path::new("/srv/project"), Path::new("/srv/shared"))?;
+//! # Ok(())
+//! # }
+//! # #[cfg(not(all(feature = "etcd", unix)))]
+//! # fn main() {}
+//! ```
 //!
 //! ## Async (feature `tokio`, off by default)
 //!
@@ -28,3 +114,10 @@ pub mod document;
 pub mod registry;
 pub mod results;
 pub mod session;
+
+/// The repository README's examples, compiled and run as doc tests of this crate (they use
+/// both `leasehold` and the stores): `cargo test --doc -p leasehold-stores --all-features`,
+/// which the README's own test command runs.
+#[cfg(all(doctest, feature = "tokio", feature = "etcd", unix))]
+#[doc = include_str!("../../../README.md")]
+mod readme {}

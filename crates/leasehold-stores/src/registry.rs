@@ -14,16 +14,14 @@
 //! Document shape (unknown fields, top-level or per workspace, are preserved):
 //! `{"version": 1, "workspaces": {"/primary": {"roots": ["/root", ...]}}}`.
 //!
-//! **On etcd** (feature `etcd`, [`Registry::on_etcd`]): the processes may be on several
-//! machines. The lock is an [`EtcdArbiter`] under `PREFIX/lock/` and the document is the value
+//! **On etcd** (feature `etcd`, `Registry::on_etcd`): the processes may be on several
+//! machines. The lock is an `EtcdArbiter` under `PREFIX/lock/` and the document is the value
 //! of `PREFIX/storages/multi_root_workspace`. Every write is one etcd transaction that succeeds
 //! only while the writer's lock key still exists with the create revision it was granted (the
 //! fencing token), so a writer paused past its lease's TTL that resumes is refused by etcd
 //! itself and writes nothing. Each written document carries `"fencing_token"`, the token it
 //! was written under; the file-backed store does the same under a fencing arbiter and refuses
 //! to write over a document stamped with a higher token.
-//!
-//! [`EtcdArbiter`]: leasehold::arbiters::etcd::EtcdArbiter
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -531,6 +529,29 @@ impl RegistryPaths {
 }
 
 /// The multi-root workspace registry of one process. Not active until [`acquire`]d.
+///
+/// Two registries over one home behave as two processes would: one is the authority, the
+/// other grants nothing until it takes over with [`refresh`](Registry::refresh) — and then
+/// serves its predecessor's last durable write.
+///
+/// ```
+/// use leasehold::{Budget, Classify, ErrorClass, patterns::authority::State};
+/// use leasehold_stores::registry::{Registry, RegistryPaths};
+///
+/// let dirs = || tempfile::tempdir().expect("a temporary directory");
+/// let (home, project, extra) = (dirs(), dirs(), dirs());
+/// let first = Registry::new(RegistryPaths::in_home(home.path(), None));
+/// let second = Registry::new(RegistryPaths::in_home(home.path(), None));
+/// first.acquire(&Budget::no_wait()).unwrap();
+/// let refused = second.acquire(&Budget::no_wait()).unwrap_err();
+/// assert_eq!(refused.class(), ErrorClass::Contended);
+/// first.add(project.path(), extra.path()).unwrap();
+/// assert!(!second.grants(project.path(), extra.path())); // not the authority: fails closed
+/// first.teardown(); // drains, closes the document, releases the lease last
+/// second.refresh().unwrap();
+/// assert_eq!(second.state(), State::Active);
+/// assert!(second.grants(project.path(), extra.path()));
+/// ```
 ///
 /// [`acquire`]: Registry::acquire
 pub struct Registry {

@@ -22,12 +22,26 @@
 //!   for as long as it runs.
 //! * **Readers** ([`SessionReader`]) never open the lock file, so they can neither disturb nor
 //!   wait for a writer; they see a prefix of whole records.
+//! * **Records are at most [`MAX_RECORD_LEN`] bytes** (64 MiB, as one line): writers refuse
+//!   a longer one ([`SessionError::RecordTooLong`]) before anything is written, so a reader
+//!   never holds more than that of a line, and a longer torn tail is skipped in constant
+//!   memory.
+//! * **Nothing another user prepared is trusted** (the ownership rule of
+//!   [`leasehold::check_trusted`]): `DIR`, `DIR/ID` and `session.jsonl` must belong to this
+//!   user (or root) and be writable by nobody else, as the lock file must (the lease judges
+//!   it when it opens it), unless the store's [`LeaseOptions::allow_shared_state`] says
+//!   sharing is intended. Whoever may write the session directory can move `session.lock`
+//!   away and admit a second writer; whoever may write the log can forge the records that
+//!   readers serve. Writers and readers alike refuse such a session before anything is
+//!   created, opened or served (issue 22 item 8).
 
 use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+/// The longest record a session holds (64 MiB, as one line without its newline).
+pub use leasehold::patterns::append::MAX_RECORD_LEN;
 use leasehold::patterns::append::{AppendError, AppendLog, Durability, LogReader, TornTail};
 use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
@@ -44,6 +58,15 @@ const LOCK_NAME: &str = "session.lock";
 /// Validation happens once, here, so that everything holding a `SessionId` may use it as a
 /// single directory name: it cannot escape `DIR` (`..`, `/`), hide (`.x`), or name anything
 /// special. An ID starting with `-` is valid (command lines pass it after `--`).
+///
+/// ```
+/// use leasehold_stores::session::SessionId;
+///
+/// assert_eq!(SessionId::new("run-42").unwrap().as_str(), "run-42");
+/// for unsafe_id in ["", "..", "a/b", ".hidden", "tab\tname"] {
+///     assert!(SessionId::new(unsafe_id).unwrap_err().is_unusable_input());
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SessionId(String);
 
@@ -149,6 +172,17 @@ pub enum SessionError {
         /// The parser's complaint.
         reason: String,
     },
+    /// A record is longer than [`MAX_RECORD_LEN`] (64 MiB): nothing of it was written. The
+    /// limit keeps what a reader must hold for one record bounded.
+    #[error(
+        "session {id}: a record of {len} bytes is longer than the limit of {MAX_RECORD_LEN} bytes (64 MiB); nothing of it was written (split it into smaller records)"
+    )]
+    RecordTooLong {
+        /// The session.
+        id: SessionId,
+        /// The record's length in bytes (as written: compacted, without its newline).
+        len: usize,
+    },
     /// The write handle was released; open a new one to write again.
     #[error("session {id}: the write handle was released")]
     Released {
@@ -166,14 +200,16 @@ pub enum SessionError {
 impl Classify for SessionError {
     /// How a caller should treat this error: an invalid ID, an unknown session, a record
     /// that is not JSON or an unusable path (a symlink, FIFO or directory where a session
-    /// file should be, permission denied, …) is [`ErrorClass::Usage`] and changed nothing;
+    /// file should be, permission denied, a file or directory another user could have
+    /// prepared, …) is [`ErrorClass::Usage`] and changed nothing;
     /// a session owned by another process is [`ErrorClass::Contended`]; a lease or log
     /// error has its own class; anything else is [`ErrorClass::Failure`].
     fn class(&self) -> ErrorClass {
         match self {
             SessionError::InvalidId { .. }
             | SessionError::UnknownSession { .. }
-            | SessionError::NotJson { .. } => ErrorClass::Usage,
+            | SessionError::NotJson { .. }
+            | SessionError::RecordTooLong { .. } => ErrorClass::Usage,
             SessionError::SessionAlreadyOwned { .. } => ErrorClass::Contended,
             SessionError::Released { .. } => ErrorClass::Failure,
             SessionError::Lease(e) => e.class(),
@@ -205,6 +241,23 @@ impl From<AppendError> for SessionError {
 }
 
 /// The sessions directory `DIR`: where sessions are found and created.
+///
+/// A new session exists on disk only from its first record; a reader works while the writer
+/// holds the session's lease, and never touches it.
+///
+/// ```
+/// use leasehold_stores::session::{SessionId, SessionStore};
+///
+/// let dir = tempfile::tempdir().expect("a temporary directory");
+/// let store = SessionStore::new(dir.path().join("sessions"));
+/// let id = SessionId::new("run-1").unwrap();
+/// let mut writer = store.open_writer(&id).unwrap();
+/// assert!(!store.exists(&id).unwrap()); // nothing written yet, nothing created
+/// writer.append_value(&serde_json::json!({"step": 1})).unwrap();
+/// let mut reader = store.reader(&id).unwrap(); // while the writer holds the lease
+/// assert_eq!(reader.next().unwrap().unwrap(), br#"{"step":1}"#);
+/// assert!(reader.next().is_none());
+/// ```
 #[derive(Debug, Clone)]
 pub struct SessionStore {
     dir: PathBuf,
@@ -223,7 +276,10 @@ impl SessionStore {
     }
 
     /// Takes session leases with `options` (for example to accept a network or FUSE file
-    /// system, or a lock file shared with other users); `create` is always on.
+    /// system); `create` is always on. With [`LeaseOptions::allow_shared_state`] the
+    /// sessions directory, the session directories, their logs and their lock files may
+    /// belong to another user or be writable by others; without it (the default) such a
+    /// session is refused with [`Error::Untrusted`], naming the path.
     pub fn with_lease_options(mut self, options: LeaseOptions) -> SessionStore {
         self.options = options;
         self
@@ -274,8 +330,26 @@ impl SessionStore {
         Ok(self.session_dir(id)?.is_some())
     }
 
-    /// The session's directory handle if it exists (never following a symlink).
+    /// Refuses session `id` if another user could have prepared what stands at `DIR`,
+    /// `DIR/ID` or `DIR/ID/session.jsonl` (missing paths are fine), unless shared state is
+    /// allowed. Judged top-down before any of them is opened or created: once `DIR` is
+    /// trusted nobody else can replace `DIR/ID` after the look, and once `DIR/ID` is, nobody
+    /// else can replace the log. (The lock file is judged by the lease, on its descriptor.)
+    fn check_trusted(&self, id: &SessionId) -> Result<(), SessionError> {
+        if self.options.allows_shared_state() {
+            return Ok(());
+        }
+        let session = self.dir.join(id.as_str());
+        for path in [&self.dir, &session, &session.join(LOG_NAME)] {
+            leasehold::check_trusted(path).map_err(SessionError::Lease)?;
+        }
+        Ok(())
+    }
+
+    /// The session's directory handle if it exists (never following a symlink), once
+    /// [`check_trusted`](Self::check_trusted) has accepted it.
     fn session_dir(&self, id: &SessionId) -> Result<Option<LockDir>, SessionError> {
+        self.check_trusted(id)?;
         let root = match LockDir::open(&self.dir) {
             Ok(root) => root,
             Err(Error::NotFound { .. }) => return Ok(None),
@@ -289,8 +363,9 @@ impl SessionStore {
     }
 }
 
-// Windows' Lease carries its target's paths and object name; one State per open writer.
-#[cfg_attr(windows, allow(clippy::large_enum_variant))]
+// The open log carries its directory handle (to verify the chain before each append), and
+// Windows' Lease its target's paths and object name; one State per open writer.
+#[allow(clippy::large_enum_variant)]
 enum State {
     /// A new session: nothing on disk, no lease yet.
     Pending,
@@ -337,21 +412,35 @@ impl SessionWriter {
     }
 
     /// Appends one JSON value given as text (surrounding whitespace is dropped; a value
-    /// spread over several lines is written compacted onto one). Invalid JSON is refused
-    /// before anything is created or written.
+    /// spread over several lines is written compacted onto one). Invalid JSON, and a record
+    /// longer than [`MAX_RECORD_LEN`], are refused before anything is created or written.
     pub fn append_json(&mut self, text: &str) -> Result<(), SessionError> {
         let text = text.trim();
         let compact;
-        let record = if text.contains(['\n', '\r']) {
+        let record = if spans_lines(text) {
             let value: serde_json::Value =
                 serde_json::from_str(text).map_err(|e| self.not_json(e))?;
             compact = value.to_string();
             compact.as_str()
         } else {
+            // One line is written as it is: refused by its length before it is parsed.
+            self.check_len(text)?;
             serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| self.not_json(e))?;
             text
         };
+        self.check_len(record)?;
         self.append_record(record.as_bytes())
+    }
+
+    /// Refuses a record longer than [`MAX_RECORD_LEN`] (before anything is created).
+    fn check_len(&self, record: &str) -> Result<(), SessionError> {
+        match record.len() > MAX_RECORD_LEN {
+            true => Err(SessionError::RecordTooLong {
+                id: self.id.clone(),
+                len: record.len(),
+            }),
+            false => Ok(()),
+        }
     }
 
     /// Appends several JSON texts as one batch (see [`AppendLog::append_batch`]): every text
@@ -382,22 +471,29 @@ impl SessionWriter {
         }
     }
 
-    /// Checks that `text` is one JSON value and returns it as a single line.
+    /// Checks that `text` is one JSON value of at most [`MAX_RECORD_LEN`] bytes and returns
+    /// it as a single line.
     fn compact_json(&self, text: &str) -> Result<String, SessionError> {
         let text = text.trim();
-        if text.contains(['\n', '\r']) {
+        let record = if spans_lines(text) {
             let value: serde_json::Value =
                 serde_json::from_str(text).map_err(|e| self.not_json(e))?;
-            Ok(value.to_string())
+            value.to_string()
         } else {
+            self.check_len(text)?;
             serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| self.not_json(e))?;
-            Ok(text.to_string())
-        }
+            text.to_string()
+        };
+        self.check_len(&record)?;
+        Ok(record)
     }
 
-    /// Appends one JSON value.
+    /// Appends one JSON value (refused, with nothing created or written, if it is longer
+    /// than [`MAX_RECORD_LEN`] as one line).
     pub fn append_value(&mut self, value: &serde_json::Value) -> Result<(), SessionError> {
-        self.append_record(value.to_string().as_bytes())
+        let record = value.to_string();
+        self.check_len(&record)?;
+        self.append_record(record.as_bytes())
     }
 
     /// Pushes appended records to stable storage (needed only with
@@ -431,6 +527,8 @@ impl SessionWriter {
     /// Creates the session directory (and `DIR`) and takes the lease: right before the
     /// first write, never earlier.
     fn materialize(&mut self) -> Result<(), SessionError> {
+        // Another user's directory (or log) may have appeared since the handle was opened.
+        self.store.check_trusted(&self.id)?;
         if self.store.durability != Durability::None {
             // `DIR` (and a fresh home above it) must survive a power cut like the records:
             // `LockDir::create` makes the directories but syncs no parent (found by the
@@ -585,8 +683,19 @@ impl AsyncSessionWriter {
     }
 }
 
+/// Whether `text` has a line break (and so must be compacted onto one line). Byte searches:
+/// the standard library's `memchr`, fast even over a record of the size limit.
+fn spans_lines(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.contains(&b'\n') || bytes.contains(&b'\r')
+}
+
 /// A lock-free reader of one session's records, in order: a prefix of whole records (a torn
 /// or in-progress final line is skipped and reported by [`torn_tail`](SessionReader::torn_tail)).
+///
+/// It holds at most [`MAX_RECORD_LEN`] bytes of a line: a longer torn tail is skipped in
+/// constant memory, and a longer whole line (no writer writes one) ends the records with an
+/// error naming the log and the line's offset.
 #[derive(Debug)]
 pub struct SessionReader {
     log: Option<LogReader>,
@@ -657,6 +766,26 @@ mod tests {
             store.reader(&id("s1")),
             Err(SessionError::UnknownSession { .. })
         ));
+    }
+
+    #[test]
+    fn a_record_over_the_limit_is_refused_before_anything_is_created() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sessions");
+        let store = SessionStore::new(&dir);
+        let mut w = store.open_writer(&id("big")).unwrap();
+        let over = format!("\"{}\"", "x".repeat(MAX_RECORD_LEN - 1));
+        for e in [
+            w.append_json(&over).unwrap_err(),
+            w.append_batch(["1", over.as_str()]).unwrap_err(),
+        ] {
+            assert!(
+                matches!(e, SessionError::RecordTooLong { len, .. } if len == MAX_RECORD_LEN + 1),
+                "{e}"
+            );
+            assert!(e.is_unusable_input());
+        }
+        assert!(!dir.exists(), "a refused record materializes nothing");
     }
 
     #[test]
@@ -760,6 +889,66 @@ mod tests {
         assert_eq!(mode(dir.join("s")), 0o700);
         assert_eq!(mode(dir.join("s").join(LOG_NAME)), 0o600);
         assert_eq!(mode(dir.join("s").join(LOCK_NAME)), 0o600);
+    }
+
+    /// Issue 22 item 8: a session directory or log that others may write is refused by
+    /// writers and readers alike, before anything is created in it, unless shared state is
+    /// allowed. (Other users' files: the CLI's tests, which run as root and chown.)
+    #[cfg(unix)] // Windows does not judge ACLs
+    #[test]
+    fn a_session_others_may_write_is_refused_unless_shared_state_is_allowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let set_mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let sdir = tmp.path().join("s");
+        std::fs::create_dir(&sdir).unwrap();
+        std::fs::write(sdir.join(LOG_NAME), b"{\"forged\":1}\n").unwrap();
+        set_mode(&sdir.join(LOG_NAME), 0o600);
+        let store = SessionStore::new(tmp.path());
+        for (round, (path, mode)) in [(&sdir, 0o777), (&sdir.join(LOG_NAME), 0o666)]
+            .into_iter()
+            .enumerate()
+        {
+            set_mode(path, mode);
+            let before = std::fs::read_dir(&sdir).unwrap().count();
+            for e in [
+                store.open_writer(&id("s")).unwrap_err(),
+                store.reader(&id("s")).unwrap_err(),
+            ] {
+                assert!(
+                    matches!(&e, SessionError::Lease(Error::Untrusted { path: p, .. }) if p == path),
+                    "{e}"
+                );
+                assert!(e.is_unusable_input(), "{e}");
+            }
+            assert_eq!(
+                std::fs::read_dir(&sdir).unwrap().count(),
+                before,
+                "the refusal created something"
+            );
+            let shared = store
+                .clone()
+                .with_lease_options(LeaseOptions::new().allow_shared_state(true));
+            shared
+                .open_writer(&id("s"))
+                .unwrap()
+                .append_json("2")
+                .unwrap();
+            assert_eq!(shared.reader(&id("s")).unwrap().count(), 2 + round);
+            set_mode(path, if path == &sdir { 0o700 } else { 0o600 });
+        }
+        // A writer opened before the session existed judges it again at its first write.
+        let mut late = store.open_writer(&id("t")).unwrap();
+        std::fs::create_dir(tmp.path().join("t")).unwrap();
+        set_mode(&tmp.path().join("t"), 0o770);
+        let e = late.append_json("1").unwrap_err();
+        assert!(
+            matches!(e, SessionError::Lease(Error::Untrusted { .. })),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_dir(tmp.path().join("t")).unwrap().count(), 0);
     }
 
     #[test]

@@ -129,7 +129,11 @@ fn apply_failing_part_way_reports_what_was_and_was_not_done() {
     let msg = e.to_string();
     assert!(matches!(e, ResultError::Partial { .. }), "{msg}");
     assert!(msg.contains("wrote 1 file(s)"), "{msg}");
-    assert!(msg.contains("candidate and publication kept"), "{msg}");
+    // Never published: what is kept is said as it is (issue 22 item 10a).
+    assert!(
+        msg.contains("candidate kept (it has no publication)"),
+        "{msg}"
+    );
     assert!(home.path().join("root/results/r1/entry.json").is_file());
 }
 

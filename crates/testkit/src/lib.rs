@@ -16,7 +16,7 @@
 //! * [`assert_free`]: nothing holds a lock, asserted the way the build can tell; and
 //!   [`reveals_holders`]: whether it can (Linux) or not (macOS/BSD, the portable build).
 //! * [`blocked_on`] and [`until`] (Unix): a process queued for a lock, per `/proc/locks`, and
-//!   waiting for a state by looking at it.
+//!   waiting for a state by looking at it; [`stopped`]: a SIGSTOP has taken effect.
 //! * [`assert_broken_exclusion_found`]: the torture's self-check found what it must.
 //!
 //! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
@@ -39,7 +39,7 @@ pub use free::{assert_free, reveals_holders};
 #[cfg(unix)]
 pub use locks::{blocked_on, until};
 #[cfg(unix)]
-pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run};
+pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run, stopped};
 pub use recorder::Recorder;
 pub use spawns::quiet;
 pub use torture::assert_broken_exclusion_found;

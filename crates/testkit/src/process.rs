@@ -56,6 +56,23 @@ pub fn assert_one_line_error(out: &Out, needle: &str) {
     assert!(lines[0].contains(needle), "{:?} lacks {needle:?}", lines[0]);
 }
 
+/// Whether every thread of process `pid` is stopped: a SIGSTOP sent to it has taken effect
+/// (state `T` in each `/proc/PID/task/*/stat`; Linux). `false` for a process that is gone.
+pub fn stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    let all = tasks.filter_map(Result::ok).all(|t| {
+        any = true;
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+            .unwrap_or(false)
+    });
+    any && all
+}
+
 /// A child process in its own process group, with piped stdin/stdout for handshakes. Dropping
 /// it while the child runs SIGKILLs the whole group and reaps the child, so no test leaves a
 /// holder behind when it fails.

@@ -450,7 +450,12 @@ fn handle(registry: &Registry, line: &str) -> Value {
     };
     let op = request.get("op").and_then(Value::as_str).unwrap_or("");
     if op == "refresh" {
-        return answer(registry, registry.refresh().err().map(|e| error_of(&e)));
+        // Look at the state first: an authority whose etcd grant ran out meanwhile (a short
+        // outage) withdraws then, so refresh really tries again instead of finding itself
+        // still "active"; and ok means active (issue 22 item 18).
+        let _ = registry.state();
+        let refreshed = registry.refresh().and_then(|()| registry.ensure_active());
+        return answer(registry, refreshed.err().map(|e| error_of(&e)));
     }
     if !matches!(op, "add" | "remove" | "list") {
         let msg = format!("unknown op {op:?}: expected add, remove, list or refresh");

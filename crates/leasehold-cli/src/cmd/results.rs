@@ -3,7 +3,9 @@
 //!
 //! Every verb but `pending` holds the ID's operation lease from admission through
 //! reinspection, mutation and cleanup; the wait is bounded by `--timeout` (30 s by default),
-//! and SIGINT/SIGTERM stop a wait promptly with nothing changed.
+//! and SIGINT/SIGTERM stop a wait promptly with nothing changed. Once admitted, `stage`,
+//! `apply`, `discard` and `abort` stop at the next file boundary on SIGINT/SIGTERM, leaving
+//! the store consistent, say on one line what they did, and exit 130/143.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -158,15 +160,23 @@ pub fn main(args: ResultsArgs) -> Outcome {
     match done {
         Ok(()) => stdout.finish().map(|()| OK).map_err(Failure::from),
         Err(e) if e.class() == ErrorClass::Contended => Err(Failure::of_with(&e, &wait.gave_up())),
+        Err(e @ ResultError::Stopped { .. }) => {
+            // A signal stopped the operation part-way (issue 22 item 16). Unlike a cancelled
+            // wait, which changed nothing and exits silently, it says what it did and what is
+            // left; the status is still the signal's (130/143).
+            crate::out::error_line(&e.to_string());
+            Err(Failure::of(&e))
+        }
         Err(e) => Err(Failure::of(&e)),
     }
 }
 
 /// The holders of a busy ID, when `e` says the ID is busy (also inside `finish`'s "not
-/// published").
+/// published", and when its candidate is held by an operation admitted before the lock
+/// namespace moved).
 fn busy(e: &ResultError) -> Option<&HolderInfo> {
     match e {
-        ResultError::Busy { holders, .. } => Some(holders),
+        ResultError::Busy { holders, .. } | ResultError::Split { holders, .. } => Some(holders),
         ResultError::NotPublished { source, .. } => busy(source),
         _ => None,
     }

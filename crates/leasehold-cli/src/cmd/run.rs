@@ -65,6 +65,19 @@ pub struct RunArgs {
     /// With --etcd: the lease TTL in seconds (at least 2).
     #[arg(long, value_name = "SECS", value_parser = super::etcd::parse_ttl, requires = "etcd")]
     ttl: Option<Duration>,
+    /// With --etcd: how long before the lease can run out COMMAND gets SIGTERM (default: a
+    /// third of the TTL; at most half).
+    ///
+    /// Each acknowledged keep-alive (one every TTL/3) sets a deadline: its send time + TTL −
+    /// margin, margin = max(TTL/10, 0.2 s); etcd cannot expire the lease before deadline +
+    /// margin. If no keep-alive is acknowledged, COMMAND and every process it started get
+    /// SIGTERM at deadline − GRACE and SIGKILL at the deadline: SIGTERM at least GRACE +
+    /// margin, SIGKILL at least margin before the lease can expire — even if leasehold itself
+    /// is stopped, since a supervisor of COMMAND keeps that time. With --ttl 10: SIGTERM at
+    /// least 4.3 s, SIGKILL at least 1 s before. When COMMAND ends, what it left running gets
+    /// SIGTERM, and SIGKILL GRACE later, before the lease is released.
+    #[arg(long, value_name = "SECS", value_parser = super::parse_secs, requires = "etcd")]
+    grace: Option<Duration>,
     /// The lock file (created 0600 if absent; never removed); with --etcd, the lock NAME.
     lockfile: PathBuf,
     /// The command to run while holding the lease.
@@ -74,9 +87,11 @@ pub struct RunArgs {
 
 pub fn main(args: RunArgs) -> Outcome {
     if let Some(endpoints) = args.etcd {
+        let ttl = args.ttl.unwrap_or(super::etcd::DEFAULT_TTL);
         return super::etcd::run(super::etcd::RunEtcd {
             endpoints,
-            ttl: args.ttl.unwrap_or(super::etcd::DEFAULT_TTL),
+            ttl,
+            grace: super::etcd::grace(ttl, args.grace)?,
             timeout: args.timeout,
             no_wait: args.no_wait,
             conflict_exit_code: args.conflict_exit_code,

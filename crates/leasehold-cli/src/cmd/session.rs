@@ -6,15 +6,24 @@
 //! without ever touching the lock, so it works while a writer appends.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use leasehold_stores::session::{SessionError, SessionId, SessionStore};
+use leasehold::patterns::append::{LineRead, read_record_line};
+use leasehold_stores::session::{MAX_RECORD_LEN, SessionError, SessionId, SessionStore};
 
 use crate::exit::{Failure, OK, Outcome};
 
+/// What `session --help` says about record length (the store's limit, stated once there).
+fn limits_help() -> String {
+    format!(
+        "A record (one line) is at most {MAX_RECORD_LEN} bytes (64 MiB): append refuses a longer line with exit 2, writing nothing of it or after it; read skips a longer torn final line without holding it in memory."
+    )
+}
+
 #[derive(Args, Debug)]
+#[command(after_help = limits_help())]
 pub struct SessionArgs {
     /// Sessions directory (default: $LEASEHOLD_HOME/sessions, else ~/.leasehold/sessions).
     #[arg(long, value_name = "DIR", global = true)]
@@ -26,11 +35,13 @@ pub struct SessionArgs {
 #[derive(Subcommand, Debug)]
 enum Action {
     /// Append the JSON lines read from stdin to session ID, each as it arrives.
+    #[command(after_help = limits_help())]
     Append {
         /// The session ID (pass an ID starting with '-' after `--`).
         id: OsString,
     },
     /// Print every whole record of session ID, one per line.
+    #[command(after_help = limits_help())]
     Read {
         /// The session ID (pass an ID starting with '-' after `--`).
         id: OsString,
@@ -67,30 +78,39 @@ fn sessions_dir(dir: Option<PathBuf>) -> Result<PathBuf, Failure> {
     }
 }
 
-/// Appends stdin's JSON lines until EOF; stops at the first line that is not JSON, leaving the
-/// lines before it appended.
+/// Appends stdin's JSON lines until EOF; stops at the first line that is not JSON or is
+/// longer than the record limit, leaving the lines before it appended.
 fn append(store: &SessionStore, id: &SessionId) -> Outcome {
     let mut writer = store.open_writer(id).map_err(failure)?;
     let stdin = std::io::stdin();
-    // `split` hands over each line as soon as its newline arrives: the record is appended
-    // (and, by default, fsynced) before the next one is read.
-    for (n, line) in stdin.lock().split(b'\n').enumerate() {
-        let line =
-            line.map_err(|e| Failure::failed(format!("session {id}: reading stdin: {e}")))?;
+    let mut input = stdin.lock();
+    let mut line = Vec::new();
+    // Each line is handed over as soon as its newline arrives: the record is appended (and,
+    // by default, fsynced) before the next one is read. At most the limit of a line is held.
+    for n in 1.. {
+        let read = read_record_line(&mut input, &mut line, MAX_RECORD_LEN)
+            .map_err(|e| Failure::failed(format!("session {id}: reading stdin: {e}")))?;
+        match read {
+            LineRead::End => break,
+            LineRead::TooLong => {
+                return Err(Failure::usage(format!(
+                    "session {id}: line {n} is longer than the record limit of {MAX_RECORD_LEN} bytes (64 MiB); nothing of it or after it was written (split it into smaller records)"
+                )));
+            }
+            LineRead::Whole | LineRead::Unterminated => {}
+        }
         let Ok(text) = std::str::from_utf8(&line) else {
             return Err(Failure::usage(format!(
-                "session {id}: line {} is not JSON: not valid UTF-8",
-                n + 1
+                "session {id}: line {n} is not JSON: not valid UTF-8"
             )));
         };
         if text.trim().is_empty() {
             continue;
         }
         writer.append_json(text).map_err(|e| match e {
-            SessionError::NotJson { reason, .. } => Failure::usage(format!(
-                "session {id}: line {} is not JSON: {reason}",
-                n + 1
-            )),
+            SessionError::NotJson { reason, .. } => {
+                Failure::usage(format!("session {id}: line {n} is not JSON: {reason}"))
+            }
             other => failure(other),
         })?;
     }

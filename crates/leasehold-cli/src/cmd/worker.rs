@@ -1,5 +1,6 @@
 //! `leasehold worker VERB ...`: the one hidden entry point through which `bench` and
-//! `torture` re-execute this binary as their worker processes (on POSIX and Windows; what
+//! `torture` re-execute this binary as their worker processes, and `run --etcd` as the
+//! supervisor of its COMMAND (`etcd-supervisor`) (on POSIX and Windows; what
 //! differs between them is `cmd/platform.rs`). It is not part of the
 //! contract (not listed in `--help`), and each verb's worker arguments are its own
 //! (`bench::WorkerArgs`, `torture::WorkerArgs`).
@@ -28,6 +29,9 @@ enum Of {
     Bench(super::bench::WorkerArgs),
     /// A worker (or an increment under `run`) of a running `leasehold torture`.
     Torture(super::torture::WorkerArgs),
+    /// The supervisor of `run --etcd`'s COMMAND (`etcd/supervisor.rs`).
+    #[cfg(all(feature = "etcd", unix))]
+    EtcdSupervisor(super::etcd::supervisor::SupervisorArgs),
 }
 
 /// Runs the worker.
@@ -36,6 +40,8 @@ pub fn main(args: WorkerArgs) -> Outcome {
         #[cfg(any(target_os = "linux", windows))]
         Of::Bench(args) => super::bench::worker(&args),
         Of::Torture(args) => super::torture::worker(args),
+        #[cfg(all(feature = "etcd", unix))]
+        Of::EtcdSupervisor(args) => super::etcd::supervisor::supervise(args),
     }
 }
 

@@ -8,6 +8,7 @@ use leasehold::patterns::keyed::{KeyError, KeyLease};
 use leasehold::{Budget, Error as LeaseError};
 
 use super::error::{Result, ResultError};
+use super::handles::Tree;
 use super::{Notice, ResultStore};
 
 impl ResultStore {
@@ -62,6 +63,42 @@ impl ResultStore {
                 path: self.lock_path(id),
                 source: io::Error::other(other.to_string()),
             },
+        }
+    }
+}
+
+impl ResultStore {
+    /// The second step of admission, for an operation on an existing candidate: the
+    /// candidate's directory, locked for this operation (waiting within `budget`) until the
+    /// returned handle is dropped; `None` when there is no candidate.
+    ///
+    /// The ID's lease alone is one operation at a time only while every process resolves the
+    /// ID to the same lock file. Moving the lock namespace (`.result-locks-v1`) while an
+    /// operation runs lets a newcomer take the ID's lease in a fresh namespace; the running
+    /// one notices at its next write ([`KeyLease::verify`] walks the chain), but the newcomer
+    /// would act meanwhile — a discard removed what an apply was applying, and the apply
+    /// then said they were kept (issue 22 item 10a). The candidate is what both reach
+    /// whatever the namespace, so every operation on it also locks it: the newcomer waits
+    /// for the running one to end, and gives up with [`ResultError::Split`] at its deadline.
+    /// Without a split this lock is always free (one `openat` and one `flock`).
+    pub(super) fn fence(&self, id: &str, budget: &Budget) -> Result<Option<Tree>> {
+        let Some(results) = self.area("results", false)? else {
+            return Ok(None);
+        };
+        let candidate = match results.child(id, None) {
+            Ok(Some(dir)) => dir,
+            // Nothing there, or not a directory: the operation judges it (and refuses it).
+            Ok(None) | Err(_) => return Ok(None),
+        };
+        match candidate.lock(budget) {
+            Ok(()) => Ok(Some(candidate)),
+            Err(e) if e.is_contended() => Err(ResultError::Split {
+                id: id.to_string(),
+                candidate: self.candidate(id),
+                holders: e.holders().cloned().unwrap_or_default(),
+            }),
+            Err(LeaseError::Cancelled { .. }) => Err(ResultError::Cancelled { id: id.to_string() }),
+            Err(e) => Err(ResultError::Lock(e)),
         }
     }
 }

@@ -57,8 +57,10 @@ impl ResultStore {
 /// thread blocks and no thread is parked per waiting operation; dropping the future while it
 /// waits abandons the operation with nothing changed. Once admitted, the file work (copies,
 /// fsyncs, renames, removals) runs on tokio's blocking pool under the lease and completes even
-/// if the future is dropped, so a result is never left half-applied by a cancellation. The
-/// admission rules, errors and results are those of the blocking operations.
+/// if the future is dropped, so a result is never left half-applied by a dropped future. The
+/// budget's cancellation token, though, is obeyed at every file as in the blocking
+/// operations ([`ResultError::Stopped`](super::ResultError::Stopped)). The admission rules,
+/// errors and results are those of the blocking operations.
 #[cfg(feature = "tokio")]
 impl ResultStore {
     /// [`stage`](Self::stage) without blocking the executor (the source is walked on the
@@ -75,16 +77,18 @@ impl ResultStore {
             let (store, source) = (self.clone(), source.clone());
             offload(move || store.stage_files(&source)).await?
         };
+        let cancel = budget.cancel_token().cloned();
         self.admitted_async(id, budget, true, move |store, id, lease| {
-            store.stage_admitted(id, &source, files, lease)
+            store.stage_admitted(id, &source, files, lease, cancel.as_ref())
         })
         .await
     }
 
     /// [`paths`](Self::paths) without blocking the executor.
     pub async fn paths_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        self.admitted_async(id, budget, false, |store, id, lease| {
-            store.paths_admitted(id, lease)
+        let waits = budget.clone();
+        self.admitted_async(id, budget, false, move |store, id, lease| {
+            store.paths_admitted(id, lease, &waits)
         })
         .await
     }
@@ -96,8 +100,8 @@ impl ResultStore {
             .admit_async(id, budget, false)
             .await
             .map_err(|e| not_published(id, e))?;
-        let (store, id) = (self.clone(), id.to_string());
-        offload(move || store.finish_admitted(&id, &lease)).await
+        let (store, id, waits) = (self.clone(), id.to_string(), budget.clone());
+        offload(move || store.finish_admitted(&id, &lease, &waits)).await
     }
 
     /// [`apply`](Self::apply) without blocking the executor.
@@ -107,25 +111,27 @@ impl ResultStore {
         target: impl Into<PathBuf>,
         budget: &Budget,
     ) -> Result<Vec<String>> {
-        let target = target.into();
+        let (target, waits) = (target.into(), budget.clone());
         self.admitted_async(id, budget, false, move |store, id, lease| {
-            store.apply_admitted(id, &target, lease)
+            store.apply_admitted(id, &target, lease, &waits)
         })
         .await
     }
 
     /// [`discard`](Self::discard) without blocking the executor.
     pub async fn discard_async(&self, id: &str, budget: &Budget) -> Result<()> {
-        self.admitted_async(id, budget, false, |store, id, lease| {
-            store.remove_existing(id, lease, "discard")
+        let waits = budget.clone();
+        self.admitted_async(id, budget, false, move |store, id, lease| {
+            store.remove_existing(id, lease, "discard", &waits)
         })
         .await
     }
 
     /// [`abort`](Self::abort) without blocking the executor.
     pub async fn abort_async(&self, id: &str, budget: &Budget) -> Result<()> {
-        self.admitted_async(id, budget, false, |store, id, lease| {
-            store.remove_existing(id, lease, "abort")
+        let waits = budget.clone();
+        self.admitted_async(id, budget, false, move |store, id, lease| {
+            store.remove_existing(id, lease, "abort", &waits)
         })
         .await
     }

@@ -47,6 +47,20 @@ pub enum ResultError {
         /// Holders the OS revealed.
         holders: HolderInfo,
     },
+    /// Another operation holds the ID's candidate although this one was granted the ID's
+    /// lease: the lock namespace was moved or replaced while that operation ran, so the two
+    /// were granted leases on two different lock files. Nothing was changed.
+    #[error(
+        "result {id:?} is busy: another operation{holders} works on its candidate {candidate}, admitted before the lock namespace was moved or replaced; nothing was changed (retry once it has ended)"
+    )]
+    Split {
+        /// The trimmed ID.
+        id: String,
+        /// The candidate directory.
+        candidate: PathBuf,
+        /// Holders the OS revealed.
+        holders: HolderInfo,
+    },
     /// The wait for the ID's lease was cancelled; nothing was changed.
     #[error("result {id:?}: waiting for its operation lease was cancelled; nothing was changed")]
     Cancelled {
@@ -105,6 +119,20 @@ pub enum ResultError {
         #[source]
         source: io::Error,
     },
+    /// The operation's cancellation token fired after it was admitted (in the CLI: SIGINT
+    /// or SIGTERM), and it stopped at the next file boundary, leaving the store consistent:
+    /// `done` and `not_done` say exactly where.
+    #[error("result {id:?}: {op} stopped by a cancellation; done: {done}; not done: {not_done}")]
+    Stopped {
+        /// The trimmed ID.
+        id: String,
+        /// The operation.
+        op: &'static str,
+        /// What was done.
+        done: String,
+        /// What was not done, and how to finish it.
+        not_done: String,
+    },
     /// An I/O failure before anything was changed.
     #[error("{path}: {op}: {source}; nothing was changed")]
     Io {
@@ -124,8 +152,9 @@ pub enum ResultError {
 impl Classify for ResultError {
     /// How the caller should treat this error: a bad ID, source or lock path is
     /// [`ErrorClass::Usage`], a busy ID [`ErrorClass::Contended`], a cancelled wait
-    /// [`ErrorClass::Cancelled`] (nothing was changed in each of these), anything else
-    /// [`ErrorClass::Failure`].
+    /// [`ErrorClass::Cancelled`] (nothing was changed in each of these), an operation
+    /// stopped by its cancellation token [`ErrorClass::Cancelled`] too (it says what it
+    /// did), anything else [`ErrorClass::Failure`].
     fn class(&self) -> ErrorClass {
         match self {
             ResultError::InvalidId { .. }
@@ -133,8 +162,8 @@ impl Classify for ResultError {
             | ResultError::Exists { .. }
             | ResultError::Source { .. }
             | ResultError::Unusable { .. } => ErrorClass::Usage,
-            ResultError::Busy { .. } => ErrorClass::Contended,
-            ResultError::Cancelled { .. } => ErrorClass::Cancelled,
+            ResultError::Busy { .. } | ResultError::Split { .. } => ErrorClass::Contended,
+            ResultError::Cancelled { .. } | ResultError::Stopped { .. } => ErrorClass::Cancelled,
             ResultError::NotPublished { source, .. } => source.class(),
             ResultError::Lock(e) => e.class(),
             ResultError::Corrupt { .. } | ResultError::Partial { .. } | ResultError::Io { .. } => {

@@ -29,6 +29,17 @@ pub(super) enum Kind {
     Other(&'static str),
 }
 
+/// How a [`Tree::remove_tree_until`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Removal {
+    /// The directory and everything in it are gone.
+    Removed,
+    /// Nothing stood there.
+    Missing,
+    /// Asked to stop before it was done: what was not yet removed is still there.
+    Stopped,
+}
+
 fn refused(path: &std::path::Path, what: &str) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::InvalidInput,
@@ -70,7 +81,7 @@ mod unix {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     use rustix::io::Errno;
 
-    use super::{Kind, refused};
+    use super::{Kind, Removal, refused};
 
     /// An opened directory that data is reached through.
     #[derive(Debug)]
@@ -287,8 +298,18 @@ mod unix {
             self.write_with(name, mode, &mut |f| f.write_all(bytes))
         }
 
-        /// The names in this directory.
+        /// The names in this directory; one that is not UTF-8 is an error.
         pub(in crate::results) fn names(&self) -> io::Result<Vec<String>> {
+            self.list(true)
+        }
+
+        /// The names in this directory that are UTF-8 (others are left out): for a
+        /// directory of the user's, where only our own (UTF-8) names are looked for.
+        pub(in crate::results) fn utf8_names(&self) -> io::Result<Vec<String>> {
+            self.list(false)
+        }
+
+        fn list(&self, strict: bool) -> io::Result<Vec<String>> {
             let fd = self.reopen()?;
             let mut names = Vec::new();
             let rd = rustix::fs::Dir::read_from(&fd.fd).map_err(|e| ctx(&self.path, e))?;
@@ -300,6 +321,7 @@ mod unix {
                 }
                 match std::str::from_utf8(name) {
                     Ok(n) => names.push(n.to_string()),
+                    Err(_) if !strict => {}
                     Err(_) => {
                         return Err(refused(
                             &self.join(&String::from_utf8_lossy(name)),
@@ -339,14 +361,28 @@ mod unix {
         /// Removes the directory `name` and everything in it, through handles: a symlink
         /// inside is removed as a link, never followed. `Ok(false)`: nothing there.
         pub(in crate::results) fn remove_tree(&self, name: &str) -> io::Result<bool> {
+            Ok(self.remove_tree_until(name, &|| false)? == Removal::Removed)
+        }
+
+        /// [`remove_tree`](Self::remove_tree), asking `stop` before each entry: once it
+        /// answers `true` the removal ends there ([`Removal::Stopped`]), leaving the rest.
+        pub(in crate::results) fn remove_tree_until(
+            &self,
+            name: &str,
+            stop: &dyn Fn() -> bool,
+        ) -> io::Result<Removal> {
             let Some(dir) = self.child(name, None)? else {
-                return Ok(false);
+                return Ok(Removal::Missing);
             };
             for entry in dir.names()? {
+                if stop() {
+                    return Ok(Removal::Stopped);
+                }
                 match dir.kind(&entry)? {
-                    Some(Kind::Dir) => {
-                        dir.remove_tree(&entry)?;
+                    Some(Kind::Dir) if dir.remove_tree_until(&entry, stop)? == Removal::Stopped => {
+                        return Ok(Removal::Stopped);
                     }
+                    Some(Kind::Dir) => {}
                     Some(_) => {
                         dir.remove_file(&entry)?;
                     }
@@ -354,8 +390,8 @@ mod unix {
                 }
             }
             match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
-                Ok(()) => Ok(true),
-                Err(Errno::NOENT) => Ok(false),
+                Ok(()) => Ok(Removal::Removed),
+                Err(Errno::NOENT) => Ok(Removal::Missing),
                 Err(e) => Err(ctx(&self.join(name), e)),
             }
         }
@@ -363,6 +399,17 @@ mod unix {
         /// `fsync` of the directory: its entries (creations, renames) are durable.
         pub(in crate::results) fn sync(&self) -> io::Result<()> {
             rustix::fs::fsync(self.fd.as_fd()).map_err(|e| ctx(&self.path, e))
+        }
+
+        /// Locks this directory exclusively for the caller, waiting within `budget`: a
+        /// `flock` on this handle's own open file description (the library's
+        /// `lock_descriptor`), held until the handle is dropped.
+        pub(in crate::results) fn lock(&self, budget: &leasehold::Budget) -> leasehold::Result<()> {
+            leasehold::LeaseOptions::new().lock_descriptor(
+                self.fd.as_fd(),
+                leasehold::LockMode::Exclusive,
+                budget,
+            )
         }
     }
 }
@@ -376,7 +423,7 @@ mod windows {
     use std::io::{self, Write};
     use std::path::{Path, PathBuf};
 
-    use super::{Kind, refused};
+    use super::{Kind, Removal, refused};
 
     #[derive(Debug)]
     pub(in crate::results) struct Tree {
@@ -495,11 +542,18 @@ mod windows {
             self.write_with(name, mode, &mut |f| f.write_all(bytes))
         }
         pub(in crate::results) fn names(&self) -> io::Result<Vec<String>> {
+            self.list(true)
+        }
+        pub(in crate::results) fn utf8_names(&self) -> io::Result<Vec<String>> {
+            self.list(false)
+        }
+        fn list(&self, strict: bool) -> io::Result<Vec<String>> {
             let mut names = Vec::new();
             for e in std::fs::read_dir(&self.path)? {
                 let name = e?.file_name();
                 match name.into_string() {
                     Ok(n) => names.push(n),
+                    Err(_) if !strict => {}
                     Err(n) => {
                         return Err(refused(
                             &self.path.join(n),
@@ -538,7 +592,28 @@ mod windows {
                 Some(Kind::File) => Err(refused(&self.join(name), "not a directory")),
             }
         }
+        /// `stop` is asked once, before the removal (std removes a tree in one call here).
+        pub(in crate::results) fn remove_tree_until(
+            &self,
+            name: &str,
+            stop: &dyn Fn() -> bool,
+        ) -> io::Result<Removal> {
+            if stop() {
+                return Ok(Removal::Stopped);
+            }
+            Ok(match self.remove_tree(name)? {
+                true => Removal::Removed,
+                false => Removal::Missing,
+            })
+        }
         pub(in crate::results) fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+        /// Windows: no handle to lock (the store's per-ID lease is the only exclusion).
+        pub(in crate::results) fn lock(
+            &self,
+            _budget: &leasehold::Budget,
+        ) -> leasehold::Result<()> {
             Ok(())
         }
     }

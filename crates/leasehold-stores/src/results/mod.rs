@@ -6,6 +6,7 @@
 //! ```text
 //! ROOT/results/<id>/entry.json      the record: ID, creation time, proposed files
 //! ROOT/results/<id>/files/...       the proposed files
+//! ROOT/results/<id>/applying.json   while an apply writes: its TARGET and process number
 //! ROOT/published/<id>.json          a publication (finish): the result is ready to apply
 //! ROOT/.result-locks-v1/<sha256(id)>.lock   per-ID operation locks (removed only by gc)
 //! ROOT/.result-locks-v1/.collector.lock      held shared by every admission, exclusive by gc
@@ -32,14 +33,17 @@
 //! write the root or TARGET cannot redirect a write or a removal; only a real candidate (a
 //! directory with a regular `entry.json`) is ever removed. Lock files of IDs without records
 //! are collected by [`ResultStore::gc`] (the keyed collector's protocol); leftovers of killed
-//! operations go in [`ResultStore::sweep`], each under its ID's lease.
+//! operations go in [`ResultStore::sweep`], each under its ID's lease — and the temporaries
+//! a killed `apply` left in its TARGET go at the next operation on that ID (`applying`).
 //!
-//! The code follows those seams: `error` (the typed errors), `records` (IDs,
-//! `entry.json` and publications), `admission` (taking an ID's lease), `ops` (stage, paths,
-//! finish, apply, discard, abort), `sweep` (expiry, discovery, gc), `asynchronous` (the async
-//! faces), `files` (the file-system steps they share) and `handles` (directory handles).
+//! The code follows those seams: `error` (the typed errors), `records` (IDs, `entry.json`
+//! and publications), `admission` (taking an ID's lease), `applying` (a killed apply's
+//! leftovers in TARGET), `ops` (stage, paths, finish, apply, discard, abort), `sweep`
+//! (expiry, discovery, gc), `asynchronous` (the async faces), `files` (the file-system steps
+//! they share) and `handles` (directory handles).
 
 mod admission;
+mod applying;
 #[cfg(feature = "tokio")]
 mod asynchronous;
 mod error;
@@ -73,6 +77,24 @@ type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
 
 /// A result store in one managed root (see the module documentation). Clones share the
 /// root, the wait policy and the notice.
+///
+/// IDs are trimmed; an ID without a candidate or publication is refused without creating
+/// anything, not even its lock file.
+///
+/// ```
+/// use leasehold::{Budget, Classify, ErrorClass};
+/// use leasehold_stores::results::ResultStore;
+///
+/// let (root, src) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+/// std::fs::write(src.path().join("a.txt"), "a").unwrap();
+/// let results = ResultStore::new(root.path());
+/// let now = Budget::no_wait();
+/// assert_eq!(results.discard("nope", &now).unwrap_err().class(), ErrorClass::Usage);
+/// assert!(!results.lock_path("nope").exists());
+/// results.stage(" r1 ", src.path(), &now).unwrap();
+/// assert_eq!(results.paths("r1", &now).unwrap(), ["a.txt"]);
+/// results.discard("r1", &now).unwrap();
+/// ```
 #[derive(Clone)]
 pub struct ResultStore {
     root: PathBuf,

@@ -22,8 +22,9 @@ pub struct SweepReport {
     #[serde(skip)]
     pub failed: Vec<(String, String)>,
     /// Leftovers of killed operations removed under their ID's lease: staging and trash
-    /// directories (`results/.stage-ID`, `results/.trash-ID`) and temporaries of killed
-    /// rewrites (`published/.ID.json.tmp.*`).
+    /// directories (`results/.stage-ID`, `results/.trash-ID`), temporaries of killed
+    /// rewrites (`published/.ID.json.tmp.*`), and the temporaries a killed apply left in its
+    /// TARGET (each file's `.NAME.tmp.PID.N`).
     #[serde(skip)]
     pub leftovers: usize,
 }
@@ -107,6 +108,27 @@ impl ResultStore {
                     }
                 },
             };
+            // The candidate too (see `fence`): taken by an operation admitted before the
+            // lock namespace moved, it is busy like a held lease.
+            let _fence = match self.fence(&id, &leasehold::Budget::no_wait()) {
+                Ok(fence) => fence,
+                Err(ResultError::Split { .. }) => {
+                    report.skipped.push(id);
+                    continue;
+                }
+                Err(e) => {
+                    report.failed.push((id, e.to_string()));
+                    continue;
+                }
+            };
+            // A killed apply's temporaries in its TARGET, whether or not the result expired.
+            match self.settle_applying(&id) {
+                Ok(n) => report.leftovers += n,
+                Err(e) => {
+                    report.failed.push((id, e.to_string()));
+                    continue;
+                }
+            }
             let created = match (self.entry(&id), self.read_publication(&id)) {
                 (Ok(Some(e)), _) => e.created_ms,
                 (Ok(None), Ok(Some(p))) => p.created_ms,
@@ -119,7 +141,7 @@ impl ResultStore {
             if now.saturating_sub(created) < limit {
                 continue;
             }
-            match self.remove(&id, &lease, "sweep", Vec::new()) {
+            match self.remove(&id, &lease, "sweep", Vec::new(), None) {
                 Ok(()) => report.removed.push(id),
                 Err(e) => report.failed.push((id, e.to_string())),
             }
@@ -144,10 +166,8 @@ impl ResultStore {
         }
         if let Some(published) = self.area("published", false)? {
             for name in published.names().unwrap_or_default() {
-                if let Some((id, _)) = name
-                    .strip_prefix('.')
-                    .and_then(|n| n.split_once(".json.tmp."))
-                {
+                let of = leasehold::patterns::durable::temporary_of(&name);
+                if let Some(id) = of.and_then(|(file, _)| file.strip_suffix(".json")) {
                     found.push((id.to_string(), "published", name.clone()));
                 }
             }

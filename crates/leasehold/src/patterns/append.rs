@@ -5,9 +5,14 @@
 //! line ending in `\n`. The contract, and why each part of it is there:
 //!
 //! * **One writer.** [`AppendLog`] is opened and written only with a held [`Lease`] in hand,
-//!   and the lease is verified ([`Lease::verify`]) before the log is opened and before every
-//!   record: two writers appending to one file interleave their bytes and tear each other's
-//!   records, and a lease whose lock file was replaced excludes nobody.
+//!   and the whole chain is verified before the log is opened and before every record: the
+//!   lease ([`Lease::verify`]: the lock file is still the locked inode) and the directories
+//!   the log was reached through (each still the directory of that name, up to the path the
+//!   chain was opened as). Two writers appending to one file interleave their bytes and tear
+//!   each other's records; a lease whose lock file was replaced excludes nobody; and a log
+//!   whose directory was renamed keeps taking our appends through the open handles while a
+//!   newcomer creates a fresh directory under the old name and becomes its writer (issue 22
+//!   item 9: a session writer appended, exit 0, into a moved log beside a second owner).
 //! * **One `write` per record.** A record and its newline are written with a single `write(2)`
 //!   on an `O_APPEND` descriptor, so a record is never split by our own buffering and always
 //!   lands at the end of the file. (The kernel completes a regular-file write in one call
@@ -25,6 +30,10 @@
 //!   writer, and they work while it appends. They return only whole lines — a prefix of the
 //!   log's records — and report (not return) a final line without a newline, which is either a
 //!   torn record or one being written right now.
+//! * **Bounded records.** A record is at most [`MAX_RECORD_LEN`] bytes (64 MiB): writers
+//!   refuse a longer one, and readers never hold more than that of a line — a longer torn
+//!   tail is skipped in constant memory — so reading a log costs bounded memory whatever a
+//!   crash (or anyone) left in it.
 //! * **Files** are created with mode 0600; the final component is never followed
 //!   (`O_NOFOLLOW`) and anything but a regular file is refused untouched — a log replaced by a
 //!   symlink to a victim file is never written through, and a FIFO never hangs the opener.
@@ -35,6 +44,126 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Classify, Error, ErrorClass};
 use crate::lease::{self, Lease, LockDir};
+
+/// The longest record a log holds, in bytes, without its newline: 64 MiB (67,108,864).
+///
+/// Writers refuse a longer record ([`AppendError::InvalidRecord`]), so that a reader never
+/// needs more than this much memory for one record: [`LogReader`] holds at most this many
+/// bytes of a line, skips a longer final line without a newline (a torn tail) in constant
+/// memory, and reports a longer whole line as an error rather than reading it in (issue 22
+/// item 15: a 1.5 GB torn tail cost `session read` 1.5 GB, and a 3 GB one under a 2 GB
+/// memory limit aborted it).
+pub const MAX_RECORD_LEN: usize = 64 << 20;
+
+/// What [`read_record_line`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineRead {
+    /// A whole line: the buffer holds it without its newline, which was consumed.
+    Whole,
+    /// The input ended after the bytes the buffer holds, without a newline.
+    Unterminated,
+    /// The input was at its end: the buffer is empty.
+    End,
+    /// The line is longer than the limit: the buffer holds its first `limit` bytes and the
+    /// input is positioned right after them (see [`skip_line`]).
+    TooLong,
+}
+
+/// Reads one line of at most `limit` bytes (without its newline) from `input` into `buf`
+/// (cleared first), never holding more than `limit` bytes of it: the one bounded line reading
+/// of the log's reader and of writers that take records from a stream (the CLI's `session
+/// append` reads its stdin through it).
+///
+/// # Errors
+/// The input's read error.
+pub fn read_record_line(
+    input: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<LineRead> {
+    buf.clear();
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(if buf.is_empty() {
+                LineRead::End
+            } else {
+                LineRead::Unterminated
+            });
+        }
+        let (take, newline) = match newline_in(chunk) {
+            Some(i) => (i, true),
+            None => (chunk.len(), false),
+        };
+        let room = limit - buf.len();
+        if take > room {
+            reserve_capped(buf, room, limit);
+            buf.extend_from_slice(&chunk[..room]);
+            input.consume(room);
+            return Ok(LineRead::TooLong);
+        }
+        reserve_capped(buf, take, limit);
+        buf.extend_from_slice(&chunk[..take]);
+        input.consume(take + usize::from(newline));
+        if newline {
+            return Ok(LineRead::Whole);
+        }
+    }
+}
+
+/// The offset of the first newline in `chunk`. `contains` first: for bytes it is the
+/// standard library's `memchr` (word at a time), so a long line without a newline — the case
+/// that must not be slow, a torn tail of gigabytes — is passed over at memory speed.
+fn newline_in(chunk: &[u8]) -> Option<usize> {
+    match chunk.contains(&b'\n') {
+        true => chunk.iter().position(|b| *b == b'\n'),
+        false => None,
+    }
+}
+
+/// Grows `buf` for `more` bytes the way `Vec` does (doubling), but never past `limit`: a
+/// line of the limit's length costs the limit, not the next power of two above it.
+fn reserve_capped(buf: &mut Vec<u8>, more: usize, limit: usize) {
+    let need = buf.len() + more;
+    if need > buf.capacity() {
+        let want = (buf.capacity() * 2).max(need).min(limit.max(need));
+        buf.reserve_exact(want - buf.len());
+    }
+}
+
+/// Skips the rest of a line in constant memory: how many bytes were skipped and whether its
+/// newline was found (and consumed) before the input ended.
+///
+/// # Errors
+/// The input's read error.
+pub fn skip_line(input: &mut impl BufRead) -> std::io::Result<(u64, bool)> {
+    let mut skipped = 0u64;
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok((skipped, false));
+        }
+        match newline_in(chunk) {
+            Some(i) => {
+                input.consume(i + 1);
+                return Ok((skipped + i as u64, true));
+            }
+            None => {
+                let n = chunk.len();
+                input.consume(n);
+                skipped += n as u64;
+            }
+        }
+    }
+}
 
 /// How far an append is pushed to stable storage before it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -116,6 +245,8 @@ impl AppendError {
 pub struct AppendLog {
     file: File,
     path: PathBuf,
+    /// The directory the log was opened in, kept to verify its chain before every append.
+    dir: LockDir,
     /// File length after our last successful append: we are the only writer, so this is where
     /// a failed write is truncated back to.
     len: u64,
@@ -130,7 +261,8 @@ impl AppendLog {
     /// returns, and reported.
     ///
     /// `lease` must be the lease that guards this log: the repair and every append happen
-    /// only while it is verified to be held.
+    /// only while it is verified to be held and the chain of directories `dir` was reached
+    /// through still stands (each name still names the directory that was opened).
     pub fn open_at(
         dir: &LockDir,
         name: &str,
@@ -138,6 +270,7 @@ impl AppendLog {
         durability: Durability,
     ) -> Result<(AppendLog, Option<TornTail>), AppendError> {
         lease.verify()?;
+        dir.verify()?;
         let path = dir.path().join(name);
         let Some((file, existed)) = dir.open_file(name, true, true)? else {
             return Err(Error::NotFound { path }.into());
@@ -153,6 +286,7 @@ impl AppendLog {
         let mut log = AppendLog {
             file,
             path,
+            dir: dir.clone(),
             len,
             durability,
             unsynced: false,
@@ -177,10 +311,12 @@ impl AppendLog {
         self.len == 0
     }
 
-    /// Appends one record (without its newline) as one line, after verifying `lease`;
+    /// Appends one record (without its newline) as one line, after verifying `lease` and the
+    /// log's directory chain;
     /// with [`Durability::EveryRecord`] it is on stable storage when this returns.
     ///
-    /// A record must be non-empty and must not contain a newline. On error nothing of the
+    /// A record must be non-empty, must not contain a newline and must not be longer than
+    /// [`MAX_RECORD_LEN`]. On error nothing of the
     /// record remains in the log (or the handle is [`AppendError::Poisoned`]).
     pub fn append(&mut self, lease: &Lease, record: &[u8]) -> Result<(), AppendError> {
         self.write_record(lease, record)?;
@@ -260,11 +396,16 @@ impl AppendLog {
         if record.contains(&b'\n') {
             return Err(invalid("a record must not contain a newline"));
         }
+        if record.len() > MAX_RECORD_LEN {
+            return Err(invalid(
+                "a record must not be longer than 64 MiB (67108864 bytes, MAX_RECORD_LEN)",
+            ));
+        }
         Ok(())
     }
 
-    /// Verifies the lease, then writes whole lines with one `write` call (rolled back on
-    /// failure).
+    /// Verifies the lease and the log's directory chain, then writes whole lines with one
+    /// `write` call (rolled back on failure).
     fn write_lines(&mut self, lease: &Lease, lines: &[u8]) -> Result<(), AppendError> {
         if self.poisoned {
             return Err(AppendError::Poisoned {
@@ -272,6 +413,7 @@ impl AppendLog {
             });
         }
         lease.verify()?;
+        self.dir.verify()?;
         if let Err(e) = write_at_end(&self.file, lines, self.len) {
             self.roll_back();
             return Err(io_error(&self.path, "append record", e).into());
@@ -385,31 +527,56 @@ impl LogReader {
         }))
     }
 
-    /// The next whole record, or `None` at the end (or at a torn tail).
+    /// The next whole record, or `None` at the end (or at a torn tail). Holds at most
+    /// [`MAX_RECORD_LEN`] bytes of a line: a longer torn tail is skipped in constant memory
+    /// (and reported as any torn tail is).
+    ///
+    /// # Errors
+    /// A read error; or a whole line longer than [`MAX_RECORD_LEN`], which no writer of
+    /// this module writes (the log was changed by something else): reading stops there, after
+    /// the records before it.
     pub fn next_record(&mut self) -> Result<Option<Vec<u8>>, Error> {
         if self.done {
             return Ok(None);
         }
         let mut line = Vec::new();
-        let n = self
-            .inner
-            .read_until(b'\n', &mut line)
+        let read = read_record_line(&mut self.inner, &mut line, MAX_RECORD_LEN)
             .map_err(|e| io_error(&self.path, "read log", e))?;
-        if n == 0 {
-            self.done = true;
-            return Ok(None);
-        }
-        if line.last() != Some(&b'\n') {
-            self.torn = Some(TornTail {
-                offset: self.offset,
-                len: n as u64,
-            });
-            self.done = true;
-            return Ok(None);
-        }
-        line.pop();
-        self.offset += n as u64;
-        Ok(Some(line))
+        let len = match read {
+            LineRead::Whole => {
+                self.offset += line.len() as u64 + 1;
+                return Ok(Some(line));
+            }
+            LineRead::End => {
+                self.done = true;
+                return Ok(None);
+            }
+            LineRead::Unterminated => line.len() as u64,
+            LineRead::TooLong => {
+                drop(line);
+                let (rest, newline) =
+                    skip_line(&mut self.inner).map_err(|e| io_error(&self.path, "read log", e))?;
+                let len = MAX_RECORD_LEN as u64 + rest;
+                if newline {
+                    self.done = true;
+                    let source = std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "the line at byte {} is {len} bytes long, over the record limit of {MAX_RECORD_LEN} bytes, which no writer writes: something else changed the log (the records before it were read; cut the line out to read past it)",
+                            self.offset
+                        ),
+                    );
+                    return Err(io_error(&self.path, "read log", source));
+                }
+                len
+            }
+        };
+        self.torn = Some(TornTail {
+            offset: self.offset,
+            len,
+        });
+        self.done = true;
+        Ok(None)
     }
 
     /// The final line without a newline that reading stopped at, once reached.
@@ -634,6 +801,108 @@ mod tests {
     }
 
     #[test]
+    fn bounded_line_reading_holds_at_most_the_limit() {
+        let read = |input: &[u8], limit| {
+            let mut cursor = std::io::BufReader::with_capacity(3, input);
+            let mut buf = Vec::new();
+            let mut out = Vec::new();
+            loop {
+                let r = read_record_line(&mut cursor, &mut buf, limit).unwrap();
+                assert!(buf.len() <= limit && buf.capacity() <= limit.max(8));
+                out.push((r, String::from_utf8(buf.clone()).unwrap()));
+                match r {
+                    LineRead::End | LineRead::Unterminated => return out,
+                    LineRead::TooLong => {
+                        let (rest, newline) = skip_line(&mut cursor).unwrap();
+                        out.push((LineRead::TooLong, format!("{rest} {newline}")));
+                        if !newline {
+                            return out;
+                        }
+                    }
+                    LineRead::Whole => {}
+                }
+            }
+        };
+        use LineRead::*;
+        let s = |x: &str| x.to_string();
+        assert_eq!(
+            read(b"abcd\n\nabcde\nxy", 4),
+            [
+                (Whole, s("abcd")),
+                (Whole, s("")),
+                (TooLong, s("abcd")),
+                (TooLong, s("1 true")),
+                (Unterminated, s("xy"))
+            ]
+        );
+        assert_eq!(
+            read(b"abcdefghij", 4),
+            [(TooLong, s("abcd")), (TooLong, s("6 false"))]
+        );
+        assert_eq!(read(b"", 4), [(End, s(""))]);
+        assert_eq!(read(b"ab\n", 4), [(Whole, s("ab")), (End, s(""))]);
+    }
+
+    #[test]
+    fn a_record_over_the_limit_is_refused_and_nothing_is_written() {
+        let f = fixture();
+        let (mut log, _) =
+            AppendLog::open_at(&f.dir, "log.jsonl", &f.lease, Durability::None).unwrap();
+        log.append(&f.lease, b"1").unwrap();
+        let big = vec![b'x'; MAX_RECORD_LEN + 1];
+        let e = log.append(&f.lease, &big).unwrap_err();
+        assert!(matches!(e, AppendError::InvalidRecord { .. }), "{e}");
+        assert!(e.to_string().contains("67108864"), "{e}");
+        assert_eq!(e.class(), ErrorClass::Usage);
+        let e = log.append_batch(&f.lease, [&b"2"[..], &big]).unwrap_err();
+        assert!(matches!(e, AppendError::InvalidRecord { .. }), "{e}");
+        assert_eq!(content(&f), b"1\n");
+    }
+
+    /// Issue 22 item 15: the reader holds at most the limit of a line. A torn tail far
+    /// longer than the limit (sparse: no disk is spent on it) is skipped and reported; a
+    /// whole line longer than the limit, which no writer writes, stops reading with an error
+    /// after the records before it.
+    #[test]
+    fn the_reader_skips_a_torn_tail_over_the_limit_and_refuses_a_line_over_it() {
+        let f = fixture();
+        let path = f.dir.path().join("log.jsonl");
+        std::fs::write(&path, b"1\n").unwrap();
+        let tail = MAX_RECORD_LEN as u64 + 4096;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(2 + tail)
+            .unwrap();
+        let (records, torn) = read_all(&f);
+        assert_eq!(records, vec![b"1".to_vec()]);
+        assert_eq!(
+            torn,
+            Some(TornTail {
+                offset: 2,
+                len: tail
+            })
+        );
+
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut file, b"\n2\n").unwrap();
+        let mut r = LogReader::open_at(&f.dir, "log.jsonl").unwrap().unwrap();
+        assert_eq!(r.next_record().unwrap(), Some(b"1".to_vec()));
+        let e = r.next_record().unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("log.jsonl") && text.contains("at byte 2"),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{tail} bytes long")), "{text}");
+        assert_eq!(r.next_record().unwrap(), None, "reading stops there");
+    }
+
+    #[test]
     fn reader_of_a_missing_log_creates_nothing() {
         let f = fixture();
         assert!(LogReader::open_at(&f.dir, "log.jsonl").unwrap().is_none());
@@ -719,6 +988,39 @@ mod tests {
             Err(AppendError::Lease(Error::LeaseLost { .. }))
         ));
         assert_eq!(content(&f), b"1\n");
+    }
+
+    /// Issue 22 item 9: a log whose directory is renamed keeps working through our handles,
+    /// while a newcomer resolves the old name to a fresh directory and takes a fresh lock
+    /// there; the next append must fail closed instead of going into the moved log.
+    #[cfg(unix)] // Windows binds names to the real path at open (its verify answers Ok)
+    #[test]
+    fn appends_fail_closed_when_the_logs_directory_is_renamed() {
+        let tmp = crate::test_dir();
+        let root = LockDir::open(tmp.path()).unwrap();
+        let dir = root.child("s", true).unwrap();
+        let lease = crate::LeaseOptions::new()
+            .try_acquire_at(&dir, "log.lock")
+            .unwrap();
+        let (mut log, _) = AppendLog::open_at(&dir, "log.jsonl", &lease, Durability::None).unwrap();
+        log.append(&lease, b"1").unwrap();
+        std::fs::rename(tmp.path().join("s"), tmp.path().join("moved")).unwrap();
+        // The lock file is still the locked inode in the (moved) directory handle: only the
+        // chain tells that the path now leads elsewhere.
+        lease.verify().unwrap();
+        let e = log.append(&lease, b"2").unwrap_err();
+        assert!(
+            matches!(&e, AppendError::Lease(Error::LeaseLost { path }) if path.ends_with("s")),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read(tmp.path().join("moved/log.jsonl")).unwrap(),
+            b"1\n"
+        );
+        assert!(matches!(
+            AppendLog::open_at(&dir, "log.jsonl", &lease, Durability::None),
+            Err(AppendError::Lease(Error::LeaseLost { .. }))
+        ));
     }
 
     #[cfg(not(target_os = "wasi"))] // a reader thread beside the writer: wasm32-wasip1 has one thread

@@ -13,10 +13,10 @@
 //!
 //! If any step fails the temporary file is removed and the old document is untouched.
 //!
-//! Temporary names are `.NAME.tmp.PID.N`. A process killed mid-rewrite leaves its temporary
-//! behind (harmless: never read as the document); [`remove_temporaries`] removes them, and a
-//! store calls it under its lease when it opens the document (nobody else can be writing
-//! one then). A leftover whose name a later process would pick (its pid reused) is stepped
+//! Temporary names are `.NAME.tmp.PID.N` ([`temporary_name`]; [`temporary_of`] reads one
+//! back). A process killed mid-rewrite leaves its temporary behind (harmless: never read as
+//! the document); [`remove_temporaries`] removes them, and a store calls it under its lease
+//! when it opens the document (nobody else can be writing one then). A leftover whose name a later process would pick (its pid reused) is stepped
 //! over: the exclusive create fails with `EEXIST` and the rewrite tries a fresh name.
 
 use std::fs::{File, OpenOptions};
@@ -256,7 +256,7 @@ pub fn remove_temporaries(path: &Path) -> io::Result<usize> {
     let Some(name) = path.file_name() else {
         return Ok(0);
     };
-    let prefix = format!(".{}.tmp.", name.to_string_lossy());
+    let name = name.to_string_lossy();
     let entries = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
@@ -265,7 +265,9 @@ pub fn remove_temporaries(path: &Path) -> io::Result<usize> {
     let mut removed = 0;
     for entry in entries {
         let entry = entry?;
-        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+        let found = entry.file_name();
+        let found = found.to_string_lossy();
+        if temporary_of(&found).is_none_or(|(of, _)| of != name) {
             continue;
         }
         // `file_type` does not follow a symlink.
@@ -309,15 +311,38 @@ fn temp_name(path: &Path) -> PathBuf {
 }
 
 /// The next temporary name for a rewrite of the file `name`: `.NAME.tmp.PID.N`, the one
-/// naming [`remove_temporaries`] recognises (for rewrites made through directory handles).
-/// A name may be taken by a leftover of a killed process whose pid was reused: create it
-/// exclusively and take the next name on `EEXIST`.
+/// naming [`remove_temporaries`] and [`temporary_of`] recognise (for rewrites made through
+/// directory handles). A name may be taken by a leftover of a killed process whose pid was
+/// reused: create it exclusively and take the next name on `EEXIST`.
 pub fn temporary_name(name: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    // WASI has no process ids: 0 there (a clash with another instance's leftover is
-    // stepped over like any other, see above).
-    let pid = crate::lease::process_id().unwrap_or(0);
+    let pid = temporary_pid();
     format!(".{name}.tmp.{pid}.{n}")
+}
+
+/// The process number this process's temporary names carry (see [`temporary_name`]): its
+/// pid; 0 on WASI, which has no process ids (a clash with another instance's leftover is
+/// stepped over like any other).
+pub fn temporary_pid() -> u32 {
+    // WASI has no process ids: 0 there (a clash with another instance's leftover is stepped
+    // over like any other, see `temporary_name`).
+    crate::lease::process_id().unwrap_or(0)
+}
+
+/// Which file, and which process, the temporary name `candidate` belongs to, if it is one
+/// [`temporary_name`] gives: `.NAME.tmp.PID.N` → `(NAME, PID)`. The one reading of the
+/// naming: a store that removes its own leftovers through directory handles (or knows which
+/// process was killed) asks this instead of matching names itself.
+pub fn temporary_of(candidate: &str) -> Option<(&str, u32)> {
+    let rest = candidate.strip_prefix('.')?;
+    let (rest, n) = rest.rsplit_once('.')?;
+    let (rest, pid) = rest.rsplit_once('.')?;
+    let name = rest.strip_suffix(".tmp")?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if name.is_empty() || !digits(n) || !digits(pid) {
+        return None;
+    }
+    Some((name, pid.parse().ok()?))
 }
 
 #[cfg(test)]
@@ -388,7 +413,7 @@ mod tests {
         // The names the next rewrites of this process would pick, as a killed process whose
         // pid we now have would have left them.
         let next = COUNTER.load(Ordering::Relaxed);
-        let pid = crate::lease::process_id().unwrap_or(0);
+        let pid = temporary_pid();
         for n in next..next + 8 {
             std::fs::write(dir.path().join(format!(".doc.json.tmp.{pid}.{n}")), b"old").unwrap();
         }
@@ -433,6 +458,24 @@ mod tests {
             remove_temporaries(&dir.path().join("absent").join("x")).unwrap(),
             0
         );
+    }
+
+    #[test]
+    fn temporary_names_are_read_back_as_their_file_and_process() {
+        let made = temporary_name("a.tmp.b.json");
+        assert_eq!(temporary_of(&made), Some(("a.tmp.b.json", temporary_pid())));
+        assert_eq!(temporary_of(".doc.json.tmp.42.7"), Some(("doc.json", 42)));
+        for not in [
+            "doc.json",
+            ".doc.json.tmp.42",
+            ".doc.json.tmp.x.7",
+            ".doc.json.tmp.42.",
+            "..tmp.1.2",
+            "doc.json.tmp.1.2",
+            ".doc.json.tmq.1.2",
+        ] {
+            assert_eq!(temporary_of(not), None, "{not}");
+        }
     }
 
     #[test]

@@ -63,6 +63,15 @@ impl Crew {
             cmd.arg("--stamp").arg(s);
         }
         cmd.args(args);
+        self.spawn_command(cmd)
+    }
+
+    /// Starts `cmd` as a worker speaking the worker protocol on its stdin and stdout (a
+    /// contender of another language, `external.rs`); returns its index.
+    pub(super) fn spawn_command(
+        &mut self,
+        mut cmd: std::process::Command,
+    ) -> Result<usize, Failure> {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -171,7 +180,7 @@ pub(super) fn this_thread() -> u64 {
 
 /// Returns once thread `tid` of this process (from [`this_thread`], sent by the thread just
 /// before it starts to wait) is waiting: Linux sees it asleep in `/proc`; Windows gives it
-/// [`SETTLE`].
+/// `SETTLE`.
 pub(super) fn until_thread_waits(tid: u64) -> Result<(), Failure> {
     #[cfg(unix)]
     {
@@ -186,7 +195,7 @@ pub(super) fn until_thread_waits(tid: u64) -> Result<(), Failure> {
 }
 
 /// Returns once worker process `pid`, which said it waits (`W`), is waiting: Linux sees it
-/// asleep in `/proc`; on Windows it saw the lease held before it said so, and gets [`SETTLE`].
+/// asleep in `/proc`; on Windows it saw the lease held before it said so, and gets `SETTLE`.
 pub(super) fn until_process_waits(pid: u32) -> Result<(), Failure> {
     #[cfg(unix)]
     {

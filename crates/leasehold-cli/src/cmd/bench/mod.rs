@@ -32,6 +32,7 @@
 mod crew;
 #[cfg(all(feature = "etcd", unix))]
 mod etcd;
+mod external;
 #[cfg(unix)]
 mod handoff;
 mod micro;
@@ -74,6 +75,12 @@ pub struct BenchArgs {
     /// Like --etcd, on a private etcd this run starts and stops (`etcd` on PATH).
     #[arg(long)]
     etcd_server: bool,
+    /// Also measure LABEL, a locker of another language, beside the kernel floor: COMMAND
+    /// (run through `sh -c`, once per worker process) speaks the bench workers' protocol
+    /// (see `bench/external.rs`). It joins the uncued table and gets an uncontended row.
+    /// Repeatable.
+    #[arg(long, value_name = "LABEL=COMMAND", value_parser = external::Contender::parse)]
+    contender: Vec<external::Contender>,
 }
 
 /// How much work each scenario does.
@@ -317,13 +324,23 @@ pub fn main(args: BenchArgs) -> Outcome {
         })?;
     let started = Instant::now();
     let (rows, not) = scenarios(tmp.path(), &plan)?;
-    let uncued = uncued::run(tmp.path(), &plan)?;
+    let uncued = uncued::run(tmp.path(), &plan, &args.contender)?;
+    let floor = rows.iter().find(|r| r.key == "uncontended_floor");
+    let cycles =
+        external::uncontended(tmp.path(), &plan, &args.contender, floor.map(|r| r.median))?;
     let elapsed = started.elapsed().as_secs_f64();
     let machine = machine(tmp.path());
     let out = if args.json {
-        json_report(&rows, &not, &uncued, &machine, &plan, elapsed).to_string() + "\n"
+        let mut report = json_report(&rows, &not, &uncued, &machine, &plan, elapsed);
+        report["contenders"] = json!({"uncontended": external::json(&cycles)});
+        report.to_string() + "\n"
     } else {
-        table(&rows, &not, &machine, &plan, elapsed) + "\n" + &uncued_table(&uncued, &plan)
+        let mut text =
+            table(&rows, &not, &machine, &plan, elapsed) + "\n" + &uncued_table(&uncued, &plan);
+        if !cycles.is_empty() {
+            text.push_str(&external::table(&cycles));
+        }
+        text
     };
     tmp.close().map_err(|e| {
         Failure::failed(format!(

@@ -3,7 +3,7 @@
 //! * **Registry mutation** (`add`/`remove` through an active [`Registry`]) next to a raw
 //!   durable-rewrite loop of a document of the same size: temp file → write → fsync → rename
 //!   → fsync directory, issued directly (the directory kept open).
-//! * **Session append** ([`SessionWriter::append_json`]), fsync per record and batched, next
+//! * **Session append** ([`SessionWriter::append_json`](leasehold_stores::session::SessionWriter::append_json)), fsync per record and batched, next
 //!   to raw `write` + `fdatasync` on an `O_APPEND` descriptor with records of the same size.
 //! * **Keyed lease cost** ([`KeyedLeases::try_acquire`] + release) with 10 and with 100,000
 //!   lock files in the namespace directory, keys drawn pseudo-randomly among them.

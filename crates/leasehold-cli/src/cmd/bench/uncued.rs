@@ -46,6 +46,7 @@
 use std::path::Path;
 
 use super::crew::Crew;
+use super::external::Contender;
 use super::worker::Method;
 use super::{Dist, Plan, median, mono_ns};
 use crate::exit::Failure;
@@ -149,13 +150,56 @@ impl Mix {
     }
 }
 
+/// What loops in an uncued run: a built-in worker method, or a contender of another language
+/// (`external.rs`), which runs in the exclusive-only runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Runner {
+    Builtin(Method),
+    External(Contender),
+}
+
+impl Runner {
+    /// What it is, for the report.
+    pub(crate) fn label(&self) -> &str {
+        match self {
+            Runner::Builtin(m) => m.label(),
+            Runner::External(c) => &c.label,
+        }
+    }
+
+    /// What it is in a mixed run, for the report.
+    pub(crate) fn mixed_label(&self) -> &str {
+        match self {
+            Runner::Builtin(m) => m.mixed_label(),
+            Runner::External(c) => &c.label,
+        }
+    }
+
+    /// Its key in the JSON: the `--method` value, or the contender's label.
+    pub(crate) fn arg(&self) -> &str {
+        match self {
+            Runner::Builtin(m) => m.arg(),
+            Runner::External(c) => &c.label,
+        }
+    }
+
+    /// Whether this is a kernel floor.
+    pub(crate) fn is_floor(&self) -> bool {
+        matches!(self, Runner::Builtin(m) if m.is_floor())
+    }
+
+    fn is(&self, method: Method) -> bool {
+        matches!(self, Runner::Builtin(m) if *m == method)
+    }
+}
+
 /// One line of the uncued report: a method with W workers, next to the floors of the run.
 #[derive(Debug, Clone)]
 pub(crate) struct Line {
     pub workers: usize,
     /// How many of the workers take the lease shared (0: the exclusive-only table).
     pub shared: usize,
-    pub method: Method,
+    pub method: Runner,
     pub figures: Figures,
     /// owner changed / the kernel floor's (target ≥ 0.8).
     pub owner_ratio: Option<f64>,
@@ -171,8 +215,8 @@ pub(crate) struct Line {
     pub shared_max_ratio: Option<f64>,
     /// handoff p50 / floor + verify's (target ≤ 1.3).
     pub handoff_ratio: Option<f64>,
-    /// Whether every target is met (`None` for the floors, which define them, and where the
-    /// platform has no floor: Windows).
+    /// Whether every target is met (`None` for the floors, which define them, where the
+    /// platform has no floor (Windows), and for contenders, whose targets are their own).
     pub met: Option<bool>,
 }
 
@@ -183,35 +227,40 @@ pub(crate) const TARGETS: &str = "owner changed ≥ 0.8× floor; contended wait 
 /// waits apply"), as text for the report.
 pub(crate) const MIXED_TARGETS: &str = "owner changed ≥ 0.8× floor; contended wait p99 and max ≤ 1.5× the floor's, per mode (shared workers vs the floor's shared workers, exclusive vs exclusive); handoff p50 ≤ 1.3× floor + verify";
 
-/// Runs every method with 2 and 4 exclusive workers, then the methods with a shared form
-/// with the [`MIXED`] workers.
-pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Line>, Failure> {
+/// Runs every method, and every contender, with 2 and 4 exclusive workers, then the methods
+/// with a shared form with the [`MIXED`] workers.
+pub(super) fn run(dir: &Path, plan: &Plan, contenders: &[Contender]) -> Result<Vec<Line>, Failure> {
     let mut lines = Vec::new();
+    let exclusive: Vec<Runner> = (Method::ALL.iter().map(|m| Runner::Builtin(*m)))
+        .chain(contenders.iter().cloned().map(Runner::External))
+        .collect();
     for workers in [2usize, 4] {
         let mix = Mix { workers, shared: 0 };
-        lines.extend(run_mix(dir, plan, mix, Method::ALL)?);
+        lines.extend(run_mix(dir, plan, mix, &exclusive)?);
     }
     // Windows has no shared leases (and no floors to read them against): exclusive only.
     #[cfg(unix)]
-    lines.extend(run_mix(dir, plan, MIXED, &Method::MIXED)?);
+    {
+        let mixed = Method::MIXED.map(Runner::Builtin);
+        lines.extend(run_mix(dir, plan, MIXED, &mixed)?);
+    }
     Ok(lines)
 }
 
 /// Runs `methods` (the kernel floor first, floor + verify second) with `mix`, and reads each
 /// against the floors of the same run.
-fn run_mix(dir: &Path, plan: &Plan, mix: Mix, methods: &[Method]) -> Result<Vec<Line>, Failure> {
+fn run_mix(dir: &Path, plan: &Plan, mix: Mix, methods: &[Runner]) -> Result<Vec<Line>, Failure> {
     let mut runs: Vec<Vec<Figures>> = vec![Vec::new(); methods.len()];
     for rep in 0..plan.uncued_repeats {
         for k in 0..methods.len() {
             let i = (k + rep) % methods.len();
-            let method = methods[i];
-            let tag = format!("{}-{}-{rep}-{}", mix.workers, mix.shared, method.arg());
-            runs[i].push(one_run(dir, mix, method, plan.uncued_ms, &tag)?);
+            let tag = format!("{}-{}-{rep}-{i}", mix.workers, mix.shared);
+            runs[i].push(one_run(dir, mix, &methods[i], plan.uncued_ms, &tag)?);
         }
     }
     let figures: Vec<Figures> = runs.iter().map(|r| median_figures(r)).collect();
     // The kernel floors, where the platform has them (Windows has no kernel wait).
-    let of = |m: Method| methods.iter().position(|x| *x == m).map(|i| figures[i]);
+    let of = |m: Method| methods.iter().position(|x| x.is(m)).map(|i| figures[i]);
     let (floor, verify) = (of(Method::Floor), of(Method::FloorVerify));
     let ratio = |a: f64, b: f64| (b > 0.0).then(|| a / b);
     let ratios = |w: Option<Dist>, fw: Option<Dist>| match (w, fw) {
@@ -228,7 +277,7 @@ fn run_mix(dir: &Path, plan: &Plan, mix: Mix, methods: &[Method]) -> Result<Vec<
             _ => ratios(f.shared_wait, floor.and_then(|fl| fl.shared_wait)),
         };
         // Floor + verify is itself read against the kernel floor.
-        let base = if *method == Method::FloorVerify {
+        let base = if method.is(Method::FloorVerify) {
             floor
         } else {
             verify
@@ -238,7 +287,8 @@ fn run_mix(dir: &Path, plan: &Plan, mix: Mix, methods: &[Method]) -> Result<Vec<
             _ => None,
         };
         let within = |r: Option<f64>| r.is_some_and(|r| r <= 1.5);
-        let met = match method.is_floor() || floor.is_none() {
+        let external = matches!(method, Runner::External(_));
+        let met = match method.is_floor() || floor.is_none() || external {
             true => None,
             false => Some(
                 owner_ratio.is_some_and(|r| r >= 0.8)
@@ -251,7 +301,7 @@ fn run_mix(dir: &Path, plan: &Plan, mix: Mix, methods: &[Method]) -> Result<Vec<
         lines.push(Line {
             workers: mix.workers,
             shared: mix.shared,
-            method: *method,
+            method: method.clone(),
             figures: *f,
             owner_ratio,
             wait_p99_ratio,
@@ -266,16 +316,23 @@ fn run_mix(dir: &Path, plan: &Plan, mix: Mix, methods: &[Method]) -> Result<Vec<
 }
 
 /// One run of `mix.workers` processes looping with `method` for `ms` milliseconds.
-fn one_run(dir: &Path, mix: Mix, method: Method, ms: u64, tag: &str) -> Result<Figures, Failure> {
+fn one_run(dir: &Path, mix: Mix, method: &Runner, ms: u64, tag: &str) -> Result<Figures, Failure> {
     let workers = mix.workers;
     let lock = dir.join(format!("uncued-{tag}.lock"));
     let mut crew = Crew::new();
     for i in 0..workers {
-        let mut args = vec![format!("--index={i}"), format!("--method={}", method.arg())];
-        if mix.is_shared(i) {
-            args.push("--shared".into());
+        match method {
+            Runner::Builtin(m) => {
+                let mut args = vec![format!("--index={i}"), format!("--method={}", m.arg())];
+                if mix.is_shared(i) {
+                    args.push("--shared".into());
+                }
+                crew.spawn_args("loop", &lock, None, &args)?;
+            }
+            Runner::External(c) => {
+                c.spawn_loop(&mut crew, &lock)?;
+            }
         }
-        crew.spawn_args("loop", &lock, None, &args)?;
     }
     // Everyone is ready (runtime built, handle open) before anyone starts.
     for _ in 0..workers {

@@ -16,6 +16,23 @@
 //!   the fencing tokens never go down: no write under an older token landed after a newer
 //!   token's first write.
 //!
+//! `--etcd-run` tortures `leasehold run --etcd` itself instead: N slots run the counter's
+//! COMMAND under `run --etcd` (TTL 2 s) again and again. The COMMAND (`--etcd-role command`)
+//! records `enter`, starts a background child (`background`) that records a `beat` every
+//! 10 ms until killed, announces `holding`, and on `go` increments a counter file and exits,
+//! leaving its child behind. The schedule SIGKILLs `run` (never its supervisor or COMMAND) at
+//! random or at `holding`, or SIGSTOPs `run` at `holding` for longer than the TTL and then
+//! SIGCONTs it. What must hold, whatever happens to `run`:
+//!
+//! * no two COMMANDs' process trees ever act at once: each holder's records (COMMAND's and
+//!   its child's, timestamps taken while alive) span an interval, and no two intervals of
+//!   the counter overlap (`spans`);
+//! * every acknowledged increment is in the final counter, and no more than were attempted
+//!   (`check::ops`: overlapping increments lose updates);
+//! * a `run` paused past its TTL ends with `lease lost` (1), its COMMAND unfinished.
+//!
+//! `--break-exclusion` gives each slot a lock name of its own: the run must then fail.
+//!
 //! `--etcd-server` starts a private single-node etcd (the `etcd` binary on PATH) on free
 //! loopback ports in the run directory and stops it at the end.
 
@@ -54,6 +71,10 @@ pub struct Settings {
     pub dir: Option<PathBuf>,
     /// Endpoints of an existing etcd; `None`: start a private one.
     pub endpoints: Option<String>,
+    /// `--etcd-run`: torture `leasehold run --etcd` itself instead of the registry.
+    pub run: bool,
+    /// The checker's self-check (`--etcd-run` only): each worker slot its own lock name.
+    pub break_exclusion: bool,
 }
 
 /// Announces `name` and waits for `go` (a closed stdin ends the worker).
@@ -203,6 +224,11 @@ pub fn run(settings: &Settings) -> Outcome {
         (None, None) => return Err(Failure::failed("torture: no etcd")),
     };
     let prefix = format!("leasehold-torture/{}-{}", std::process::id(), now_ns());
+    if settings.run {
+        let report = run_mode(settings, &layout, &endpoints, &prefix);
+        drop(private);
+        return finish_run(settings, &layout, report?);
+    }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
     let shared = Arc::new(Shared {
@@ -219,41 +245,7 @@ pub fn run(settings: &Settings) -> Outcome {
         })
         .collect();
 
-    let deadline = started + Duration::from_secs_f64(settings.seconds);
-    let mut rng = Rng::seeded();
-    let mut through = 0;
-    loop {
-        {
-            let st = shared.lock();
-            if st.kills + st.pauses >= settings.events || Instant::now() >= deadline {
-                break;
-            }
-        }
-        thread::sleep(Duration::from_millis(20 + rng.below(60)));
-        let mut st = shared.lock();
-        // Between two events, let a few mutations through: a torture that kills every
-        // holder would prove nothing about acknowledged writes.
-        if st.hunt.is_some() || st.answered < through + 3 {
-            continue;
-        }
-        through = st.answered;
-        match rng.below(3) {
-            0 => {
-                let slot = rng.below(st.slots.len() as u64) as usize;
-                shared.kill(&mut st, slot, "random");
-            }
-            1 => st.hunt = Some(Hunt::Kill),
-            _ => st.hunt = Some(Hunt::Pause),
-        }
-    }
-    {
-        let mut st = shared.lock();
-        st.stopping = true;
-        st.hunt = None;
-        for slot in 0..st.slots.len() {
-            shared.kill(&mut st, slot, "shutdown");
-        }
-    }
+    schedule(&shared, settings, started);
     for t in threads {
         if t.join().is_err() {
             shared
@@ -324,6 +316,47 @@ pub fn run(settings: &Settings) -> Outcome {
             violations[0],
             layout.dir.display()
         )))
+    }
+}
+
+/// The events of a run, until `--kills` of them or `--seconds`: a random worker SIGKILLed at
+/// a random moment, or a hunt — the next worker to announce `holding` is SIGKILLed or paused
+/// there; a few mutations go through between two events. Then every worker is killed.
+fn schedule(shared: &Shared, settings: &Settings, started: Instant) {
+    let deadline = started + Duration::from_secs_f64(settings.seconds);
+    let mut rng = Rng::seeded();
+    let mut through = 0;
+    loop {
+        {
+            let st = shared.lock();
+            if st.kills + st.pauses >= settings.events || Instant::now() >= deadline {
+                break;
+            }
+        }
+        thread::sleep(Duration::from_millis(20 + rng.below(60)));
+        let mut st = shared.lock();
+        // Between two events, let a few mutations through: a torture that kills every
+        // holder would prove nothing about acknowledged writes.
+        if st.hunt.is_some() || st.answered < through + 3 {
+            continue;
+        }
+        through = st.answered;
+        match rng.below(3) {
+            0 => {
+                let slot = rng.below(st.slots.len() as u64) as usize;
+                shared.kill(&mut st, slot, "random");
+            }
+            1 => st.hunt = Some(Hunt::Kill),
+            _ => st.hunt = Some(Hunt::Pause),
+        }
+    }
+    {
+        let mut st = shared.lock();
+        st.stopping = true;
+        st.hunt = None;
+        for slot in 0..st.slots.len() {
+            shared.kill(&mut st, slot, "shutdown");
+        }
     }
 }
 
@@ -429,6 +462,53 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, endpoints: &s
     }
 }
 
+/// Prints an `--etcd-run` report; removes the run directory unless a violation was found.
+fn finish_run(settings: &Settings, layout: &Layout, v: Value) -> Outcome {
+    let violations: Vec<String> = v["violation_details"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|d| d.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    if settings.json {
+        println!("{v}");
+    } else {
+        println!(
+            "torture (etcd run): {} workers, {} s",
+            settings.workers, v["seconds"]
+        );
+        println!(
+            "kills of leasehold run: {}; pauses of it past the TTL: {}",
+            v["kills"], v["pauses"]
+        );
+        println!(
+            "increments: {} acknowledged, counter {}",
+            v["operations"], v["counter"]
+        );
+        println!(
+            "process trees checked: {} ({} activity records)",
+            v["holders_checked"], v["activity_records"]
+        );
+        println!("violations: {}", violations.len());
+        for d in &violations {
+            println!("  {d}");
+        }
+    }
+    if violations.is_empty() {
+        let _ = std::fs::remove_dir_all(&layout.dir);
+        Ok(OK)
+    } else {
+        Err(Failure::failed(format!(
+            "torture: {} violation(s) found, first: {}; evidence kept in {}",
+            violations.len(),
+            violations[0],
+            layout.dir.display()
+        )))
+    }
+}
+
 struct Report {
     ops: check::OpsReport,
     refused: u64,
@@ -516,9 +596,463 @@ fn token_order(history: &[Vec<u8>]) -> (usize, Vec<String>) {
     (tokens.len(), violations)
 }
 
+// ---------------------------------------------------------------------------------------
+// `--etcd-run`: `leasehold run --etcd` itself under SIGKILL and SIGSTOP (issue 22 item 3).
+// ---------------------------------------------------------------------------------------
+
+/// The etcd lock name of the counter (`--break-exclusion`: one per worker slot).
+fn counter_name(slot: u32, broken: bool) -> String {
+    if broken {
+        format!("counter-{slot}")
+    } else {
+        "counter".to_string()
+    }
+}
+
+/// The arguments that make this binary the torture's COMMAND, or its background child.
+fn role_args(layout: &Layout, id: &str, endpoints: &str, prefix: &str, role: &str) -> Vec<String> {
+    [
+        "torture",
+        "--etcd-worker",
+        id,
+        "--dir",
+        &layout.dir.to_string_lossy(),
+        "--etcd",
+        endpoints,
+        "--prefix",
+        prefix,
+        "--etcd-role",
+        role,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// One `activity` record of holder `slot:generation` of the counter: `WHAT counter SLOT GEN T`,
+/// the time taken while the process is alive and acting, so a recorded span lies inside the
+/// real one.
+fn activity(log: &AppendLog, what: &str, slot: u32, generation: u32) -> Result<(), Failure> {
+    log.record(&format!("{what} counter {slot} {generation} {}", now_ns()))
+        .map_err(|e| Failure::failed(format!("audit log: {e}")))
+}
+
+/// A role of the `--etcd-run` mode, run as COMMAND under `leasehold run --etcd`:
+///
+/// * `command`: records `enter`, starts its background child and waits for its first beat,
+///   announces `holding` and waits for `go` (EOF: exit 3, nothing done), increments the
+///   counter with a durable rewrite, records a last `beat` and exits 0 — leaving the
+///   background child running;
+/// * `background`: records a `beat` every 10 ms until it is killed.
+///
+/// Nothing of either may act once the lease is gone; the spans check proves it.
+pub fn role(
+    layout: &Layout,
+    slot: u32,
+    generation: u32,
+    endpoints: &str,
+    prefix: &str,
+    role: &str,
+) -> Outcome {
+    let path = layout.log_of("audit", &format!("{slot}-{generation}"));
+    let log =
+        AppendLog::open(&path).map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
+    if role == "background" {
+        let mut said = false;
+        loop {
+            activity(&log, "beat", slot, generation)?;
+            if !said {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "beating").and_then(|()| out.flush());
+                said = true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+    if role != "command" {
+        return Err(Failure::usage(format!("torture: unknown role {role:?}")));
+    }
+    activity(&log, "enter", slot, generation)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    let id = format!("{slot}:{generation}");
+    let mut child = Command::new(exe)
+        .args(role_args(layout, &id, endpoints, prefix, "background"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| Failure::failed(format!("cannot start the background child: {e}")))?;
+    // Its first beat is the handshake; then it is on its own (never waited for).
+    if let Some(out) = child.stdout.take() {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "holding").and_then(|()| out.flush()).is_err() {
+        std::process::exit(3);
+    }
+    drop(out);
+    let mut line = String::new();
+    match std::io::stdin().lock().read_line(&mut line) {
+        Ok(n) if n > 0 => {}
+        _ => std::process::exit(3),
+    }
+    let counter = layout.counter();
+    leasehold::patterns::durable::remove_temporaries(&counter).map_err(|e| {
+        Failure::failed(format!(
+            "{}: cannot clean temporaries: {e}",
+            counter.display()
+        ))
+    })?;
+    let text = std::fs::read_to_string(&counter)
+        .map_err(|e| Failure::failed(format!("{}: cannot read: {e}", counter.display())))?;
+    let Ok(n) = text.trim().parse::<u64>() else {
+        return Err(Failure::failed(format!("counter torn: {text:?}")));
+    };
+    leasehold::patterns::durable::replace_file(&counter, format!("{}\n", n + 1).as_bytes())
+        .map_err(|e| Failure::failed(format!("{}: cannot write: {e}", counter.display())))?;
+    activity(&log, "beat", slot, generation)?;
+    Ok(OK)
+}
+
+/// One holder (slot, generation) and the first and last instant its tree acted.
+type HolderSpan = ((u32, u32), u64, u64);
+
+/// What the spans check found.
+struct Spans {
+    holders: usize,
+    records: usize,
+    violations: Vec<String>,
+}
+
+/// Mutual exclusion of whole process trees: every record of holder `SLOT:GEN` (its COMMAND's
+/// and its background child's) spans from the first to the last; no two holders' spans of
+/// one lock may overlap. A tree that acted after its lease ended, beside the next holder's,
+/// shows as an overlap.
+fn spans(text: &str) -> Spans {
+    let mut span: BTreeMap<(String, u32, u32), (u64, u64)> = BTreeMap::new();
+    let mut violations = Vec::new();
+    let mut records = 0;
+    for (n, line) in text.lines().enumerate() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let parsed = match f.as_slice() {
+            ["enter" | "beat", lock, s, g, t] => {
+                match (s.parse::<u32>(), g.parse::<u32>(), t.parse::<u64>()) {
+                    (Ok(s), Ok(g), Ok(t)) => Some((lock.to_string(), s, g, t)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let Some((lock, s, g, t)) = parsed else {
+            violations.push(format!("audit line {}: malformed record {line:?}", n + 1));
+            continue;
+        };
+        records += 1;
+        let e = span.entry((lock, s, g)).or_insert((t, t));
+        e.0 = e.0.min(t);
+        e.1 = e.1.max(t);
+    }
+    let mut by_lock: BTreeMap<String, Vec<HolderSpan>> = BTreeMap::new();
+    for ((lock, s, g), (start, end)) in &span {
+        by_lock
+            .entry(lock.clone())
+            .or_default()
+            .push(((*s, *g), *start, *end));
+    }
+    for (lock, mut list) in by_lock {
+        list.sort_by_key(|(_, start, end)| (*start, *end));
+        let mut widest: Option<HolderSpan> = None;
+        for &(holder, start, end) in &list {
+            if let Some((w, _, wend)) = widest.filter(|(_, _, wend)| start < *wend) {
+                violations.push(format!(
+                    "{lock}: overlap: worker {}:{} acted at {start} while worker {}:{}'s tree acted until {wend}",
+                    holder.0, holder.1, w.0, w.1
+                ));
+            }
+            if widest.is_none_or(|(_, _, wend)| end > wend) {
+                widest = Some((holder, start, end));
+            }
+        }
+    }
+    Spans {
+        holders: span.len(),
+        records,
+        violations,
+    }
+}
+
+/// Waits (at most 30 s) until no process of this run is left — every process the run
+/// started names its directory in its arguments — and reaps what fell to us.
+fn wait_quiet(layout: &Layout) -> Option<String> {
+    let needle = layout.dir.to_string_lossy().into_owned();
+    let me = std::process::id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = std::fs::read_dir("/proc").ok().and_then(|dir| {
+            dir.flatten()
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.bytes().all(|b| b.is_ascii_digit()) && name != me.as_str()
+                })
+                .find(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle.as_str()))
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+        });
+        let pid = left?;
+        if Instant::now() >= deadline {
+            return Some(format!(
+                "process {pid} of the run still alive 30 s after its end"
+            ));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `--etcd-run` mode: see the module docs.
+fn run_mode(
+    settings: &Settings,
+    layout: &Layout,
+    endpoints: &str,
+    prefix: &str,
+) -> Result<Value, Failure> {
+    let started = Instant::now();
+    std::fs::write(layout.counter(), "0\n")
+        .map_err(|e| Failure::failed(format!("torture: {}: {e}", layout.counter().display())))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            slots: (0..settings.workers).map(|_| Slot::default()).collect(),
+            ..State::default()
+        }),
+    });
+    let threads: Vec<_> = (0..settings.workers as usize)
+        .map(|slot| {
+            let (shared, layout, exe) = (shared.clone(), layout.clone(), exe.clone());
+            let (endpoints, prefix) = (endpoints.to_string(), prefix.to_string());
+            let broken = settings.break_exclusion;
+            thread::spawn(move || {
+                tend_run(&shared, &layout, &exe, slot, &endpoints, &prefix, broken)
+            })
+        })
+        .collect();
+    schedule(&shared, settings, started);
+    for t in threads {
+        if t.join().is_err() {
+            shared
+                .lock()
+                .violations
+                .push("a worker thread panicked".into());
+        }
+    }
+    let mut violations: Vec<String> = shared.lock().violations.clone();
+    violations.extend(wait_quiet(layout));
+    // Supervisors of killed runs fell to us (or to init): reap what is ours.
+    while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
+    let audit = layout
+        .read_logs("audit")
+        .map_err(|e| Failure::failed(format!("torture: audit logs: {e}")))?;
+    let spans = spans(&audit);
+    violations.extend(spans.violations.iter().cloned());
+    let ops = std::fs::read_to_string(layout.ops()).unwrap_or_default();
+    let text = std::fs::read_to_string(layout.counter())
+        .map_err(|e| Failure::failed(format!("torture: {}: {e}", layout.counter().display())))?;
+    let counter = match text.trim().parse::<u64>() {
+        Ok(n) => n,
+        Err(_) => {
+            violations.push(format!("counter torn at the end: {text:?}"));
+            0
+        }
+    };
+    let report = check::ops(&ops, &BTreeSet::new(), counter);
+    violations.extend(report.violations.iter().cloned());
+    let st = shared.lock();
+    Ok(json!({
+        "mode": "etcd-run",
+        "workers": settings.workers,
+        "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        "kills": st.kills,
+        "pauses": st.pauses,
+        "kills_by_phase": st.landed,
+        "operations": report.counter_acked,
+        "counter": counter,
+        "holders_checked": spans.holders,
+        "activity_records": spans.records,
+        "violations": violations.len(),
+        "violation_details": violations,
+    }))
+}
+
+/// One slot of `--etcd-run`: `leasehold run --etcd` with the counter COMMAND, again and
+/// again; at `holding`, `go`, or (when a hunt is on) SIGKILL or SIGSTOP of `run` itself for
+/// longer than the TTL, then SIGCONT. A run paused past its TTL must end with `lease lost`.
+fn tend_run(
+    shared: &Shared,
+    layout: &Layout,
+    exe: &Path,
+    slot: usize,
+    endpoints: &str,
+    prefix: &str,
+    broken: bool,
+) {
+    let ops = match AppendLog::open(&layout.ops()) {
+        Ok(l) => l,
+        Err(e) => {
+            shared.lock().violations.push(format!("ops log: {e}"));
+            return;
+        }
+    };
+    for generation in 0u32.. {
+        if shared.lock().stopping {
+            return;
+        }
+        let seq = u64::from(generation) + 1;
+        let id = format!("{slot}:{generation}");
+        if let Err(e) = ops.record(&format!("intent {slot} {generation} {seq} counter")) {
+            shared.lock().violations.push(format!("ops log: {e}"));
+            return;
+        }
+        let stderr = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(layout.stderr());
+        let spawned = stderr.and_then(|err| {
+            Command::new(exe)
+                .args(["run", "--etcd", endpoints, "--ttl"])
+                .arg(TTL.as_secs().to_string())
+                .args(["--timeout", "10"])
+                .arg(counter_name(slot as u32, broken))
+                .arg("--")
+                .arg(exe)
+                .args(role_args(layout, &id, endpoints, prefix, "command"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(err)
+                .process_group(0)
+                .spawn()
+        });
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                shared
+                    .lock()
+                    .violations
+                    .push(format!("cannot start leasehold run for {slot}: {e}"));
+                return;
+            }
+        };
+        let pid = child.id() as i32;
+        {
+            let mut st = shared.lock();
+            st.slots[slot] = Slot {
+                pid: Some(pid),
+                killed: false,
+            };
+            if st.stopping {
+                shared.kill(&mut st, slot, "shutdown");
+            }
+        }
+        let mut paused = false;
+        let mut stdin = child.stdin.take();
+        if let Some(out) = child.stdout.take() {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let mut st = shared.lock();
+                if line != "holding" || st.stopping {
+                    continue;
+                }
+                match st.hunt.take() {
+                    Some(Hunt::Kill) => {
+                        shared.kill(&mut st, slot, "holding");
+                        continue;
+                    }
+                    Some(Hunt::Pause) => {
+                        let Some(group) = Pid::from_raw(pid) else {
+                            continue;
+                        };
+                        // `run` alone: its supervisor and COMMAND are in groups of their own.
+                        if kill_process_group(group, Signal::STOP).is_ok() {
+                            st.pauses += 1;
+                            paused = true;
+                            drop(st);
+                            // The pause itself: longer than the TTL.
+                            thread::sleep(PAUSE);
+                            let st = shared.lock();
+                            if !st.slots[slot].killed {
+                                let _ = kill_process_group(group, Signal::CONT);
+                            }
+                        }
+                    }
+                    None => {
+                        st.answered += 1;
+                        drop(st);
+                    }
+                }
+                if let Some(w) = stdin.as_mut() {
+                    let _ = writeln!(w, "go").and_then(|()| w.flush());
+                }
+            }
+        }
+        drop(stdin);
+        let status = child.wait();
+        let killed = {
+            let mut st = shared.lock();
+            st.slots[slot].pid = None;
+            st.slots[slot].killed
+        };
+        let code = status.as_ref().ok().and_then(|s| s.code());
+        if code == Some(0) {
+            if let Err(e) = ops.record(&format!("ack {slot} {generation} {seq}")) {
+                shared.lock().violations.push(format!("ops log: {e}"));
+            }
+            if paused {
+                shared.lock().violations.push(format!(
+                    "worker {id}: its run was paused past the TTL, yet COMMAND finished (status 0)"
+                ));
+            }
+        } else if paused && !killed && code != Some(1) {
+            shared.lock().violations.push(format!(
+                "worker {id}: its run was paused past the TTL and ended {status:?}, not with lease lost (1)"
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::token_order;
+    use super::{spans, token_order};
+
+    #[test]
+    fn trees_one_after_another_are_clean_and_a_tree_acting_beside_the_next_is_caught() {
+        // 0:0's COMMAND enters at 100, its child beats until 300; 1:0 enters at 350.
+        let clean = "enter counter 0 0 100\nbeat counter 0 0 300\nbeat counter 0 0 200\n\
+                     enter counter 1 0 350\nbeat counter 1 0 400\n";
+        let r = spans(clean);
+        assert_eq!(
+            (r.holders, r.records, r.violations.len()),
+            (2, 5, 0),
+            "{:?}",
+            r.violations
+        );
+        // 0:0's background child beats once more, at 360: beside 1:0.
+        let late = format!("{clean}beat counter 0 0 360\n");
+        let r = spans(&late);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(
+            r.violations[0].starts_with("counter: overlap"),
+            "{:?}",
+            r.violations
+        );
+        // Other lock names do not interfere; garbage is reported.
+        let r =
+            spans("enter counter-0 0 0 100\nbeat counter-0 0 0 300\nenter counter-1 1 0 200\nbe");
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert!(r.violations[0].contains("malformed"), "{:?}", r.violations);
+    }
 
     fn doc(token: u64) -> Vec<u8> {
         format!(r#"{{"version":1,"workspaces":{{}},"fencing_token":{token}}}"#).into_bytes()

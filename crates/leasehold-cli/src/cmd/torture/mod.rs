@@ -76,6 +76,14 @@ pub struct TortureArgs {
     /// Like --etcd, on a private etcd this run starts and stops (`etcd` on PATH).
     #[arg(long)]
     etcd_server: bool,
+    /// With --etcd or --etcd-server: torture `leasehold run --etcd` itself instead of the
+    /// registry — COMMANDs that leave a background child increment a counter while `run` is
+    /// SIGKILLed or SIGSTOPped past the TTL; no two COMMANDs' trees may ever act at once.
+    #[arg(long)]
+    etcd_run: bool,
+    /// Internal: the role of an `--etcd-run` process (command, background).
+    #[arg(long, hide = true, value_name = "ROLE", requires = "etcd_worker")]
+    etcd_role: Option<String>,
     /// Internal: run as etcd worker SLOT:GEN in DIR.
     #[arg(long, hide = true, value_name = "SLOT:GEN", requires_all = ["dir", "etcd", "prefix"])]
     etcd_worker: Option<String>,
@@ -182,13 +190,11 @@ fn etcd_mode(args: &TortureArgs) -> Outcome {
                 "torture: an etcd worker needs --etcd and --prefix",
             ));
         };
-        return etcd::work(
-            &Layout::new(dir_of(args)?),
-            slot,
-            generation,
-            endpoints,
-            prefix,
-        );
+        let layout = Layout::new(dir_of(args)?);
+        if let Some(role) = &args.etcd_role {
+            return etcd::role(&layout, slot, generation, endpoints, prefix, role);
+        }
+        return etcd::work(&layout, slot, generation, endpoints, prefix);
     }
     etcd::run(&etcd::Settings {
         workers: args.workers,
@@ -197,6 +203,8 @@ fn etcd_mode(args: &TortureArgs) -> Outcome {
         json: args.json,
         dir: args.dir.clone(),
         endpoints: args.etcd.clone(),
+        run: args.etcd_run,
+        break_exclusion: args.break_exclusion,
     })
 }
 

@@ -1246,6 +1246,39 @@ impl Liveness {
         }
     }
 
+    /// Blocks until the deadline moves (a keep-alive was acknowledged), the grant is lost, or
+    /// `timeout` passes.
+    fn wait_renewed(&self, timeout: Option<Duration>) {
+        let end = timeout.map(|t| now().saturating_add(nanos(t)));
+        let mut st = lock(&self.state);
+        let seen = st.deadline;
+        loop {
+            if Self::check_locked(&mut st).is_some() || st.deadline != seen {
+                return;
+            }
+            let t = now();
+            if end.is_some_and(|e| t >= e) {
+                return;
+            }
+            let until = end.map_or(st.deadline, |e| e.min(st.deadline));
+            let nap = Duration::from_nanos(until.saturating_sub(t).max(1_000_000));
+            st = self
+                .changed
+                .wait_timeout(st, nap)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Time left before the deadline, `None` once lost.
+    fn remaining(&self) -> Option<Duration> {
+        let mut st = lock(&self.state);
+        match Self::check_locked(&mut st) {
+            Some(_) => None,
+            None => Some(Duration::from_nanos(st.deadline.saturating_sub(now()))),
+        }
+    }
+
     /// Resolves when the grant is lost, with why.
     async fn lost(&self) -> String {
         loop {
@@ -1313,6 +1346,26 @@ impl GrantWatch {
     /// limit) with the grant still held.
     pub fn wait_lost(&self, timeout: Option<Duration>) -> Option<String> {
         self.0.wait_lost(timeout)
+    }
+
+    /// How long the grant has left before it counts itself lost — its deadline: the send time
+    /// of the last acknowledged keep-alive plus the TTL, minus [`margin`] — or `None` once it
+    /// is lost. etcd cannot expire the lease before `margin` after that deadline.
+    ///
+    /// For a watcher that must act before the lease can expire from *another process*
+    /// (`leasehold run --etcd` hands the deadline to the supervisor of its COMMAND, which
+    /// must not depend on this process running): read a clock that counts through suspend
+    /// (CLOCK_BOOTTIME on Linux) *before* calling this and add the answer — the sum is never
+    /// later than the deadline, however long this process is paused in between.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.0.remaining()
+    }
+
+    /// Blocks until a keep-alive is acknowledged (the deadline moves later), the grant is
+    /// lost, or `timeout` passes (`None`: no limit); then [`remaining`](Self::remaining) says
+    /// where the grant stands. No polling: the keep-alive task wakes the waiter.
+    pub fn wait_renewed(&self, timeout: Option<Duration>) {
+        self.0.wait_renewed(timeout)
     }
 }
 

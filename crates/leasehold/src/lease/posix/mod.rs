@@ -312,7 +312,7 @@ impl PlatformOpened for Opened {
 /// A lease is released by closing, never by `flock(LOCK_UN)` on its description: the
 /// description may be shared (COMMAND of `run` and `flock`, a child given the lease with
 /// `share_with_children`, a `fork`), and `LOCK_UN` drops the lock for every holder of it
-/// (<https://github.com/leasehold/leasehold/issues/22> item 1: a waiting `run` whose gate
+/// (issue 22 item 1: a waiting `run` whose gate
 /// hand-back unlocked a duplicate of its descriptor let a second `run` in beside COMMAND's
 /// background child).
 #[derive(Debug)]

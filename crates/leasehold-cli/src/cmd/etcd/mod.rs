@@ -3,18 +3,24 @@
 //!
 //! `run --etcd E NAME -- COMMAND` takes the lock `leasehold/lock/NAME/` (etcd's mutex recipe,
 //! see `leasehold::arbiters::etcd`) and runs COMMAND with `LEASEHOLD_FENCING_TOKEN` set to
-//! the grant's token. COMMAND must never outlive the lease:
+//! the grant's token. Neither COMMAND nor anything it starts may outlive the lease, so
+//! COMMAND runs in a process group of its own under a supervisor (`etcd/supervisor.rs`, a
+//! hidden re-execution of this binary) that owns the whole tree and stops it by itself:
 //!
-//! * **lease lost** (etcd says it is gone, or no keep-alive was acknowledged for long enough
-//!   that it may have expired): COMMAND gets SIGTERM at once — before the TTL can have run
-//!   out — and SIGKILL 5 s later if still alive; `run` then exits 1, `lease lost`;
-//! * **leasehold dies** (even by SIGKILL): COMMAND is killed by the kernel, through the
-//!   parent-death signal. Setting it needs code in the child between fork and exec, which
-//!   std offers only as `unsafe` `pre_exec`; instead the child is this binary again (a hidden
-//!   verb) that sets `PR_SET_PDEATHSIG` on itself, checks its parent is still the one that
-//!   started it, and then execs COMMAND — the signal survives the exec;
-//! * **clean exit** (COMMAND ended, or SIGINT/SIGTERM forwarded to it): the lease is revoked
-//!   at once, so a waiter's COMMAND starts within a round trip.
+//! * **deadline**: every acknowledged keep-alive moves the instant at which the grant counts
+//!   itself lost (send time + TTL − margin, margin = max(TTL/10, 0.2 s)); `run` passes each
+//!   one to the supervisor. If none comes, the tree gets SIGTERM `--grace` before that
+//!   instant and SIGKILL at it — also when `run` itself is stopped (SIGSTOP) or starved,
+//!   because the supervisor keeps its own time;
+//! * **lease lost** (etcd says it is gone): SIGKILL at once; `run` exits 1, `lease lost`;
+//! * **leasehold dies** (even by SIGKILL): the supervisor sees its socket close and stops
+//!   the tree — SIGTERM, SIGKILL `--grace` later or at the deadline, whichever is first;
+//! * **the supervisor dies**: COMMAND dies of its parent-death signal (armed by the hidden
+//!   exec verb, which checks its parent is still the supervisor before it becomes COMMAND),
+//!   and `run`, a child subreaper too, kills the group and every orphan it inherits;
+//! * **clean exit** (COMMAND ended, or SIGINT/SIGTERM forwarded to its group): what COMMAND
+//!   left running gets SIGTERM, then SIGKILL after `--grace`; then the lease is revoked at
+//!   once, so a waiter's COMMAND starts within a round trip.
 //!
 //! Built without the `etcd` feature, every `--etcd` says so in one line and exits 1.
 
@@ -32,8 +38,22 @@ pub const LOCK_PREFIX: &str = leasehold_stores::registry::ETCD_RUN_LOCKS;
 pub const REGISTRY_PREFIX: &str = "leasehold/registry";
 /// `--ttl` by default.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
-/// How long COMMAND has between SIGTERM and SIGKILL once the lease is lost.
-pub const KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// `--grace` for a TTL: as given, or a third of the TTL by default. At most half the TTL:
+/// keep-alives go every TTL/3, so in normal operation the deadline is never nearer than
+/// about TTL·2/3 − margin, and a longer grace would stop COMMAND while the lease is fine.
+pub fn grace(ttl: Duration, grace: Option<Duration>) -> Result<Duration, Failure> {
+    let grace = grace.unwrap_or(ttl / 3);
+    if grace > ttl / 2 {
+        return Err(Failure::usage(format!(
+            "--grace {:.1?} with --ttl {}: the grace must be at most half the TTL ({:.1?}), so that keep-alives (every TTL/3) renew the lease before it begins; raise --ttl or lower --grace",
+            grace,
+            ttl.as_secs(),
+            ttl / 2
+        )));
+    }
+    Ok(grace)
+}
 
 /// `--ttl SECS`: a number of seconds, at least 2 (etcd counts whole seconds: rounded up).
 pub fn parse_ttl(s: &str) -> Result<Duration, String> {
@@ -66,6 +86,8 @@ pub fn check_name(name: &str) -> Result<(), Failure> {
 pub struct RunEtcd {
     pub endpoints: String,
     pub ttl: Duration,
+    /// How long before the lease's deadline COMMAND's tree gets SIGTERM ([`grace`]).
+    pub grace: Duration,
     pub timeout: Option<Duration>,
     pub no_wait: bool,
     pub conflict_exit_code: u8,
@@ -118,18 +140,27 @@ pub struct ExecArgs {
 pub use imp::{PrivateEtcd, exec, registry, run, status};
 
 #[cfg(all(feature = "etcd", unix))]
+pub mod supervisor;
+
+#[cfg(all(feature = "etcd", unix))]
 mod imp {
-    use std::process::Command;
-    use std::sync::{Arc, Condvar, Mutex, PoisonError};
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
     use leasehold::arbiters::etcd::{EtcdArbiter, EtcdGrant};
     use leasehold::patterns::authority::{Arbiter, Grant};
     use leasehold::{Budget, Error};
     use leasehold_stores::registry::Registry;
-    use rustix::process::{Pid, Signal, kill_process};
+    use rustix::process::{Pid, Signal};
 
-    use super::{ExecArgs, KILL_AFTER, LOCK_PREFIX, RunEtcd, check_name};
+    use super::supervisor::{self, Why};
+    use super::{ExecArgs, LOCK_PREFIX, RunEtcd, check_name};
     use crate::exit::{Failure, OK, Outcome};
     use crate::signals::Interrupts;
     use crate::wait::NOTICE_AFTER;
@@ -185,93 +216,135 @@ mod imp {
             grant.release();
             return Ok(interrupts.exit_code());
         }
+        supervised(&args, grant)
+    }
+
+    /// Runs COMMAND under its supervisor (`supervisor.rs`) while this process keeps the lease
+    /// alive and tells the supervisor every deadline a keep-alive bought; releases the lease
+    /// once the supervisor reports COMMAND's whole tree gone.
+    fn supervised(args: &RunEtcd, mut grant: EtcdGrant) -> Outcome {
+        let watch = grant.watch();
+        let lost = |why: String| {
+            Failure::failed(format!(
+                "{}: lease lost: {why}; COMMAND was stopped",
+                args.name
+            ))
+        };
+        // The clock first, then what is left: the sum is never later than the deadline.
+        let t0 = supervisor::now();
+        let Some(left) = watch.remaining() else {
+            return Err(lost("it expired before COMMAND could start".into()));
+        };
+        // Orphans of a supervisor that is killed become ours, and are killed below.
+        supervisor::become_subreaper()?;
+        let (ours, theirs) = UnixStream::pair()
+            .map_err(|e| Failure::failed(format!("cannot create a socket pair: {e}")))?;
         let exe = std::env::current_exe()
             .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
         let mut child = Command::new(exe)
-            .arg("_exec-with-parent-death-signal")
-            .arg(std::process::id().to_string())
+            .args(crate::cmd::worker::ARGS)
+            .arg("etcd-supervisor")
+            .arg("--deadline")
+            .arg(t0.saturating_add(supervisor::nanos(left)).to_string())
+            .arg("--grace")
+            .arg(supervisor::nanos(args.grace).to_string())
             .arg("--")
             .args(&args.command)
             .env("LEASEHOLD_FENCING_TOKEN", grant.token().to_string())
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            // Out of the caller's group: a SIGKILL of that group (a CI runner ending a job)
+            // must leave the supervisor alive to stop COMMAND's tree.
+            .process_group(0)
             .spawn()
-            .map_err(|e| Failure::failed(format!("cannot start COMMAND: {e}")))?;
-        super::super::run::forward_signals(child.id());
-        let guard = Arc::new(Guard::default());
-        let monitor = {
-            let (guard, watch, pid) = (guard.clone(), grant.watch(), child.id());
-            std::thread::spawn(move || guard.stop_when_lost(&watch, pid))
-        };
-        let status = child
-            .wait()
-            .map_err(|e| Failure::failed(format!("waiting for COMMAND: {e}")));
-        guard.finish();
-        let lost = guard.lost();
-        grant.release(); // wakes the monitor, which then sees the run finished
-        let _ = monitor.join();
-        if let Some(why) = lost {
+            .map_err(|e| Failure::failed(format!("cannot start COMMAND's supervisor: {e}")))?;
+        let stdin = rustix::stdio::stdin();
+        let open = rustix::io::fcntl_getfd(stdin).is_ok();
+        if let Err(e) = supervisor::send_stdin(&ours, open.then_some(stdin)) {
+            let _ = child.kill();
+            let _ = child.wait();
             return Err(Failure::failed(format!(
-                "{}: lease lost: {why}; COMMAND was stopped",
-                args.name
+                "cannot hand stdin to COMMAND's supervisor: {e}"
             )));
         }
-        Ok(super::super::run::exit_status(status?))
-    }
-
-    /// Between the monitor thread and the thread that waits for COMMAND.
-    #[derive(Default)]
-    struct Guard {
-        state: Mutex<GuardState>,
-        changed: Condvar,
-    }
-
-    #[derive(Default)]
-    struct GuardState {
-        finished: bool,
-        lost: Option<String>,
-    }
-
-    impl Guard {
-        /// Waits for the grant to be lost; then SIGTERM, and SIGKILL after [`KILL_AFTER`],
-        /// unless COMMAND finished first. Signals are sent with the state locked and only
-        /// while COMMAND is not known to be reaped.
-        fn stop_when_lost(&self, watch: &leasehold::arbiters::etcd::GrantWatch, pid: u32) {
-            let Some(why) = watch.wait_lost(None) else {
-                return;
-            };
-            let Some(pid) = Pid::from_raw(pid as i32) else {
-                return;
-            };
-            let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            if st.finished {
-                return;
-            }
-            st.lost = Some(why);
-            let _ = kill_process(pid, Signal::TERM);
-            let (st, timeout) = self
-                .changed
-                .wait_timeout_while(st, KILL_AFTER, |s| !s.finished)
-                .unwrap_or_else(PoisonError::into_inner);
-            if timeout.timed_out() && !st.finished {
-                let _ = kill_process(pid, Signal::KILL);
+        super::super::run::forward_signals(child.id());
+        let finished = Arc::new(AtomicBool::new(false));
+        let renewer = {
+            let (watch, finished) = (watch.clone(), finished.clone());
+            let sock = ours
+                .try_clone()
+                .map_err(|e| Failure::failed(format!("cannot clone a socket: {e}")))?;
+            // Every acknowledgement, and every TTL/6 at least (a renewal that landed between
+            // two looks is then passed on late, never lost).
+            let period = args.ttl / 6;
+            std::thread::spawn(move || {
+                loop {
+                    watch.wait_renewed(Some(period));
+                    if finished.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let t0 = supervisor::now();
+                    let line = match watch.remaining() {
+                        Some(left) => {
+                            format!("deadline {}\n", t0.saturating_add(supervisor::nanos(left)))
+                        }
+                        None => "lost\n".to_string(),
+                    };
+                    if (&sock).write_all(line.as_bytes()).is_err() || line == "lost\n" {
+                        return;
+                    }
+                }
+            })
+        };
+        // The supervisor's reports, until it exits (EOF).
+        let mut group = None;
+        let mut report = None;
+        for line in BufReader::new(&ours).lines() {
+            let Ok(line) = line else { break };
+            let words: Vec<&str> = line.split(' ').collect();
+            match words.as_slice() {
+                ["pid", pid] => group = pid.parse::<i32>().ok().and_then(Pid::from_raw),
+                ["exit", status, why] => {
+                    if let (Ok(status), Some(why)) = (status.parse::<u8>(), Why::parse(why)) {
+                        report = Some((status, why));
+                    }
+                }
+                _ => {}
             }
         }
-
-        /// COMMAND was reaped: from now on the monitor sends nothing (it signals only while
-        /// `finished` is false, under the same lock; the pid cannot have been reused in the
-        /// instant between the reaping and this call by anything of ours).
-        fn finish(&self) {
-            let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            st.finished = true;
-            drop(st);
-            self.changed.notify_all();
+        let status = child.wait();
+        let killed = status.as_ref().is_ok_and(|s| s.code().is_none());
+        if report.is_none() && killed {
+            // The supervisor was killed, perhaps with COMMAND started (even before it said
+            // so): whatever is left of the tree goes — COMMAND dies of its parent-death
+            // signal, its orphans are ours (and so are all our descendants on Linux).
+            supervisor::kill_all(group);
         }
-
-        fn lost(&self) -> Option<String> {
-            self.state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .lost
-                .clone()
+        finished.store(true, Ordering::SeqCst);
+        let why_lost = watch.wait_lost(Some(Duration::ZERO));
+        grant.release(); // wakes the renewer, which then sees the run finished
+        let _ = renewer.join();
+        drop(ours);
+        match report {
+            Some((status, Why::Command)) => Ok(status),
+            Some((_, _)) => Err(lost(why_lost.unwrap_or_else(|| {
+                format!(
+                    "no keep-alive was acknowledged in time (COMMAND was sent SIGTERM {:.1} s before the deadline, --grace)",
+                    args.grace.as_secs_f64()
+                )
+            }))),
+            None => {
+                let status = status.map_err(|e| {
+                    Failure::failed(format!("waiting for COMMAND's supervisor: {e}"))
+                })?;
+                match (status.code(), group) {
+                    // It ended by itself before COMMAND ran, after saying why on stderr.
+                    (Some(code), _) => Ok(code as u8),
+                    _ => Err(Failure::failed(format!(
+                        "{}: COMMAND's supervisor ended ({status}); COMMAND and every process it started were killed",
+                        args.name
+                    ))),
+                }
+            }
         }
     }
 
@@ -345,7 +418,6 @@ mod imp {
     /// The hidden verb: arm the parent-death signal, make sure the parent is still the `run`
     /// that started us (it may have died before the signal was armed), and become COMMAND.
     pub fn exec(args: ExecArgs) -> Outcome {
-        use std::os::unix::process::CommandExt;
         #[cfg(target_os = "linux")]
         rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
             .map_err(|e| Failure::failed(format!("cannot set the parent-death signal: {e}")))?;

@@ -1,0 +1,60 @@
+"""Type stubs of the native module ``leasehold._native`` (Rust, PyO3)."""
+
+import os
+from types import TracebackType
+from typing import Any, Callable, List, Optional, Type, Union
+
+_Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+__version__: str
+
+class Lease:
+    """A lease held by this process; released by release(), a with block's end, garbage
+    collection, or process exit. It never expires."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def shared(self) -> bool: ...
+    def verify(self) -> None: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> "Lease": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
+
+class _Cause:
+    def message(self) -> str: ...
+    def pids(self) -> List[int]: ...
+
+def acquire(
+    path: _Path,
+    timeout: Optional[float] = None,
+    *,
+    shared: bool = False,
+    allow_network_fs: bool = False,
+    allow_shared_state: bool = False,
+) -> Lease: ...
+def try_acquire(
+    path: _Path,
+    *,
+    shared: bool = False,
+    allow_network_fs: bool = False,
+    allow_shared_state: bool = False,
+) -> Optional[Lease]: ...
+class _AsyncWait:
+    def cancel(self) -> None: ...
+
+def start_acquire(
+    path: _Path,
+    timeout: Optional[float],
+    shared: bool,
+    allow_network_fs: bool,
+    allow_shared_state: bool,
+    event_loop: Any,
+    finish: Callable[[Union[Lease, BaseException]], None],
+) -> _AsyncWait: ...
+def holders(path: _Path) -> Optional[List[int]]: ...

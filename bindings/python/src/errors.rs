@@ -1,0 +1,153 @@
+//! The one table from the library's errors to the Python surface's exceptions and stable codes
+//! (`python-api.md`: the Node surface's codes). Nothing else in the binding decides what an
+//! error means.
+//!
+//! The exception classes themselves (`LeaseError`, `Timeout`) are Python classes in
+//! `leasehold/_errors.py`, so that `Timeout` can derive from both `LeaseError` and the
+//! built-in `TimeoutError`, as `filelock.Timeout` does; they are looked up once.
+
+use std::path::Path;
+
+use std::sync::OnceLock;
+
+use leasehold::{Classify, Error, ErrorClass};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyDict;
+
+/// The stable code of `e`, and the path (or key) it names. One row per variant the surface
+/// tells apart; variants added later fall back on their [`ErrorClass`].
+pub(crate) fn classify(e: &Error) -> (&'static str, Option<&Path>) {
+    match e {
+        Error::Contended { path, .. } | Error::TimedOut { path, .. } => ("CONTENDED", Some(path)),
+        Error::Cancelled { path } => ("CANCELLED", Some(path)),
+        // `verify` on a released lease: the right is not held, as after a replaced file.
+        Error::LeaseLost { path } | Error::Released { path } => ("LOST", Some(path)),
+        Error::Expired { .. } => ("LOST", None),
+        Error::NotRegularFile { path, .. }
+        | Error::NotDirectory { path, .. }
+        | Error::ParentNotDirectory { path }
+        | Error::PermissionDenied { path }
+        | Error::NameTooLong { path } => ("INVALID_INPUT", Some(path)),
+        Error::BadEndpoints { .. } => ("INVALID_INPUT", None),
+        Error::Untrusted { path, .. } => ("UNTRUSTED", Some(path)),
+        Error::NetworkFilesystem { path, .. } => ("NETWORK_FS", Some(path)),
+        Error::SharedUnsupported { path }
+        | Error::LockingUnsupported { path, .. }
+        | Error::Unsupported { path, .. } => ("UNSUPPORTED", Some(path)),
+        Error::NotFound { path }
+        | Error::Unstable { path, .. }
+        | Error::TooManyOpenFiles { path, .. }
+        | Error::Io { path, .. } => ("IO", Some(path)),
+        Error::Unreachable { .. } => ("IO", None),
+        other => (
+            match other.class() {
+                ErrorClass::Usage => "INVALID_INPUT",
+                ErrorClass::Contended => "CONTENDED",
+                ErrorClass::Cancelled => "CANCELLED",
+                ErrorClass::Failure => "IO",
+            },
+            None,
+        ),
+    }
+}
+
+/// What a contention error knows, described only when Python asks: its message names the
+/// holder, and looking holders up reads `/proc/locks`, which stalls every `flock` on the
+/// machine for a moment — so a failed try (a `FileLock` polled with `blocking=False`) must
+/// not pay for it unless its message or `pids` is read.
+#[pyclass(module = "leasehold._native", name = "_Cause", frozen)]
+pub(crate) struct Cause {
+    error: Error,
+    message: OnceLock<String>,
+}
+
+#[pymethods]
+impl Cause {
+    /// The holder pids the OS reveals (empty when it does not tell), looked up on first call.
+    fn pids(&self, py: Python<'_>) -> Vec<u32> {
+        py.detach(|| {
+            self.error
+                .holders()
+                .map(|h| h.pids().to_vec())
+                .unwrap_or_default()
+        })
+    }
+
+    /// The message, in the surface's terms (the setting to change is `timeout`).
+    fn message(&self, py: Python<'_>) -> String {
+        py.detach(|| {
+            self.message
+                .get_or_init(|| contention_message(&self.error))
+                .clone()
+        })
+    }
+}
+
+/// The library's contention message with the Python setting named instead of the Rust one.
+fn contention_message(e: &Error) -> String {
+    match e {
+        Error::Contended { path, holders } => format!(
+            "{}: lock is held by {}; not waited for (pass timeout=SECONDS to wait, or None to wait without limit)",
+            path.display(),
+            holders.who()
+        ),
+        Error::TimedOut {
+            path,
+            holders,
+            waited,
+        } => format!(
+            "{}: lock is held by {}; gave up after {waited:.1?}; allow a longer wait with a larger timeout (seconds; None waits without limit)",
+            path.display(),
+            holders.who()
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// The library's message, with the keyword that opts in from Python where it names a Rust
+/// option.
+fn message(e: &Error) -> String {
+    let hint = match e {
+        Error::NetworkFilesystem { .. } => "; from Python: allow_network_fs=True",
+        Error::Untrusted { .. } => "; from Python: allow_shared_state=True",
+        _ => "",
+    };
+    format!("{e}{hint}")
+}
+
+static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// The Python exception for `e`: `leasehold.Timeout` for contention, `leasehold.LeaseError`
+/// with its code otherwise.
+pub(crate) fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
+    match build(py, e) {
+        Ok(err) => err,
+        Err(failed) => failed,
+    }
+}
+
+fn build(py: Python<'_>, e: Error) -> PyResult<PyErr> {
+    let module = ERRORS.get_or_try_init(py, || {
+        PyModule::import(py, "leasehold._errors").map(Bound::unbind)
+    })?;
+    let module = module.bind(py);
+    let (code, path) = classify(&e);
+    let path = path.map(|p| p.as_os_str().to_os_string());
+    let kwargs = PyDict::new(py);
+    let value = if code == "CONTENDED" {
+        let cause = Cause {
+            error: e,
+            message: OnceLock::new(),
+        };
+        kwargs.set_item("cause", cause)?;
+        module.getattr("Timeout")?.call((path,), Some(&kwargs))?
+    } else {
+        kwargs.set_item("code", code)?;
+        kwargs.set_item("path", path)?;
+        module
+            .getattr("LeaseError")?
+            .call((message(&e),), Some(&kwargs))?
+    };
+    Ok(PyErr::from_value(value))
+}

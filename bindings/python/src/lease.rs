@@ -1,0 +1,278 @@
+//! `acquire`, `try_acquire`, `acquire_async`, `Lease` and `holders`: the library's lease,
+//! translated. Timeouts become [`Budget`]s, keyword options become [`LeaseOptions`], and the
+//! wait is the library's (see `wait.rs`).
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use leasehold::{Budget, CancelToken, Holders, LeaseOptions, SharedLease};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::errors::to_pyerr;
+use crate::wait::{self, Waited};
+
+/// The library lease a `Lease` object owns, in either mode.
+enum Held {
+    Exclusive(leasehold::Lease),
+    Shared(SharedLease),
+}
+
+impl Held {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            Held::Exclusive(l) => l.path(),
+            Held::Shared(l) => l.path(),
+        }
+    }
+
+    fn is_held(&self) -> bool {
+        match self {
+            Held::Exclusive(l) => l.is_held(),
+            Held::Shared(l) => l.is_held(),
+        }
+    }
+}
+
+/// A lease held by this process: exclusive, or shared with `shared=True`. Released by
+/// `release()`, by leaving its `with` block, when it is garbage-collected (the library
+/// lease's drop closes the descriptor), and by the kernel when the process exits. It never
+/// expires.
+#[pyclass(module = "leasehold", name = "Lease", frozen)]
+pub(crate) struct Lease {
+    held: Mutex<Held>,
+    shared: bool,
+}
+
+impl Lease {
+    fn new(held: Held) -> Lease {
+        let shared = matches!(held, Held::Shared(_));
+        Lease {
+            held: Mutex::new(held),
+            shared,
+        }
+    }
+
+    fn held(&self) -> MutexGuard<'_, Held> {
+        // A panic cannot leave a `Held` half-changed: every method is one library call.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[pymethods]
+impl Lease {
+    /// The lock file's path, as given.
+    #[getter]
+    fn path(&self) -> std::ffi::OsString {
+        self.held().path().as_os_str().to_os_string()
+    }
+
+    /// Whether this is a shared (reader) lease.
+    #[getter]
+    fn shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Raises `LeaseError(code='LOST')` unless the lease still stands for its path: the lock
+    /// file was removed or replaced (a newcomer would lock the new file), or the lease was
+    /// released. Call it before a write that the lease must guard.
+    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        let res = {
+            let held = self.held();
+            match &*held {
+                Held::Exclusive(l) => l.verify(),
+                Held::Shared(l) => l.verify(),
+            }
+        };
+        res.map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Releases the lease (closes its descriptor). Idempotent; the lock file stays.
+    fn release(&self) {
+        match &mut *self.held() {
+            Held::Exclusive(l) => l.release(),
+            Held::Shared(l) => l.release(),
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.release();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        let held = self.held();
+        format!(
+            "<leasehold.Lease {:?} {}, {}>",
+            held.path(),
+            if self.shared { "shared" } else { "exclusive" },
+            if held.is_held() { "held" } else { "released" }
+        )
+    }
+}
+
+/// What the keyword options of `acquire`, `try_acquire` and `acquire_async` ask for.
+fn options(allow_network_fs: bool, allow_shared_state: bool) -> LeaseOptions {
+    LeaseOptions::new()
+        .allow_network_filesystem(allow_network_fs)
+        .allow_shared_state(allow_shared_state)
+}
+
+/// The budget for a Python `timeout`: `None` (or infinity) waits without limit, `0` tries
+/// once, a positive number of seconds waits at most that long.
+fn budget(timeout: Option<f64>) -> PyResult<Budget> {
+    match timeout {
+        None => Ok(Budget::unlimited()),
+        Some(t) if t == f64::INFINITY => Ok(Budget::unlimited()),
+        Some(0.0) => Ok(Budget::no_wait()),
+        Some(t) if t > 0.0 => Ok(Budget::timeout(Duration::from_secs_f64(t))),
+        Some(t) => Err(PyValueError::new_err(format!(
+            "timeout must be None (no limit), 0 (try once) or a positive number of seconds, not {t}"
+        ))),
+    }
+}
+
+/// Takes the lease on `path`, waiting at most `timeout` seconds (`None`: without limit;
+/// `0`: try once). Raises `leasehold.Timeout` when it could not be had in time. The GIL is
+/// released while waiting, and Ctrl-C ends the wait with `KeyboardInterrupt`.
+#[pyfunction]
+#[pyo3(signature = (path, timeout=None, *, shared=false, allow_network_fs=false, allow_shared_state=false))]
+pub(crate) fn acquire(
+    py: Python<'_>,
+    path: PathBuf,
+    timeout: Option<f64>,
+    shared: bool,
+    allow_network_fs: bool,
+    allow_shared_state: bool,
+) -> PyResult<Lease> {
+    let budget = budget(timeout)?;
+    let opts = options(allow_network_fs, allow_shared_state);
+    let waited = if shared {
+        wait::block(py, async {
+            opts.acquire_shared_async(&path, &budget)
+                .await
+                .map(Held::Shared)
+        })?
+    } else {
+        wait::block(py, async {
+            opts.acquire_async(&path, &budget)
+                .await
+                .map(Held::Exclusive)
+        })?
+    };
+    match waited {
+        Waited::Done(Ok(held)) => Ok(Lease::new(held)),
+        Waited::Done(Err(e)) => Err(to_pyerr(py, e)),
+        Waited::Interrupted(raised) => Err(raised),
+    }
+}
+
+/// Takes the lease on `path` if it is free right now; `None` when another holder has it.
+#[pyfunction]
+#[pyo3(signature = (path, *, shared=false, allow_network_fs=false, allow_shared_state=false))]
+pub(crate) fn try_acquire(
+    py: Python<'_>,
+    path: PathBuf,
+    shared: bool,
+    allow_network_fs: bool,
+    allow_shared_state: bool,
+) -> PyResult<Option<Lease>> {
+    let opts = options(allow_network_fs, allow_shared_state);
+    let res = py.detach(|| match shared {
+        true => opts.try_acquire_shared(&path).map(Held::Shared),
+        false => opts.try_acquire(&path).map(Held::Exclusive),
+    });
+    match res {
+        Ok(held) => Ok(Some(Lease::new(held))),
+        Err(e) if e.is_contended() => Ok(None),
+        Err(e) => Err(to_pyerr(py, e)),
+    }
+}
+
+/// The result of an async acquisition, turned into a `Lease` or the exception object on the
+/// event loop's side (where the GIL is held).
+fn outcome(py: Python<'_>, res: leasehold::Result<Held>) -> PyResult<Py<PyAny>> {
+    match res {
+        Ok(held) => Ok(Bound::new(py, Lease::new(held))?.into_any().unbind()),
+        Err(e) => Ok(to_pyerr(py, e).into_value(py).into_any()),
+    }
+}
+
+/// An async acquisition in progress (see `leasehold.acquire_async`, which drives it).
+#[pyclass(module = "leasehold._native", name = "_AsyncWait", frozen)]
+pub(crate) struct AsyncWait {
+    cancel: CancelToken,
+}
+
+#[pymethods]
+impl AsyncWait {
+    /// Ends the wait: the library's acquisition sees its token cancelled at once and ends
+    /// (nothing held); `finish` is still called, with the outcome.
+    fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Starts `acquire` on the library's tokio driver (the binding's runtime) and returns at
+/// once; when the acquisition has ended — and its wait with it — `finish(outcome)` is
+/// called on `event_loop` (`call_soon_threadsafe`) with a `Lease` or an exception.
+/// `leasehold.acquire_async` wraps this in a coroutine.
+#[pyfunction]
+#[pyo3(signature = (path, timeout, shared, allow_network_fs, allow_shared_state, event_loop, finish))]
+#[allow(clippy::too_many_arguments)] // the surface's keywords, then the loop's two ends
+pub(crate) fn start_acquire(
+    path: PathBuf,
+    timeout: Option<f64>,
+    shared: bool,
+    allow_network_fs: bool,
+    allow_shared_state: bool,
+    event_loop: Py<PyAny>,
+    finish: Py<PyAny>,
+) -> PyResult<AsyncWait> {
+    let cancel = CancelToken::new().map_err(|e| Python::attach(|py| to_pyerr(py, e)))?;
+    let budget = budget(timeout)?.with_cancel(cancel.clone());
+    let opts = options(allow_network_fs, allow_shared_state);
+    wait::runtime()?.spawn(async move {
+        let res = match shared {
+            true => opts
+                .acquire_shared_async(&path, &budget)
+                .await
+                .map(Held::Shared),
+            false => opts
+                .acquire_async(&path, &budget)
+                .await
+                .map(Held::Exclusive),
+        };
+        // The acquisition is over (dropped) before the loop hears of it.
+        Python::attach(|py| {
+            let delivered = outcome(py, res).and_then(|value| {
+                event_loop.call_method1(py, "call_soon_threadsafe", (finish, value))
+            });
+            if let Err(e) = delivered {
+                // The loop is closed: nobody waits any more, and a lease in `value` was
+                // dropped with it (released).
+                e.write_unraisable(py, None);
+            }
+        });
+    });
+    Ok(AsyncWait { cancel })
+}
+
+/// Who holds the lock file at `path`, without taking, creating or disturbing anything: the
+/// holder pids (`[]`: free), or `None` where the system does not reveal holders (or hides
+/// who holds it).
+#[pyfunction]
+pub(crate) fn holders(py: Python<'_>, path: PathBuf) -> PyResult<Option<Vec<u32>>> {
+    match py.detach(|| leasehold::holders(&path)) {
+        Ok(Holders::Free) => Ok(Some(Vec::new())),
+        Ok(Holders::Held { pids }) if !pids.is_empty() => Ok(Some(pids)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(to_pyerr(py, e)),
+    }
+}

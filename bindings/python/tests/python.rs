@@ -1,0 +1,217 @@
+//! Runs the Python package's pytest suite (`bindings/python/tests/*.py`) from the README's
+//! test command, `cargo test --workspace --all-features`, and checks that `pip install
+//! bindings/python` builds and installs it from source (PEP 517, maturin).
+//!
+//! How the suite gets the extension without linking it (a test binary that links a pyo3
+//! extension module fails to link): cargo builds this crate's cdylib before running this
+//! test, so it is copied from the target dir as `leasehold/_native.abi3.so` next to a copy of
+//! the Python sources, and pytest runs with that directory on `PYTHONPATH`. pytest (and
+//! filelock and portalocker, which the suite compares against) live in a virtual environment
+//! under the target dir, made once and reused.
+//!
+//! Skipped, with a `SKIP: python: <why>` line, only where python3 (3.9 or later) or its
+//! `venv` module is missing.
+
+#![cfg(unix)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+/// The packages the suite imports besides `leasehold`, installed into the cached venv.
+const REQUIREMENTS: &[&str] = &["pytest>=7", "filelock>=3.13", "portalocker>=2.8"];
+
+/// The crate directory (`bindings/python`).
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where this test keeps what it builds (`target/tmp`: cargo's directory for tests).
+fn scratch() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// The profile directory this test binary was built into (`target/debug`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/python-<hash>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("the test binary lives in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+/// `python3` if it is there and new enough, else why not.
+fn python() -> Result<PathBuf, String> {
+    let python =
+        PathBuf::from(std::env::var_os("LEASEHOLD_PYTHON").unwrap_or_else(|| "python3".into()));
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])",
+        ])
+        .output()
+        .map_err(|e| format!("{} cannot be run: {e}", python.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} has no venv/ensurepip module: {}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (major, minor) = version
+        .split_once('.')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        .ok_or_else(|| format!("cannot read the version of {}: {version}", python.display()))?;
+    if (major, minor) < (3, 9) {
+        return Err(format!(
+            "{} is Python {version}; the package needs 3.9 or later",
+            python.display()
+        ));
+    }
+    Ok(python)
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    assert!(status.success(), "{what}: {status}");
+}
+
+/// A virtual environment at `dir` with `packages`, made unless a marker says it has them.
+fn venv(python: &Path, dir: &Path, packages: &[&str]) -> PathBuf {
+    let marker = dir.join("leasehold-requirements.txt");
+    let want = packages.join("\n");
+    let bin = dir.join("bin").join("python");
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(want.as_str()) && bin.exists() {
+        return bin;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    run(
+        Command::new(python).arg("-m").arg("venv").arg(dir),
+        "python3 -m venv",
+    );
+    if !packages.is_empty() {
+        run(
+            Command::new(&bin)
+                .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+                .args(packages),
+            "pip install (from PyPI)",
+        );
+    }
+    std::fs::write(&marker, want).expect("write the venv marker");
+    bin
+}
+
+/// The cached test venv (made once per test binary run; both tests may ask at once).
+fn test_venv(python: &Path) -> PathBuf {
+    static VENV: OnceLock<PathBuf> = OnceLock::new();
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+    VENV.get_or_init(|| venv(python, &scratch().join("python-venv"), REQUIREMENTS))
+        .clone()
+}
+
+/// A copy of the Python sources with the freshly built extension beside them.
+fn staged_package() -> PathBuf {
+    let built = ["libleasehold_python.so", "libleasehold_python.dylib"]
+        .iter()
+        .map(|name| profile_dir().join(name))
+        .find(|p| p.exists())
+        .expect("cargo builds the leasehold-python cdylib before this test");
+    let root = scratch().join("python-pkg");
+    let pkg = root.join("leasehold");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&pkg).expect("make the staging dir");
+    for entry in std::fs::read_dir(crate_dir().join("python/leasehold")).expect("python sources") {
+        let entry = entry.expect("a source entry");
+        let name = entry.file_name();
+        let keep = Path::new(&name)
+            .extension()
+            .is_some_and(|e| e == "py" || e == "pyi")
+            || name == "py.typed";
+        if keep {
+            std::fs::copy(entry.path(), pkg.join(&name)).expect("copy a source");
+        }
+    }
+    std::fs::copy(&built, pkg.join("_native.abi3.so")).expect("copy the extension");
+    root
+}
+
+#[test]
+fn pytest_suite() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) => {
+            println!("SKIP: python: {why}");
+            return;
+        }
+    };
+    let venv = test_venv(&python);
+    let staged = staged_package();
+    let cli = profile_dir().join("leasehold");
+    let mut cmd = Command::new(&venv);
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
+        .arg(crate_dir().join("tests"))
+        .env("PYTHONPATH", &staged)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("LEASEHOLD_CRATE_VERSION", env!("CARGO_PKG_VERSION"))
+        .stdin(Stdio::null());
+    if cli.exists() {
+        cmd.env("LEASEHOLD_CLI", &cli);
+    }
+    run(&mut cmd, "pytest bindings/python/tests");
+}
+
+#[test]
+fn pip_installs_the_package_from_source_into_a_fresh_venv() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) => {
+            println!("SKIP: python: {why}");
+            return;
+        }
+    };
+    let fresh = tempfile::tempdir_in(scratch()).expect("a temporary dir");
+    let bin = venv(&python, fresh.path(), &[]);
+    // maturin's cargo build gets a target dir of its own: this one is locked by the running
+    // `cargo test`. Kept between runs, so only the first run compiles everything; the dev
+    // profile, because what is checked is the PEP 517 path, not the optimiser.
+    run(
+        Command::new(&bin)
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .arg(crate_dir())
+            .env("CARGO_TARGET_DIR", scratch().join("pep517-target"))
+            .env("MATURIN_PEP517_ARGS", "--profile dev")
+            .stdin(Stdio::null()),
+        "pip install bindings/python",
+    );
+    let check = r#"
+import importlib.metadata, os, sys
+import leasehold
+here = os.path.dirname(leasehold.__file__)
+assert leasehold.__version__ == sys.argv[1], (leasehold.__version__, sys.argv[1])
+assert importlib.metadata.version("leasehold") == sys.argv[1], importlib.metadata.version("leasehold")
+for name in ("py.typed", "_native.pyi"):
+    assert os.path.exists(os.path.join(here, name)), name + " is not in the wheel"
+with leasehold.acquire(os.path.join(sys.argv[2], "x.lock"), 5) as lease:
+    lease.verify()
+print("ok")
+"#;
+    let out = Command::new(&bin)
+        .arg("-c")
+        .arg(check)
+        .arg(env!("CARGO_PKG_VERSION"))
+        .arg(fresh.path())
+        .current_dir(fresh.path())
+        .output()
+        .expect("run the installed package");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "the installed package: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

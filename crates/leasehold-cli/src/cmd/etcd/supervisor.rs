@@ -1,0 +1,564 @@
+//! The supervisor of `run --etcd`'s COMMAND (issue 22 items 2, 3 and 5): a process of its
+//! own between `leasehold run` and COMMAND that binds COMMAND's whole process tree to the
+//! lease, and does not depend on `run` being scheduled to do so.
+//!
+//! ```text
+//! leasehold run --etcd      (caller's process group; keeps the lease alive)
+//!   └─ supervisor           (`leasehold worker etcd-supervisor`; its own group; subreaper)
+//!        └─ COMMAND         (its own process group C; parent-death signal: SIGKILL)
+//!             └─ …          (its descendants: in C unless they left it)
+//! ```
+//!
+//! `run` talks to the supervisor over a Unix socket pair that is the supervisor's stdin
+//! (the user's stdin reaches COMMAND as a descriptor passed over it, `SCM_RIGHTS`):
+//!
+//! * `run` → supervisor: `deadline NS` each time a keep-alive is acknowledged (and every
+//!   TTL/6 at least) — the instant, on a clock both processes read alike ([`now`]), at which
+//!   the grant counts itself lost, which is [`margin`] before etcd can expire the lease;
+//!   `lost` when etcd says the lease is gone. EOF: `run` died.
+//! * supervisor → `run`: `pid N` once COMMAND runs; `exit STATUS WHY` at the end, WHY one
+//!   of [`Why`]'s names.
+//!
+//! The supervisor stops the tree — SIGTERM to group C and to every descendant, then SIGKILL
+//! of all of them, repeated until none is left — when
+//!
+//! * the deadline minus `--grace` comes without a later deadline (a stopped or starved
+//!   `run`, a partition): SIGTERM then, SIGKILL at the deadline;
+//! * `run` dies (EOF): SIGTERM at once, SIGKILL `--grace` later or at the deadline, whichever
+//!   is first;
+//! * COMMAND itself ends: what it left behind gets the same treatment, then the supervisor
+//!   reports COMMAND's status — `run` releases the lease only after that;
+//! * `run` says `lost`: SIGKILL at once (a successor may hold the lock already).
+//!
+//! So SIGTERM comes at least `--grace` + margin and SIGKILL at least margin before etcd can
+//! expire the lease. "Every descendant" is exact on Linux: the supervisor is a child
+//! subreaper (`PR_SET_CHILD_SUBREAPER`), so orphans of the tree become its children instead
+//! of init's and nothing escapes by double-forking or `setsid`, and descendants are found
+//! through `/proc`. Elsewhere it is process group C only: a descendant that leaves the group
+//! and is orphaned escapes. The supervisor's own death (SIGKILL) is noticed by `run`, which
+//! is a subreaper too and kills group C and every descendant it then has; COMMAND dies of
+//! its parent-death signal.
+//!
+//! [`margin`]: leasehold::arbiters::etcd::margin
+
+use std::ffi::OsString;
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rustix::event::{PollFd, PollFlags, poll};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
+};
+use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, kill_process, kill_process_group};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+
+use crate::exit::{Failure, Outcome};
+
+/// Nanoseconds of the clock deadlines are given in: one that every process of the machine
+/// reads alike and that keeps counting while the machine is suspended (CLOCK_BOOTTIME on
+/// Linux, as the etcd arbiter's own deadline; the monotonic clock elsewhere).
+pub fn now() -> u64 {
+    #[cfg(target_os = "linux")]
+    let id = rustix::time::ClockId::Boottime;
+    #[cfg(not(target_os = "linux"))]
+    let id = rustix::time::ClockId::Monotonic;
+    let t = rustix::time::clock_gettime(id);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+/// `d` in nanoseconds (saturating).
+pub fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The hidden role's arguments: `leasehold worker etcd-supervisor --deadline NS --grace NS
+/// -- COMMAND...`, stdin a Unix socket to `run`.
+#[derive(clap::Args, Debug)]
+pub struct SupervisorArgs {
+    /// The first deadline ([`now`]'s nanoseconds).
+    #[arg(long, value_name = "NS")]
+    deadline: u64,
+    /// How long before the deadline COMMAND's tree gets SIGTERM (nanoseconds).
+    #[arg(long, value_name = "NS")]
+    grace: u64,
+    /// COMMAND and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<OsString>,
+}
+
+/// Why the supervisor stopped COMMAND's tree (or, `Command`, why it had nothing to stop).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// COMMAND ended by itself; what it left behind was stopped.
+    Command,
+    /// The deadline minus the grace came without a later deadline.
+    Deadline,
+    /// `run` said the lease is lost.
+    Lost,
+    /// `run` died.
+    Parent,
+}
+
+impl Why {
+    fn name(self) -> &'static str {
+        match self {
+            Why::Command => "command",
+            Why::Deadline => "deadline",
+            Why::Lost => "lost",
+            Why::Parent => "parent",
+        }
+    }
+
+    /// The reason a `run` reads from a report line.
+    pub fn parse(s: &str) -> Option<Why> {
+        [Why::Command, Why::Deadline, Why::Lost, Why::Parent]
+            .into_iter()
+            .find(|w| w.name() == s)
+    }
+}
+
+/// An exit status as a shell reports it: the code, or 128+N when signal N killed it.
+fn status_code(status: WaitStatus) -> u8 {
+    match (status.exit_status(), status.terminating_signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => 1,
+    }
+}
+
+/// Every process of the tree (Linux, from `/proc`): each descendant of this process, and
+/// each member of process group `group` (which, with this process a subreaper, is one too).
+#[cfg(target_os = "linux")]
+fn tree(group: Option<Pid>) -> Vec<Pid> {
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    let group = group.map(|g| g.as_raw_nonzero().get());
+    // (pid, ppid, pgrp) of every process.
+    let mut all: Vec<(i32, i32, i32)> = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // "PID (comm) S PPID PGRP ...": the comm may hold anything; the fields follow the
+        // last ')'.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse::<i32>().ok());
+        if let (Some(Some(ppid)), Some(Some(pgrp))) = (fields.next(), fields.next()) {
+            all.push((pid, ppid, pgrp));
+        }
+    }
+    let mut found = vec![me];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            all.iter()
+                .filter(|(_, pp, _)| *pp == parent)
+                .map(|(p, _, _)| *p),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    for (pid, _, pgrp) in &all {
+        if Some(*pgrp) == group && !found.contains(pid) {
+            found.push(*pid);
+        }
+    }
+    found.into_iter().filter_map(Pid::from_raw).collect()
+}
+
+/// Sends `sig` once to every process of the tree: on Linux each descendant of this process
+/// and each member of process group `group`; elsewhere the group (all that can be found
+/// there). Once each: a COMMAND that handles SIGTERM must not run its handler twice.
+pub fn signal_tree(group: Option<Pid>, sig: Signal) {
+    #[cfg(target_os = "linux")]
+    for pid in tree(group) {
+        let _ = kill_process(pid, sig);
+    }
+    #[cfg(not(target_os = "linux"))]
+    if let Some(group) = group {
+        let _ = kill_process_group(group, sig);
+    }
+}
+
+/// Makes this process a child subreaper (Linux): orphaned descendants become its children,
+/// so it can find, kill and reap all of them.
+pub fn become_subreaper() -> Result<(), Failure> {
+    #[cfg(target_os = "linux")]
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| Failure::failed(format!("cannot become a child subreaper: {e}")))?;
+    Ok(())
+}
+
+/// Whether anything of the tree is left: a child not yet reaped, or a member of `group`.
+fn group_alive(group: Option<Pid>) -> bool {
+    group.is_some_and(|g| rustix::process::test_kill_process_group(g).is_ok())
+}
+
+/// Reaps every child that has ended, telling `ended` each; returns whether children remain.
+fn reap(mut ended: impl FnMut(Pid, WaitStatus)) -> bool {
+    loop {
+        match rustix::process::wait(WaitOptions::NOHANG) {
+            Ok(Some((pid, status))) => ended(pid, status),
+            Ok(None) => return true,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// SIGKILLs group `group` and every descendant, again after each reaping, until nothing is
+/// left: what `run` does when its supervisor died. Blocks until then.
+pub fn kill_all(group: Option<Pid>) {
+    loop {
+        signal_tree(group, Signal::KILL);
+        let children = reap(|_, _| {});
+        if !children && !group_alive(group) {
+            return;
+        }
+        if children {
+            // One child ends (it was SIGKILLed); then look again: its orphans are ours now.
+            let _ = rustix::process::wait(WaitOptions::empty());
+        } else {
+            // Members of the group that are not our children (no subreaper here): they die
+            // of the SIGKILL just sent; look again shortly.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Passes `fd` (the user's stdin) to the supervisor over `sock`, or says there is none.
+pub fn send_stdin(
+    sock: &UnixStream,
+    fd: Option<std::os::fd::BorrowedFd<'_>>,
+) -> std::io::Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds;
+    let tag: &[u8] = match fd {
+        Some(fd) => {
+            fds = [fd];
+            control.push(SendAncillaryMessage::ScmRights(&fds));
+            b"s"
+        }
+        None => b"n",
+    };
+    sendmsg(sock, &[IoSlice::new(tag)], &mut control, SendFlags::empty())?;
+    Ok(())
+}
+
+/// Receives what [`send_stdin`] sent: the user's stdin, if it was open.
+fn receive_stdin(sock: &UnixStream) -> Result<Option<OwnedFd>, Failure> {
+    let fail =
+        |e: &dyn std::fmt::Display| Failure::failed(format!("supervisor: stdin from run: {e}"));
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut tag = [0u8; 1];
+    #[cfg(target_os = "linux")]
+    let flags = RecvFlags::CMSG_CLOEXEC;
+    #[cfg(not(target_os = "linux"))]
+    let flags = RecvFlags::empty();
+    let got = recvmsg(sock, &mut [IoSliceMut::new(&mut tag)], &mut control, flags)
+        .map_err(|e| fail(&e))?;
+    if got.bytes != 1 {
+        return Err(fail(&"run is gone"));
+    }
+    let mut fd = None;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            for f in fds {
+                fd.get_or_insert(f);
+            }
+        }
+    }
+    if let Some(fd) = &fd {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).map_err(|e| fail(&e))?;
+    }
+    Ok(fd)
+}
+
+/// A stop under way: why, and when the tree gets SIGKILL.
+struct Stop {
+    why: Why,
+    kill_at: u64,
+}
+
+/// The supervisor's state.
+struct Supervisor {
+    sock: UnixStream,
+    /// Bytes from `run` not yet making a whole line.
+    pending: Vec<u8>,
+    /// EOF seen on the socket: `run` is gone.
+    orphaned: bool,
+    command: Pid,
+    status: Option<u8>,
+    deadline: u64,
+    grace: u64,
+    stop: Option<Stop>,
+    killed: bool,
+}
+
+impl Supervisor {
+    fn group(&self) -> Option<Pid> {
+        Some(self.command)
+    }
+
+    /// Begins stopping the tree (once): SIGTERM now, SIGKILL at the deadline or after the
+    /// grace, whichever comes first (at once for [`Why::Lost`]).
+    fn begin(&mut self, why: Why, now: u64) {
+        if self.stop.is_some() {
+            return;
+        }
+        let kill_at = match why {
+            Why::Lost => now,
+            _ => self.deadline.min(now.saturating_add(self.grace)),
+        };
+        self.stop = Some(Stop { why, kill_at });
+        signal_tree(self.group(), Signal::TERM);
+    }
+
+    /// Reads what `run` sent, acting on each whole line.
+    fn read_socket(&mut self) {
+        let mut buf = [0u8; 4096];
+        match (&self.sock).read(&mut buf) {
+            Ok(0) => self.orphaned = true,
+            Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                ) => {}
+            Err(_) => self.orphaned = true,
+        }
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]).into_owned();
+            match line.split_once(' ') {
+                Some(("deadline", ns)) => {
+                    if let Ok(ns) = ns.parse::<u64>() {
+                        self.deadline = self.deadline.max(ns);
+                    }
+                }
+                _ if line == "lost" => self.begin(Why::Lost, now()),
+                _ => {}
+            }
+        }
+    }
+
+    /// When the loop must look again by itself (`None`: only when something happens).
+    fn next_wake(&self) -> Option<u64> {
+        match &self.stop {
+            None => Some(self.deadline.saturating_sub(self.grace)),
+            Some(stop) if !self.killed => Some(stop.kill_at),
+            Some(_) => None,
+        }
+    }
+}
+
+/// The supervisor: see the module docs. Exits with COMMAND's status (which `run` also
+/// reads from the `exit` report, with why the tree was stopped).
+pub fn supervise(args: SupervisorArgs) -> Outcome {
+    let fail =
+        |what: &str, e: &dyn std::fmt::Display| Failure::failed(format!("supervisor: {what}: {e}"));
+    let sock = rustix::stdio::stdin()
+        .try_clone_to_owned()
+        .map(UnixStream::from)
+        .map_err(|e| fail("stdin", &e))?;
+    become_subreaper()?;
+    // Signals: SIGCHLD wakes the loop to reap; termination signals are passed on to
+    // COMMAND's group (queued if they come before COMMAND exists).
+    let (sigs, poke) = UnixStream::pair().map_err(|e| fail("signal pipe", &e))?;
+    sigs.set_nonblocking(true)
+        .map_err(|e| fail("signal pipe", &e))?;
+    poke.set_nonblocking(true)
+        .map_err(|e| fail("signal pipe", &e))?;
+    let mut forward = Vec::new();
+    for sig in [SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
+        let poke = poke.try_clone().map_err(|e| fail("signal pipe", &e))?;
+        signal_hook::low_level::pipe::register(sig, poke)
+            .map_err(|e| fail("signal handler", &e))?;
+        if sig != SIGCHLD {
+            let flag = Arc::new(AtomicBool::new(false));
+            signal_hook::flag::register(sig, flag.clone())
+                .map_err(|e| fail("signal handler", &e))?;
+            forward.push((sig, flag));
+        }
+    }
+    let stdin = receive_stdin(&sock)?;
+    if args.command.is_empty() {
+        return Err(Failure::usage("supervisor: COMMAND is required after --"));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    // Everything that can fail comes before COMMAND starts: from then on nothing returns
+    // early with COMMAND unsupervised.
+    sock.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
+    #[cfg(target_os = "linux")]
+    let timer = Timer::new().map_err(|e| fail("timer", &e))?;
+    let me = std::process::id();
+    // COMMAND through the exec helper: it arms the parent-death signal (our death kills it)
+    // and checks we are still its parent, then becomes COMMAND; in a process group of its own.
+    let child = Command::new(exe)
+        .arg("_exec-with-parent-death-signal")
+        .arg(me.to_string())
+        .arg("--")
+        .args(&args.command)
+        .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
+        .process_group(0)
+        .spawn()
+        .map_err(|e| Failure::failed(format!("cannot start COMMAND: {e}")))?;
+    let command =
+        Pid::from_raw(child.id() as i32).ok_or_else(|| Failure::failed("COMMAND has no pid"))?;
+    drop(child); // reaped below, with every other child (`wait`), never through std
+    // One write (the socket is empty: it cannot be short).
+    let _ = (&sock).write_all(format!("pid {}\n", command.as_raw_nonzero()).as_bytes());
+    let mut s = Supervisor {
+        sock,
+        pending: Vec::new(),
+        orphaned: false,
+        command,
+        status: None,
+        deadline: args.deadline,
+        grace: args.grace,
+        stop: None,
+        killed: false,
+    };
+    loop {
+        let children = reap(|pid, status| {
+            if pid == s.command {
+                s.status = Some(status_code(status));
+            }
+        });
+        for (sig, flag) in &forward {
+            if flag.swap(false, Ordering::SeqCst)
+                && let Some(sig) = Signal::from_named_raw(*sig)
+            {
+                let _ = kill_process_group(s.command, sig);
+            }
+        }
+        let t = now();
+        if s.stop.is_none() {
+            if s.status.is_some() {
+                s.begin(Why::Command, t);
+            } else if s.orphaned {
+                s.begin(Why::Parent, t);
+            } else if t.saturating_add(s.grace) >= s.deadline {
+                s.begin(Why::Deadline, t);
+            }
+        }
+        if s.stop.as_ref().is_some_and(|stop| t >= stop.kill_at) {
+            // Again after each reaping: the orphans of what just died are ours now.
+            s.killed = true;
+            signal_tree(s.group(), Signal::KILL);
+        }
+        if s.status.is_some() && !children && !group_alive(s.group()) {
+            break;
+        }
+        let wake_at = s.next_wake();
+        let mut fds = vec![PollFd::new(&sigs, PollFlags::IN)];
+        if !s.orphaned {
+            fds.push(PollFd::new(&s.sock, PollFlags::IN));
+        }
+        // Without a subreaper, members of the group that are not our children end without
+        // a SIGCHLD: look again shortly while only they are left.
+        let timeout = match (wake_at, s.status.is_some() && !children) {
+            (_, true) => Some(Duration::from_millis(5)),
+            (Some(at), false) => Some(Duration::from_nanos(at.saturating_sub(t))),
+            (None, false) => None,
+        };
+        #[cfg(target_os = "linux")]
+        let timeout = {
+            // A timer on the boot-time clock fires at once after a suspend; poll's own
+            // timeout would not count the time the machine slept.
+            timer.set(wake_at);
+            fds.push(PollFd::new(&timer.fd, PollFlags::IN));
+            timeout.filter(|_| s.status.is_some() && !children)
+        };
+        let spec = timeout.map(|d| rustix::time::Timespec {
+            tv_sec: d.as_secs() as _,
+            tv_nsec: d.subsec_nanos() as _,
+        });
+        let _ = poll(&mut fds, spec.as_ref());
+        let readable = fds.iter().skip(1).any(|f| !f.revents().is_empty());
+        drop(fds);
+        let mut drain = [0u8; 64];
+        while (&sigs).read(&mut drain).is_ok_and(|n| n > 0) {}
+        #[cfg(target_os = "linux")]
+        timer.clear();
+        if readable && !s.orphaned {
+            s.read_socket();
+        }
+    }
+    let status = s.status.unwrap_or(1);
+    let why = s.stop.as_ref().map_or(Why::Command, |stop| stop.why);
+    let _ = s.sock.set_nonblocking(false);
+    let _ = (&s.sock).write_all(format!("exit {status} {}\n", why.name()).as_bytes());
+    Ok(status)
+}
+
+/// A timer on the boot-time clock (Linux), for the loop's wake-ups.
+#[cfg(target_os = "linux")]
+struct Timer {
+    fd: OwnedFd,
+}
+
+#[cfg(target_os = "linux")]
+impl Timer {
+    fn new() -> std::io::Result<Timer> {
+        use rustix::time::{TimerfdClockId, TimerfdFlags, timerfd_create};
+        let fd = timerfd_create(
+            TimerfdClockId::Boottime,
+            TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK,
+        )?;
+        Ok(Timer { fd })
+    }
+
+    /// Arms the timer for `at` ([`now`]'s nanoseconds; `None`: disarmed).
+    fn set(&self, at: Option<u64>) {
+        use rustix::time::{Itimerspec, TimerfdTimerFlags, Timespec, timerfd_settime};
+        let spec = |ns: u64| Timespec {
+            tv_sec: (ns / 1_000_000_000) as _,
+            tv_nsec: (ns % 1_000_000_000) as _,
+        };
+        // 0 disarms; an instant already past fires at once, so never pass 0 for "now".
+        let value = at.map_or(spec(0), |ns| spec(ns.max(1)));
+        let _ = timerfd_settime(
+            &self.fd,
+            TimerfdTimerFlags::ABSTIME,
+            &Itimerspec {
+                it_interval: spec(0),
+                it_value: value,
+            },
+        );
+    }
+
+    /// Consumes an expiry (the descriptor is non-blocking).
+    fn clear(&self) {
+        let mut buf = [0u8; 8];
+        let _ = rustix::io::read(&self.fd, &mut buf);
+    }
+}
