@@ -94,7 +94,9 @@ pub(crate) fn registry(e: &RegistryError) -> Failure {
         RegistryError::Lease(e) => lease(e),
         RegistryError::Contended { holders } => Failure::new(NOT_AUTHORITY, e, Some(holders)),
         RegistryError::StorageFailed { .. } => Failure::new(STORAGE_FAILED, e, None),
-        RegistryError::InvalidRoot { .. } => Failure::new(INVALID_INPUT, e, None),
+        RegistryError::InvalidRoot { .. } | RegistryError::InvalidPrefix { .. } => {
+            Failure::new(INVALID_INPUT, e, None)
+        }
     }
 }
 
