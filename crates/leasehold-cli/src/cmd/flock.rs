@@ -532,6 +532,8 @@ fn failed(e: &Error, opening: bool) -> Failed {
     let code = match e {
         Error::Contended { .. } => return Failed::Conflict(false),
         Error::TimedOut { .. } => return Failed::Conflict(true),
+        // Held up at the lock's gate (an exclusive waiter ahead, or one stuck there).
+        Error::GateHeld { waited, .. } => return Failed::Conflict(waited.is_some()),
         Error::Cancelled { .. } => {
             return Failed::Other(Failure::new(ErrorClass::Cancelled, e));
         }

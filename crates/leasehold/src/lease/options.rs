@@ -164,7 +164,7 @@ impl LeaseOptions {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn acquire_at(&self, dir: &LockDir, name: &str, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?;
+        let target = imp::Target::at(self, &dir.0, name)?;
         self.acquire_target(target, budget, Mode::Exclusive)
     }
 
@@ -179,7 +179,7 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?.without_gate();
+        let target = imp::Target::at(self, &dir.0, name)?.without_gate();
         self.acquire_target(target, budget, mode)
     }
 
@@ -192,7 +192,7 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?.without_gate();
+        let target = imp::Target::at(self, &dir.0, name)?.without_gate();
         self.acquire_target_async(target, budget, mode).await
     }
 
@@ -228,7 +228,7 @@ impl LeaseOptions {
         name: &str,
         budget: &Budget,
     ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?;
+        let target = imp::Target::at(self, &dir.0, name)?;
         self.acquire_target_async(target, budget, Mode::Exclusive)
             .await
     }

@@ -24,6 +24,7 @@
 //!    deadline; and, on a slow timer, whether the file we wait on is still the one at the
 //!    path (a lock file replaced under us would make us wait on an orphan forever).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -244,7 +245,7 @@ impl<'a> Acquisition<'a> {
                         }
                         Some(Err(e)) => return Err(e),
                         None => {
-                            self.judge_budget(id)?;
+                            self.judge_budget(id, || Imp::waiting_at(self.target, &kw))?;
                             if self.check_due() && !Imp::still_at_path(self.target, id) {
                                 drop(kw);
                                 drop(claim);
@@ -257,7 +258,7 @@ impl<'a> Acquisition<'a> {
                     }
                 }
                 State::Polling(opened, claim) => {
-                    self.judge_budget(opened.file_id())?;
+                    self.judge_budget(opened.file_id(), || None)?;
                     if let Some(next) = self.locked_try(opened, claim)? {
                         return Ok(next);
                     }
@@ -282,10 +283,11 @@ impl<'a> Acquisition<'a> {
                 Ok(None)
             }
             Attempt::Busy(opened, claim) => {
+                let at = || Imp::busy_at(self.target, &opened);
                 if self.try_once() {
-                    return Err(self.contended(opened.file_id()));
+                    return Err(self.contended_at(opened.file_id(), at()));
                 }
-                self.judge_budget(opened.file_id())?;
+                self.judge_budget(opened.file_id(), at)?;
                 if self.may_block
                     && Imp::NOTIFIES
                     && self.budget.deadline().is_none()
@@ -353,11 +355,16 @@ impl<'a> Acquisition<'a> {
         }))
     }
 
-    /// Ends a wait whose budget ran out: cancellation first, then the deadline.
-    fn judge_budget(&self, id: Option<FileId>) -> Result<()> {
+    /// Ends a wait whose budget ran out: cancellation first, then the deadline. `at`: the
+    /// gate the wait is held up at, if it is not at the lock (asked only when it ends).
+    fn judge_budget(
+        &self,
+        id: Option<FileId>,
+        at: impl FnOnce() -> Option<(PathBuf, FileId)>,
+    ) -> Result<()> {
         match self.budget.exhausted() {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
-            Some(Exhausted::Deadline) => Err(self.contended(id)),
+            Some(Exhausted::Deadline) => Err(self.contended_at(id, at())),
             None => Ok(()),
         }
     }
@@ -387,6 +394,22 @@ impl<'a> Acquisition<'a> {
             None => HolderInfo::known(crate::kind::Holders::Held { pids: Vec::new() }),
         };
         self.contended_with(holders)
+    }
+
+    /// Contention (try-once) or a passed deadline, naming the inode waited on — or, where
+    /// the acquirer was held up at a gate of the lock (`at`: that file and its inode), that
+    /// gate and its holders besides ([`Error::GateHeld`]): the lock itself may be free.
+    fn contended_at(&self, id: Option<FileId>, at: Option<(PathBuf, FileId)>) -> Error {
+        let Some((gate, gate_id)) = at else {
+            return self.contended(id);
+        };
+        Error::GateHeld {
+            path: self.path().to_path_buf(),
+            gate,
+            holders: HolderInfo::of_inode(id),
+            gate_holders: HolderInfo::of_inode(Some(gate_id)),
+            waited: (!self.try_once()).then(|| self.started.elapsed()),
+        }
     }
 
     /// Contention (try-once) or a passed deadline, with these holders.
