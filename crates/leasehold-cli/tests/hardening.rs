@@ -345,7 +345,7 @@ fn a_lock_file_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
         .args(["--", "echo", "ran"]));
     assert_eq!(out.code, 2, "{out:?}");
     assert_eq!(out.stdout, "");
-    assert_one_line_error(&out, "network or FUSE file system (fuse)");
+    assert_one_line_error(&out, "network, FUSE or overlay file system (fuse)");
     assert_one_line_error(&out, "LEASEHOLD_ALLOW_NETWORK_FS=1");
     drop(holder);
     let out = run(leasehold()
