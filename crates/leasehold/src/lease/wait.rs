@@ -21,8 +21,23 @@
 //!    else (Windows) poll with back-off. (On WASI the claim is the whole lock: a try under
 //!    it is never busy, and waiters wait in the claim queue, polling their budget.)
 //! 5. On every wake-up: cancellation first (an explicit request), then a grant, then the
-//!    deadline; and, on a slow timer, whether the file we wait on is still the one at the
-//!    path (a lock file replaced under us would make us wait on an orphan forever).
+//!    deadline. Where a notifier wakes the waiter (POSIX: the kernel-wait helper on a
+//!    grant, a releasing lease of this process for a queued one) the deadline is its only
+//!    timer: nothing polls, neither the lock nor its path. Where nothing can wake it
+//!    (Windows, WASI) it polls with back-off, and on a slow timer also checks that the file
+//!    it waits for is still the one at the path.
+//!
+//! Why no re-check of the path where the kernel wakes the waiter (issue 22 item 19: waiters
+//! looked at the path every 100 ms — 2.5 % of a core for 100 sync waiters, 0.4 % for 100
+//! async ones, in the bench's `crowd_waiting_cpu` figure — while the README said waits do
+//! not poll): a waiter waits on the inode it opened, and the kernel wakes it when that
+//! inode's lock is released, whereupon the grant's inode check finds a file replaced
+//! meanwhile and the waiter follows the path. The re-check only made it follow *earlier*,
+//! while the replaced file's holder still held it, and so take the lease beside that
+//! holder, which a waiter queued behind it must not do (`tests/replaced.rs`). A blocking
+//! wait that only a grant can end (`lock_inline`) never re-checked; now no POSIX waiter
+//! does, and a wait costs no CPU until it ends. (A new acquisition opens the path afresh,
+//! as every newcomer does: the CLI's second attempt after its one-second notice is one.)
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,8 +54,10 @@ use crate::kind::FileId;
 use crate::lease::LeaseOptions;
 use crate::sys::Notifier;
 
-/// How often a waiter checks that the file it waits on is still the one at the path: from
-/// [`CHECK_MIN`], doubling up to [`CHECK_MAX`]. Costs one `fstatat` per check.
+/// How often a polling waiter (no notifier wakes it: Windows, WASI) checks that the file it
+/// waits on is still the one at the path: from [`CHECK_MIN`], doubling up to [`CHECK_MAX`].
+/// Costs one `fstatat` per check. Waiters a notifier wakes never check (module
+/// documentation, step 5).
 const CHECK_MIN: Duration = Duration::from_millis(5);
 const CHECK_MAX: Duration = Duration::from_millis(100);
 /// Back-off where no kernel queue exists (Windows): a release is noticed within this.
@@ -222,7 +239,10 @@ impl<'a> Acquisition<'a> {
                         // Queued behind another lease of this process: it holds the lease,
                         // whatever the OS reveals of holders.
                         self.judge_budget_here(opened.file_id())?;
-                        if self.check_due() && !Imp::still_at_path(self.target, opened.file_id()) {
+                        if !Imp::NOTIFIES
+                            && self.check_due()
+                            && !Imp::still_at_path(self.target, opened.file_id())
+                        {
                             drop(q);
                             self.reopen()?;
                             continue;
@@ -238,6 +258,11 @@ impl<'a> Acquisition<'a> {
                     match Imp::poll_wait(&kw, self.target) {
                         Some(Ok(granted)) => {
                             drop(kw);
+                            // The grant's poke is consumed: a wait that follows (the file
+                            // was replaced) must sleep, not find the notifier still ready.
+                            if let Some(n) = &self.notifier {
+                                n.drain();
+                            }
                             match Imp::accept(self.target, granted, claim)? {
                                 Some(held) => return Ok(Next::Acquired(held)),
                                 None => self.reopen()?,
@@ -246,7 +271,10 @@ impl<'a> Acquisition<'a> {
                         Some(Err(e)) => return Err(e),
                         None => {
                             self.judge_budget(id, || Imp::waiting_at(self.target, &kw))?;
-                            if self.check_due() && !Imp::still_at_path(self.target, id) {
+                            if !Imp::NOTIFIES
+                                && self.check_due()
+                                && !Imp::still_at_path(self.target, id)
+                            {
                                 drop(kw);
                                 drop(claim);
                                 self.reopen()?;
@@ -337,8 +365,12 @@ impl<'a> Acquisition<'a> {
         true
     }
 
-    /// How long the driver may sleep: until the next check (or poll), cut by the deadline.
+    /// How long the driver may sleep: until the deadline where a notifier wakes the waiter;
+    /// else until the next check (or poll), cut by the deadline.
     fn sleep(&mut self) -> Next {
+        if Imp::NOTIFIES && !matches!(self.state, State::Polling(..)) {
+            return Next::Wait(self.budget.remaining());
+        }
         let mut nap = self
             .next_check
             .saturating_duration_since(Instant::now())
