@@ -45,16 +45,15 @@ pub enum Error {
     /// gate's holder is a waiter that is stopped or stuck, or a process holding the gate file
     /// by other means — resume or end it. Only gates this process trusts are ever waited at
     /// (the lock file's ownership rule); others are ignored, which costs fairness only.
-    #[error("{}", gate_held(path, gate, holders, gate_holders, waited))]
+    #[error("{}", gate_held(path, gate, holders, waited))]
     GateHeld {
         /// The lock file.
         path: PathBuf,
-        /// The gate file the acquirer was held up at.
+        /// The gate file the acquirer was held up at (its holders:
+        /// [`gate_holders`](Error::gate_holders)).
         gate: PathBuf,
         /// The lock's holders where the OS reveals them (looked up when first asked for).
         holders: HolderInfo,
-        /// The gate's holders where the OS reveals them (looked up when first asked for).
-        gate_holders: HolderInfo,
         /// How long the acquirer waited; `None` for a single try.
         waited: Option<Duration>,
     },
@@ -335,6 +334,15 @@ impl Error {
         }
     }
 
+    /// For [`Error::GateHeld`], who holds the gate the acquirer was held up at, looked up
+    /// now (from the gate's path: gates are never removed); `None` for any other error.
+    pub fn gate_holders(&self) -> Option<HolderInfo> {
+        match self {
+            Error::GateHeld { gate, .. } => Some(HolderInfo::of_path(gate)),
+            _ => None,
+        }
+    }
+
     /// True for [`Error::Expired`]: a distributed lease that may have run out. Another
     /// process may hold the lock now, so callers treat it like contention, not like a
     /// storage failure.
@@ -343,7 +351,7 @@ impl Error {
     }
 
     /// The holders recorded in a contention error: the lock's (for [`Error::GateHeld`] too;
-    /// its `gate_holders` are the gate's).
+    /// the gate's are [`gate_holders`](Self::gate_holders)).
     pub fn holders(&self) -> Option<&HolderInfo> {
         match self {
             Error::Contended { holders, .. }
@@ -360,10 +368,10 @@ fn gate_held(
     path: &std::path::Path,
     gate: &std::path::Path,
     holders: &HolderInfo,
-    gate_holders: &HolderInfo,
     waited: &Option<Duration>,
 ) -> String {
-    let (path, gate, by) = (path.display(), gate.display(), gate_holders.who());
+    let by = HolderInfo::of_path(gate).who();
+    let (path, gate) = (path.display(), gate.display());
     let tail = match waited {
         None => "not waited for (to wait, acquire with a Budget that has a timeout)".to_string(),
         Some(w) => {

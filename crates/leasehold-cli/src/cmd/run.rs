@@ -150,7 +150,6 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
             path,
             gate,
             holders,
-            gate_holders,
             ..
         } => {
             let why = match holders.get().is_held() {
@@ -163,7 +162,8 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
                 }
                 None => "an exclusive waiter ahead in line, or one stopped or stuck there".into(),
             };
-            let (gate, by) = (gate.display(), gate_holders.who());
+            let by = e.gate_holders().unwrap_or_default().who();
+            let gate = gate.display();
             Some((
                 path.display().to_string(),
                 format!("held up at its gate {gate}, held by {by} ({why})"),

@@ -180,10 +180,9 @@ pub(crate) trait Platform: Sized {
     fn poll_wait(wait: &Self::KernelWait, target: &Self::Target) -> Option<Result<Self::Granted>>;
 
     /// Where a busy try of `opened` was held up, if not at the lock itself (POSIX: a
-    /// shared-mode gate another process holds): that file as messages name it, and its
-    /// inode, for the error that ends a try-once there ([`Error::GateHeld`]). Default: at
-    /// the lock.
-    fn busy_at(_target: &Self::Target, _opened: &Self::Opened) -> Option<(PathBuf, FileId)> {
+    /// shared-mode gate another process holds): that file, as messages name it, for the
+    /// error that ends a try-once there ([`Error::GateHeld`]). Default: at the lock.
+    fn busy_at(_target: &Self::Target, _opened: &Self::Opened) -> Option<PathBuf> {
         None
     }
 
@@ -191,7 +190,7 @@ pub(crate) trait Platform: Sized {
     /// error that ends a wait there.
     ///
     /// [`busy_at`]: Self::busy_at
-    fn waiting_at(_target: &Self::Target, _wait: &Self::KernelWait) -> Option<(PathBuf, FileId)> {
+    fn waiting_at(_target: &Self::Target, _wait: &Self::KernelWait) -> Option<PathBuf> {
         None
     }
 

@@ -389,11 +389,7 @@ impl<'a> Acquisition<'a> {
 
     /// Ends a wait whose budget ran out: cancellation first, then the deadline. `at`: the
     /// gate the wait is held up at, if it is not at the lock (asked only when it ends).
-    fn judge_budget(
-        &self,
-        id: Option<FileId>,
-        at: impl FnOnce() -> Option<(PathBuf, FileId)>,
-    ) -> Result<()> {
+    fn judge_budget(&self, id: Option<FileId>, at: impl FnOnce() -> Option<PathBuf>) -> Result<()> {
         match self.budget.exhausted() {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended_at(id, at())),
@@ -431,15 +427,14 @@ impl<'a> Acquisition<'a> {
     /// Contention (try-once) or a passed deadline, naming the inode waited on — or, where
     /// the acquirer was held up at a gate of the lock (`at`: that file and its inode), that
     /// gate and its holders besides ([`Error::GateHeld`]): the lock itself may be free.
-    fn contended_at(&self, id: Option<FileId>, at: Option<(PathBuf, FileId)>) -> Error {
-        let Some((gate, gate_id)) = at else {
+    fn contended_at(&self, id: Option<FileId>, at: Option<PathBuf>) -> Error {
+        let Some(gate) = at else {
             return self.contended(id);
         };
         Error::GateHeld {
             path: self.path().to_path_buf(),
             gate,
             holders: HolderInfo::of_inode(id),
-            gate_holders: HolderInfo::of_inode(Some(gate_id)),
             waited: (!self.try_once()).then(|| self.started.elapsed()),
         }
     }

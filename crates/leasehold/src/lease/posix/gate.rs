@@ -245,10 +245,9 @@ impl Place {
         sys::lock_blocking(fd, shared)
     }
 
-    /// The gate file the wait is blocked on, as messages name it (beside the lock path),
-    /// and its inode (looked up now: gates are never removed); `None` while the wait is at
-    /// the lock itself.
-    pub(crate) fn held_up(&self, target: &Target) -> Option<(PathBuf, FileId)> {
+    /// The gate file the wait is blocked on, as messages name it (beside the lock path);
+    /// `None` while the wait is at the lock itself.
+    pub(crate) fn held_up(&self, target: &Target) -> Option<PathBuf> {
         let suffix = match self.at.load(Ordering::Relaxed) {
             AT_READERS => READERS_SUFFIX,
             AT_WRITERS => WRITERS_SUFFIX,
@@ -259,24 +258,15 @@ impl Place {
     }
 }
 
-/// The gate with `suffix` of `target`'s lock, as messages name it (beside the lock path),
-/// and the inode now at its name.
-fn held_up_at(target: &Target, suffix: &str) -> Option<(PathBuf, FileId)> {
-    let lock = target.name.file_name().filter(|_| target.gated)?;
-    let name = target.name.with_file_name(named(lock, suffix));
-    let sys::Entry::Regular(id) = sys::entry_at(target.dir(), &name).ok()? else {
-        return None;
-    };
+/// The gate with `suffix` of `target`'s lock, as messages name it (beside the lock path).
+fn held_up_at(target: &Target, suffix: &str) -> Option<PathBuf> {
+    target.gated.then_some(())?;
     let display = target.display();
-    Some((
-        display.with_file_name(named(display.file_name()?, suffix)),
-        id,
-    ))
+    Some(display.with_file_name(named(display.file_name()?, suffix)))
 }
 
-/// The gate of `target`'s lock and its inode, where a shared try found it held (see
-/// [`Place::held_up`]).
-pub(crate) fn held_up_at_gate(target: &Target) -> Option<(PathBuf, FileId)> {
+/// The gate of `target`'s lock, where a shared try found it held (see [`Place::held_up`]).
+pub(crate) fn held_up_at_gate(target: &Target) -> Option<PathBuf> {
     held_up_at(target, SUFFIX)
 }
 

@@ -125,8 +125,8 @@ impl KernelWait {
         Ok(KernelWait { slot, id })
     }
 
-    /// The gate file this wait is blocked at, and its inode; `None` while it is at the lock.
-    pub(crate) fn held_up(&self, target: &Target) -> Option<(std::path::PathBuf, FileId)> {
+    /// The gate file this wait is blocked at; `None` while it is at the lock.
+    pub(crate) fn held_up(&self, target: &Target) -> Option<std::path::PathBuf> {
         self.slot.place.held_up(target)
     }
 

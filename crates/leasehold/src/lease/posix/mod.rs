@@ -856,13 +856,13 @@ impl Platform for Posix {
     fn poll_wait(wait: &KernelWait, target: &Target) -> Option<Result<Granted>> {
         wait.poll(target)
     }
-    fn busy_at(target: &Target, opened: &Opened) -> Option<(PathBuf, FileId)> {
+    fn busy_at(target: &Target, opened: &Opened) -> Option<PathBuf> {
         opened
             .at_gate
             .then(|| gate::held_up_at_gate(target))
             .flatten()
     }
-    fn waiting_at(target: &Target, wait: &KernelWait) -> Option<(PathBuf, FileId)> {
+    fn waiting_at(target: &Target, wait: &KernelWait) -> Option<PathBuf> {
         wait.held_up(target)
     }
     fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
