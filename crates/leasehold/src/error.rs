@@ -50,8 +50,8 @@ pub enum Error {
         /// The lock file.
         path: PathBuf,
         /// The gate file the acquirer was held up at (its holders:
-        /// [`gate_holders`](Error::gate_holders)).
-        gate: PathBuf,
+        /// [`gate_holders`](Error::gate_holders)). Boxed: it keeps [`Error`] small.
+        gate: Box<std::path::Path>,
         /// The lock's holders where the OS reveals them (looked up when first asked for).
         holders: HolderInfo,
         /// How long the acquirer waited; `None` for a single try.

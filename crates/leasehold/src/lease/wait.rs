@@ -433,7 +433,7 @@ impl<'a> Acquisition<'a> {
         };
         Error::GateHeld {
             path: self.path().to_path_buf(),
-            gate,
+            gate: gate.into_boxed_path(),
             holders: HolderInfo::of_inode(id),
             waited: (!self.try_once()).then(|| self.started.elapsed()),
         }
