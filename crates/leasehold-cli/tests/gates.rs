@@ -116,6 +116,19 @@ fn a_gate_another_user_planted_and_holds_is_ignored_not_waited_for() {
             (0, "ran\n"),
             "{suffix}: {out:?}"
         );
+        // Also where another user's files are accepted: the opt-in, and `leasehold flock`,
+        // which takes it for flock(1)'s sake, do not extend to gates.
+        let out = run(leasehold()
+            .env("LEASEHOLD_ALLOW_SHARED", "1")
+            .args(["run", "--shared", "--no-wait"])
+            .arg(&lock)
+            .args(["--", "true"]));
+        assert_eq!(out.code, 0, "{suffix}, opted in: {out:?}");
+        let out = run(leasehold()
+            .args(["flock", "-s", "-n"])
+            .arg(&lock)
+            .arg("true"));
+        assert_eq!(out.code, 0, "{suffix}, flock: {out:?}");
         check_waiters(&lock, suffix);
         drop(planter);
     }

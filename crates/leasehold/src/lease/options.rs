@@ -94,9 +94,9 @@ impl LeaseOptions {
     /// locks a new file and both believe they hold the lease; anyone who may write the file
     /// can do the same. Both are checked before anything is created. Turn it on only where
     /// several users share the lock on purpose (a group-writable lock file in a shared
-    /// directory). The shared-mode gate files beside a lock file follow the same rule, but
-    /// one that fails it is ignored rather than refused (it costs fairness only; see
-    /// [`SharedLease`]). POSIX only; the CLI opts in with
+    /// directory). The shared-mode gate files beside a lock file follow the rule whatever
+    /// this option says, and one that fails it is ignored rather than refused (it costs
+    /// fairness only; see [`SharedLease`]). POSIX only; the CLI opts in with
     /// `LEASEHOLD_ALLOW_SHARED=1`.
     pub fn allow_shared_state(mut self, allow: bool) -> LeaseOptions {
         self.allow_shared_state = allow;

@@ -98,16 +98,19 @@
 //! that do not know them (util-linux `flock(1)`, other libraries) are excluded by the lock
 //! itself as before. Descriptors locked with `lock_descriptor` have no path and no gates.
 //!
-//! Trust: a gate is used only where it passes the lock file's ownership rule (`sys::fd_gate`:
-//! this process's user's or root's and writable by neither group nor others, unless
-//! `LeaseOptions::allow_shared_state`) and has exactly one link; any other gate is
-//! **ignored**, as if it could not be opened. Not refused: refusing would let anyone who may
-//! create a file beside the lock — every user, in a sticky `/tmp` — deny every shared lease
-//! and every exclusive wait on a lock file they cannot even open, while ignoring costs this
-//! lock's fairness only, which exclusion never depends on. Trusted, such a gate let its
-//! planter hold it and hang shared acquirers on a free lock, and exclusive waiters behind it
-//! for ever (issue 22 item 4). A gate hard-linked to another file is ignored too: linked to
-//! the lock file, a waiter holding the gate would wait for itself.
+//! Trust: a gate is used only where it passes the lock file's ownership rule
+//! (`sys::fd_gate_usable`: this process's user's or root's, writable by neither group nor
+//! others) and has exactly one link; any other gate is **ignored**, as if it could not be
+//! opened. Not refused: refusing would let anyone who may create a file beside the lock —
+//! every user, in a sticky `/tmp` — deny every shared lease and every exclusive wait on a
+//! lock file they cannot even open, while ignoring costs this lock's fairness only, which
+//! exclusion never depends on. Trusted, such a gate let its planter hold it and hang shared
+//! acquirers on a free lock, and exclusive waiters behind it for ever (issue 22 item 4).
+//! `LeaseOptions::allow_shared_state` does not extend to gates: it would buy next to
+//! nothing (gates are created 0600, so another user's gate cannot even be opened unless its
+//! owner made it so) and would hand every acquirer that opts in — `leasehold flock` does,
+//! for flock(1)'s sake — to whoever plants a gate. A gate hard-linked to another file is
+//! ignored too: linked to the lock file, a waiter holding the gate would wait for itself.
 //!
 //! Waits at a gate honour the budget as every wait does (the helper thread blocks, the waiter
 //! sleeps on its notifier, its deadline and its token), and one whose budget runs out while
@@ -322,12 +325,11 @@ pub(crate) fn open(target: &Target, create: bool) -> Option<OwnedFd> {
 }
 
 /// Opens the gate file `name` of `target` as a lock file is opened, and keeps it only where
-/// it may be used (`sys::fd_gate`: a regular file with one link that passes the ownership
-/// rule where the lease's options judge it; see the module documentation, "Trust").
+/// it may be used (`sys::fd_gate_usable`: a regular file with one link that passes the
+/// ownership rule; see the module documentation, "Trust").
 fn open_file(target: &Target, name: Option<PathBuf>, create: bool) -> Option<OwnedFd> {
     let fd = sys::open_lock_file(target.dir(), &name?, create).ok()?;
-    sys::fd_gate(fd.as_fd(), target.judge).ok()??;
-    Some(fd)
+    sys::fd_gate_usable(fd.as_fd()).ok()?.then_some(fd)
 }
 
 /// A shared acquirer's non-blocking pass: `false` while an exclusive waiter holds the gate.

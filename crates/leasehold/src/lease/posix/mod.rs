@@ -193,8 +193,9 @@ pub(crate) struct Target {
     gated: bool,
     /// Whether the locked inode is checked against `name` (false only for descriptors).
     checked: bool,
-    /// Whether files another user could have prepared are refused (the lock file and its
-    /// directory) or ignored (its gates): `!LeaseOptions::allow_shared_state`.
+    /// Whether the lock file and its directory are refused where another user could have
+    /// prepared them: `!LeaseOptions::allow_shared_state` (gates are judged always; see
+    /// [`gate`], "Trust").
     judge: bool,
 }
 
