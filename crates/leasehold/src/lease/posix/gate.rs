@@ -83,7 +83,8 @@
 //! file name), each opened
 //! exactly like a lock file (relative to the same directory handle, never following a
 //! symlink, never blocking, close-on-exec, created 0600, never written, truncated or
-//! removed) and used only while it is a regular file. A shared acquisition pays one more
+//! removed) and used only while it is a regular file (and trusted: see "Trust" below). A
+//! shared acquisition pays one more
 //! open, `fstat`, `flock` and close (BENCHMARKS.md: shared acquire vs the floor), a shared
 //! wait the same again for the readers' gate (its two descriptors close with the lease,
 //! after the lock file's: [`Spare`]); an exclusive try pays nothing (an
@@ -263,7 +264,9 @@ impl Place {
 
 /// The gate with `suffix` of `target`'s lock, as messages name it (beside the lock path).
 fn held_up_at(target: &Target, suffix: &str) -> Option<PathBuf> {
-    target.gated.then_some(())?;
+    if !target.gated {
+        return None;
+    }
     let display = target.display();
     Some(display.with_file_name(named(display.file_name()?, suffix)))
 }
