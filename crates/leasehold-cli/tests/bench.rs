@@ -53,6 +53,7 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "deadline_latency",
         "async_handoff_4",
         "async_waiter_threads",
+        "crowd_waiting_cpu",
         "registry_mutation",
         "session_append_fsync",
         "session_append_batched",

@@ -37,7 +37,7 @@
 //! (`KernelWait`) → `sys/unix.rs` (`flock`).
 
 use std::fmt::Debug;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -179,6 +179,21 @@ pub(crate) trait Platform: Sized {
     /// The grant, once the kernel made it; the error if the wait failed; `None` meanwhile.
     fn poll_wait(wait: &Self::KernelWait, target: &Self::Target) -> Option<Result<Self::Granted>>;
 
+    /// Where a busy try of `opened` was held up, if not at the lock itself (POSIX: a
+    /// shared-mode gate another process holds): that file, as messages name it, for the
+    /// error that ends a try-once there ([`Error::GateHeld`]). Default: at the lock.
+    fn busy_at(_target: &Self::Target, _opened: &Self::Opened) -> Option<PathBuf> {
+        None
+    }
+
+    /// Where a kernel wait is blocked, if not at the lock itself (as [`busy_at`]), for the
+    /// error that ends a wait there.
+    ///
+    /// [`busy_at`]: Self::busy_at
+    fn waiting_at(_target: &Self::Target, _wait: &Self::KernelWait) -> Option<PathBuf> {
+        None
+    }
+
     /// Whether the inode `id` is still the file at the path (else a waiter follows the
     /// path).
     fn still_at_path(target: &Self::Target, id: Option<FileId>) -> bool;
@@ -238,7 +253,7 @@ pub(crate) trait PlatformTarget: Sized + Clone + Debug {
     /// A lock file at `path` (resolved against the working directory).
     fn path(opts: &LeaseOptions, path: &Path) -> Result<Self>;
     /// The lock file `name` in `dir`; a `name` that is not one plain component is refused.
-    fn at(dir: &Self::Dir, name: &str) -> Result<Self>;
+    fn at(opts: &LeaseOptions, dir: &Self::Dir, name: &str) -> Result<Self>;
     /// The same lock without the shared leases' gate (for an internal lock whose exclusive
     /// holder never waits: the keyed namespace's collector lock).
     fn without_gate(self) -> Self;

@@ -224,7 +224,7 @@ impl PlatformTarget for Target {
         })
     }
 
-    fn at(dir: &Dir, name: &str) -> Result<Target> {
+    fn at(_opts: &LeaseOptions, dir: &Dir, name: &str) -> Result<Target> {
         let path = dir.path.join(name);
         plain(name, &path, "open lock file")?;
         Ok(Target { path, in_dir: true })

@@ -21,9 +21,27 @@
 //!    else (Windows) poll with back-off. (On WASI the claim is the whole lock: a try under
 //!    it is never busy, and waiters wait in the claim queue, polling their budget.)
 //! 5. On every wake-up: cancellation first (an explicit request), then a grant, then the
-//!    deadline; and, on a slow timer, whether the file we wait on is still the one at the
-//!    path (a lock file replaced under us would make us wait on an orphan forever).
+//!    deadline. Where a notifier wakes the waiter (POSIX: the kernel-wait helper on a
+//!    grant, a releasing lease of this process for a queued one) the deadline is its only
+//!    timer: nothing polls, neither the lock nor its path. Where nothing can wake it
+//!    (Windows, WASI) it polls with back-off, and on a slow timer also checks that the file
+//!    it waits for is still the one at the path.
+//!
+//! Why no re-check of the path where the kernel wakes the waiter (issue 22 item 19: waiters
+//! looked at the path every 100 ms while the README said waits do not poll; one process's
+//! CPU while 100 of its waiters wait 1 s, `leasehold bench`'s `crowd_waiting_cpu` on the
+//! 2-vCPU reference VM: 1.36 % of a core for sync waiters and 0.42 % for async ones with the
+//! re-check, 0.004 % and 0.011 % without): a waiter waits on the inode it opened, and the
+//! kernel wakes it when that inode's lock is released, whereupon the grant's inode check
+//! finds a file replaced meanwhile and the waiter follows the path. The re-check only made
+//! it follow *earlier*, while the replaced file's holder still held it, and so take the
+//! lease beside that holder, which a waiter queued behind it must not do
+//! (`tests/replaced.rs`). A blocking wait that only a grant can end (`lock_inline`) never
+//! re-checked; now no POSIX waiter does, and a wait costs no CPU until it ends. (A new
+//! acquisition opens the path afresh, as every newcomer does: the CLI's second attempt
+//! after its one-second notice is one.)
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,8 +56,10 @@ use crate::kind::FileId;
 use crate::lease::LeaseOptions;
 use crate::sys::Notifier;
 
-/// How often a waiter checks that the file it waits on is still the one at the path: from
-/// [`CHECK_MIN`], doubling up to [`CHECK_MAX`]. Costs one `fstatat` per check.
+/// How often a polling waiter (no notifier wakes it: Windows, WASI) checks that the file it
+/// waits on is still the one at the path: from [`CHECK_MIN`], doubling up to [`CHECK_MAX`].
+/// Costs one `fstatat` per check. Waiters a notifier wakes never check (module
+/// documentation, step 5).
 const CHECK_MIN: Duration = Duration::from_millis(5);
 const CHECK_MAX: Duration = Duration::from_millis(100);
 /// Back-off where no kernel queue exists (Windows): a release is noticed within this.
@@ -221,7 +241,10 @@ impl<'a> Acquisition<'a> {
                         // Queued behind another lease of this process: it holds the lease,
                         // whatever the OS reveals of holders.
                         self.judge_budget_here(opened.file_id())?;
-                        if self.check_due() && !Imp::still_at_path(self.target, opened.file_id()) {
+                        if !Imp::NOTIFIES
+                            && self.check_due()
+                            && !Imp::still_at_path(self.target, opened.file_id())
+                        {
                             drop(q);
                             self.reopen()?;
                             continue;
@@ -237,6 +260,11 @@ impl<'a> Acquisition<'a> {
                     match Imp::poll_wait(&kw, self.target) {
                         Some(Ok(granted)) => {
                             drop(kw);
+                            // The grant's poke is consumed: a wait that follows (the file
+                            // was replaced) must sleep, not find the notifier still ready.
+                            if let Some(n) = &self.notifier {
+                                n.drain();
+                            }
                             match Imp::accept(self.target, granted, claim)? {
                                 Some(held) => return Ok(Next::Acquired(held)),
                                 None => self.reopen()?,
@@ -244,8 +272,11 @@ impl<'a> Acquisition<'a> {
                         }
                         Some(Err(e)) => return Err(e),
                         None => {
-                            self.judge_budget(id)?;
-                            if self.check_due() && !Imp::still_at_path(self.target, id) {
+                            self.judge_budget(id, || Imp::waiting_at(self.target, &kw))?;
+                            if !Imp::NOTIFIES
+                                && self.check_due()
+                                && !Imp::still_at_path(self.target, id)
+                            {
                                 drop(kw);
                                 drop(claim);
                                 self.reopen()?;
@@ -257,7 +288,7 @@ impl<'a> Acquisition<'a> {
                     }
                 }
                 State::Polling(opened, claim) => {
-                    self.judge_budget(opened.file_id())?;
+                    self.judge_budget(opened.file_id(), || None)?;
                     if let Some(next) = self.locked_try(opened, claim)? {
                         return Ok(next);
                     }
@@ -282,10 +313,11 @@ impl<'a> Acquisition<'a> {
                 Ok(None)
             }
             Attempt::Busy(opened, claim) => {
+                let at = || Imp::busy_at(self.target, &opened);
                 if self.try_once() {
-                    return Err(self.contended(opened.file_id()));
+                    return Err(self.contended_at(opened.file_id(), at()));
                 }
-                self.judge_budget(opened.file_id())?;
+                self.judge_budget(opened.file_id(), at)?;
                 if self.may_block
                     && Imp::NOTIFIES
                     && self.budget.deadline().is_none()
@@ -335,8 +367,12 @@ impl<'a> Acquisition<'a> {
         true
     }
 
-    /// How long the driver may sleep: until the next check (or poll), cut by the deadline.
+    /// How long the driver may sleep: until the deadline where a notifier wakes the waiter;
+    /// else until the next check (or poll), cut by the deadline.
     fn sleep(&mut self) -> Next {
+        if Imp::NOTIFIES && !matches!(self.state, State::Polling(..)) {
+            return Next::Wait(self.budget.remaining());
+        }
         let mut nap = self
             .next_check
             .saturating_duration_since(Instant::now())
@@ -353,11 +389,12 @@ impl<'a> Acquisition<'a> {
         }))
     }
 
-    /// Ends a wait whose budget ran out: cancellation first, then the deadline.
-    fn judge_budget(&self, id: Option<FileId>) -> Result<()> {
+    /// Ends a wait whose budget ran out: cancellation first, then the deadline. `at`: the
+    /// gate the wait is held up at, if it is not at the lock (asked only when it ends).
+    fn judge_budget(&self, id: Option<FileId>, at: impl FnOnce() -> Option<PathBuf>) -> Result<()> {
         match self.budget.exhausted() {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
-            Some(Exhausted::Deadline) => Err(self.contended(id)),
+            Some(Exhausted::Deadline) => Err(self.contended_at(id, at())),
             None => Ok(()),
         }
     }
@@ -387,6 +424,21 @@ impl<'a> Acquisition<'a> {
             None => HolderInfo::known(crate::kind::Holders::Held { pids: Vec::new() }),
         };
         self.contended_with(holders)
+    }
+
+    /// Contention (try-once) or a passed deadline, naming the inode waited on — or, where
+    /// the acquirer was held up at a gate of the lock (`at`: that file and its inode), that
+    /// gate and its holders besides ([`Error::GateHeld`]): the lock itself may be free.
+    fn contended_at(&self, id: Option<FileId>, at: Option<PathBuf>) -> Error {
+        let Some(gate) = at else {
+            return self.contended(id);
+        };
+        Error::GateHeld {
+            path: self.path().to_path_buf(),
+            gate: gate.into_boxed_path(),
+            holders: HolderInfo::of_inode(id),
+            waited: (!self.try_once()).then(|| self.started.elapsed()),
+        }
     }
 
     /// Contention (try-once) or a passed deadline, with these holders.

@@ -227,7 +227,7 @@ impl PlatformTarget for Target {
         })
     }
 
-    fn at(dir: &Dir, name: &str) -> Result<Target> {
+    fn at(_opts: &LeaseOptions, dir: &Dir, name: &str) -> Result<Target> {
         let display = dir.path.join(name);
         if !sys::is_plain_name(OsStr::new(name)) {
             return Err(not_plain(display, "open lock file"));

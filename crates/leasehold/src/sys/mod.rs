@@ -16,11 +16,11 @@
 mod unix;
 #[cfg(unix)]
 pub(crate) use unix::{
-    Entry, Looked, Notifier, create_dirs, cwd, dir_id_at, dir_names, dup_cloexec, entry_at,
-    fd_entry, fd_entry_judged, fd_id, fd_identity, fd_modified, holders, is_plain_name,
-    is_readable, lock_blocking, lookup, mkdir_at, network_fs, nofile_limit, open_data_file,
-    open_dir_at, open_lock_file, pipe, poke, read_exact_at, set_inheritable, sync_dir_fd, try_lock,
-    unlink_at, unlock, untrusted_at, wait_readable,
+    Entry, Looked, Notifier, create_dirs, cwd, dir_id_at, dir_judged, dir_names, dup_cloexec,
+    entry_at, fd_entry, fd_entry_judged, fd_gate_usable, fd_id, fd_identity, fd_modified, holders,
+    is_plain_name, is_readable, lock_blocking, lookup, mkdir_at, network_fs, network_fs_path,
+    nofile_limit, open_data_file, open_dir_at, open_lock_file, pipe, poke, read_exact_at,
+    set_inheritable, sync_dir_fd, try_lock, unlink_at, unlock, untrusted_at, wait_readable,
 };
 /// Linux's waiting marks (see `unix.rs`); `--cfg leasehold_portable` leaves them out.
 #[cfg(all(target_os = "linux", not(leasehold_portable)))]

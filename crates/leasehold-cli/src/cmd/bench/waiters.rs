@@ -26,7 +26,7 @@ use crate::exit::Failure;
 /// All figures of waiting.
 #[cfg(unix)]
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
-    let mut rows = vec![waiter_threads(dir, plan)?];
+    let mut rows = waiter_threads(dir, plan)?;
     rows.push(waiting_cpu(dir, plan)?);
     rows.push(takeover(dir, plan)?);
     rows.extend(cancellation(dir, plan)?);
@@ -45,6 +45,11 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
             "thread counts come from /proc (Linux)",
         ),
         NotMeasured::new(
+            "crowd_waiting_cpu",
+            "CPU of a process while 100 async waiters wait",
+            "no process CPU clock without unsafe Win32 calls (GetProcessTimes)",
+        ),
+        NotMeasured::new(
             "waiting_cpu",
             "CPU while waiting",
             "no process CPU clock without unsafe Win32 calls (GetProcessTimes); Windows waiters poll (1 → 16 ms back-off)",
@@ -55,13 +60,16 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
 
 /// Threads of one process while 100 waiters wait on one lease held by another process:
 /// `acquire_async` tasks on a current-thread runtime (and, to show the count does not grow
-/// with the waiters, just one such task) next to 100 sync waiters, which need a thread each.
+/// with the waiters, just one such task) next to 100 sync waiters, which need a thread each;
+/// and the CPU that process uses while the 100 wait (`cpu_hold_ms`): what the waiters' own
+/// timers cost (issue 22 item 19).
 #[cfg(unix)]
-fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
+fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     const WAITERS: usize = 100;
     let lock = dir.join("crowd.lock");
     let held = Lease::try_acquire(&lock).map_err(|e| Failure::of(&e))?;
     let (mut one, mut many, mut sync) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut many_cpu, mut sync_cpu) = (Vec::new(), Vec::new());
     for _ in 0..plan.crowds {
         for (wait, n) in [
             (Wait::Async, 1),
@@ -71,6 +79,18 @@ fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
             let mut crew = Crew::new();
             let idx = crew.spawn("crowd", &lock, None, (0, n), wait)?;
             let during = crew.expect(idx, "T")?.get(1).copied().unwrap_or(0) as f64;
+            if n == WAITERS {
+                // The scenario itself: the waiters wait this long while their CPU is read.
+                crew.send(idx, &format!("c {}", plan.cpu_hold_ms))?;
+                let [cpu, wall] = crew.expect(idx, "C")?[..] else {
+                    return Err(Failure::failed("bench: malformed crowd CPU line"));
+                };
+                let pct = 100.0 * cpu as f64 / wall.max(1) as f64;
+                match wait {
+                    Wait::Async => many_cpu.push(pct),
+                    _ => sync_cpu.push(pct),
+                }
+            }
             // The worker exits while its waiters still wait; the lease stays ours.
             crew.finish(idx);
             match (wait, n) {
@@ -82,7 +102,22 @@ fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     }
     drop(held);
     let (one, many, sync) = (median(&one), median(&many), median(&sync));
-    Ok(Row {
+    let (many_cpu, sync_cpu) = (median(&many_cpu), median(&sync_cpu));
+    let cpu = Row {
+        key: "crowd_waiting_cpu",
+        name: format!(
+            "CPU of a process while {WAITERS} async waiters wait {} ms (% of one core)",
+            plan.cpu_hold_ms
+        ),
+        unit: Unit::Percent,
+        median: many_cpu,
+        dist: None,
+        floor: Some((sync_cpu, "100 sync waiters")),
+        floor_dist: None,
+        target: Some(("≤ 1 % of a core".into(), many_cpu <= 1.0)),
+        samples: plan.crowds,
+    };
+    let threads = Row {
         key: "async_waiter_threads",
         name: format!(
             "threads of a process while {WAITERS} async waiters wait (with 1 waiter: {one:.0})"
@@ -94,7 +129,8 @@ fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
         floor_dist: None,
         target: Some(("independent of the number of waiters".into(), many <= one)),
         samples: plan.crowds,
-    })
+    };
+    Ok(vec![threads, cpu])
 }
 
 /// CPU used by waiters during a ~1 s wait, leasehold and kernel-blocked side by side.

@@ -50,6 +50,8 @@ pub(crate) struct KernelWait {
 
 struct Slot {
     state: Mutex<SlotState>,
+    /// Where the helper is blocked: at the lock or at one of its gates (see [`gate::Place`]).
+    place: gate::Place,
 }
 
 enum SlotState {
@@ -89,6 +91,7 @@ impl KernelWait {
         }
         let slot = Arc::new(Slot {
             state: Mutex::new(SlotState::Waiting(notifier)),
+            place: gate::Place::default(),
         });
         pending.push((opened.id, shared, slot.clone()));
         drop(pending);
@@ -100,7 +103,7 @@ impl KernelWait {
             #[cfg(all(target_os = "linux", not(leasehold_portable)))]
             sys::mark_waiting(fd.as_fd());
             // The mark stays with the lease (see `lock_inline`).
-            let res = gate::block(fd.as_fd(), gates, shared);
+            let res = gate::block(fd.as_fd(), gates, shared, &job_slot.place);
             guard(&PENDING).retain(|(_, _, s)| !Arc::ptr_eq(s, &job_slot));
             let mut state = guard(&job_slot.state);
             if let SlotState::Waiting(n) = &*state {
@@ -120,6 +123,11 @@ impl KernelWait {
             *guard(&slot.state) = SlotState::Failed(Errno::AGAIN);
         }
         Ok(KernelWait { slot, id })
+    }
+
+    /// The gate file this wait is blocked at; `None` while it is at the lock.
+    pub(crate) fn held_up(&self, target: &Target) -> Option<std::path::PathBuf> {
+        self.slot.place.held_up(target)
     }
 
     /// The locked descriptor once the kernel granted it; the error if `flock` failed.
