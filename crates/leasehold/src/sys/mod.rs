@@ -12,6 +12,10 @@
 //! `wasi.rs` offers only the file-system look-ups of the single-process lease
 //! (`lease/single.rs`) and a condition-variable notifier.
 
+/// Whether an overlay's layer directories are reachable here (Linux; see `unix.rs`'s
+/// `overlay_judged`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod overlay;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
