@@ -615,3 +615,56 @@ fn a_lock_path_on_fuse_is_refused_before_anything_is_created_on_the_mount() {
     let _mount = Bindfs(mnt.clone());
     refused_before_anything_is_created(&mnt, &backing);
 }
+
+/// `leasehold flock` honours `LEASEHOLD_ALLOW_NETWORK_FS=1` as `run` does: without it a
+/// lock file on FUSE (bindfs) is refused (66, one line naming the opt-in), with it the lock
+/// is taken there, exclusive and shared (it used `LeaseOptions::new()`, and a user had no
+/// way past the refusal).
+#[test]
+fn flock_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
+    if Command::new("bindfs").arg("--version").output().is_err() {
+        eprintln!("SKIP: FUSE test: bindfs is not installed (apt-get install bindfs)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (tmp.path().join("backing"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&backing).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("bindfs").arg(&backing).arg(&mnt).output();
+    match mounted {
+        Ok(o) if o.status.success() => {}
+        other => {
+            eprintln!("SKIP: FUSE test: bindfs could not mount here: {other:?}");
+            return;
+        }
+    }
+    let _mount = Bindfs(mnt.clone());
+    let lock = mnt.join("f.lock");
+    for extra in [&[][..], &["-s"]] {
+        let out = run(leasehold()
+            .arg("flock")
+            .args(extra)
+            .arg(&lock)
+            .args(["echo", "ran"]));
+        assert_eq!((out.code, out.stdout.as_str()), (66, ""), "{out:?}");
+        assert_one_line_error(&out, "network, FUSE or overlay file system (fuse)");
+        assert_one_line_error(&out, "LEASEHOLD_ALLOW_NETWORK_FS=1");
+        let out = run(leasehold()
+            .env("LEASEHOLD_ALLOW_NETWORK_FS", "1")
+            .arg("flock")
+            .args(extra)
+            .arg(&lock)
+            .args(["echo", "ran"]));
+        assert_eq!((out.code, out.stdout.as_str()), (0, "ran\n"), "{out:?}");
+    }
+    // Opted in, the lock is held there: a second flock -n through the mount is refused.
+    let out = run(leasehold()
+        .env("LEASEHOLD_ALLOW_NETWORK_FS", "1")
+        .arg("flock")
+        .arg(&lock)
+        .arg(common::bin())
+        .args(["flock", "-n"])
+        .arg(&lock)
+        .args(["echo", "inner"]));
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""), "{out:?}");
+}
