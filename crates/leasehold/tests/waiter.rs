@@ -24,7 +24,7 @@ fn an_abandoned_kernel_wait_never_ends_up_holding_the_lease() {
     let holder = FlockHolder::hold(&path);
     let err = Lease::acquire(&path, &Budget::timeout(Duration::from_millis(50))).unwrap_err();
     assert!(err.is_contended(), "{err:?}");
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     token.cancel();
     let budget = Budget::timeout(Duration::from_secs(30)).with_cancel(token);
     assert!(Lease::acquire(&path, &budget).is_err());
@@ -73,7 +73,7 @@ fn a_cancellable_waiter_is_granted_when_the_holder_dies() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("grant.lock");
     let holder = FlockHolder::hold(&path);
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     let p = path.clone();
     let waiter = std::thread::spawn(move || {
         Lease::acquire(

@@ -529,11 +529,6 @@ pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
     }
 }
 
-/// Maps a failure to set up a wait.
-fn wait_error(path: &Path, e: io::Error) -> Error {
-    io_error(path, "set up wait", e)
-}
-
 /// The single-process platform, WASI (see [`Platform`]): each item names the function of
 /// this file that does it.
 #[derive(Debug)]
@@ -550,7 +545,6 @@ impl Platform for Single {
     type Held = Held;
     type Granted = Granted;
     type KernelWait = KernelWait;
-    type SysError = io::Error;
 
     fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         open(opts, target)
@@ -598,9 +592,6 @@ impl Platform for Single {
     }
     fn holders_error(path: &Path, u: Unusable) -> Error {
         holders_error(path, u)
-    }
-    fn wait_error(path: &Path, e: io::Error) -> Error {
-        wait_error(path, e)
     }
 }
 

@@ -578,11 +578,6 @@ pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
     }
 }
 
-/// Maps a failure to set up a wait.
-fn wait_error(path: &Path, e: io::Error) -> Error {
-    io_error(path, "set up wait", e)
-}
-
 /// The Windows platform (see [`Platform`]): each item names the function of this file that
 /// does it.
 #[derive(Debug)]
@@ -598,7 +593,6 @@ impl Platform for Windows {
     type Held = Held;
     type Granted = Granted;
     type KernelWait = KernelWait;
-    type SysError = io::Error;
 
     fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         open(opts, target)
@@ -646,8 +640,5 @@ impl Platform for Windows {
     }
     fn holders_error(path: &Path, u: Unusable) -> Error {
         holders_error(path, u)
-    }
-    fn wait_error(path: &Path, e: io::Error) -> Error {
-        wait_error(path, e)
     }
 }

@@ -216,7 +216,7 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..plan.cancels {
         // Cancel a leasehold waiter.
-        let token = CancelToken::new().map_err(|e| Failure::of(&e))?;
+        let token = CancelToken::new();
         let budget = Budget::unlimited().with_cancel(token.clone());
         let (tx, rx) = mpsc::channel();
         let path = lock.clone();

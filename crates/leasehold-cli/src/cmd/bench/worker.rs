@@ -196,7 +196,7 @@ fn back_to_back(
         return Err(Failure::usage("bench: a LeaseHandle has no shared mode"));
     }
     let hold = Duration::from_nanos(HOLD_NS);
-    let token = leasehold::CancelToken::new().map_err(|e| Failure::of(&e))?;
+    let token = leasehold::CancelToken::new();
     let rt = match method {
         Method::Async => Some(runtime()?),
         _ => None,

@@ -101,17 +101,24 @@ impl KernelWait {
             sys::mark_waiting(fd.as_fd());
             // The mark stays with the lease (see `lock_inline`).
             let res = gate::block(fd.as_fd(), gates, shared);
-            guard(&PENDING).retain(|(_, _, s)| !Arc::ptr_eq(s, &job_slot));
-            let mut state = guard(&job_slot.state);
-            if let SlotState::Waiting(n) = &*state {
-                let n = n.clone();
-                *state = match res {
-                    Ok(passed) => SlotState::Granted(fd, passed),
-                    Err(e) => SlotState::Failed(e),
-                };
-                n.poke();
+            let mut res = Some(res.map(|passed| (fd, passed)));
+            // The waiter first: hand it the grant and wake it, then tidy the pending list
+            // (off the hand-over's path). A slot it waits on cannot be adopted meanwhile
+            // (only an abandoned one can), so nobody sees the slot half-way.
+            if !hand_over(&job_slot, &mut res) {
+                // Abandoned: an adopter may be taking the slot over right now under the
+                // pending list's lock; take that lock first (the adopters' order) and look
+                // again, so that a wait adopted meanwhile still gets its grant.
+                let mut pending = guard(&PENDING);
+                pending.retain(|(_, _, s)| !Arc::ptr_eq(s, &job_slot));
+                hand_over(&job_slot, &mut res);
+                drop(pending);
+                // Still abandoned: `res` (the descriptor in it) drops here, releasing a lock
+                // nobody wants.
+                drop(res);
+                return;
             }
-            // Abandoned: `fd` closes here, releasing a lock nobody wants.
+            guard(&PENDING).retain(|(_, _, s)| !Arc::ptr_eq(s, &job_slot));
         }));
         if !started {
             // No helper thread (the process is at its thread limit): the wait fails at once
@@ -139,6 +146,27 @@ impl KernelWait {
             }
         }
     }
+}
+
+/// Hands a finished kernel wait's outcome to the waiter of `slot`, if one waits, and wakes it
+/// (`true`); `false` when the slot is abandoned (the outcome stays in `res`).
+fn hand_over(
+    slot: &Slot,
+    res: &mut Option<std::result::Result<(OwnedFd, gate::Passed), Errno>>,
+) -> bool {
+    let mut state = guard(&slot.state);
+    let SlotState::Waiting(n) = &*state else {
+        return false;
+    };
+    let n = n.clone();
+    *state = match res.take() {
+        Some(Ok((fd, passed))) => SlotState::Granted(fd, passed),
+        Some(Err(e)) => SlotState::Failed(e),
+        None => return false,
+    };
+    drop(state);
+    n.poke();
+    true
 }
 
 impl Drop for KernelWait {
