@@ -89,6 +89,36 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
     assert!(left.is_empty(), "bench left files behind: {left:?}");
 }
 
+/// `--only` measures the one scenario it names and leaves the others out (never estimated).
+#[test]
+fn only_runs_the_one_scenario_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .args(["bench", "--quick", "--json", "--only", "micro", "--dir"])
+        .arg(dir.path()));
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["only"], "micro", "{doc}");
+    let keys: Vec<&str> = doc["figures"]
+        .as_array()
+        .expect("figures array")
+        .iter()
+        .filter_map(|f| f["key"].as_str())
+        .collect();
+    assert!(keys.contains(&"cold_cycle"), "{keys:?}");
+    for other in ["handoff_2", "cancel_latency", "registry_mutation"] {
+        assert!(!keys.contains(&other), "{other} was measured: {keys:?}");
+    }
+    let lines = doc["uncued"]["lines"].as_array().expect("uncued lines");
+    assert!(lines.is_empty(), "the uncued table ran: {lines:?}");
+    let out = run(leasehold().args(["bench", "--only", "nothing"]));
+    assert_eq!(
+        out.code, 2,
+        "an unknown scenario is a usage error: {}",
+        out.stderr
+    );
+}
+
 #[test]
 fn bench_workers_are_hidden_from_help() {
     let out = run(leasehold().args(["bench", "--help"]));

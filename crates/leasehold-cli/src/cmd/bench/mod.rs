@@ -74,6 +74,46 @@ pub struct BenchArgs {
     /// Like --etcd, on a private etcd this run starts and stops (`etcd` on PATH).
     #[arg(long)]
     etcd_server: bool,
+    /// Run only this scenario (to iterate on one table); the figures of the others are left
+    /// out, never estimated.
+    #[arg(long, value_enum, value_name = "SCENARIO")]
+    only: Option<Scenario>,
+}
+
+/// A group of figures that `--only` can select, in the order a full run measures them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scenario {
+    /// In-process lease costs, each next to the same system calls issued directly.
+    Micro,
+    /// The cued handoff between processes (POSIX).
+    Handoff,
+    /// Waiting itself: threads, CPU, takeover, cancellation and deadlines.
+    Waiters,
+    /// Shared-mode figures (POSIX).
+    Shared,
+    /// The stores: registry, session log, keyed leases.
+    Stores,
+    /// The uncued back-to-back handoff table (and its mixed shared-mode table).
+    Uncued,
+}
+
+impl Scenario {
+    /// Its `--only` value.
+    fn arg(self) -> &'static str {
+        match self {
+            Scenario::Micro => "micro",
+            Scenario::Handoff => "handoff",
+            Scenario::Waiters => "waiters",
+            Scenario::Shared => "shared",
+            Scenario::Stores => "stores",
+            Scenario::Uncued => "uncued",
+        }
+    }
+
+    /// Whether a run limited to `only` measures this scenario.
+    fn runs(self, only: Option<Scenario>) -> bool {
+        only.is_none_or(|o| o == self)
+    }
 }
 
 /// How much work each scenario does.
@@ -316,14 +356,21 @@ pub fn main(args: BenchArgs) -> Outcome {
             ))
         })?;
     let started = Instant::now();
-    let (rows, not) = scenarios(tmp.path(), &plan)?;
-    let uncued = uncued::run(tmp.path(), &plan)?;
+    let (rows, not) = scenarios(tmp.path(), &plan, args.only)?;
+    let uncued = match Scenario::Uncued.runs(args.only) {
+        true => uncued::run(tmp.path(), &plan)?,
+        false => Vec::new(),
+    };
     let elapsed = started.elapsed().as_secs_f64();
     let machine = machine(tmp.path());
     let out = if args.json {
-        json_report(&rows, &not, &uncued, &machine, &plan, elapsed).to_string() + "\n"
+        json_report(&rows, &not, &uncued, &machine, &plan, elapsed, args.only).to_string() + "\n"
     } else {
-        table(&rows, &not, &machine, &plan, elapsed) + "\n" + &uncued_table(&uncued, &plan)
+        let mut out = table(&rows, &not, &machine, &plan, elapsed, args.only);
+        if !uncued.is_empty() {
+            out = out + "\n" + &uncued_table(&uncued, &plan);
+        }
+        out
     };
     tmp.close().map_err(|e| {
         Failure::failed(format!(
@@ -338,41 +385,76 @@ pub fn main(args: BenchArgs) -> Outcome {
     Ok(OK)
 }
 
-/// Every scenario but the uncued one, in order: the rows, and what is not measured here.
+/// Every scenario but the uncued one (those `only` selects), in order: the rows, and what
+/// is not measured here.
 #[cfg(unix)]
-fn scenarios(dir: &std::path::Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
-    let mut rows = micro::run(dir, plan)?;
-    rows.extend(handoff::handoff(dir, plan)?);
-    rows.extend(waiters::run(dir, plan)?);
-    rows.extend(shared::run(dir, plan)?);
-    rows.extend(stores::run(dir, plan)?);
+fn scenarios(
+    dir: &std::path::Path,
+    plan: &Plan,
+    only: Option<Scenario>,
+) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
+    let mut rows = Vec::new();
+    if Scenario::Micro.runs(only) {
+        rows.extend(micro::run(dir, plan)?);
+    }
+    if Scenario::Handoff.runs(only) {
+        rows.extend(handoff::handoff(dir, plan)?);
+    }
+    if Scenario::Waiters.runs(only) {
+        rows.extend(waiters::run(dir, plan)?);
+    }
+    if Scenario::Shared.runs(only) {
+        rows.extend(shared::run(dir, plan)?);
+    }
+    if Scenario::Stores.runs(only) {
+        rows.extend(stores::run(dir, plan)?);
+    }
     Ok((rows, Vec::new()))
 }
 
-/// Every scenario but the uncued one, as Windows allows: the rows, and what is not measured
-/// there (with why).
+/// Every scenario but the uncued one, as Windows allows (those `only` selects): the rows,
+/// and what is not measured there (with why).
 #[cfg(windows)]
-fn scenarios(dir: &std::path::Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
-    let (mut rows, mut not) = micro::run(dir, plan)?;
-    not.push(NotMeasured::new(
-        "handoff_2, handoff_4, async_handoff_4",
-        "cued handoff between processes",
-        "its workers cue each other through FIFOs; the uncued table below measures handoff between processes on Windows",
-    ));
-    let (waiting, more) = waiters::run(dir, plan)?;
-    rows.extend(waiting);
-    not.extend(more);
-    not.push(NotMeasured::new(
-        "shared_try_acquire, shared_writer_wait",
-        "shared-mode figures",
-        "Windows leases have no shared mode (Error::SharedUnsupported)",
-    ));
-    rows.extend(stores::run(dir, plan)?);
-    not.push(NotMeasured::new(
-        "uncued floors",
-        "uncued kernel floors (flock)",
-        "no kernel wait queue for a named object (Windows waiters poll): the uncued lines have no floor, ratios or targets",
-    ));
+fn scenarios(
+    dir: &std::path::Path,
+    plan: &Plan,
+    only: Option<Scenario>,
+) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
+    let (mut rows, mut not) = (Vec::new(), Vec::new());
+    if Scenario::Micro.runs(only) {
+        let (micro, more) = micro::run(dir, plan)?;
+        rows.extend(micro);
+        not.extend(more);
+    }
+    if Scenario::Handoff.runs(only) {
+        not.push(NotMeasured::new(
+            "handoff_2, handoff_4, async_handoff_4",
+            "cued handoff between processes",
+            "its workers cue each other through FIFOs; the uncued table below measures handoff between processes on Windows",
+        ));
+    }
+    if Scenario::Waiters.runs(only) {
+        let (waiting, more) = waiters::run(dir, plan)?;
+        rows.extend(waiting);
+        not.extend(more);
+    }
+    if Scenario::Shared.runs(only) {
+        not.push(NotMeasured::new(
+            "shared_try_acquire, shared_writer_wait",
+            "shared-mode figures",
+            "Windows leases have no shared mode (Error::SharedUnsupported)",
+        ));
+    }
+    if Scenario::Stores.runs(only) {
+        rows.extend(stores::run(dir, plan)?);
+    }
+    if Scenario::Uncued.runs(only) {
+        not.push(NotMeasured::new(
+            "uncued floors",
+            "uncued kernel floors (flock)",
+            "no kernel wait queue for a named object (Windows waiters poll): the uncued lines have no floor, ratios or targets",
+        ));
+    }
     Ok((rows, not))
 }
 
@@ -455,10 +537,18 @@ fn fmt_value(v: f64, unit: Unit) -> String {
     }
 }
 
-fn table(rows: &[Row], not: &[NotMeasured], m: &Machine, plan: &Plan, elapsed: f64) -> String {
+fn table(
+    rows: &[Row],
+    not: &[NotMeasured],
+    m: &Machine,
+    plan: &Plan,
+    elapsed: f64,
+    only: Option<Scenario>,
+) -> String {
     let mut out = format!(
-        "leasehold bench{} — {} cores, {PLATFORM} {}, {}, temp dir on {}; {:.1} s\n\n",
+        "leasehold bench{}{} — {} cores, {PLATFORM} {}, {}, temp dir on {}; {:.1} s\n\n",
         if plan.quick { " --quick" } else { "" },
+        only.map_or(String::new(), |s| format!(" --only {}", s.arg())),
         m.cores,
         m.kernel,
         m.cpu,
@@ -491,7 +581,9 @@ fn table(rows: &[Row], not: &[NotMeasured], m: &Machine, plan: &Plan, elapsed: f
                 .map_or("".into(), |(_, ok)| if *ok { "yes" } else { "NO" }.into()),
         ]);
     }
-    out.push_str(&aligned(&cells, |i| i == 0 || i >= 7));
+    if !rows.is_empty() {
+        out.push_str(&aligned(&cells, |i| i == 0 || i >= 7));
+    }
     for n in not {
         out.push_str(&format!(
             "not measured on {PLATFORM}: {} ({}): {}\n",
@@ -674,6 +766,7 @@ fn json_report(
     m: &Machine,
     plan: &Plan,
     elapsed: f64,
+    only: Option<Scenario>,
 ) -> Value {
     let dist = |d: &Option<Dist>| {
         d.map_or(
@@ -755,6 +848,7 @@ fn json_report(
         "platform": PLATFORM,
         "not_measured": not_measured,
         "quick": plan.quick,
+        "only": only.map(Scenario::arg),
         "repeats": plan.repeats,
         "elapsed_s": elapsed,
         "machine": {"cores": m.cores, "kernel": m.kernel, "cpu": m.cpu, "fs": m.fs},
