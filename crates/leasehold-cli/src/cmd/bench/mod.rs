@@ -633,6 +633,29 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         plan.uncued_repeats,
         uncued::TARGETS,
     );
+    // The futex-wake floor of each group of runs (measured before it).
+    let mut groups: Vec<(usize, usize)> = lines.iter().map(|l| (l.workers, l.shared)).collect();
+    groups.dedup();
+    for (workers, shared) in groups {
+        let Some(w) = lines
+            .iter()
+            .find(|l| (l.workers, l.shared) == (workers, shared))
+            .and_then(|l| l.wake)
+        else {
+            continue;
+        };
+        out.push_str(&format!(
+            "futex wake between two threads (unpark → running), before the runs with W = {workers}{}: p50 {}, p90 {}, p99 {}\n",
+            match shared {
+                0 => String::new(),
+                n => format!(" ({n} shared)"),
+            },
+            fmt_value(w.p50, Unit::Nanos),
+            fmt_value(w.p90, Unit::Nanos),
+            fmt_value(w.p99, Unit::Nanos),
+        ));
+    }
+    out.push('\n');
     let header = [
         "W",
         "method",
@@ -645,10 +668,11 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         "owner ×floor",
         "wait p99 ×floor",
         "max ×floor",
-        "handoff ×floor+verify",
+        "handoff base",
+        "handoff ×base",
         "met",
     ];
-    let mut cells: Vec<[String; 13]> = vec![header.map(String::from)];
+    let mut cells: Vec<[String; 14]> = vec![header.map(String::from)];
     let ns = |v: Option<f64>| v.map_or("—".into(), |v| fmt_value(v, Unit::Nanos));
     let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
     // No verdict: a floor's row, or (Windows) a method without a floor to be read against.
@@ -673,11 +697,12 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
             x(l.owner_ratio),
             x(l.wait_p99_ratio),
             x(l.wait_max_ratio),
+            ns(l.handoff_base),
             x(l.handoff_ratio),
             met(l.met, l.method.is_floor()),
         ]);
     }
-    out.push_str(&aligned(&cells, |i| i == 1 || i == 12));
+    out.push_str(&aligned(&cells, |i| i == 1 || i == 13));
     let mixed: Vec<&uncued::Line> = lines.iter().filter(|l| l.shared > 0).collect();
     let Some(first) = mixed.first().copied() else {
         return out;
@@ -705,10 +730,11 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         "max ×floor",
         "excl p99 ×floor",
         "max ×floor",
-        "handoff ×floor+verify",
+        "handoff base",
+        "handoff ×base",
         "met",
     ];
-    let mut cells: Vec<[String; 16]> = vec![header.map(String::from)];
+    let mut cells: Vec<[String; 17]> = vec![header.map(String::from)];
     for l in &mixed {
         let f = &l.figures;
         cells.push([
@@ -726,11 +752,12 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
             x(l.shared_max_ratio),
             x(l.wait_p99_ratio),
             x(l.wait_max_ratio),
+            ns(l.handoff_base),
             x(l.handoff_ratio),
             met(l.met, l.method.is_floor()),
         ]);
     }
-    out.push_str(&aligned(&cells, |i| i == 0 || i == 15));
+    out.push_str(&aligned(&cells, |i| i == 0 || i == 16));
     // Which hand-overs the median mixes: one wake-up each, or more.
     out.push_str("\nthe same runs: handoff p50 by transition (hand-overs per run)\n\n");
     let mut cells: Vec<[String; 4]> = vec![[
@@ -834,8 +861,10 @@ fn json_report(
                     "wait_max_vs_floor": l.wait_max_ratio,
                     "shared_wait_p99_vs_floor": l.shared_p99_ratio,
                     "shared_wait_max_vs_floor": l.shared_max_ratio,
-                    "handoff_p50_vs_floor_verify": l.handoff_ratio,
+                    "handoff_p50_vs_base": l.handoff_ratio,
                 },
+                "handoff_base": l.handoff_base,
+                "futex_wake": dist(&l.wake),
                 "met": l.met,
             })
         })

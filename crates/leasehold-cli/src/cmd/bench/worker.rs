@@ -135,6 +135,13 @@ impl Method {
         matches!(self, Method::Floor | Method::FloorVerify)
     }
 
+    /// Whether a helper thread waits in the kernel for this method's waiter and hands the
+    /// grant over with one more thread wake-up (a deadline or token, or an async waiter):
+    /// the uncued table adds one futex wake to its handoff floor.
+    pub(super) fn hands_over(self) -> bool {
+        matches!(self, Method::LeaseBudget | Method::Async)
+    }
+
     /// Its `--method` value.
     pub(super) fn arg(self) -> &'static str {
         match self {
