@@ -171,9 +171,12 @@ fn hand_over(
 
 impl Drop for KernelWait {
     fn drop(&mut self) {
-        // Take the pending list first (the helper's order), so an adopter never sees a slot
-        // half-way.
-        let _pending = guard(&PENDING);
+        // The slot's lock alone: an adopter takes a slot only once it is abandoned (under
+        // this lock), and a helper that finds it abandoned looks again under the pending
+        // list's lock before it lets the grant go. Not the pending list's lock too: the
+        // waiter drops this right after the helper handed the grant over and went on to
+        // tidy that list, and waiting for it there could put a second wake-up on the
+        // hand-over.
         let mut state = guard(&self.slot.state);
         if matches!(*state, SlotState::Waiting(_)) {
             *state = SlotState::Abandoned;
