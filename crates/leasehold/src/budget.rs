@@ -219,3 +219,60 @@ impl Budget {
         self.cancel.as_ref().is_some_and(CancelToken::is_cancelled)
     }
 }
+
+#[cfg(all(test, not(target_os = "wasi")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_cheap_to_share_across_threads() {
+        fn shareable<T: Clone + Send + Sync + Default + 'static>() {}
+        shareable::<CancelToken>();
+        let token = CancelToken::new();
+        let clone = token.clone();
+        assert!(!token.is_cancelled());
+        clone.cancel();
+        assert!(token.is_cancelled(), "clones share one flag");
+    }
+
+    /// A thread asleep on a notifier subscribed to the token, with no timeout: only the
+    /// cancellation's poke can wake it (the bound below only turns a hang into a failure).
+    #[test]
+    fn a_cancellation_from_another_thread_wakes_a_subscribed_sleeper() {
+        let token = CancelToken::new();
+        let n = Arc::new(Notifier::new());
+        let subscribed = token.subscribe(&n);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sleeper = {
+            let n = n.clone();
+            std::thread::spawn(move || {
+                n.wait(None);
+                tx.send(()).unwrap();
+            })
+        };
+        let canceller = {
+            let token = token.clone();
+            std::thread::spawn(move || token.cancel())
+        };
+        canceller.join().unwrap();
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("the cancellation woke the sleeper");
+        sleeper.join().unwrap();
+        drop(subscribed);
+        assert!(token.waiters().is_empty(), "the subscription left the list");
+    }
+
+    #[test]
+    fn a_subscription_after_the_cancellation_is_poked_at_once_and_a_dropped_one_never() {
+        let token = CancelToken::new();
+        let (early, late) = (Arc::new(Notifier::new()), Arc::new(Notifier::new()));
+        drop(token.subscribe(&early));
+        token.cancel();
+        assert!(!early.is_poked(), "a dropped subscription is not poked");
+        let _late = token.subscribe(&late);
+        assert!(
+            late.is_poked(),
+            "subscribed after the cancellation: poked at once"
+        );
+    }
+}

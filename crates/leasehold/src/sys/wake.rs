@@ -49,6 +49,7 @@ enum Sleeper {
     /// A thread parked in [`Notifier::wait`].
     Thread(Thread),
     /// A task that polled [`Notifier::poll_poked`].
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only async waits have tasks
     Task(Waker),
 }
 
@@ -103,6 +104,7 @@ impl Notifier {
 
     /// `Ready` once poked (consuming the poke); otherwise `Pending`, and the task of `cx` is
     /// woken by the next poke.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only async waits poll
     pub(crate) fn poll_poked(&self, cx: &mut Context<'_>) -> Poll<()> {
         {
             let mut sleeper = self.sleeper();
