@@ -15,8 +15,10 @@
 //!   `TerminateProcess` — so a crashed holder never blocks a successor, and a live but wedged
 //!   holder is never expropriated.
 //! * **Wait.** No kernel event announces that a named object was destroyed, so a waiter polls
-//!   with bounded back-off (1 ms doubling to 16 ms; `wait.rs`): a release is noticed within
-//!   ~16 ms, a cancellation too. There is no kernel queue ([`KernelWait`] cannot be started).
+//!   with bounded back-off (1 ms doubling to 16 ms; `wait.rs`): a release by another process
+//!   is noticed within ~16 ms, as is a token's flag raised by a signal handler; a
+//!   `CancelToken::cancel` and a release by another lease of this process wake the waiter at
+//!   once (its notifier). There is no kernel queue ([`KernelWait`] cannot be started).
 //! * **Verify.** Nobody can take a held object away, so `verify` only asks whether the path
 //!   still names the same object: when a directory on the way was re-pointed (a junction
 //!   changed), newcomers would lock another object, and the lease is reported lost.

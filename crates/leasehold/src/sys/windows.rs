@@ -76,7 +76,6 @@ pub(crate) fn create_named(name: &str) -> io::Result<Created> {
 // ---------------------------------------------------------------------------------------
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::kind::{FileId, FileKind, Holders};
 
