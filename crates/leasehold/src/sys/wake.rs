@@ -12,8 +12,9 @@
 //! (async: `epoll_ctl` and `close` of the duplicates registered with the reactor), creating
 //! one per wait, and a zero-timeout `poll` of the cancellation pipe at every budget check.
 //! A flag with a thread to unpark or a waker to wake needs no system call but the wake
-//! itself, and nothing to set up or tear down per wait. The numbers and the command that
-//! reproduces the figures are in BENCHMARKS.md.
+//! itself, and nothing to set up or tear down per wait: the same trace now shows 1.4–2.0 µs in
+//! the waiter after its wake-up (async: 1.9–2.7 µs). `leasehold bench --only uncued`
+//! measures the hand-over beside its floors, a futex wake between two threads among them.
 //!
 //! Pokes are sticky: a poke that lands before the waiter sleeps ends its next sleep at once,
 //! so no wake-up is ever lost between a waiter's last check and its sleep. A waiter re-checks

@@ -25,17 +25,26 @@ use crate::sys::Notifier;
 /// poller must then be scheduled and retry (measured: 0.2 % owner changes with two processes
 /// in a back-to-back loop where blocking `flock(LOCK_EX)` gives 52 %; see BENCHMARKS.md).
 /// Blocking in `flock` cannot be cancelled without signals, so a helper thread blocks instead
-/// of the waiter, and the waiter sleeps on its notifier and its budget's cancellation pipe.
+/// of the waiter, and the waiter sleeps on its notifier (`sys/wake.rs`), which the helper, a
+/// release in this process or a cancellation of its budget pokes.
 ///
-/// The price, measured (issue 12, BENCHMARKS.md "Issue 12 — after"): a grant lands on the
-/// helper, which must then wake the waiting thread — a second thread wake-up on the
-/// handoff's critical path, 16–18 µs p50 on the 2-vCPU reference VM (an idle vCPU's wake-up
-/// through the hypervisor; an eventfd ping-pong between two busy threads costs 4 µs), so a
-/// cancellable handoff is 2.5–3.8× a blocking `flock`'s instead of the 1.3× the issue asks.
-/// The alternative — the waiting thread itself blocked in `flock`, a signal to end the wait
-/// — needs a handler installed without `SA_RESTART` (else the kernel restarts `flock`):
-/// `signal-hook` always sets `SA_RESTART`, and `sigaction` itself is `unsafe`, which this
-/// crate does not write. Waits nothing but a grant can end (no deadline, no token) block the
+/// The price, traced (per-step timestamps in a release build; 2 and 4 processes in the
+/// uncued back-to-back loop of `leasehold bench`; the 2-vCPU VM at load 9–13): the grant
+/// lands on the helper 3–4 µs after the release, as on any thread blocked in `flock`; the
+/// helper must then wake the waiter, one more thread wake-up on the hand-over's path. Through
+/// an eventfd the waiter `poll`ed (or tokio's reactor watched) that cost 3–5 µs p50 and 15–18
+/// µs p90, plus 2–3 µs of descriptor work per wait (`sys/wake.rs` has the breakdown). Now the
+/// helper stores the grant, unparks the waiting thread or wakes the task's waker, and only
+/// then tidies its pending list; what is left on the waiter's side is the wake-up and the
+/// inode check. The wake-up itself no helper can avoid: its floor, a futex wake between two
+/// threads, is measured by `leasehold bench` beside the hand-over. Where the woken helper
+/// runs also decides whether it beats a releaser that re-locks at once: on the loaded VM a
+/// minimal helper (a thread blocked in `flock` handing the descriptor to a parked thread)
+/// measured 2–94 % owner changes from one 2-second run to the next, where blocking `flock`
+/// itself gave 16–90 %, which is why those figures are read against the floor of the same
+/// run. The alternative — the waiting thread itself blocked in `flock`, a signal to end the
+/// wait — needs a handler installed without `SA_RESTART`, and a library must not claim a
+/// process-wide signal. Waits nothing but a grant can end (no deadline, no token) block the
 /// calling thread inline (`lock_inline`) and pay one wake-up, as `flock` does.
 ///
 /// Abandoning (dropping) the wait leaves the helper blocked; when the kernel grants it the
