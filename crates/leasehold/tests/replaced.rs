@@ -92,7 +92,7 @@ fn a_waiter_follows_a_replaced_lock_file_only_once_its_holder_lets_go() {
     let holder = FlockHolder::hold(&lock);
     std::fs::hard_link(&lock, &link).unwrap();
     let path = lock.clone();
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     let budget = Budget::timeout(Duration::from_secs(30)).with_cancel(token);
     let w = waiting(&link, move || Lease::acquire(&path, &budget));
     replace(&lock);
@@ -110,7 +110,7 @@ fn a_waiter_follows_a_replaced_lock_file_only_once_its_holder_lets_go() {
     let first = FlockHolder::hold(&lock);
     std::fs::hard_link(&lock, &link).unwrap();
     let path = lock.clone();
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     let budget = Budget::timeout(Duration::from_secs(30)).with_cancel(token);
     let w = waiting(&link, move || Lease::acquire(&path, &budget));
     replace(&lock);

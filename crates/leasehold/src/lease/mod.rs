@@ -111,10 +111,10 @@ use wait::Acquisition;
 /// [`accept`]: Self::accept
 /// [`verify`]: Self::verify
 pub(crate) trait Platform: Sized {
-    /// Whether a waiter is woken by its notifier alone (POSIX: the kernel-wait helper, or a
-    /// releasing lease of this process, pokes it). Elsewhere waiters also poll with
-    /// back-off: nothing announces a destroyed Windows object, and WASI cannot wake a
-    /// sleeper on a cancellation.
+    /// Whether a waiter is woken by its notifier alone (POSIX: the kernel-wait helper, a
+    /// releasing lease of this process or a cancellation pokes it). Elsewhere waiters also
+    /// poll with back-off: nothing announces a destroyed Windows object, and WASI's one
+    /// thread cannot be woken while it sleeps.
     const NOTIFIES: bool;
 
     /// An opened directory: what [`LockDir`] wraps.
@@ -132,10 +132,6 @@ pub(crate) trait Platform: Sized {
     /// A wait in the kernel's own lock queue; dropping it abandons the wait, and nothing of
     /// ours holds the lease afterwards.
     type KernelWait;
-    /// The error of this platform's system calls where they reach this layer (setting up a
-    /// waiter's [`Notifier`]): `Errno` on POSIX, `std::io::Error` elsewhere.
-    type SysError;
-
     /// Opens the lock, refusing anything but a regular file (and whatever `opts` refuse).
     fn open(opts: &LeaseOptions, target: &Self::Target) -> Result<Self::Opened>;
 
@@ -213,9 +209,6 @@ pub(crate) trait Platform: Sized {
 
     /// The error naming `path` for a failed holder look-up.
     fn holders_error(path: &Path, u: Unusable) -> Error;
-
-    /// The error naming `path` for a waiter's notifier that could not be set up.
-    fn wait_error(path: &Path, e: Self::SysError) -> Error;
 }
 
 /// An opened directory of a [`Platform`]: the inside of [`LockDir`], whose methods document
@@ -1076,7 +1069,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.lock");
         let mut holder = Lease::try_acquire(&path).unwrap();
-        let token = CancelToken::new().unwrap();
+        let token = CancelToken::new();
         let budget = Budget::unlimited().with_cancel(token.clone());
         let p = path.clone();
         let waiter = std::thread::spawn(move || Lease::acquire(&p, &budget));

@@ -3,9 +3,9 @@
 //!
 //! An acquisition is a small state machine. Each call of [`Acquisition::next`] does the
 //! non-blocking work that is due (open, claim, try, accept a grant, follow a replaced file,
-//! judge the budget) and answers either the lease or "wait until the notifier or the
-//! cancellation token is readable, or at most this long". The drivers differ only in how they
-//! sleep: `poll(2)` or tokio's reactor.
+//! judge the budget) and answers either the lease or "wait until the notifier is poked, or at
+//! most this long". The drivers differ only in how they sleep: a parked thread or a pending
+//! task (the notifier, `sys/wake.rs`, unparks the one or wakes the other).
 //!
 //! The order of decisions, and why:
 //!
@@ -49,7 +49,7 @@ use super::MAX_REOPENS;
 use super::claim::{self, Claim, Mode, Queued, Taken};
 use super::imp::{self, Held, Opened, Target};
 use super::{Attempt, Imp, Platform, PlatformOpened, PlatformTarget};
-use crate::budget::{Budget, Exhausted};
+use crate::budget::{Budget, Exhausted, Subscription};
 use crate::error::{Error, Result};
 use crate::holders::HolderInfo;
 use crate::kind::FileId;
@@ -92,8 +92,8 @@ fn nap(polling: bool, poll: Duration, until_check: Duration) -> Duration {
 pub(crate) enum Next {
     /// The lease is ours.
     Acquired(Held),
-    /// Sleep until the notifier or the cancellation token is readable, or this long passes
-    /// (`None`: no limit).
+    /// Sleep until the notifier is poked (a grant, a claim handed over, a cancellation), or
+    /// this long passes (`None`: no limit).
     Wait(Option<Duration>),
     /// Block this thread in the kernel's lock queue ([`Acquisition::block`]): nothing but a
     /// grant can end this wait, and only the blocking driver is ever told to.
@@ -125,6 +125,8 @@ pub(crate) struct Acquisition<'a> {
     reopens: u32,
     state: State,
     notifier: Option<Arc<Notifier>>,
+    /// The notifier's place among the budget token's waiters (with the notifier).
+    _subscribed: Option<Subscription>,
     interval: Duration,
     next_check: Instant,
     /// The current back-off of a polling waiter (no notifier can wake it).
@@ -152,6 +154,7 @@ impl<'a> Acquisition<'a> {
             reopens: 0,
             state: State::Fresh(reuse),
             notifier: None,
+            _subscribed: None,
             interval: CHECK_MIN,
             next_check: started,
             poll: Duration::ZERO,
@@ -182,16 +185,10 @@ impl<'a> Acquisition<'a> {
         }
     }
 
-    /// The budget this acquisition waits within.
-    #[cfg_attr(not(unix), allow(dead_code))] // Windows and WASI waiters poll
-    pub(crate) fn budget(&self) -> &Budget {
-        self.budget
-    }
-
-    /// What wakes this waiter besides its budget's token (created on the first wait).
-    #[cfg_attr(windows, allow(dead_code))] // Windows waiters poll
-    pub(crate) fn notifier(&self) -> Option<&Notifier> {
-        self.notifier.as_deref()
+    /// What wakes this waiter (created on the first wait): a grant, a claim handed over by
+    /// a release in this process, or its budget's cancellation all poke it.
+    pub(crate) fn notifier(&self) -> Option<&Arc<Notifier>> {
+        self.notifier.as_ref()
     }
 
     fn try_once(&self) -> bool {
@@ -203,13 +200,16 @@ impl<'a> Acquisition<'a> {
         self.target.display()
     }
 
-    fn ensure_notifier(&mut self) -> Result<Arc<Notifier>> {
+    /// The waiter's notifier, created (and subscribed to the budget's token) on the first
+    /// wait: the uncontended path creates none.
+    fn ensure_notifier(&mut self) -> Arc<Notifier> {
         if let Some(n) = &self.notifier {
-            return Ok(n.clone());
+            return n.clone();
         }
-        let n = Arc::new(Notifier::new().map_err(|e| Imp::wait_error(self.target.display(), e))?);
+        let n = Arc::new(Notifier::new());
+        self._subscribed = self.budget.cancel_token().map(|t| t.subscribe(&n));
         self.notifier = Some(n.clone());
-        Ok(n)
+        n
     }
 
     /// Does what is due and says what the driver should do next.
@@ -217,7 +217,7 @@ impl<'a> Acquisition<'a> {
         loop {
             match std::mem::replace(&mut self.state, State::Done) {
                 State::Fresh(reuse) => {
-                    if self.budget.flagged() {
+                    if self.budget.cancelled() {
                         return Err(self.cancelled());
                     }
                     let opened = match reuse {
@@ -225,10 +225,10 @@ impl<'a> Acquisition<'a> {
                         None => Imp::open(&self.opts, self.target)?,
                     };
                     // First without a place in the queue: the uncontended path creates no
-                    // notifier (an eventfd and its close measured ~15 % of a cold cycle).
+                    // notifier.
                     let mut taken = claim::take(opened.key(), self.mode, None);
                     if matches!(taken, Taken::Busy) && !self.try_once() {
-                        let n = self.ensure_notifier()?;
+                        let n = self.ensure_notifier();
                         taken = claim::take(opened.key(), self.mode, Some(&n));
                     }
                     match taken {
@@ -276,7 +276,7 @@ impl<'a> Acquisition<'a> {
                     }
                 },
                 State::Kernel(kw, claim, id) => {
-                    if self.budget.flagged() {
+                    if self.budget.cancelled() {
                         return Err(self.cancelled());
                     }
                     match Imp::poll_wait(&kw, self.target) {
@@ -349,7 +349,7 @@ impl<'a> Acquisition<'a> {
                     return Ok(Some(Next::Block));
                 }
                 let id = opened.file_id();
-                let n = self.ensure_notifier()?;
+                let n = self.ensure_notifier();
                 match Imp::start_wait(self.target, opened, self.mode, n) {
                     Ok(kw) => {
                         self.state = State::Kernel(kw, claim, id);

@@ -2,12 +2,11 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
-use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
@@ -495,110 +494,6 @@ fn network_fs_of(st: &rustix::fs::StatFs) -> Option<&'static str> {
         // macFUSE (sshfs and friends) reports its own type name, older versions osxfuse.
         b"macfuse" | b"osxfuse" => Some("fuse"),
         _ => None,
-    }
-}
-
-/// Waits until one of `fds` is readable or `timeout` passes. Returns which were readable.
-/// `EINTR` is reported as "nothing ready" so that the caller re-checks its budget.
-pub(crate) fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<u32> {
-    let mut pfds: Vec<PollFd<'_>> = fds
-        .iter()
-        .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
-        .collect();
-    let ts = timeout.map(|d| Timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as _,
-        tv_nsec: d.subsec_nanos() as _,
-    });
-    match rustix::event::poll(&mut pfds, ts.as_ref()) {
-        Ok(_) | Err(Errno::INTR) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let mut mask = 0u32;
-    for (i, p) in pfds.iter().enumerate() {
-        if !p.revents().is_empty() {
-            mask |= 1 << i;
-        }
-    }
-    Ok(mask)
-}
-
-/// A self-pipe: the read end becomes readable, and stays so, once anything was written.
-pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
-    let (r, w) = rustix::pipe::pipe()?;
-    for fd in [&r, &w] {
-        set_inheritable(fd.as_fd(), false)?;
-        let fl = rustix::fs::fcntl_getfl(fd)?;
-        rustix::fs::fcntl_setfl(fd, fl | OFlags::NONBLOCK)?;
-    }
-    Ok((r, w))
-}
-
-/// Writes one byte to a self-pipe; a full pipe is already readable, so `EAGAIN` is success.
-pub(crate) fn poke(fd: BorrowedFd<'_>) {
-    let _ = rustix::io::write(fd, &[1u8]);
-}
-
-/// Whether `fd` is readable right now (zero-timeout poll).
-pub(crate) fn is_readable(fd: BorrowedFd<'_>) -> bool {
-    matches!(wait_readable(&[fd], Some(Duration::ZERO)), Ok(m) if m & 1 == 1)
-}
-
-/// A wake-up a helper thread sends to one waiter: readable once poked, until drained.
-/// Linux: an eventfd (one descriptor, one 8-byte write); elsewhere a self-pipe.
-#[derive(Debug)]
-pub(crate) struct Notifier {
-    read: OwnedFd,
-    #[cfg(not(all(
-        any(target_os = "linux", target_os = "android"),
-        not(leasehold_portable)
-    )))]
-    write: OwnedFd,
-}
-
-impl Notifier {
-    pub(crate) fn new() -> Result<Notifier, Errno> {
-        #[cfg(all(
-            any(target_os = "linux", target_os = "android"),
-            not(leasehold_portable)
-        ))]
-        {
-            use rustix::event::EventfdFlags;
-            let read = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
-            Ok(Notifier { read })
-        }
-        #[cfg(not(all(
-            any(target_os = "linux", target_os = "android"),
-            not(leasehold_portable)
-        )))]
-        {
-            let (read, write) = pipe()?;
-            Ok(Notifier { read, write })
-        }
-    }
-
-    /// Makes the notifier readable (async-signal-safe, never blocks).
-    pub(crate) fn poke(&self) {
-        #[cfg(all(
-            any(target_os = "linux", target_os = "android"),
-            not(leasehold_portable)
-        ))]
-        let _ = rustix::io::write(&self.read, &1u64.to_ne_bytes());
-        #[cfg(not(all(
-            any(target_os = "linux", target_os = "android"),
-            not(leasehold_portable)
-        )))]
-        poke(self.write.as_fd());
-    }
-
-    /// Consumes pokes so the descriptor stops being readable.
-    pub(crate) fn drain(&self) {
-        let mut buf = [0u8; 64];
-        let _ = rustix::io::read(&self.read, &mut buf);
-    }
-
-    /// The descriptor to wait on.
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.read.as_fd()
     }
 }
 

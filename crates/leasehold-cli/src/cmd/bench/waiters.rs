@@ -242,7 +242,7 @@ fn takeover(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
 }
 
 /// Cancel → return, and deadline → return, for a thread waiting in `Lease::acquire` on a lease
-/// held by another process; floors: a thread in `poll` woken by a pipe write, or by its timeout.
+/// held by another process; floors: a parked thread woken by `unpark`, or by its timeout.
 fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let lock = dir.join("cancel.lock");
     let mut crew = Crew::new();
@@ -252,7 +252,7 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..plan.cancels {
         // Cancel a leasehold waiter.
-        let token = CancelToken::new().map_err(|e| Failure::of(&e))?;
+        let token = CancelToken::new();
         let budget = Budget::unlimited().with_cancel(token.clone());
         let (tx, rx) = mpsc::channel();
         let path = lock.clone();
@@ -277,7 +277,7 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             return Err(Failure::failed("bench: a cancelled waiter took the lease"));
         }
         cancel.push(end.duration_since(start).as_nanos() as f64);
-        cancel_floor.push(poll_wake(None)?);
+        cancel_floor.push(park_wake(None)?);
 
         // Let a deadline pass.
         let deadline = Instant::now() + Duration::from_millis(10);
@@ -289,7 +289,7 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         .join()
         .map_err(|_| Failure::failed("bench: waiter thread panicked"))?;
         late.push(end.saturating_duration_since(deadline).as_nanos() as f64);
-        late_floor.push(poll_wake(Some(Duration::from_millis(10)))?);
+        late_floor.push(park_wake(Some(Duration::from_millis(10)))?);
     }
     crew.finish(holder);
     let row = |key, name: &str, lib: &[f64], floor: &[f64], what| {
@@ -312,75 +312,28 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             "cancellation: cancel() → acquire returns",
             &cancel,
             &cancel_floor,
-            if cfg!(unix) {
-                "poll woken by a pipe"
-            } else {
-                "parked thread woken by unpark"
-            },
+            "parked thread woken by unpark",
         ),
         row(
             "deadline_latency",
             "deadline: deadline passed → acquire returns",
             &late,
             &late_floor,
-            if cfg!(unix) {
-                "poll timeout overshoot"
-            } else {
-                "park_timeout overshoot"
-            },
+            "park_timeout overshoot",
         ),
     ])
 }
 
-/// Floor for cancellation (`timeout: None`: a thread blocked in `poll` on a pipe, woken by a
-/// write; returns write → return) and for deadlines (`Some`: a thread in `poll` with that
-/// timeout; returns how late it came back).
-#[cfg(unix)]
-fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
-    use rustix::event::{PollFd, PollFlags, Timespec};
-    let (r, w) = rustix::pipe::pipe().map_err(errno_fail("pipe"))?;
-    let (tx, rx) = mpsc::channel();
-    let deadline = timeout.map(|d| Instant::now() + d);
-    let t = std::thread::spawn(move || {
-        let _ = tx.send(this_thread());
-        let ts = deadline.map(|d: Instant| {
-            let d = d.saturating_duration_since(Instant::now());
-            Timespec {
-                tv_sec: d.as_secs() as _,
-                tv_nsec: d.subsec_nanos() as _,
-            }
-        });
-        let mut fds = [PollFd::new(&r, PollFlags::IN)];
-        let _ = rustix::event::poll(&mut fds, ts.as_ref());
-        Instant::now()
-    });
-    let tid = rx
-        .recv()
-        .map_err(|_| Failure::failed("bench: poll thread died"))?;
-    let start = match deadline {
-        Some(d) => d,
-        None => {
-            until_thread_waits(tid)?;
-            let start = Instant::now();
-            rustix::io::write(&w, b"x").map_err(errno_fail("write pipe"))?;
-            start
-        }
-    };
-    let end = t
-        .join()
-        .map_err(|_| Failure::failed("bench: poll thread panicked"))?;
-    Ok(end.saturating_duration_since(start).as_nanos() as f64)
-}
-
-/// The Windows floor for cancellation (`timeout: None`: a parked thread woken by `unpark`,
-/// the cheapest wake-up std offers; returns unpark → return) and for deadlines (`Some`: a
-/// thread in `park_timeout`; returns how late it came back).
-#[cfg(windows)]
-fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
+/// The floor for cancellation (`timeout: None`: a parked thread woken by `unpark`, as a
+/// cancelled waiter is; returns unpark → return) and for deadlines (`Some`: a thread in
+/// `park_timeout`; returns how late it came back).
+fn park_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
     let deadline = timeout.map(|d| Instant::now() + d);
     let woken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = woken.clone();
+    let (tx, rx) = mpsc::channel();
     let t = std::thread::spawn(move || {
+        let _ = tx.send(this_thread());
         match deadline {
             Some(d) => std::thread::park_timeout(d.saturating_duration_since(Instant::now())),
             None => {
@@ -391,10 +344,13 @@ fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
         }
         Instant::now()
     });
+    let tid = rx
+        .recv()
+        .map_err(|_| Failure::failed("bench: parked thread died"))?;
     let start = match deadline {
         Some(d) => d,
         None => {
-            until_thread_waits(0)?;
+            until_thread_waits(tid)?;
             let start = Instant::now();
             woken.store(true, std::sync::atomic::Ordering::SeqCst);
             t.thread().unpark();
@@ -403,6 +359,6 @@ fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
     };
     let end = t
         .join()
-        .map_err(|_| Failure::failed("bench: poll thread panicked"))?;
+        .map_err(|_| Failure::failed("bench: parked thread panicked"))?;
     Ok(end.saturating_duration_since(start).as_nanos() as f64)
 }

@@ -137,6 +137,13 @@ impl Method {
         matches!(self, Method::Floor | Method::FloorVerify)
     }
 
+    /// Whether a helper thread waits in the kernel for this method's waiter and hands the
+    /// grant over with one more thread wake-up (a deadline or token, or an async waiter):
+    /// the uncued table adds one futex wake to its handoff floor.
+    pub(super) fn hands_over(self) -> bool {
+        matches!(self, Method::LeaseBudget | Method::Async)
+    }
+
     /// Its `--method` value.
     pub(super) fn arg(self) -> &'static str {
         match self {
@@ -198,7 +205,7 @@ fn back_to_back(
         return Err(Failure::usage("bench: a LeaseHandle has no shared mode"));
     }
     let hold = Duration::from_nanos(HOLD_NS);
-    let token = leasehold::CancelToken::new().map_err(|e| Failure::of(&e))?;
+    let token = leasehold::CancelToken::new();
     let rt = match method {
         Method::Async => Some(runtime()?),
         _ => None,

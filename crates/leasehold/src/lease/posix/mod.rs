@@ -32,7 +32,7 @@ pub(crate) mod gate;
 mod kernel_wait;
 
 pub(crate) use error::path_error;
-use error::{create_dirs, dir_error, lock_error, plain, wait_error};
+use error::{create_dirs, dir_error, lock_error, plain};
 pub(crate) use kernel_wait::KernelWait;
 
 /// An opened directory that lock files are opened relative to (`openat`).
@@ -862,7 +862,6 @@ impl Platform for Posix {
     type Held = Held;
     type Granted = Granted;
     type KernelWait = KernelWait;
-    type SysError = Errno;
 
     fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         open(opts, target)
@@ -919,8 +918,5 @@ impl Platform for Posix {
     }
     fn holders_error(path: &Path, u: Unusable) -> Error {
         holders_error(path, u)
-    }
-    fn wait_error(path: &Path, e: Errno) -> Error {
-        wait_error(path, e)
     }
 }
