@@ -38,8 +38,9 @@
 //! lease beside that holder, which a waiter queued behind it must not do
 //! (`tests/replaced.rs`). A blocking wait that only a grant can end (`lock_inline`) never
 //! re-checked; now no POSIX waiter does, and a wait costs no CPU until it ends. (A new
-//! acquisition opens the path afresh, as every newcomer does: the CLI's second attempt
-//! after its one-second notice is one.)
+//! acquisition opens the path afresh, as every newcomer does; so a program that says after
+//! a while what it waits for does so through its budget's notice, which the wait says on
+//! its next step without leaving its file: the CLI's one-second notice.)
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -342,7 +343,7 @@ impl<'a> Acquisition<'a> {
                 self.judge_budget(opened.file_id(), at)?;
                 if self.may_block
                     && Imp::NOTIFIES
-                    && self.budget.deadline().is_none()
+                    && self.budget.wake_in().is_none()
                     && self.budget.cancel_token().is_none()
                 {
                     self.state = State::Inline(opened, claim);
@@ -389,19 +390,19 @@ impl<'a> Acquisition<'a> {
         true
     }
 
-    /// How long the driver may sleep: until the deadline where a notifier wakes the waiter;
-    /// else the [`nap`] of its schedule, cut by the deadline.
+    /// How long the driver may sleep: until the deadline (or the budget's notice) where a
+    /// notifier wakes the waiter; else the [`nap`] of its schedule, cut by them.
     fn sleep(&mut self) -> Next {
         let polling = matches!(self.state, State::Polling(..));
         if Imp::NOTIFIES && !polling {
-            return Next::Wait(self.budget.remaining());
+            return Next::Wait(self.budget.wake_in());
         }
         if !polling {
             self.poll = backoff(self.poll);
         }
         let until_check = self.next_check.saturating_duration_since(Instant::now());
         let nap = nap(polling, self.poll, until_check);
-        Next::Wait(Some(match self.budget.remaining() {
+        Next::Wait(Some(match self.budget.wake_in() {
             Some(left) => left.min(nap),
             None => nap,
         }))
@@ -413,7 +414,10 @@ impl<'a> Acquisition<'a> {
         match self.budget.exhausted() {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended_at(id, at())),
-            None => Ok(()),
+            None => {
+                self.budget.notice_due(|| self.contended_at(id, at()));
+                Ok(())
+            }
         }
     }
 
@@ -423,7 +427,11 @@ impl<'a> Acquisition<'a> {
         match self.budget.exhausted() {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended_with(HolderInfo::held_here(id))),
-            None => Ok(()),
+            None => {
+                let here = || self.contended_with(HolderInfo::held_here(id));
+                self.budget.notice_due(here);
+                Ok(())
+            }
         }
     }
 
