@@ -34,6 +34,8 @@
 //! ```
 //! use leasehold::{Lease, SharedLease};
 //!
+//! # #[cfg(not(unix))] fn main() {} // Windows has no shared leases (Error::SharedUnsupported)
+//! # #[cfg(unix)]
 //! fn main() -> leasehold::Result<()> {
 //!     let dir = tempfile::tempdir().expect("a temporary directory");
 //!     let path = dir.path().join("index.lock");
