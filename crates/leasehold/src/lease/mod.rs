@@ -288,6 +288,10 @@ pub(crate) enum Attempt<P: Platform> {
 /// platform has one (WASI: `None`; durable rewrites name their temporaries with it).
 pub(crate) use crate::sys::{process_id, read_exact_at};
 
+/// The one hex SHA-256 of the crate (`sys/naming.rs`, pure), for the keyed pattern's lock
+/// names: a key's lock file is named as its other hashed names are spelled.
+pub(crate) use crate::sys::naming::push_sha256_hex;
+
 pub use options::LeaseOptions;
 #[cfg(unix)]
 pub use shared::unlock_descriptor;
