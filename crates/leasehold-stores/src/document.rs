@@ -194,36 +194,39 @@ impl JsonDocument {
         if !self.shared {
             let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty());
             for p in dir.into_iter().chain([self.path.as_path()]) {
-                leasehold::check_trusted(p).map_err(|e| StoreFailure(e.to_string()))?;
+                leasehold::check_trusted(p)?;
             }
         }
         let bytes = match self.files.read(&self.path) {
             Ok(Some(b)) => b,
             Ok(None) => return Ok(Map::new()),
-            Err(e) => return Err(self.failure(format!("cannot read: {e}"))),
+            Err(e) => return Err(self.failure("cannot read", e)),
         };
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(map)) => Ok(map),
-            Ok(_) => Err(self.failure("does not parse: not a JSON object".into())),
-            Err(e) => Err(self.failure(format!("does not parse: {e}"))),
+            Ok(_) => Err(self.failure("does not parse", "not a JSON object")),
+            Err(e) => Err(self.failure("does not parse", e)),
         }
     }
 
     /// Replaces the document with `doc`, durably (returns once it would survive a crash).
     pub fn save(&self, doc: &Map<String, Value>) -> Result<(), StoreFailure> {
-        let mut bytes = serde_json::to_vec_pretty(doc)
-            .map_err(|e| self.failure(format!("cannot encode: {e}")))?;
+        let mut bytes =
+            serde_json::to_vec_pretty(doc).map_err(|e| self.failure("cannot encode", e))?;
         bytes.push(b'\n');
         self.files
             .replace(&self.path, &bytes)
-            .map_err(|e| self.failure(format!("cannot write: {e}")))
+            .map_err(|e| self.failure("cannot write", e))
     }
 
-    /// A failure that names the file and says what to do.
-    pub fn failure(&self, what: String) -> StoreFailure {
-        StoreFailure(format!(
-            "{}: {what} (the file is left as it is; repair or move it away, then refresh)",
-            self.path.display()
-        ))
+    /// The failure of `op` on this document because of `source`: it names the file and
+    /// says what to do.
+    pub fn failure(
+        &self,
+        op: impl Into<std::borrow::Cow<'static, str>>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> StoreFailure {
+        StoreFailure::new(self.path.display().to_string(), op, source)
+            .with_advice(" (the file is left as it is; repair or move it away, then refresh)")
     }
 }

@@ -65,8 +65,8 @@ proptest! {
             Ok(_) => prop_assert!(is_object),
             Err(e) => {
                 prop_assert!(!is_object);
-                prop_assert!(e.0.contains(path.to_str().unwrap()), "{}", e);
-                prop_assert!(e.0.contains("does not parse"), "{}", e);
+                prop_assert!(e.to_string().contains(path.to_str().unwrap()), "{}", e);
+                prop_assert!(e.to_string().contains("does not parse"), "{}", e);
             }
         }
         prop_assert_eq!(std::fs::read(&path).unwrap(), bytes);
