@@ -46,7 +46,7 @@ impl ResultStore {
         match e {
             KeyError::EmptyKey { key } => ResultError::InvalidId {
                 id: key,
-                reason: "empty after trimming whitespace",
+                reason: crate::id::EMPTY_AFTER_TRIM,
             },
             KeyError::Unknown { key, root } => ResultError::Unknown { id: key, root },
             KeyError::Lease(e) if e.is_contended() => ResultError::Busy {

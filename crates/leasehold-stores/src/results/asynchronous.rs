@@ -8,8 +8,8 @@ use leasehold::patterns::keyed::{KeyError, KeyLease};
 use leasehold::patterns::offload;
 
 use super::error::{Result, not_published};
-use super::records::normalize_id;
 use super::{Entry, ResultStore, SweepReport};
+use crate::id::SafeId;
 
 impl ResultStore {
     /// [`admit`](Self::admit) for async code: the wait for the ID's lease is reactor-driven
@@ -44,7 +44,7 @@ impl ResultStore {
         create: bool,
         body: impl FnOnce(&ResultStore, &str, &KeyLease) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let id = normalize_id(id)?.to_string();
+        let id = SafeId::trimmed(id)?.to_string();
         let lease = self.admit_async(&id, budget, create).await?;
         let store = self.clone();
         offload(move || body(&store, &id, &lease)).await
@@ -72,7 +72,8 @@ impl ResultStore {
         budget: &Budget,
     ) -> Result<Entry> {
         let source = source.into();
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let files = {
             let (store, source) = (self.clone(), source.clone());
             offload(move || store.stage_files(&source)).await?
@@ -95,7 +96,8 @@ impl ResultStore {
 
     /// [`finish`](Self::finish) without blocking the executor.
     pub async fn finish_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self
             .admit_async(id, budget, false)
             .await

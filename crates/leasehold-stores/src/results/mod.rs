@@ -36,8 +36,8 @@
 //! operations go in [`ResultStore::sweep`], each under its ID's lease — and the temporaries
 //! a killed `apply` left in its TARGET go at the next operation on that ID (`applying`).
 //!
-//! The code follows those seams: `error` (the typed errors), `records` (IDs, `entry.json`
-//! and publications), `admission` (taking an ID's lease), `applying` (a killed apply's
+//! The code follows those seams: `error` (the typed errors), `records` (`entry.json` and
+//! publications), `admission` (taking an ID's lease), `applying` (a killed apply's
 //! leftovers in TARGET), `ops` (stage, paths, finish, apply, discard, abort), `sweep`
 //! (expiry, discovery, gc), `asynchronous` (the async faces), `files` (the file-system steps
 //! they share) and `handles` (directory handles).
@@ -63,7 +63,7 @@ use leasehold::patterns::keyed::KeyedLeases;
 use error::Result;
 pub use error::ResultError;
 use handles::Tree;
-pub use records::{Entry, MAX_ID_LEN, Publication, normalize_id};
+pub use records::{Entry, Publication};
 pub use sweep::{GcReport, SweepReport};
 
 /// The directory of the per-ID operation locks, under the managed root. Versioned: lock
@@ -78,8 +78,9 @@ type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
 /// A result store in one managed root (see the module documentation). Clones share the
 /// root, the wait policy and the notice.
 ///
-/// IDs are trimmed; an ID without a candidate or publication is refused without creating
-/// anything, not even its lock file.
+/// IDs are trimmed [`SafeId`](crate::id::SafeId)s ([`SafeId::trimmed`](crate::id::SafeId::trimmed));
+/// an ID without a candidate or publication is refused without creating anything, not even
+/// its lock file.
 ///
 /// ```
 /// use leasehold::{Budget, Classify, ErrorClass};

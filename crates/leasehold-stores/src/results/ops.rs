@@ -11,8 +11,8 @@ use super::admission::verify;
 use super::error::{Result, ResultError, not_published};
 use super::files::{PRIVATE_DIR, TARGET_DIR, copy, describe_files, now_ms, walk};
 use super::handles::{Kind, Removal, Tree};
-use super::records::normalize_id;
 use super::{Entry, Publication, ResultStore};
+use crate::id::SafeId;
 
 impl ResultStore {
     /// Creates the candidate `id` holding a copy of the regular files under `source`
@@ -23,7 +23,8 @@ impl ResultStore {
     /// cancelled stage removes its partial copy and is [`ResultError::Stopped`] (nothing
     /// staged).
     pub fn stage(&self, id: &str, source: &Path, budget: &Budget) -> Result<Entry> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let files = self.stage_files(source)?;
         let lease = self.admit(id, budget, true)?;
         self.stage_admitted(id, source, files, &lease, budget.cancel_token())
@@ -135,7 +136,8 @@ impl ResultStore {
     /// Inspects `id` under its lease: the relative paths the result would change. An empty
     /// result (no files) is removed and reported as an empty list.
     pub fn paths(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self.admit(id, budget, false)?;
         self.paths_admitted(id, &lease, budget)
     }
@@ -179,7 +181,8 @@ impl ResultStore {
     /// error is [`ResultError::NotPublished`]: durability is unavailable, and the caller may
     /// retry with the same ID.
     pub fn finish(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self
             .admit(id, budget, false)
             .map_err(|e| not_published(id, e))?;
@@ -227,7 +230,8 @@ impl ResultStore {
     /// cancelled apply stops there, keeping candidate and publication (apply again to
     /// finish), and is [`ResultError::Stopped`], saying what it wrote.
     pub fn apply(&self, id: &str, target: &Path, budget: &Budget) -> Result<Vec<String>> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self.admit(id, budget, false)?;
         self.apply_admitted(id, target, &lease, budget)
     }
@@ -365,7 +369,8 @@ impl ResultStore {
         budget: &Budget,
         op: &'static str,
     ) -> Result<()> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self.admit(id, budget, false)?;
         self.remove_existing(id, &lease, op, budget)
     }

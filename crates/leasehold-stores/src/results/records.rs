@@ -1,4 +1,5 @@
-//! Result IDs and the store's records: a candidate's `entry.json` and its publication.
+//! The store's records: a candidate's `entry.json` and its publication (result IDs are
+//! [`SafeId`]s, trimmed: `crate::id`).
 
 use std::path::{Component, Path};
 
@@ -7,9 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::ResultStore;
 use super::error::{Result, ResultError};
 use super::handles::Tree;
-
-/// The longest ID accepted (bytes after trimming).
-pub const MAX_ID_LEN: usize = 128;
+use crate::id::SafeId;
 
 /// The record of a candidate (`results/<id>/entry.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,34 +32,6 @@ pub struct Publication {
     pub published_ms: u64,
     /// The files the result would change.
     pub files: Vec<String>,
-}
-
-/// Trims `id` and checks that it is safe as a path component: `[A-Za-z0-9._-]`, 1 to
-/// [`MAX_ID_LEN`] characters, not starting with `.` (hidden names are the store's own).
-pub fn normalize_id(id: &str) -> Result<&str> {
-    let invalid = |reason| ResultError::InvalidId {
-        id: id.to_string(),
-        reason,
-    };
-    let t = id.trim();
-    if t.is_empty() {
-        return Err(invalid("empty after trimming whitespace"));
-    }
-    if t.len() > MAX_ID_LEN {
-        return Err(invalid("longer than 128 characters"));
-    }
-    if t.starts_with('.') {
-        return Err(invalid("must not start with '.'"));
-    }
-    if !t
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        return Err(invalid(
-            "only letters, digits, '.', '_' and '-' are allowed",
-        ));
-    }
-    Ok(t)
 }
 
 /// The largest record or publication read (a bigger file is refused, not read into memory).
@@ -133,9 +104,7 @@ pub(super) fn list_names(dir: Option<&Tree>, suffix: &str) -> Result<Vec<String>
         .into_iter()
         .filter_map(|name| {
             let id = name.strip_suffix(suffix)?;
-            normalize_id(id)
-                .is_ok_and(|t| t == id)
-                .then(|| id.to_string())
+            SafeId::is_safe(id).then(|| id.to_string())
         })
         .collect();
     ids.sort();

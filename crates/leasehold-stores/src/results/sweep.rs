@@ -9,7 +9,8 @@ use super::ResultStore;
 use super::error::{Result, ResultError};
 use super::files::now_ms;
 use super::handles::Kind;
-use super::records::{list_names, normalize_id};
+use super::records::list_names;
+use crate::id::SafeId;
 
 /// What a sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -173,7 +174,7 @@ impl ResultStore {
             }
         }
         for (id, area, name) in found {
-            if normalize_id(&id).ok() != Some(id.as_str()) {
+            if !SafeId::is_safe(&id) {
                 continue;
             }
             // A leftover is reason enough to allocate the ID's lock (gc collects it later).
