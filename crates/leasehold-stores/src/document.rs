@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use leasehold::patterns::authority::StoreFailure;
-use leasehold::patterns::durable::replace_file;
+use leasehold::patterns::durable::{create_dirs, replace_file};
 use serde_json::{Map, Value};
 
 /// The file operations a [`JsonDocument`] needs: a narrow seam for fault injection.
@@ -47,11 +47,7 @@ impl DocumentFiles for RealFiles {
 
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            let mut builder = std::fs::DirBuilder::new();
-            builder.recursive(true);
-            #[cfg(unix)]
-            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-            builder.create(dir)?;
+            create_dirs(dir)?;
         }
         replace_file(path, bytes)
     }

@@ -288,6 +288,10 @@ pub(crate) enum Attempt<P: Platform> {
 /// platform has one (WASI: `None`; durable rewrites name their temporaries with it).
 pub(crate) use crate::sys::{process_id, read_exact_at};
 
+/// The one creation of private directories (`path` and its missing parents, mode 0700 on
+/// POSIX), for the durable rewrites' directories: they are made as a lock file's parents are.
+pub(crate) use crate::sys::create_dirs;
+
 /// The one hex SHA-256 of the crate (`sys/naming.rs`, pure), for the keyed pattern's lock
 /// names: a key's lock file is named as its other hashed names are spelled.
 pub(crate) use crate::sys::naming::push_sha256_hex;

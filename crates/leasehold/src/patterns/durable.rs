@@ -195,11 +195,7 @@ pub fn create_dir_durable(dir: &Path, base: &Path) -> io::Result<()> {
             _ => break,
         }
     }
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)?;
+    create_dirs(dir)?;
     let mut parents: Vec<PathBuf> = Vec::new();
     let mut push_parent = |d: &Path| {
         let parent = match d.parent() {
@@ -233,6 +229,19 @@ pub fn create_dir_durable(dir: &Path, base: &Path) -> io::Result<()> {
         sync_dir(&parent)?;
     }
     Ok(())
+}
+
+/// Creates the directory `path` and its missing parents, private to this user (mode 0700 on
+/// POSIX; the umask may take more away), as a lock file's missing parents are made: the one
+/// place the crate and the stores create directories for their state. An existing directory
+/// is fine, and concurrent creators do not fail each other. It syncs nothing: for a name that
+/// must survive a power cut, [`create_dir_durable`].
+///
+/// # Errors
+/// The I/O error of the first directory that could not be created (a file in the way, no
+/// permission, …).
+pub fn create_dirs(path: &Path) -> io::Result<()> {
+    crate::lease::create_dirs(path)
 }
 
 /// How many taken temporary names a rewrite steps over before it gives up (`EEXIST`).
