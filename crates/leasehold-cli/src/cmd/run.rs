@@ -148,11 +148,7 @@ pub fn main(args: RunArgs) -> Outcome {
 /// the option that waits longer.
 fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
     let token = interrupts.token();
-    let wait = match (args.no_wait, args.timeout) {
-        (true, _) => Wait::no_wait(token),
-        (false, Some(timeout)) => Wait::up_to(timeout, token),
-        (false, None) => Wait::unlimited(token),
-    };
+    let wait = Wait::of(args.no_wait, args.timeout, token);
     let holders = |e: &Error| match e {
         Error::Contended { path, holders } | Error::TimedOut { path, holders, .. } => {
             Some((path.display().to_string(), holders.who()))

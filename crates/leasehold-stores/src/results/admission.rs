@@ -1,45 +1,23 @@
-//! Admission: taking an ID's operation lease, with the store's wait notice, and what a
-//! failed admission means for the caller.
+//! Admission: taking an ID's operation lease, and what a failed admission means for the
+//! caller.
 
 use std::io;
-use std::time::Instant;
 
 use leasehold::patterns::keyed::{KeyError, KeyLease};
 use leasehold::{Budget, Error as LeaseError};
 
+use super::ResultStore;
 use super::error::{Result, ResultError};
 use super::handles::Tree;
-use super::{Notice, ResultStore};
 
 impl ResultStore {
     /// Takes `id`'s lease within `budget`. With `create`, a lock file may be allocated for a
     /// new ID; otherwise only for an ID with a candidate or publication.
     pub(super) fn admit(&self, id: &str, budget: &Budget, create: bool) -> Result<KeyLease> {
         let known = |k: &str| create || self.exists(k);
-        if let Some((quick, notice)) = self.first_wait(budget) {
-            match self.leases.acquire(id, &quick, known) {
-                Err(KeyError::Lease(e)) if e.is_contended() => notice(id, &e),
-                other => return other.map_err(|e| self.admission_error(id, e)),
-            }
-        }
         self.leases
             .acquire(id, budget, known)
             .map_err(|e| self.admission_error(id, e))
-    }
-
-    /// With an [`on_wait`](Self::on_wait) notice that `budget` outlasts: the budget of the
-    /// first, quiet part of the wait, and the notice to give when it runs out.
-    pub(super) fn first_wait(&self, budget: &Budget) -> Option<(Budget, &Notice)> {
-        let (after, notice) = self.notice.as_ref()?;
-        let first = Instant::now().checked_add(*after)?;
-        if budget.deadline().is_some_and(|d| d <= first) {
-            return None;
-        }
-        let quick = match budget.cancel_token() {
-            Some(t) => Budget::until(first).with_cancel(t.clone()),
-            None => Budget::until(first),
-        };
-        Some((quick, notice))
     }
 
     pub(super) fn admission_error(&self, id: &str, e: KeyError) -> ResultError {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::Budget;
-use leasehold::patterns::keyed::{KeyError, KeyLease};
+use leasehold::patterns::keyed::KeyLease;
 use leasehold::patterns::offload;
 
 use super::error::{Result, not_published};
@@ -22,12 +22,6 @@ impl ResultStore {
         create: bool,
     ) -> Result<KeyLease> {
         let known = |k: &str| create || self.exists(k);
-        if let Some((quick, notice)) = self.first_wait(budget) {
-            match self.leases.acquire_async(id, &quick, known).await {
-                Err(KeyError::Lease(e)) if e.is_contended() => notice(id, &e),
-                other => return other.map_err(|e| self.admission_error(id, e)),
-            }
-        }
         self.leases
             .acquire_async(id, budget, known)
             .await

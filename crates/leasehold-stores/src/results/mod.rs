@@ -54,10 +54,8 @@ mod records;
 mod sweep;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::Error as LeaseError;
 use leasehold::patterns::keyed::KeyedLeases;
 
 use error::Result;
@@ -72,11 +70,12 @@ pub use sweep::{GcReport, SweepReport};
 /// layouts reading one name two ways would be two mutexes for one result.
 const RESULT_NAMESPACE: &str = ".result-locks-v1";
 
-/// A callback told when an operation starts waiting for a busy ID (shared by clones).
-type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
-
 /// A result store in one managed root (see the module documentation). Clones share the
-/// root, the wait policy and the notice.
+/// root and the wait policy.
+///
+/// A wait for a busy ID is silent: a program that tells its user what it waits for wraps the
+/// call, as the CLI does (its `wait.rs`: a quiet second, then one line, then the rest of the
+/// budget), since only it knows how to say so.
 ///
 /// IDs are trimmed [`SafeId`](crate::id::SafeId)s ([`SafeId::trimmed`](crate::id::SafeId::trimmed));
 /// an ID without a candidate or publication is refused without creating anything, not even
@@ -100,7 +99,6 @@ type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
 pub struct ResultStore {
     root: PathBuf,
     leases: KeyedLeases,
-    notice: Option<(Duration, Notice)>,
 }
 
 impl std::fmt::Debug for ResultStore {
@@ -118,7 +116,6 @@ impl ResultStore {
         ResultStore {
             leases: KeyedLeases::new(root.clone(), RESULT_NAMESPACE),
             root,
-            notice: None,
         }
     }
 
@@ -132,17 +129,6 @@ impl ResultStore {
     /// Caps every wait (see [`KeyedLeases::max_wait`]; 30 s by default).
     pub fn max_wait(mut self, max: Option<Duration>) -> ResultStore {
         self.leases = self.leases.max_wait(max);
-        self
-    }
-
-    /// Calls `notice` once when an operation has waited `after` for a busy ID and goes on
-    /// waiting (a CLI tells its user what it is waiting for).
-    pub fn on_wait(
-        mut self,
-        after: Duration,
-        notice: impl Fn(&str, &LeaseError) + Send + Sync + 'static,
-    ) -> ResultStore {
-        self.notice = Some((after, Arc::new(notice)));
         self
     }
 
