@@ -4,11 +4,10 @@
 use std::io;
 
 use leasehold::patterns::keyed::{KeyError, KeyLease};
-use leasehold::{Budget, Error as LeaseError};
+use leasehold::{Budget, Error as LeaseError, LockDir};
 
-use super::ResultStore;
 use super::error::{Result, ResultError};
-use super::handles::Tree;
+use super::{ResultStore, files};
 
 impl ResultStore {
     /// Takes `id`'s lease within `budget`. With `create`, a lock file may be allocated for a
@@ -59,16 +58,16 @@ impl ResultStore {
     /// whatever the namespace, so every operation on it also locks it: the newcomer waits
     /// for the running one to end, and gives up with [`ResultError::Split`] at its deadline.
     /// Without a split this lock is always free (one `openat` and one `flock`).
-    pub(super) fn fence(&self, id: &str, budget: &Budget) -> Result<Option<Tree>> {
+    pub(super) fn fence(&self, id: &str, budget: &Budget) -> Result<Option<LockDir>> {
         let Some(results) = self.area("results", false)? else {
             return Ok(None);
         };
-        let candidate = match results.child(id, None) {
+        let candidate = match files::child(&results, id, None) {
             Ok(Some(dir)) => dir,
             // Nothing there, or not a directory: the operation judges it (and refuses it).
             Ok(None) | Err(_) => return Ok(None),
         };
-        match candidate.lock(budget) {
+        match files::lock(&candidate, budget) {
             Ok(()) => Ok(Some(candidate)),
             Err(e) if e.is_contended() => Err(ResultError::Split {
                 id: id.to_string(),

@@ -28,9 +28,9 @@
 //! candidate that looks valid. Hidden names start with `.`, which no ID may.
 //!
 //! Handles, not paths: every read, write, rename and removal below the root (and every
-//! write into a TARGET, every read of a SRC) goes through directory descriptors opened one
-//! component at a time without following symlinks (`handles`), so another user who can
-//! write the root or TARGET cannot redirect a write or a removal; only a real candidate (a
+//! write into a TARGET, every read of a SRC) goes through directory handles opened one
+//! component at a time without following symlinks ([`LockDir`]'s data operations), so
+//! another user who can write the root or TARGET cannot redirect a write or a removal; only a real candidate (a
 //! directory with a regular `entry.json`) is ever removed. Lock files of IDs without records
 //! are collected by [`ResultStore::gc`] (the keyed collector's protocol); leftovers of killed
 //! operations go in [`ResultStore::sweep`], each under its ID's lease — and the temporaries
@@ -40,7 +40,7 @@
 //! publications), `admission` (taking an ID's lease), `applying` (a killed apply's
 //! leftovers in TARGET), `ops` (stage, paths, finish, apply, discard, abort), `sweep`
 //! (expiry, discovery, gc), `asynchronous` (the async faces), `files` (the file-system steps
-//! they share) and `handles` (directory handles).
+//! they share, through directory handles).
 
 mod admission;
 mod applying;
@@ -48,7 +48,6 @@ mod applying;
 mod asynchronous;
 mod error;
 mod files;
-mod handles;
 mod ops;
 mod records;
 mod sweep;
@@ -60,7 +59,7 @@ use leasehold::patterns::keyed::KeyedLeases;
 
 use error::Result;
 pub use error::ResultError;
-use handles::Tree;
+use leasehold::LockDir;
 pub use records::{Entry, Publication};
 pub use sweep::{GcReport, SweepReport};
 
@@ -152,12 +151,12 @@ impl ResultStore {
 
     /// The managed root, opened (its path is the caller's configuration: followed); with
     /// `create`, created (0700) when missing. `Ok(None)`: missing.
-    fn root_dir(&self, create: bool) -> Result<Option<Tree>> {
+    fn root_dir(&self, create: bool) -> Result<Option<LockDir>> {
         // A root others may write is refused before anything is created in it.
         self.leases
             .check_dirs()
             .map_err(|e| self.admission_error("", e))?;
-        Tree::open(&self.root, create.then_some(0o700)).map_err(|e| ResultError::Unusable {
+        files::open_dir(&self.root, create).map_err(|e| ResultError::Unusable {
             path: self.root.clone(),
             reason: e.to_string(),
         })
@@ -165,15 +164,16 @@ impl ResultStore {
 
     /// A directory of the root (`results` or `published`), a real directory never followed;
     /// with `create`, created (0700, and the root too) when missing.
-    fn area(&self, name: &str, create: bool) -> Result<Option<Tree>> {
+    fn area(&self, name: &str, create: bool) -> Result<Option<LockDir>> {
         let Some(root) = self.root_dir(create)? else {
             return Ok(None);
         };
-        root.child(name, create.then_some(0o700))
-            .map_err(|e| ResultError::Unusable {
-                path: root.join(name),
+        files::child(&root, name, create.then_some(files::PRIVATE_DIR)).map_err(|e| {
+            ResultError::Unusable {
+                path: root.path().join(name),
                 reason: e.to_string(),
-            })
+            }
+        })
     }
 
     /// Whether a candidate or a publication stands for `id` (admission only, never
@@ -181,7 +181,7 @@ impl ResultStore {
     /// judges it under the lease.
     fn exists(&self, id: &str) -> bool {
         let stands = |area: &str, name: &str| match self.area(area, false) {
-            Ok(Some(dir)) => !matches!(dir.kind(name), Ok(None)),
+            Ok(Some(dir)) => !matches!(dir.entry(name), Ok(None)),
             Ok(None) => false,
             Err(_) => true,
         };

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::ResultStore;
 use super::error::{Result, ResultError};
-use super::handles::Tree;
+use leasehold::LockDir;
+
+use super::files;
 use crate::id::SafeId;
 
 /// The record of a candidate (`results/<id>/entry.json`).
@@ -51,13 +53,12 @@ impl ResultStore {
         let Some(results) = self.area("results", false)? else {
             return Ok(None);
         };
-        let Some(candidate) = results
-            .child(id, None)
-            .map_err(|e| corrupt(e.to_string()))?
+        let Some(candidate) =
+            files::child(&results, id, None).map_err(|e| corrupt(e.to_string()))?
         else {
             return Ok(None);
         };
-        let bytes = match candidate.read("entry.json", MAX_RECORD) {
+        let bytes = match files::read(&candidate, "entry.json", MAX_RECORD) {
             Ok(Some(b)) => b,
             Ok(None) => return Err(corrupt("missing (not a result)".into())),
             Err(e) => return Err(corrupt(e.to_string())),
@@ -79,7 +80,7 @@ impl ResultStore {
         let Some(published) = self.area("published", false)? else {
             return Ok(None);
         };
-        match published.read(&format!("{id}.json"), MAX_RECORD) {
+        match files::read(&published, &format!("{id}.json"), MAX_RECORD) {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .map_err(|e| corrupt(e.to_string())),
@@ -91,11 +92,11 @@ impl ResultStore {
 
 /// Names in the area `dir` ending with `suffix` (suffix removed) that are valid IDs; hidden
 /// and foreign names are ignored. A missing area is empty.
-pub(super) fn list_names(dir: Option<&Tree>, suffix: &str) -> Result<Vec<String>> {
+pub(super) fn list_names(dir: Option<&LockDir>, suffix: &str) -> Result<Vec<String>> {
     let Some(dir) = dir else {
         return Ok(Vec::new());
     };
-    let names = dir.names().map_err(|source| ResultError::Io {
+    let names = files::names(dir, true).map_err(|source| ResultError::Io {
         op: "list",
         path: dir.path().to_path_buf(),
         source,

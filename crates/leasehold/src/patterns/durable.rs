@@ -26,6 +26,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::lease::LockDir;
+
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Atomically replaces the file at `path` with `bytes` (see the module docs for the order).
@@ -229,6 +231,64 @@ pub fn create_dir_durable(dir: &Path, base: &Path) -> io::Result<()> {
         sync_dir(&parent)?;
     }
     Ok(())
+}
+
+/// [`replace_file`] through a directory handle: durably replaces the file `name` in `dir`
+/// with what `fill` writes, in the same order and for the same reasons (module docs) — a
+/// temporary beside it ([`temporary_name`], created exclusively with `mode`: permission
+/// bits, the umask applying; never following, a taken name stepped over), written, flushed,
+/// fsynced, renamed over `name` (a symlink standing there is replaced, never followed), then
+/// `dir` fsynced. Nothing is reached through a path string, so a directory swapped after
+/// `dir` was opened cannot redirect the write. If any step fails the temporary is removed
+/// and the old file is untouched.
+///
+/// # Errors
+/// The first step's I/O error (or `fill`'s), naming the path.
+pub fn replace_at(
+    dir: &LockDir,
+    name: &str,
+    mode: u32,
+    fill: &mut dyn FnMut(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut taken = 0;
+    let (tmp, mut file) = loop {
+        let tmp = temporary_name(name);
+        match dir.create_new(&tmp, mode)? {
+            Some(file) => break (tmp, file),
+            // A leftover of a killed rewrite whose pid we now have: step over it.
+            None if taken < TEMP_NAME_TRIES => taken += 1,
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{}: {TEMP_NAME_TRIES} temporary names taken; remove the leftovers of killed rewrites",
+                        dir.path().join(&tmp).display()
+                    ),
+                ));
+            }
+        }
+    };
+    let done = (|| {
+        fill(&mut file)?;
+        file.flush()?;
+        file.sync_all()?;
+        drop(file);
+        match dir.rename(&tmp, dir, name)? {
+            true => Ok(()),
+            false => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{}: the temporary vanished before it was renamed into place",
+                    dir.path().join(&tmp).display()
+                ),
+            )),
+        }
+    })();
+    if done.is_err() {
+        let _ = dir.remove_file(&tmp);
+        return done;
+    }
+    dir.sync()
 }
 
 /// Creates the directory `path` and its missing parents, private to this user (mode 0700 on
