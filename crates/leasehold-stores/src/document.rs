@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use leasehold::patterns::authority::StoreFailure;
 use leasehold::patterns::durable::{create_dirs, replace_file};
+use leasehold::{Error as LeaseError, LockDir};
 use serde_json::{Map, Value};
 
 /// The file operations a [`JsonDocument`] needs: a narrow seam for fault injection.
@@ -53,41 +54,32 @@ impl DocumentFiles for RealFiles {
     }
 }
 
-/// Reads the regular file at `path` (see [`RealFiles::read`]); `None` when it is missing.
+/// Reads the regular file at `path` (see [`RealFiles::read`]) through its directory's handle
+/// ([`LockDir::open_read`]: the library's one careful open); `None` when it is missing.
 fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     use std::io::Read;
-    let refuse = |what: String| {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
         io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{what}, not a regular file; refusing to read it"),
+            io::ErrorKind::InvalidInput,
+            "not a file name this store uses (not valid UTF-8, or none)",
         )
+    })?;
+    let opened = LockDir::open(dir).and_then(|d| d.open_read(name));
+    let file = match opened {
+        Ok(Some((file, _))) => file,
+        Ok(None) | Err(LeaseError::NotFound { .. }) => return Ok(None),
+        Err(LeaseError::NotRegularFile { kind, .. }) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("is {kind}, not a regular file; refusing to read it"),
+            ));
+        }
+        Err(e) => return Err(e.into()),
     };
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => return Err(refuse("is a symbolic link".into())),
-        Ok(m) if !m.is_file() => return Err(refuse(format!("is {}", kind_name(&m)))),
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use rustix::fs::OFlags;
-        use std::os::unix::fs::OpenOptionsExt;
-        let flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
-        options.custom_flags(flags.bits() as i32);
-    }
-    let file = match options.open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    // Swapped between the look and the open: judge what was opened.
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(refuse(format!("is {}", kind_name(&meta))));
-    }
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
@@ -97,30 +89,6 @@ fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
         ));
     }
     Ok(Some(bytes))
-}
-
-fn kind_name(m: &std::fs::Metadata) -> &'static str {
-    let t = m.file_type();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if t.is_fifo() {
-            return "a FIFO";
-        }
-        if t.is_socket() {
-            return "a socket";
-        }
-        if t.is_char_device() {
-            return "a character device";
-        }
-        if t.is_block_device() {
-            return "a block device";
-        }
-    }
-    if t.is_dir() {
-        return "a directory";
-    }
-    "not a regular file"
 }
 
 /// One JSON object stored in one file.

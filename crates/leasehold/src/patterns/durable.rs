@@ -19,10 +19,8 @@
 //! when it opens the document (nobody else can be writing one then). A leftover whose name a later process would pick (its pid reused) is stepped
 //! over: the exclusive create fails with `EEXIST` and the rewrite tries a fresh name.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
-#[cfg(unix)]
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,7 +30,9 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Atomically replaces the file at `path` with `bytes` (see the module docs for the order).
 ///
-/// On error the previous file, if any, is left exactly as it was.
+/// On error the previous file, if any, is left exactly as it was. The temporary is created
+/// through [`LockDir::create_new`], whose names are `str`s: a file name that is not valid
+/// UTF-8 is refused (`InvalidInput`) before anything is written.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     replace_file_observed(path, bytes, &mut |_, _| Ok(()))
 }
@@ -85,15 +85,21 @@ pub fn replace_file_observed(
 /// directory fsync leaves the new file in place but not known to be durable, and the caller
 /// must not acknowledge the write.
 pub trait DurableIo {
-    /// Creates the temporary file exclusively (mode 0600, final component not followed).
+    /// Creates the temporary file exclusively (mode 0600, final component not followed):
+    /// [`LockDir::create_new`] in its directory, the crate's one careful creation.
     fn create(&mut self, tmp: &Path) -> io::Result<File> {
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        options
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
-        options.open(tmp)
+        let name = tmp
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a temporary's name"))?;
+        LockDir::open(parent_of(tmp))?
+            .create_new(name, 0o600)?
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{}: the name is taken", tmp.display()),
+                )
+            })
     }
     /// Writes some of `buf` (a short count is retried with the rest, as `write(2)` allows).
     fn write(&mut self, file: &mut File, buf: &[u8]) -> io::Result<usize> {
@@ -126,10 +132,7 @@ pub fn replace_file_with(
     io: &mut dyn DurableIo,
     after_step: &mut dyn FnMut(Step, &Path) -> io::Result<()>,
 ) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent_of(path);
     let mut tmp = temp_name(path);
     let mut renamed = false;
     let mut created = false;
@@ -304,6 +307,14 @@ pub fn create_dirs(path: &Path) -> io::Result<()> {
     crate::lease::create_dirs(path)
 }
 
+/// The directory of `path`, `.` for a bare name.
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
 /// How many taken temporary names a rewrite steps over before it gives up (`EEXIST`).
 const TEMP_NAME_TRIES: u32 = 64;
 
@@ -318,10 +329,7 @@ const TEMP_NAME_TRIES: u32 = 64;
 /// # Errors
 /// An I/O error listing the directory or removing a temporary.
 pub fn remove_temporaries(path: &Path) -> io::Result<usize> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent_of(path);
     let Some(name) = path.file_name() else {
         return Ok(0);
     };
@@ -416,6 +424,8 @@ pub fn temporary_of(candidate: &str) -> Option<(&str, u32)> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::OpenOptions;
+
     use super::*;
 
     #[test]
