@@ -5,7 +5,7 @@
 //! opened cannot redirect anything. The system calls are `sys`'s.
 
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use rustix::io::Errno;
@@ -94,16 +94,18 @@ impl PlatformDataDir for Dir {
     }
 
     fn remove(&self, name: &str, dir: bool) -> Result<()> {
-        let (op, unlink): (
-            _,
-            fn(BorrowedFd<'_>, &Path) -> std::result::Result<(), Errno>,
-        ) = match dir {
-            true => ("remove directory", sys::remove_dir_at),
-            false => ("remove file", sys::unlink_at),
+        let op = match dir {
+            true => "remove directory",
+            false => "remove file",
         };
         let path = self.path.join(name);
         plain(name, &path, op)?;
-        unlink(self.fd.as_fd(), Path::new(name)).map_err(|e| failed(&path, op, e))
+        let (at, name) = (self.fd.as_fd(), Path::new(name));
+        match dir {
+            true => sys::remove_dir_at(at, name),
+            false => sys::unlink_at(at, name),
+        }
+        .map_err(|e| failed(&path, op, e))
     }
 }
 
