@@ -53,13 +53,10 @@
 //!   cancelled caller never starts an operation.
 //! * Different keys have different lock files and proceed in parallel.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-
-use crate::lease::claim::Mode;
+use crate::lease::{self, claim::Mode};
 use crate::{Budget, Classify, Error, ErrorClass, Lease, LeaseOptions, LockDir};
 
 /// How long an acquisition waits at most unless [`KeyedLeases::max_wait`] says otherwise.
@@ -132,11 +129,8 @@ impl Classify for KeyError {
 /// assert!(lock_name("../etc/passwd").ends_with(".lock"));
 /// ```
 pub fn lock_name(key: &str) -> String {
-    let digest = Sha256::digest(key.trim().as_bytes());
     let mut name = String::with_capacity(69);
-    for b in digest.iter() {
-        let _ = write!(name, "{b:02x}");
-    }
+    lease::push_sha256_hex(&mut name, key.trim().as_bytes());
     name.push_str(".lock");
     name
 }
