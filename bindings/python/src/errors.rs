@@ -10,7 +10,7 @@ use std::path::Path;
 
 use std::sync::OnceLock;
 
-use leasehold::{Classify, Error, ErrorClass};
+use leasehold::{Classify, Error, ErrorClass, NotWaited};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
@@ -84,14 +84,25 @@ impl Cause {
     }
 }
 
-/// The library's contention message with the Python setting named instead of the Rust one.
+/// Contention in the Python surface's terms: the library error's facts (the lock file, its
+/// holders, how long it waited or why it did not), and the setting to change named as a
+/// Python caller writes it (`timeout=`), never the Rust `Budget`. The one place the binding
+/// words a contention.
 fn contention_message(e: &Error) -> String {
     match e {
-        Error::Contended { path, holders } => format!(
-            "{}: lock is held by {}; not waited for (pass timeout=SECONDS to wait, or None to wait without limit)",
-            path.display(),
-            holders.who()
-        ),
+        Error::Contended { path, holders, why } => {
+            let why = match why {
+                NotWaited::Expired { .. } => {
+                    "not waited for: its deadline had already passed when the wait began"
+                }
+                _ => "not waited for",
+            };
+            format!(
+                "{}: lock is held by {}; {why} (pass timeout=SECONDS to wait, or None to wait without limit)",
+                path.display(),
+                holders.who()
+            )
+        }
         Error::TimedOut {
             path,
             holders,

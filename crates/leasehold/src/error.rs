@@ -13,27 +13,32 @@ use crate::kind::FileKind;
 #[non_exhaustive]
 pub enum Error {
     /// Another holder has the lease (another process, or another lease in this process),
-    /// and the budget allowed no wait ([`Budget::no_wait`](crate::Budget::no_wait), or a
-    /// `try_` method).
-    #[error(
-        "{path}: lock is held by {}; not waited for (to wait, acquire with a Budget that has a timeout)", holders.who()
-    )]
+    /// and the acquisition made a single try: the budget asked for one
+    /// ([`Budget::no_wait`](crate::Budget::no_wait), a zero timeout, a `try_` method) or its
+    /// deadline had already passed when the acquisition began (`why` tells which).
+    ///
+    /// The fields are the facts; the message words them for a Rust caller (what to change
+    /// in the [`Budget`](crate::Budget)). A program that shows errors to its own users (a CLI
+    /// with a `--timeout` flag, a binding with a `timeout` argument) words them in its own
+    /// terms from these fields instead.
+    #[error("{path}: lock is held by {}; {}", holders.who(), library_terms::not_waited(why))]
     Contended {
         /// The lock file.
         path: PathBuf,
         /// Holder pids where the OS reveals them (looked up when first asked for).
         holders: HolderInfo,
+        /// Why the acquisition did not wait.
+        why: NotWaited,
     },
-    /// The wait budget's deadline passed before the lease could be had.
-    #[error(
-        "{path}: lock is held by {}; gave up after {waited:.1?}; allow a longer wait with a larger Budget timeout", holders.who()
-    )]
+    /// The wait budget's deadline passed before the lease could be had. The fields are the
+    /// facts (see [`Error::Contended`] on wording them for other users).
+    #[error("{path}: lock is held by {}; {}", holders.who(), library_terms::gave_up(*waited))]
     TimedOut {
         /// The lock file.
         path: PathBuf,
         /// Holder pids where the OS reveals them (looked up when first asked for).
         holders: HolderInfo,
-        /// How long the waiter waited.
+        /// How long this acquisition waited.
         waited: Duration,
     },
     /// The wait budget's cancellation token fired.
@@ -328,6 +333,58 @@ impl Error {
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Why an acquisition that found the lease held did not wait for it ([`Error::Contended`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotWaited {
+    /// A single try was asked for: [`Budget::no_wait`](crate::Budget::no_wait), a zero
+    /// [`Budget::timeout`](crate::Budget::timeout), or a `try_` method.
+    SingleTry,
+    /// The budget's deadline had already passed when the acquisition began, by `late`: a
+    /// [`Budget::until`](crate::Budget::until) deadline (`timeout: None`), or a timeout
+    /// [started](crate::Budget::started) earlier and spent by the steps before this one.
+    Expired {
+        /// How long before the acquisition began the deadline passed.
+        late: Duration,
+        /// The timeout the deadline was started from, if it was.
+        timeout: Option<Duration>,
+    },
+}
+
+/// The library's face: contention worded for a Rust caller, whose setting is the
+/// [`Budget`](crate::Budget). The one place these messages are worded; the CLI and the
+/// bindings word the same facts in their own terms (a flag, a `timeout` argument).
+mod library_terms {
+    use super::NotWaited;
+    use std::time::Duration;
+
+    pub(super) fn not_waited(why: &NotWaited) -> String {
+        match why {
+            NotWaited::SingleTry => {
+                "not waited for (a single try; to wait, acquire with a Budget::timeout)".into()
+            }
+            NotWaited::Expired {
+                late,
+                timeout: Some(t),
+            } => format!(
+                "not waited for: the {t:.1?} budget had already run out {late:.1?} before this acquisition began (give it a Budget::timeout of its own: each acquisition gets a timeout's whole duration)"
+            ),
+            NotWaited::Expired {
+                late,
+                timeout: None,
+            } => format!(
+                "not waited for: the Budget::until deadline had passed {late:.1?} before this acquisition began (set a later deadline, or give it a Budget::timeout: each acquisition gets a timeout's whole duration)"
+            ),
+        }
+    }
+
+    pub(super) fn gave_up(waited: Duration) -> String {
+        format!(
+            "gave up after {waited:.1?}; allow a longer wait with a larger Budget::timeout (or a later Budget::until deadline)"
+        )
+    }
+}
+
 /// An error that says how a caller should treat it: its [`ErrorClass`].
 ///
 /// Every error type of leasehold and `leasehold-stores` implements it — [`Error`], the
@@ -413,6 +470,7 @@ mod tests {
                 Error::Contended {
                     path: path.clone(),
                     holders: holders(),
+                    why: NotWaited::SingleTry,
                 },
                 ErrorClass::Contended,
             ),
@@ -475,14 +533,39 @@ mod tests {
         .to_string();
         assert_eq!(
             timed_out,
-            "/var/lib/app/store.lock: lock is held by another process (pid 42); gave up after 2.0s; allow a longer wait with a larger Budget timeout"
+            "/var/lib/app/store.lock: lock is held by another process (pid 42); gave up after 2.0s; allow a longer wait with a larger Budget::timeout (or a later Budget::until deadline)"
         );
-        let contended = Error::Contended { path, holders }.to_string();
+        let contended = |why| {
+            Error::Contended {
+                path: path.clone(),
+                holders: holders.clone(),
+                why,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            contended(NotWaited::SingleTry),
+            "/var/lib/app/store.lock: lock is held by another process (pid 42); not waited for (a single try; to wait, acquire with a Budget::timeout)"
+        );
+        // A budget that had a timeout is not told to get one (issue 23 item 6): it is told
+        // that it was spent before this acquisition began.
+        let spent = contended(NotWaited::Expired {
+            late: Duration::from_millis(500),
+            timeout: Some(Duration::from_secs(2)),
+        });
         assert!(
-            contended
-                .starts_with("/var/lib/app/store.lock: lock is held by another process (pid 42); "),
-            "{contended}"
+            spent.ends_with(
+                "not waited for: the 2.0s budget had already run out 500.0ms before this acquisition began (give it a Budget::timeout of its own: each acquisition gets a timeout's whole duration)"
+            ),
+            "{spent}"
         );
-        assert!(contended.contains("Budget"), "{contended}");
+        let passed = contended(NotWaited::Expired {
+            late: Duration::from_millis(500),
+            timeout: None,
+        });
+        assert!(
+            passed.contains("the Budget::until deadline had passed 500.0ms before"),
+            "{passed}"
+        );
     }
 }

@@ -154,7 +154,7 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
         (false, None) => Wait::unlimited(token),
     };
     let holders = |e: &Error| match e {
-        Error::Contended { path, holders } | Error::TimedOut { path, holders, .. } => {
+        Error::Contended { path, holders, .. } | Error::TimedOut { path, holders, .. } => {
             Some((path.display().to_string(), holders.who()))
         }
         _ => None,

@@ -71,6 +71,7 @@ impl ResultStore {
         source: impl Into<PathBuf>,
         budget: &Budget,
     ) -> Result<Entry> {
+        let budget = &budget.started();
         let source = source.into();
         let id = normalize_id(id)?;
         let files = {
@@ -86,6 +87,7 @@ impl ResultStore {
 
     /// [`paths`](Self::paths) without blocking the executor.
     pub async fn paths_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        let budget = &budget.started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.paths_admitted(id, lease, &waits)
@@ -95,6 +97,7 @@ impl ResultStore {
 
     /// [`finish`](Self::finish) without blocking the executor.
     pub async fn finish_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        let budget = &budget.started();
         let id = normalize_id(id)?;
         let lease = self
             .admit_async(id, budget, false)
@@ -111,6 +114,7 @@ impl ResultStore {
         target: impl Into<PathBuf>,
         budget: &Budget,
     ) -> Result<Vec<String>> {
+        let budget = &budget.started();
         let (target, waits) = (target.into(), budget.clone());
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.apply_admitted(id, &target, lease, &waits)
@@ -120,6 +124,7 @@ impl ResultStore {
 
     /// [`discard`](Self::discard) without blocking the executor.
     pub async fn discard_async(&self, id: &str, budget: &Budget) -> Result<()> {
+        let budget = &budget.started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.remove_existing(id, lease, "discard", &waits)
@@ -129,6 +134,7 @@ impl ResultStore {
 
     /// [`abort`](Self::abort) without blocking the executor.
     pub async fn abort_async(&self, id: &str, budget: &Budget) -> Result<()> {
+        let budget = &budget.started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.remove_existing(id, lease, "abort", &waits)

@@ -23,6 +23,7 @@ impl ResultStore {
     /// cancelled stage removes its partial copy and is [`ResultError::Stopped`] (nothing
     /// staged).
     pub fn stage(&self, id: &str, source: &Path, budget: &Budget) -> Result<Entry> {
+        let budget = &budget.started();
         let id = normalize_id(id)?;
         let files = self.stage_files(source)?;
         let lease = self.admit(id, budget, true)?;
@@ -135,6 +136,7 @@ impl ResultStore {
     /// Inspects `id` under its lease: the relative paths the result would change. An empty
     /// result (no files) is removed and reported as an empty list.
     pub fn paths(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        let budget = &budget.started();
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
         self.paths_admitted(id, &lease, budget)
@@ -179,6 +181,7 @@ impl ResultStore {
     /// error is [`ResultError::NotPublished`]: durability is unavailable, and the caller may
     /// retry with the same ID.
     pub fn finish(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        let budget = &budget.started();
         let id = normalize_id(id)?;
         let lease = self
             .admit(id, budget, false)
@@ -227,6 +230,7 @@ impl ResultStore {
     /// cancelled apply stops there, keeping candidate and publication (apply again to
     /// finish), and is [`ResultError::Stopped`], saying what it wrote.
     pub fn apply(&self, id: &str, target: &Path, budget: &Budget) -> Result<Vec<String>> {
+        let budget = &budget.started();
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
         self.apply_admitted(id, target, &lease, budget)
@@ -365,6 +369,7 @@ impl ResultStore {
         budget: &Budget,
         op: &'static str,
     ) -> Result<()> {
+        let budget = &budget.started();
         let id = normalize_id(id)?;
         let lease = self.admit(id, budget, false)?;
         self.remove_existing(id, &lease, op, budget)

@@ -463,7 +463,8 @@ impl Arbiter for EtcdArbiter {
     /// an abandoned wait revokes its lease before returning, so it leaves nothing behind.
     fn acquire(&self, budget: &Budget) -> Result<EtcdGrant> {
         let ctx = self.shared.ctx.clone();
-        let held = self.shared.block(acquire(ctx, budget.clone()))?;
+        // Started now: the round trips before the wait count against a timeout too.
+        let held = self.shared.block(acquire(ctx, budget.started()))?;
         Ok(self.grant(held))
     }
 }
@@ -471,11 +472,12 @@ impl Arbiter for EtcdArbiter {
 #[cfg(feature = "tokio")]
 impl crate::patterns::authority::AsyncArbiter for EtcdArbiter {
     fn acquire_async(&self, budget: &Budget) -> impl Future<Output = Result<EtcdGrant>> + Send {
+        let budget = budget.started();
         let task = AbortOnDrop(
             self.shared
                 .ctx
                 .handle
-                .spawn(acquire(self.shared.ctx.clone(), budget.clone())),
+                .spawn(acquire(self.shared.ctx.clone(), budget)),
         );
         let this = self.clone();
         async move {
@@ -625,6 +627,7 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
     let contended = || Error::Contended {
         path: ctx.prefix.trim_end_matches('/').into(),
         holders: crate::HolderInfo::default(),
+        why: budget.not_waited(std::time::Instant::now()),
     };
     if budget.remaining().is_some_and(|r| r.is_zero()) {
         return Err(contended());

@@ -55,7 +55,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -414,16 +414,7 @@ impl KeyedLeases {
     /// The budget of the wait for the collector lock: the caller's, but at least
     /// [`COLLECTOR_GRACE`] (a cancellation still ends it at once).
     fn graced(budget: &Budget) -> Budget {
-        let floor = Instant::now().checked_add(COLLECTOR_GRACE);
-        let graced = match (budget.deadline(), floor) {
-            (Some(d), Some(f)) => Budget::until(d.max(f)),
-            (None, _) => Budget::unlimited(),
-            (Some(d), None) => Budget::until(d),
-        };
-        match budget.cancel_token() {
-            Some(t) => graced.with_cancel(t.clone()),
-            None => graced,
-        }
+        budget.at_least(COLLECTOR_GRACE)
     }
 
     /// Removes the lock files of keys that have no record, that nobody holds, and that are
@@ -568,19 +559,12 @@ impl KeyedLeases {
         Ok(adm.root.child(&self.namespace, true)?)
     }
 
+    /// The caller's budget, started now (its steps — the collector lock, the try, the wait
+    /// in the key's queue — share it), cut to [`max_wait`](Self::max_wait).
     fn capped(&self, budget: &Budget) -> Budget {
-        let cap = self.max_wait.and_then(|m| Instant::now().checked_add(m));
-        let deadline = match (budget.deadline(), cap) {
-            (Some(d), Some(c)) => Some(d.min(c)),
-            (d, c) => d.or(c),
-        };
-        let capped = match deadline {
-            Some(d) => Budget::until(d),
-            None => Budget::unlimited(),
-        };
-        match budget.cancel_token() {
-            Some(t) => capped.with_cancel(t.clone()),
-            None => capped,
+        match self.max_wait {
+            Some(cap) => budget.at_most(cap),
+            None => budget.started(),
         }
     }
 }

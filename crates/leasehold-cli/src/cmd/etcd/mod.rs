@@ -162,20 +162,22 @@ mod imp {
     use super::{ExecArgs, LOCK_PREFIX, RunEtcd, check_name};
     use crate::exit::{Failure, OK, Outcome};
     use crate::signals::Interrupts;
-    use crate::wait::NOTICE_AFTER;
+    use crate::wait::{NOTICE_AFTER, gave_up_after};
 
     fn connect(endpoints: &str, name: &str, ttl: Duration) -> Result<EtcdArbiter, Failure> {
         EtcdArbiter::connect(endpoints, &format!("{LOCK_PREFIX}/{name}"), ttl)
             .map_err(|e| Failure::of(&e))
     }
 
-    /// "NAME: lock is held by another process (pid N on HOST)", as far as the holder told.
-    fn contended(arbiter: &EtcdArbiter, name: &str, code: u8, waited: Option<Duration>) -> Failure {
+    /// "NAME: lock is held by another process (pid N on HOST)", as far as the holder told,
+    /// and how long `run` waited in all (zero: a single try) with the option that waits
+    /// longer, worded as for a lock file ([`gave_up_after`]).
+    fn contended(arbiter: &EtcdArbiter, name: &str, code: u8, waited: Duration) -> Failure {
         let who = match arbiter.owner() {
             Ok(Some(h)) => format!(" (pid {} on {})", h.pid, h.host),
             _ => String::new(),
         };
-        let gave_up = waited.map_or(String::new(), |w| format!("; gave up after {w:.1?}"));
+        let gave_up = gave_up_after(waited);
         Failure::with_status(
             code,
             format!("{name}: lock is held by another process{who}{gave_up}"),
@@ -189,15 +191,16 @@ mod imp {
         };
         let interrupts = Interrupts::install()?;
         let arbiter = connect(&args.endpoints, &args.name, args.ttl)?;
+        let started = Instant::now();
         let mut grant = match acquire(&arbiter, &args, &interrupts) {
             Ok(g) => g,
             Err(Error::Cancelled { .. }) => return Ok(interrupts.exit_code()),
-            Err(Error::TimedOut { waited, .. }) => {
+            Err(Error::TimedOut { .. }) => {
                 return Err(contended(
                     &arbiter,
                     &args.name,
                     args.conflict_exit_code,
-                    Some(waited),
+                    started.elapsed(),
                 ));
             }
             Err(e) if e.is_contended() => {
@@ -205,7 +208,7 @@ mod imp {
                     &arbiter,
                     &args.name,
                     args.conflict_exit_code,
-                    None,
+                    Duration::ZERO,
                 ));
             }
             Err(e) => return Err(Failure::of(&e)),
@@ -361,6 +364,7 @@ mod imp {
         };
         let budget = |d: Option<Instant>| {
             let b = match d {
+                Some(_) if args.no_wait => Budget::no_wait(),
                 Some(d) => Budget::until(d),
                 None => Budget::unlimited(),
             };

@@ -60,12 +60,14 @@ where
     /// waits, the wait cannot be granted (the lease is then held by this authority already);
     /// it ends with `budget` and then reports the authority active. Use one of the two.
     pub async fn acquire_async(self: &Arc<Self>, budget: &Budget) -> Result<(), AuthorityError> {
+        // Started here: the first try and the wait share the caller's timeout.
+        let budget = budget.started();
         let this = self.clone();
         match offload(move || this.acquire(&Budget::no_wait())).await {
-            Err(AuthorityError::Contended { .. }) if !self.is_disposed() && has_time(budget) => {}
+            Err(AuthorityError::Contended { .. }) if !self.is_disposed() && has_time(&budget) => {}
             done => return done,
         }
-        let grant = self.arbiter.acquire_async(budget).await;
+        let grant = self.arbiter.acquire_async(&budget).await;
         let this = self.clone();
         offload(move || this.acquire_with(move || grant)).await
     }
