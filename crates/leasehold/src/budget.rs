@@ -140,7 +140,10 @@ impl CancelToken {
 /// contention error says so and by how much ([`NotWaited::Expired`]).
 ///
 /// `Budget::default()` waits without limit (like `flock(LOCK_EX)`), but unlike a
-/// kernel-blocked wait it can still be cancelled when a token is attached.
+/// kernel-blocked wait it can still be cancelled when a token is attached. Pass a budget by
+/// value to the async acquisitions (`Lease::acquire_async(&path, Budget::unlimited())`): the
+/// future then owns it, which a future built inside `tokio::select!` needs; `&budget` works
+/// too, through `From<&Budget>`.
 ///
 /// ```
 /// use leasehold::{Budget, Error, Lease};
@@ -342,6 +345,14 @@ impl Budget {
     /// Whether the cancel flag is raised (no system call).
     pub(crate) fn flagged(&self) -> bool {
         self.cancel.as_ref().is_some_and(CancelToken::flagged)
+    }
+}
+
+/// A copy of the budget: what lets `&budget` be passed where a budget is taken by value (the
+/// async acquisitions), so that a caller keeps its own. Cheap: the token is shared.
+impl From<&Budget> for Budget {
+    fn from(budget: &Budget) -> Budget {
+        budget.clone()
     }
 }
 

@@ -60,7 +60,9 @@ impl ResultStore {
 /// if the future is dropped, so a result is never left half-applied by a dropped future. The
 /// budget's cancellation token, though, is obeyed at every file as in the blocking
 /// operations ([`ResultError::Stopped`](super::ResultError::Stopped)). The admission rules,
-/// errors and results are those of the blocking operations.
+/// errors and results are those of the blocking operations. Each future owns its budget
+/// (pass it by value, or `&budget` to keep yours), and a timeout covers the whole operation,
+/// as in the blocking ones.
 #[cfg(feature = "tokio")]
 impl ResultStore {
     /// [`stage`](Self::stage) without blocking the executor (the source is walked on the
@@ -69,9 +71,9 @@ impl ResultStore {
         &self,
         id: &str,
         source: impl Into<PathBuf>,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<Entry> {
-        let budget = &budget.started();
+        let budget = &budget.into().started();
         let source = source.into();
         let id = normalize_id(id)?;
         let files = {
@@ -86,8 +88,8 @@ impl ResultStore {
     }
 
     /// [`paths`](Self::paths) without blocking the executor.
-    pub async fn paths_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        let budget = &budget.started();
+    pub async fn paths_async(&self, id: &str, budget: impl Into<Budget>) -> Result<Vec<String>> {
+        let budget = &budget.into().started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.paths_admitted(id, lease, &waits)
@@ -96,8 +98,8 @@ impl ResultStore {
     }
 
     /// [`finish`](Self::finish) without blocking the executor.
-    pub async fn finish_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        let budget = &budget.started();
+    pub async fn finish_async(&self, id: &str, budget: impl Into<Budget>) -> Result<Vec<String>> {
+        let budget = &budget.into().started();
         let id = normalize_id(id)?;
         let lease = self
             .admit_async(id, budget, false)
@@ -112,9 +114,9 @@ impl ResultStore {
         &self,
         id: &str,
         target: impl Into<PathBuf>,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<Vec<String>> {
-        let budget = &budget.started();
+        let budget = &budget.into().started();
         let (target, waits) = (target.into(), budget.clone());
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.apply_admitted(id, &target, lease, &waits)
@@ -123,8 +125,8 @@ impl ResultStore {
     }
 
     /// [`discard`](Self::discard) without blocking the executor.
-    pub async fn discard_async(&self, id: &str, budget: &Budget) -> Result<()> {
-        let budget = &budget.started();
+    pub async fn discard_async(&self, id: &str, budget: impl Into<Budget>) -> Result<()> {
+        let budget = &budget.into().started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.remove_existing(id, lease, "discard", &waits)
@@ -133,8 +135,8 @@ impl ResultStore {
     }
 
     /// [`abort`](Self::abort) without blocking the executor.
-    pub async fn abort_async(&self, id: &str, budget: &Budget) -> Result<()> {
-        let budget = &budget.started();
+    pub async fn abort_async(&self, id: &str, budget: impl Into<Budget>) -> Result<()> {
+        let budget = &budget.into().started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.remove_existing(id, lease, "abort", &waits)

@@ -471,8 +471,11 @@ impl Arbiter for EtcdArbiter {
 
 #[cfg(feature = "tokio")]
 impl crate::patterns::authority::AsyncArbiter for EtcdArbiter {
-    fn acquire_async(&self, budget: &Budget) -> impl Future<Output = Result<EtcdGrant>> + Send {
-        let budget = budget.started();
+    fn acquire_async(
+        &self,
+        budget: impl Into<Budget>,
+    ) -> impl Future<Output = Result<EtcdGrant>> + Send {
+        let budget = budget.into().started();
         let task = AbortOnDrop(
             self.shared
                 .ctx

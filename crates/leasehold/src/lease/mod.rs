@@ -449,12 +449,33 @@ impl Lease {
     }
 
     /// [`Lease::acquire`] for async code: the wait never blocks an executor thread, costs no
-    /// thread of its own, and is cancelled by dropping the future.
+    /// thread of its own, and is cancelled by dropping the future. The future owns the
+    /// budget (pass it by value, or `&budget` to keep yours), so it can be built inside
+    /// `tokio::select!` from a temporary budget:
+    ///
+    /// ```
+    /// # #[cfg(feature = "tokio")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use leasehold::{Budget, Lease};
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("job.lock");
+    /// let _holder = Lease::try_acquire(&path).unwrap();
+    /// tokio::select! {
+    ///     lease = Lease::acquire_async(&path, Budget::unlimited()) => panic!("held: {lease:?}"),
+    ///     () = tokio::time::sleep(Duration::from_millis(10)) => {} // gave up: nothing is held
+    /// }
+    /// # }
+    /// # #[cfg(not(feature = "tokio"))]
+    /// # fn main() {}
+    /// ```
     ///
     /// # Errors
     /// As [`LeaseOptions::acquire`].
     #[cfg(feature = "tokio")]
-    pub async fn acquire_async(path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
+    pub async fn acquire_async(path: impl AsRef<Path>, budget: impl Into<Budget>) -> Result<Lease> {
         LeaseOptions::default().acquire_async(path, budget).await
     }
 

@@ -207,29 +207,56 @@ impl LeaseOptions {
     /// Takes the lease on `path`, waiting within `budget` without blocking the executor.
     /// Dropping the future abandons the wait and leaves nothing held.
     ///
+    /// The future owns the options (they are `Copy`) and the budget — pass it by value, or
+    /// `&budget` to keep your own — so it can be built from temporaries, as inside
+    /// `tokio::select!`:
+    ///
+    /// ```
+    /// # #[cfg(feature = "tokio")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use leasehold::{Budget, LeaseOptions};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("job.lock");
+    /// tokio::select! {
+    ///     lease = LeaseOptions::new().acquire_async(&path, Budget::unlimited()) => drop(lease.unwrap()),
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(60)) => panic!("the lock is free"),
+    /// }
+    /// # }
+    /// # #[cfg(not(feature = "tokio"))]
+    /// # fn main() {}
+    /// ```
+    ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
     #[cfg(feature = "tokio")]
-    pub async fn acquire_async(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::path(self, path.as_ref())?;
-        self.acquire_target_async(target, budget, Mode::Exclusive)
+    pub async fn acquire_async(
+        self,
+        path: impl AsRef<Path>,
+        budget: impl Into<Budget>,
+    ) -> Result<Lease> {
+        let budget = budget.into();
+        let target = imp::Target::path(&self, path.as_ref())?;
+        self.acquire_target_async(target, &budget, Mode::Exclusive)
             .await
     }
 
     /// Takes the lease on `name` inside `dir`, waiting within `budget` without blocking the
-    /// executor (see [`LeaseOptions::acquire_at`]).
+    /// executor (see [`LeaseOptions::acquire_at`]; the budget as for
+    /// [`acquire_async`](Self::acquire_async)).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
     #[cfg(feature = "tokio")]
     pub async fn acquire_at_async(
-        &self,
+        self,
         dir: &LockDir,
         name: &str,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<Lease> {
+        let budget = budget.into();
         let target = imp::Target::at(&dir.0, name)?;
-        self.acquire_target_async(target, budget, Mode::Exclusive)
+        self.acquire_target_async(target, &budget, Mode::Exclusive)
             .await
     }
 
@@ -289,18 +316,20 @@ impl LeaseOptions {
     }
 
     /// Takes a shared lease on `path` without blocking the executor; dropping the future
-    /// abandons the wait and leaves nothing held.
+    /// abandons the wait and leaves nothing held (the budget as for
+    /// [`acquire_async`](Self::acquire_async)).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
     #[cfg(feature = "tokio")]
     pub async fn acquire_shared_async(
-        &self,
+        self,
         path: impl AsRef<Path>,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<SharedLease> {
-        let target = imp::Target::path(self, path.as_ref())?;
-        let acq = Acquisition::new(*self, &target, budget, Mode::Shared, None);
+        let budget = budget.into();
+        let target = imp::Target::path(&self, path.as_ref())?;
+        let acq = Acquisition::new(self, &target, &budget, Mode::Shared, None);
         let held = super::asynchronous::run(acq).await?;
         Ok(SharedLease {
             held: Some(held),

@@ -115,7 +115,10 @@ impl SharedLease {
     /// # Errors
     /// As [`LeaseOptions::acquire`].
     #[cfg(feature = "tokio")]
-    pub async fn acquire_async(path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
+    pub async fn acquire_async(
+        path: impl AsRef<Path>,
+        budget: impl Into<Budget>,
+    ) -> Result<SharedLease> {
         LeaseOptions::default()
             .acquire_shared_async(path, budget)
             .await

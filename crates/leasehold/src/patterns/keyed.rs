@@ -287,16 +287,18 @@ impl KeyedLeases {
     /// re-check right before admission, the collector lock), but the wait never blocks an
     /// executor thread and costs no thread of its own (see [`LeaseOptions::acquire_at_async`]).
     /// Dropping the future abandons the wait and leaves the key free. `known` and the
-    /// directory opens run inline: they are a few local, non-blocking metadata calls.
+    /// directory opens run inline: they are a few local, non-blocking metadata calls. The
+    /// future owns the budget (pass it by value, or `&budget`), as for
+    /// [`LeaseOptions::acquire_async`].
     #[cfg(feature = "tokio")]
     pub async fn acquire_async(
         &self,
         key: &str,
-        budget: &Budget,
+        budget: impl Into<Budget>,
         known: impl FnOnce(&str) -> bool,
     ) -> Result<KeyLease, KeyError> {
         let adm = self.prepare(key)?;
-        let budget = self.capped(budget);
+        let budget = self.capped(&budget.into());
         let mut vouch = Vouch::new(known);
         let mut at = self.namespace(&adm, &mut vouch)?;
         let lease = loop {
