@@ -589,7 +589,20 @@ impl Lease {
 /// waiters mark themselves (a POSIX read lock, which flock ignores), and a handle whose
 /// release sees such a mark (one `F_GETLK`) closes its file instead of unlocking it, so its
 /// next `lock` reopens and waiters get the chance a closing releaser gives them.
+///
+/// The lease taken through it is a [`HandleGuard`], which borrows the handle: one clear name
+/// for each, the handle that stays open and the guard that holds the lock for a while.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let mut handle = leasehold::LeaseHandle::open(dir.path().join("hot.lock")).unwrap();
+/// for _ in 0..3 {
+///     let guard: leasehold::HandleGuard<'_> = handle.try_lock().unwrap();
+///     guard.verify().unwrap();
+/// } // each guard unlocks as it is dropped; the file stays open for the next
+/// ```
 #[derive(Debug)]
+#[must_use = "a handle that is dropped closes its lock file: keep it to take its lease cheaply"]
 pub struct LeaseHandle {
     opts: LeaseOptions,
     target: imp::Target,
@@ -609,7 +622,7 @@ impl LeaseHandle {
     ///
     /// # Errors
     /// As [`LeaseOptions::try_acquire`].
-    pub fn try_lock(&mut self) -> Result<HandleLease<'_>> {
+    pub fn try_lock(&mut self) -> Result<HandleGuard<'_>> {
         self.lock(&Budget::no_wait())
     }
 
@@ -617,7 +630,7 @@ impl LeaseHandle {
     ///
     /// # Errors
     /// As [`LeaseOptions::acquire`].
-    pub fn lock(&mut self, budget: &Budget) -> Result<HandleLease<'_>> {
+    pub fn lock(&mut self, budget: &Budget) -> Result<HandleGuard<'_>> {
         let acq = Acquisition::new(
             self.opts,
             &self.target,
@@ -626,7 +639,7 @@ impl LeaseHandle {
             self.opened.take(),
         );
         let held = blocking::run(acq)?;
-        Ok(HandleLease {
+        Ok(HandleGuard {
             handle: self,
             held: Some(held),
         })
@@ -638,14 +651,36 @@ impl LeaseHandle {
     }
 }
 
-/// A lease taken through a [`LeaseHandle`]; released (`LOCK_UN`, file kept open) on drop.
+/// The lease taken through a [`LeaseHandle`] ([`LeaseHandle::lock`]), held until
+/// [`release`](Self::release) or drop, which unlock (`LOCK_UN`) and keep the file open in the
+/// handle for the next lock. It borrows the handle mutably, so a handle holds at most one.
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let dir = tempfile::tempdir().unwrap();
+/// let mut handle = leasehold::LeaseHandle::open(dir.path().join("a.lock")).unwrap();
+/// handle.try_lock().unwrap(); // error: unused `HandleGuard`, unlocked at once
+/// ```
 #[derive(Debug)]
-pub struct HandleLease<'a> {
+#[must_use = "the guard unlocks when dropped: bind it (`let _guard = ...`) for as long as the lock must be held"]
+pub struct HandleGuard<'a> {
     handle: &'a mut LeaseHandle,
     held: Option<imp::Held>,
 }
 
-impl HandleLease<'_> {
+/// The former name of [`HandleGuard`], too close to [`LeaseHandle`] to tell apart; code
+/// written against it still compiles (with a deprecation warning) for one release:
+///
+/// ```
+/// #![allow(deprecated)]
+/// fn lock(handle: &mut leasehold::LeaseHandle) -> leasehold::Result<leasehold::HandleLease<'_>> {
+///     handle.try_lock()
+/// }
+/// ```
+#[deprecated(note = "renamed `HandleGuard` (the lease taken through a `LeaseHandle`)")]
+pub type HandleLease<'a> = HandleGuard<'a>;
+
+impl HandleGuard<'_> {
     /// Checks that the locked inode is still the file at the path (see [`Lease::verify`]).
     ///
     /// # Errors
@@ -675,7 +710,7 @@ impl HandleLease<'_> {
     }
 }
 
-impl Drop for HandleLease<'_> {
+impl Drop for HandleGuard<'_> {
     fn drop(&mut self) {
         self.unlock();
     }
