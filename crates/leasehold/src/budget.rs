@@ -196,11 +196,13 @@ pub(crate) enum Exhausted {
 
 impl Budget {
     /// Wait without a deadline.
+    #[must_use]
     pub fn unlimited() -> Budget {
         Budget::default()
     }
 
     /// Try exactly once (the same as `Budget::timeout(Duration::ZERO)`).
+    #[must_use]
     pub fn no_wait() -> Budget {
         Budget::timeout(Duration::ZERO)
     }
@@ -208,6 +210,7 @@ impl Budget {
     /// Wait at most `timeout`, measured from the start of each acquisition that uses this
     /// budget (see [`Budget`]); zero tries once. Saturating: a timeout too large to add to
     /// the clock means no deadline.
+    #[must_use]
     pub fn timeout(timeout: Duration) -> Budget {
         Budget {
             limit: Limit::Timeout(timeout),
@@ -217,6 +220,7 @@ impl Budget {
 
     /// Wait until `deadline`, the same instant for every acquisition that uses this budget:
     /// one budget across several steps. An acquisition that begins after it makes one try.
+    #[must_use]
     pub fn until(deadline: Instant) -> Budget {
         Budget {
             limit: Limit::Until { deadline, of: None },
@@ -225,6 +229,7 @@ impl Budget {
     }
 
     /// Also stop waiting when `token` is cancelled.
+    #[must_use]
     pub fn with_cancel(mut self, token: CancelToken) -> Budget {
         self.cancel = Some(token);
         self

@@ -81,7 +81,7 @@ fn unknown_keys_allocate_no_lock_files_fuzzed() {
     // Once with no namespace at all, once with a namespace holding another key's lock.
     for round in 0..2 {
         if round == 1 {
-            leases.try_acquire("known", |_| true).unwrap();
+            drop(leases.try_acquire("known", |_| true).unwrap());
         }
         let before = tree(root.path());
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 + round);
@@ -321,9 +321,11 @@ fn cancellation_racing_the_grant_is_caught_right_before_admission() {
         matches!(r, Err(KeyError::Lease(Error::Cancelled { .. }))),
         "{r:?}"
     );
-    leases
-        .try_acquire("r2", |_| true)
-        .expect("nothing holds the key after the refused admission");
+    drop(
+        leases
+            .try_acquire("r2", |_| true)
+            .expect("nothing holds the key after the refused admission"),
+    );
 }
 
 /// The key lock files in the namespace (the collector lock and foreign names left out).

@@ -1038,6 +1038,7 @@ impl Liveness {
 }
 
 /// A held etcd lock (see [`EtcdArbiter`]). Dropping it releases it.
+#[must_use = "an etcd grant is released (its lease revoked) when dropped: bind it for as long as the lock must be held"]
 pub struct EtcdGrant {
     shared: Arc<Shared>,
     held: Held,

@@ -412,7 +412,17 @@ impl LockDir {
 /// same lock. The lease never expires: a holder that stalls keeps it until it releases or its
 /// process exits, because handing a stalled writer's store to someone else lets its resumed
 /// writes tear the store.
+///
+/// It is `#[must_use]`: a lease that is not bound is released at once, which is never what
+/// taking it meant (bind it, `let _lease = ...`, for as long as the lock must be held):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let dir = tempfile::tempdir().unwrap();
+/// leasehold::Lease::try_acquire(dir.path().join("a.lock")).unwrap(); // error: unused `Lease`
+/// ```
 #[derive(Debug)]
+#[must_use = "a lease is released when dropped: bind it (`let _lease = ...`) for as long as the lock must be held"]
 pub struct Lease {
     held: Option<imp::Held>,
     target: imp::Target,
@@ -883,7 +893,7 @@ pub(crate) mod tests {
             other => panic!("expected contention, got {other:?}"),
         }
         drop(first);
-        Lease::try_acquire(&path).unwrap();
+        drop(Lease::try_acquire(&path).unwrap());
     }
 
     #[test]
@@ -942,10 +952,12 @@ pub(crate) mod tests {
             0o620,
             "untouched"
         );
-        LeaseOptions::new()
-            .allow_shared_state(true)
-            .try_acquire(&path)
-            .expect("opted in");
+        drop(
+            LeaseOptions::new()
+                .allow_shared_state(true)
+                .try_acquire(&path)
+                .expect("opted in"),
+        );
         // Directories: world-writable is refused, unless sticky and root-owned (as /tmp).
         let open = dir.path().join("open");
         std::fs::create_dir(&open).unwrap();
@@ -981,7 +993,7 @@ pub(crate) mod tests {
         assert!(matches!(lease.verify(), Err(Error::Released { .. })));
         let again = Lease::try_acquire(&path).unwrap();
         drop(again);
-        Lease::try_acquire(&path).unwrap();
+        drop(Lease::try_acquire(&path).unwrap());
         assert!(path.exists(), "a lock file is never removed");
     }
 
@@ -1127,7 +1139,7 @@ pub(crate) mod tests {
         holder.release();
         // Nothing of the abandoned waiter holds the lease: it is free at once.
         assert_free(&path);
-        Lease::try_acquire(&path).unwrap();
+        drop(Lease::try_acquire(&path).unwrap());
     }
 
     #[test]
@@ -1146,7 +1158,7 @@ pub(crate) mod tests {
         }
         holder.release();
         assert_free(&path);
-        Lease::try_acquire(&path).unwrap();
+        drop(Lease::try_acquire(&path).unwrap());
     }
 
     #[test]

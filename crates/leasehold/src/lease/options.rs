@@ -57,6 +57,7 @@ impl LeaseOptions {
     /// may allocate a lock file. With `true` (the default) a missing file is created with mode
     /// 0600 on POSIX; on Windows it is never created, because there the lease is a named
     /// kernel object, not the file.
+    #[must_use]
     pub fn create(mut self, create: bool) -> LeaseOptions {
         self.create = create;
         self
@@ -64,6 +65,7 @@ impl LeaseOptions {
 
     /// Whether missing parent directories of a path are created (mode 0700 on POSIX). On
     /// Windows the parent must exist before locking: its real path is part of the lock's name.
+    #[must_use]
     pub fn create_parents(mut self, create: bool) -> LeaseOptions {
         self.create_parents = create;
         self
@@ -75,6 +77,7 @@ impl LeaseOptions {
     /// bindfs mount and its backing path do not exclude each other), and a Windows kernel
     /// object excludes only processes on this machine. Opting in is your statement that your
     /// mount's locking is sound. The CLI opts in with `LEASEHOLD_ALLOW_NETWORK_FS=1`.
+    #[must_use]
     pub fn allow_network_filesystem(mut self, allow: bool) -> LeaseOptions {
         self.allow_network_fs = allow;
         self
@@ -87,6 +90,7 @@ impl LeaseOptions {
     /// who may write it can do the same. Turn it on only where several users share the lock
     /// on purpose (a group-writable lock file in a shared directory). POSIX only; the CLI
     /// opts in with `LEASEHOLD_ALLOW_SHARED=1`.
+    #[must_use]
     pub fn allow_shared_state(mut self, allow: bool) -> LeaseOptions {
         self.allow_shared_state = allow;
         self
@@ -107,6 +111,7 @@ impl LeaseOptions {
     /// On Linux, macOS, the BSDs and Windows the option changes nothing: the kernel lock is
     /// always taken, so a second process is still excluded with it set (tested). It exists
     /// everywhere so that portable code can set it once.
+    #[must_use]
     pub fn single_process(mut self, only: bool) -> LeaseOptions {
         self.single_process = only;
         self

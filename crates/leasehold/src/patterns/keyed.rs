@@ -192,6 +192,7 @@ impl KeyedLeases {
     /// Caps every wait at `max` (`None`: only the caller's budget bounds it). Defaults to
     /// [`DEFAULT_MAX_WAIT`], so that a forgotten unlimited budget cannot park an operation
     /// forever behind a wedged holder.
+    #[must_use]
     pub fn max_wait(mut self, max: Option<Duration>) -> KeyedLeases {
         self.max_wait = max;
         self
@@ -203,6 +204,7 @@ impl KeyedLeases {
     /// as lock files then may; without it (the default) such a root or namespace is refused
     /// with [`Error::Untrusted`]: whoever may write it can remove or replace lock files under
     /// their holders (issue 18).
+    #[must_use]
     pub fn with_options(mut self, options: LeaseOptions) -> KeyedLeases {
         self.options = options;
         self
@@ -654,8 +656,16 @@ fn admit(key: &str, (lease, ns): (Lease, LockDir), budget: &Budget) -> Result<Ke
 }
 
 /// The lease of one key: the holder is the key's only operation owner until it releases (or
-/// drops this, or its process dies).
+/// drops this, or its process dies). A `KeyLease` that is not bound is released at once:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let root = tempfile::tempdir().unwrap();
+/// let jobs = leasehold::patterns::keyed::KeyedLeases::new(root.path(), ".job-locks-v1");
+/// jobs.try_acquire("job-7", |_| true).unwrap(); // error: unused `KeyLease`
+/// ```
 #[derive(Debug)]
+#[must_use = "a key's lease is released when dropped: bind it (`let _lease = ...`) for as long as the operation runs"]
 pub struct KeyLease {
     key: String,
     lease: Lease,

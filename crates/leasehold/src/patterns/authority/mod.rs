@@ -121,6 +121,7 @@ impl KernelArbiter {
 
     /// The same arbiter taking its lease with `options` (for example to accept a shared lock
     /// file, or a network file system).
+    #[must_use]
     pub fn with_options(mut self, options: LeaseOptions) -> KernelArbiter {
         self.options = options;
         self
@@ -305,6 +306,7 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
     }
 
     /// Reports every lifecycle [`Event`] to `observer` (tests assert on the order).
+    #[must_use]
     pub fn with_observer(mut self, observer: Observer) -> Self {
         self.observer = Some(observer);
         self
@@ -899,7 +901,7 @@ mod tests {
         let ev = fx.events("first");
         assert!(!ev.contains(&Event::StoreOpened), "{ev:?}");
         assert!(ev.contains(&Event::LeaseReleased), "{ev:?}");
-        Lease::try_acquire(&fx.lock).expect("nothing leaked: a successor gets the lease");
+        drop(Lease::try_acquire(&fx.lock).expect("nothing leaked: a successor gets the lease"));
     }
 
     #[test]
