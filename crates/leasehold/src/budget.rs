@@ -129,9 +129,10 @@ impl CancelToken {
 ///
 /// **A timeout is measured from each acquisition.** [`Budget::timeout`] gives every
 /// acquisition that uses it the whole duration, counted from the moment that acquisition
-/// starts — what callers of std's `File::lock` loops, fs4 or Python's filelock mean by a
-/// timeout — however long ago the budget was made and however many acquisitions use it. A
-/// budget kept in a configuration struct therefore means the same at every use.
+/// starts — what a timeout means to users of fs4, of Python's filelock and of retry loops
+/// around std's `File::try_lock` — however long ago the budget was made and however many
+/// acquisitions use it. A budget kept in a configuration struct therefore means the same at
+/// every use.
 ///
 /// **A deadline is one instant for every step.** [`Budget::until`] ends every wait that uses
 /// it at that instant. For one budget across several steps (this lock, then that one, all
