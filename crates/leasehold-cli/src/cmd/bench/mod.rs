@@ -305,7 +305,7 @@ pub fn main(args: BenchArgs) -> Outcome {
         ));
         #[cfg(all(not(feature = "etcd"), unix))]
         return Err(Failure::failed(
-            "bench --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc)",
+            "bench --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd`",
         ));
     }
     let plan = Plan::new(args.quick);
