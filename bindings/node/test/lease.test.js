@@ -141,9 +141,15 @@ test('abort ends a wait with CANCELLED promptly, timeoutMs with CONTENDED; nothi
   // A signal aborted already: CANCELLED without waiting, even for a free lease.
   await assert.rejects(Lease.acquire(join(tempDir(t), 'free.lock'), { signal: AbortSignal.abort() }), { code: 'CANCELLED' })
   const started = now()
-  await assert.rejects(Lease.acquire(lock, { timeoutMs: 50 }), (e) => e.code === 'CONTENDED' && e.pids.includes(holder.pid))
+  // The message says what to change in this surface's terms (timeoutMs), never the Rust Budget.
+  const inJsTerms = (e, said) =>
+    e.message.startsWith(`${lock}: lock is held by `) && e.message.includes(said) &&
+    e.message.includes('timeoutMs') && !e.message.includes('Budget')
+  await assert.rejects(Lease.acquire(lock, { timeoutMs: 50 }), (e) =>
+    e.code === 'CONTENDED' && e.pids.includes(holder.pid) && inJsTerms(e, 'gave up after'))
   assert.ok(ms(now() - started) < 1000)
-  await assert.rejects(Lease.acquire(lock, { timeoutMs: 0 }), { code: 'CONTENDED' })
+  await assert.rejects(Lease.acquire(lock, { timeoutMs: 0 }), (e) =>
+    e.code === 'CONTENDED' && inJsTerms(e, 'not waited for'))
   // Once the holder has gone, a second process takes the lease at once: nothing of ours
   // (an abandoned waiter) holds it.
   await holder.kill()
