@@ -81,42 +81,33 @@ pub(crate) fn lease(e: &Error) -> Failure {
     }
 }
 
-/// Contention in the JavaScript surface's terms: the library error's facts (the lock file,
-/// its holders, how long it waited or why it did not), and the option to change named as a
-/// JavaScript caller writes it (`timeoutMs`), never the Rust `Budget`. The one place the
-/// binding words a contention.
+/// Contention in the JavaScript surface's terms: the library error's
+/// [situation](Error::situation) (the lock file, its holders or the gate it was held up at),
+/// how long it waited or why it did not, and the option to change named as a JavaScript
+/// caller writes it (`timeoutMs`), never the Rust `Budget`. The one place the binding words a
+/// contention.
 fn contention(e: &Error) -> Option<String> {
-    let (path, holders, what) = match e {
-        Error::Contended { path, holders, why } => (
-            path,
-            holders,
-            match why {
-                NotWaited::Expired { .. } => {
-                    "not waited for: its deadline had already passed when the wait began"
-                        .to_string()
-                }
-                _ => "not waited for".to_string(),
-            } + " (pass a timeoutMs to wait, or leave it out to wait without limit)",
+    const TO_WAIT: &str = "pass a timeoutMs to wait, or leave it out to wait without limit";
+    const LONGER: &str =
+        "pass a larger timeoutMs to wait longer, or leave it out to wait without limit";
+    let waited = |ms: u128| format!("gave up after {ms} ms ({LONGER})");
+    let what = match e {
+        Error::Contended {
+            why: NotWaited::Expired { .. },
+            ..
+        } => format!(
+            "not waited for: its deadline had already passed when the wait began ({TO_WAIT})"
         ),
-        Error::TimedOut {
-            path,
-            holders,
-            waited,
-        } => (
-            path,
-            holders,
-            format!(
-                "gave up after {} ms (pass a larger timeoutMs to wait longer, or leave it out to wait without limit)",
-                waited.as_millis()
-            ),
-        ),
+        Error::Contended { .. } | Error::GateHeld { waited: None, .. } => {
+            format!("not waited for ({TO_WAIT})")
+        }
+        Error::TimedOut { waited: w, .. }
+        | Error::GateHeld {
+            waited: Some(w), ..
+        } => waited(w.as_millis()),
         _ => return None,
     };
-    Some(format!(
-        "{}: lock is held by {}; {what}",
-        path.display(),
-        holders.who()
-    ))
+    Some(format!("{}; {what}", e.situation()?))
 }
 
 fn lease_code(e: &Error) -> &'static str {
