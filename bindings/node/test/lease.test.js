@@ -126,6 +126,8 @@ test('SIGKILL of a Node holder: the next acquirer takes over as fast as after th
 test('abort ends a wait with CANCELLED promptly, timeoutMs with CONTENDED; nothing is held after', async (t) => {
   const lock = join(tempDir(t), 'abort.lock')
   const holder = nodeChild('hold', lock)
+  // Killed however the test ends: a failed assertion must not leave the suite waiting on it.
+  t.after(() => holder.kill())
   await holder.expect('H')
   const ac = new AbortController()
   const waiting = Lease.acquire(lock, { signal: ac.signal })
