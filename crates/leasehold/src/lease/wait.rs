@@ -121,6 +121,9 @@ pub(crate) struct Acquisition<'a> {
     opts: LeaseOptions,
     target: &'a Target,
     budget: &'a Budget,
+    /// The budget's deadline for this acquisition, resolved once as it starts: a timeout is
+    /// measured from here (see [`Budget`]).
+    deadline: Option<Instant>,
     mode: Mode,
     started: Instant,
     reopens: u32,
@@ -150,6 +153,7 @@ impl<'a> Acquisition<'a> {
             opts,
             target,
             budget,
+            deadline: budget.deadline_from(started),
             mode,
             started,
             reopens: 0,
@@ -193,7 +197,7 @@ impl<'a> Acquisition<'a> {
     }
 
     fn try_once(&self) -> bool {
-        self.budget.deadline().is_some_and(|d| d <= self.started)
+        self.deadline.is_some_and(|d| d <= self.started)
     }
 
     /// The lock path (for messages).
@@ -343,7 +347,7 @@ impl<'a> Acquisition<'a> {
                 self.judge_budget(opened.file_id(), at)?;
                 if self.may_block
                     && Imp::NOTIFIES
-                    && self.budget.wake_in().is_none()
+                    && self.budget.wake_in(self.deadline).is_none()
                     && self.budget.cancel_token().is_none()
                 {
                     self.state = State::Inline(opened, claim);
@@ -395,14 +399,14 @@ impl<'a> Acquisition<'a> {
     fn sleep(&mut self) -> Next {
         let polling = matches!(self.state, State::Polling(..));
         if Imp::NOTIFIES && !polling {
-            return Next::Wait(self.budget.wake_in());
+            return Next::Wait(self.budget.wake_in(self.deadline));
         }
         if !polling {
             self.poll = backoff(self.poll);
         }
         let until_check = self.next_check.saturating_duration_since(Instant::now());
         let nap = nap(polling, self.poll, until_check);
-        Next::Wait(Some(match self.budget.wake_in() {
+        Next::Wait(Some(match self.budget.wake_in(self.deadline) {
             Some(left) => left.min(nap),
             None => nap,
         }))
@@ -411,7 +415,7 @@ impl<'a> Acquisition<'a> {
     /// Ends a wait whose budget ran out: cancellation first, then the deadline. `at`: the
     /// gate the wait is held up at, if it is not at the lock (asked only when it ends).
     fn judge_budget(&self, id: Option<FileId>, at: impl FnOnce() -> Option<PathBuf>) -> Result<()> {
-        match self.budget.exhausted() {
+        match self.budget.exhausted(self.deadline) {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended_at(id, at())),
             None => {
@@ -424,7 +428,7 @@ impl<'a> Acquisition<'a> {
     /// [`judge_budget`](Self::judge_budget) for a waiter queued behind another lease of this
     /// process: a passed deadline names this process as the holder.
     fn judge_budget_here(&self, id: Option<FileId>) -> Result<()> {
-        match self.budget.exhausted() {
+        match self.budget.exhausted(self.deadline) {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended_with(HolderInfo::held_here(id))),
             None => {
@@ -473,6 +477,7 @@ impl<'a> Acquisition<'a> {
             return Error::Contended {
                 path: self.path().to_path_buf(),
                 holders,
+                why: self.budget.not_waited(self.started),
             };
         }
         Error::TimedOut {
