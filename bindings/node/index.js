@@ -85,6 +85,16 @@ async function withSignal (signal, wait) {
   }
 }
 
+// The native wait is polled on this thread (src/drive.rs): its outcome comes back at once
+// when the first poll settles it, else through `done`, which a poll that finds the wait still
+// going on calls with no argument.
+function waitFor (waiter, path, opts) {
+  return new Promise((resolve) => {
+    const now = waiter.acquire(path, opts, (...got) => { if (got.length > 0) resolve(got[0]) })
+    if (now !== null && now !== undefined) resolve(now)
+  })
+}
+
 const kNative = Symbol('leasehold.native')
 
 /** An exclusive or shared lease (see index.d.ts). */
@@ -109,7 +119,7 @@ class Lease {
       const now = native.tryAcquire(path, opts)
       if (now !== null) return new Lease(settle(now))
     }
-    return new Lease(settle(await withSignal(signal, (w) => w.acquire(path, opts))))
+    return new Lease(settle(await withSignal(signal, (w) => waitFor(w, path, opts))))
   }
 
   static tryAcquire (path, options) {
