@@ -19,12 +19,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
-use napi::JsFunction;
 use napi::bindgen_prelude::{ToNapiValue, within_runtime_if_available};
 use napi::threadsafe_function::{ErrorStrategy, ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::{Env, JsFunction};
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -56,7 +56,7 @@ impl<T: Send + 'static> Wake for Task<T> {
 
 impl<T: Send + 'static> Task<T> {
     /// Polls the future once (on the JS thread): its output when it has ended.
-    fn step(self: &Arc<Self>) -> Option<T> {
+    fn step(self: &Arc<Self>, env: &Env) -> Option<T> {
         self.scheduled.store(false, Ordering::Release);
         let mut slot = self.fut.lock().unwrap_or_else(PoisonError::into_inner);
         let fut = slot.as_mut()?;
@@ -67,11 +67,18 @@ impl<T: Send + 'static> Task<T> {
             Poll::Ready(out) => {
                 *slot = None;
                 drop(slot);
-                // Released: the event loop no longer waits for us.
-                self.poll
+                let done = self
+                    .poll
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .take();
+                if let Some(mut done) = done {
+                    // The event loop no longer waits for us (no system call). Releasing it
+                    // would write to the loop's wake-up descriptor right now, on the way to
+                    // the caller: it is released when the next wait starts instead.
+                    let _ = done.unref(env);
+                    retired().push(done);
+                }
                 Some(out)
             }
         }
@@ -83,12 +90,16 @@ impl<T: Send + 'static> Task<T> {
 /// ends. `done` may also be called with no argument (a poll that found the wait still going
 /// on): it ignores such calls.
 pub(crate) fn drive<T>(
+    env: &Env,
     done: &JsFunction,
     fut: impl Future<Output = T> + Send + 'static,
 ) -> napi::Result<Option<T>>
 where
     T: ToNapiValue + Send + 'static,
 {
+    // Off any hand-over's path: this wait has not started yet.
+    let ended = std::mem::take(&mut *retired());
+    drop(ended);
     let task = Arc::new(Task {
         fut: Mutex::new(Some(Box::pin(fut))),
         scheduled: AtomicBool::new(false),
@@ -96,8 +107,19 @@ where
     });
     // Made before the first poll, so that a wake-up during it is not lost.
     let stepped = task.clone();
-    let tsfn: ThreadsafeFunction<(), ErrorStrategy::Fatal> =
-        done.create_threadsafe_function(0, move |_| Ok(stepped.step().into_iter().collect()))?;
+    let tsfn: ThreadsafeFunction<(), ErrorStrategy::Fatal> = done
+        .create_threadsafe_function(0, move |ctx| {
+            Ok(stepped.step(&ctx.env).into_iter().collect())
+        })?;
     *task.poll.lock().unwrap_or_else(PoisonError::into_inner) = Some(tsfn);
-    Ok(task.step())
+    Ok(task.step(env))
+}
+
+/// The threadsafe functions of waits that have ended, unreferenced, until the next wait
+/// starts and releases them. (Any left at exit Node finalizes with its environment; a
+/// static is never dropped, so nothing releases them twice.)
+fn retired() -> MutexGuard<'static, Vec<ThreadsafeFunction<(), ErrorStrategy::Fatal>>> {
+    static RETIRED: Mutex<Vec<ThreadsafeFunction<(), ErrorStrategy::Fatal>>> =
+        Mutex::new(Vec::new());
+    RETIRED.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::{Budget, CancelToken, Holders, Lease, LeaseOptions, SharedLease};
-use napi::{Either, JsFunction};
+use napi::{Either, Env, JsFunction};
 use napi_derive::napi;
 
 use crate::drive;
@@ -188,6 +188,7 @@ impl Waiter {
     #[napi]
     pub fn acquire(
         &self,
+        env: Env,
         path: String,
         options: Option<NativeLeaseOptions>,
         done: JsFunction,
@@ -199,7 +200,7 @@ impl Waiter {
         };
         let opts = options.lease_options();
         let shared = options.shared.unwrap_or(false);
-        drive::drive(&done, async move {
+        drive::drive(&env, &done, async move {
             let got = match shared {
                 false => opts
                     .acquire_async(&path, &budget)
