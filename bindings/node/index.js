@@ -93,7 +93,7 @@ function waitFor (waiter, path, opts) {
   return new Promise((resolve, reject) => {
     const end = (got) => {
       try {
-        resolve(new Lease(settle(got)))
+        resolve(new Lease(settle(got), path, opts.shared))
       } catch (e) {
         reject(e)
       }
@@ -107,11 +107,13 @@ const kNative = Symbol('leasehold.native')
 
 /** An exclusive or shared lease (see index.d.ts). */
 class Lease {
-  constructor (held) {
+  // `path` and `shared`, when given, are what the native lease would answer (the path as
+  // given, the mode asked for): two calls into the addon fewer on the way to the caller.
+  constructor (held, path, shared) {
     if (!(held instanceof native.NativeLease)) throw new TypeError('use Lease.acquire or Lease.tryAcquire')
     this[kNative] = held
-    this.path = held.path
-    this.shared = held.shared
+    this.path = path === undefined ? held.path : path
+    this.shared = shared === undefined ? held.shared : shared
     Object.freeze(this)
   }
 
@@ -129,7 +131,7 @@ class Lease {
       // tries once more before it waits, in its own order).
       if (!(signal && signal.aborted) && opts.timeoutMs !== 0) {
         const now = native.tryAcquire(path, opts)
-        if (now !== null) return Promise.resolve(new Lease(settle(now)))
+        if (now !== null) return Promise.resolve(new Lease(settle(now), path, opts.shared))
       }
       if (signal === undefined) return waitFor(new native.Waiter(false), path, opts)
       return withSignal(signal, (w) => waitFor(w, path, opts))
