@@ -12,6 +12,16 @@
 //! (release build, the 2-core VM at load 12–13): handoff p50 67 µs → 26 µs with 2 workers
 //! (16.0× → 6.2× floor + verify), 87 µs → 56 µs with 4.
 //!
+//! What is left, traced per step (temporary timestamps here and in the bench worker; the
+//! uncued loop, 2 and 4 workers, load 7–10), p50: the event loop runs the poll 8–9 µs after
+//! the helper's wake (the loop's wake-up descriptor, then libuv's dispatch), the poll takes
+//! 3 µs (the library's grant and inode check), turning the outcome into a `NativeLease`
+//! object and calling back takes 7 µs (then including the threadsafe function's release,
+//! since moved off this path: see `retired`), and the caller's `await` resumes 6 µs later
+//! (8 µs before the wait's promise settled with the `Lease` itself). The two wake-ups (kernel →
+//! helper → event loop) are the least a wait that must not block the event loop can take:
+//! nothing lets epoll watch for a `flock` grant.
+//!
 //! Timers (a `timeoutMs`) are tokio's: each poll runs inside napi's runtime context, whose
 //! workers drive the timer and wake the same waker. Nothing else of the wait changes: its
 //! decisions, its kernel-queue wait and its cancellation are the library's.
