@@ -165,7 +165,7 @@ impl Waiter {
     #[napi(constructor)]
     pub fn new(cancellable: bool) -> napi::Result<Waiter> {
         let token = match cancellable {
-            true => Some(CancelToken::new().map_err(|e| napi::Error::from_reason(e.to_string()))?),
+            true => Some(CancelToken::new()),
             false => None,
         };
         Ok(Waiter { token })

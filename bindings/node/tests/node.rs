@@ -66,14 +66,25 @@ fn check(what: &str, out: &Output) {
 }
 
 /// A temporary copy of the package with the built addon in it, as `npm pack` would pack it.
+///
+/// The addon is the one `cargo test` built for this test, beside the test binary in
+/// `target/PROFILE/deps` (the crate's rlib type makes cargo build the library, cdylib
+/// included, before its integration tests); `target/PROFILE` has one only after a
+/// `cargo build`, and may hold an older one.
 fn package() -> tempfile::TempDir {
-    let lib = profile_dir().join(if cfg!(windows) {
+    let name = if cfg!(windows) {
         "leasehold_node.dll"
     } else if cfg!(target_os = "macos") {
         "libleasehold_node.dylib"
     } else {
         "libleasehold_node.so"
-    });
+    };
+    let exe = std::env::current_exe().expect("the test's own path");
+    let lib = exe
+        .parent()
+        .map(|deps| deps.join(name))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| profile_dir().join(name));
     assert!(
         lib.exists(),
         "cargo did not build the addon {} before this test",

@@ -81,7 +81,7 @@ fn cancellation_ends_a_wait_at_once_and_leaves_nothing() {
     let a = arbiter(&server, "c");
     let b = arbiter(&server, "c");
     let held = a.acquire(&Budget::no_wait()).unwrap();
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     let budget = Budget::unlimited().with_cancel(token.clone());
     let waiter = thread::spawn(move || b.acquire(&budget));
     server.queued("test/c/", 2);

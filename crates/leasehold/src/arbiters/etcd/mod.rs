@@ -58,12 +58,9 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -1075,34 +1072,10 @@ async fn wait_deletes(ctx: &Ctx, key: &str, mine: i64) -> Result<bool> {
 
 /// Resolves when the budget's cancellation token fires (never without one).
 async fn cancelled(budget: &Budget) {
-    let Some(token) = budget.cancel_token() else {
-        return std::future::pending().await;
-    };
-    if token.is_cancelled() {
-        return;
-    }
-    match register(token.fd()) {
-        Some(fd) => loop {
-            match fd.readable().await {
-                Ok(mut guard) => {
-                    guard.clear_ready();
-                    if token.is_cancelled() {
-                        return;
-                    }
-                }
-                Err(_) => return std::future::pending().await,
-            }
-        },
+    match budget.cancel_token() {
+        Some(token) => token.cancelled().await,
         None => std::future::pending().await,
     }
-}
-
-/// Registers a duplicate of a borrowed descriptor with the reactor (the owned duplicate
-/// cannot change under the `AsyncFd`, so the deprecated safe constructor is sound here).
-#[allow(deprecated)]
-fn register(fd: BorrowedFd<'_>) -> Option<AsyncFd<OwnedFd>> {
-    let owned = fd.try_clone_to_owned().ok()?;
-    AsyncFd::with_interest(owned, Interest::READABLE).ok()
 }
 
 /// Keeps lease `id` alive every TTL/3, moving the grant's deadline forward at each
