@@ -176,7 +176,8 @@ fn tree(group: Option<Pid>) -> Vec<Pid> {
         // last ')'.
         // One read of a buffer that holds any stat line (a `read_to_string` of a file whose
         // size reads 0 takes five): the scan runs while a successor waits.
-        let Ok(n) = std::fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read(&mut buf))
+        let Ok(n) =
+            std::fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read(&mut buf))
         else {
             continue;
         };
@@ -284,7 +285,12 @@ fn send_with_fds(
         control.push(SendAncillaryMessage::ScmRights(fds));
     }
     let sent = loop {
-        match sendmsg(sock, &[IoSlice::new(message)], &mut control, SendFlags::empty()) {
+        match sendmsg(
+            sock,
+            &[IoSlice::new(message)],
+            &mut control,
+            SendFlags::empty(),
+        ) {
             Err(rustix::io::Errno::INTR) => continue,
             other => break other?,
         }
@@ -297,10 +303,7 @@ fn send_with_fds(
 /// them, close-on-exec, as [`send_with_fds`] sent them; the count is 0 at EOF. The kernel
 /// ends a read at a message that carries descriptors, so what follows it is left for later
 /// reads.
-fn receive_with_fds(
-    sock: &UnixStream,
-    buf: &mut [u8],
-) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+fn receive_with_fds(sock: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     #[cfg(target_os = "linux")]
