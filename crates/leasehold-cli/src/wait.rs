@@ -1,4 +1,5 @@
-//! Notice-then-wait: the one way a verb (`run`, `registry`, `results`) waits for a lease.
+//! Notice-then-wait: the one way a verb (`run`, `run --etcd`, `registry`, `results`) waits
+//! for a lease.
 //!
 //! A verb first waits quietly for up to [`NOTICE_AFTER`]; if the resource is still held
 //! then, it says once on stderr what it waits for and who holds it — users otherwise cannot
@@ -48,8 +49,21 @@ impl Wait {
         Wait::up_to(Duration::ZERO, token)
     }
 
+    /// The wait `run`'s options ask for (with or without `--etcd`): `--no-wait` tries once,
+    /// `--timeout SECS` gives up after SECS, neither waits without limit.
+    pub fn of(no_wait: bool, timeout: Option<Duration>, token: &CancelToken) -> Wait {
+        match (no_wait, timeout) {
+            (true, _) => Wait::no_wait(token),
+            (false, Some(timeout)) => Wait::up_to(timeout, token),
+            (false, None) => Wait::unlimited(token),
+        }
+    }
+
     fn budget(&self, until: Option<Instant>) -> Budget {
         match until {
+            // A single try is asked for as one: the library then knows it was not a deadline
+            // that passed (its error says which).
+            Some(d) if d == self.started => Budget::no_wait(),
             Some(d) => Budget::until(d),
             None => Budget::unlimited(),
         }
@@ -95,8 +109,10 @@ impl Wait {
     }
 }
 
-/// The contention message's tail for a wait of `waited` (zero: a single try).
-fn gave_up_after(waited: Duration) -> String {
+/// The contention message's tail for a wait of `waited` (zero: a single try): the CLI face's
+/// one wording of what to change, `--timeout SECS` (the library's errors carry the facts and
+/// speak of its `Budget`, which a CLI user cannot set).
+pub fn gave_up_after(waited: Duration) -> String {
     if waited.is_zero() {
         "; did not wait (wait for it with --timeout SECS)".to_string()
     } else {

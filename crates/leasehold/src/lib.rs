@@ -34,6 +34,8 @@
 //! ```
 //! use leasehold::{Lease, SharedLease};
 //!
+//! # #[cfg(not(unix))] fn main() {} // Windows has no shared leases (Error::SharedUnsupported)
+//! # #[cfg(unix)]
 //! fn main() -> leasehold::Result<()> {
 //!     let dir = tempfile::tempdir().expect("a temporary directory");
 //!     let path = dir.path().join("index.lock");
@@ -88,12 +90,13 @@
 //!         match std::fs::read_to_string(&self.0) {
 //!             Ok(text) => Ok(text.lines().map(String::from).collect()),
 //!             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeSet::new()),
-//!             Err(e) => Err(StoreFailure(format!("{}: {e}", self.0.display()))),
+//!             Err(e) => Err(StoreFailure::new(self.0.display().to_string(), "cannot read", e)),
 //!         }
 //!     }
 //!     fn commit(&mut self, names: &BTreeSet<String>, _fence: Option<u64>) -> Result<(), StoreFailure> {
 //!         let text: String = names.iter().map(|n| format!("{n}\n")).collect();
-//!         replace_file(&self.0, text.as_bytes()).map_err(|e| StoreFailure(format!("{}: {e}", self.0.display())))
+//!         replace_file(&self.0, text.as_bytes())
+//!             .map_err(|e| StoreFailure::new(self.0.display().to_string(), "cannot write", e))
 //!     }
 //!     fn close(&mut self) {}
 //! }
@@ -194,9 +197,10 @@
 //!
 //! Each uses only those below it: the platform boundary (`sys`, the only code that makes
 //! system calls); the primitive — [`Lease`], [`SharedLease`], [`LeaseHandle`] (a kept-open
-//! lock file for cheap re-acquisition), [`LockDir`], [`holders`] — with its options
-//! ([`LeaseOptions`]), budgets ([`Budget`], [`CancelToken`]) and typed errors ([`Error`];
-//! [`Classify::class`] tells contention, bad input, cancellation and failure apart); the
+//! lock file for cheap re-acquisition, whose lease is a [`HandleGuard`]), [`LockDir`],
+//! [`holders`] — with its options ([`LeaseOptions`]), budgets ([`Budget`], [`CancelToken`])
+//! and typed errors ([`Error`]; [`Classify::class`] tells contention, bad input,
+//! cancellation and failure apart); the
 //! [`patterns`] built on it; and the etcd arbiter (`arbiters`, feature `etcd`), which plugs
 //! into the authority.
 //!
@@ -261,13 +265,15 @@ pub mod patterns;
 mod sys;
 
 pub use budget::{Budget, CancelToken};
-pub use error::{Classify, Error, ErrorClass, Result};
+pub use error::{Classify, Error, ErrorClass, NotWaited, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
+#[allow(deprecated)] // the former name, kept for one release
+pub use lease::HandleLease;
 #[cfg(unix)]
 pub use lease::unlock_descriptor;
 pub use lease::{
-    HandleLease, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS, SharedLease,
+    HandleGuard, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS, SharedLease,
     check_trusted, holders,
 };
 

@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::Budget;
-use leasehold::patterns::keyed::{KeyError, KeyLease};
+use leasehold::patterns::keyed::KeyLease;
 use leasehold::patterns::offload;
 
 use super::error::{Result, not_published};
-use super::records::normalize_id;
 use super::{Entry, ResultStore, SweepReport};
+use crate::id::SafeId;
 
 impl ResultStore {
     /// [`admit`](Self::admit) for async code: the wait for the ID's lease is reactor-driven
@@ -22,12 +22,6 @@ impl ResultStore {
         create: bool,
     ) -> Result<KeyLease> {
         let known = |k: &str| create || self.exists(k);
-        if let Some((quick, notice)) = self.first_wait(budget) {
-            match self.leases.acquire_async(id, &quick, known).await {
-                Err(KeyError::Lease(e)) if e.is_contended() => notice(id, &e),
-                other => return other.map_err(|e| self.admission_error(id, e)),
-            }
-        }
         self.leases
             .acquire_async(id, budget, known)
             .await
@@ -44,7 +38,7 @@ impl ResultStore {
         create: bool,
         body: impl FnOnce(&ResultStore, &str, &KeyLease) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let id = normalize_id(id)?.to_string();
+        let id = SafeId::trimmed(id)?.to_string();
         let lease = self.admit_async(&id, budget, create).await?;
         let store = self.clone();
         offload(move || body(&store, &id, &lease)).await
@@ -60,7 +54,9 @@ impl ResultStore {
 /// if the future is dropped, so a result is never left half-applied by a dropped future. The
 /// budget's cancellation token, though, is obeyed at every file as in the blocking
 /// operations ([`ResultError::Stopped`](super::ResultError::Stopped)). The admission rules,
-/// errors and results are those of the blocking operations.
+/// errors and results are those of the blocking operations. Each future owns its budget
+/// (pass it by value, or `&budget` to keep yours), and a timeout covers the whole operation,
+/// as in the blocking ones.
 #[cfg(feature = "tokio")]
 impl ResultStore {
     /// [`stage`](Self::stage) without blocking the executor (the source is walked on the
@@ -69,10 +65,12 @@ impl ResultStore {
         &self,
         id: &str,
         source: impl Into<PathBuf>,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<Entry> {
+        let budget = &budget.into().started();
         let source = source.into();
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let files = {
             let (store, source) = (self.clone(), source.clone());
             offload(move || store.stage_files(&source)).await?
@@ -85,7 +83,8 @@ impl ResultStore {
     }
 
     /// [`paths`](Self::paths) without blocking the executor.
-    pub async fn paths_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+    pub async fn paths_async(&self, id: &str, budget: impl Into<Budget>) -> Result<Vec<String>> {
+        let budget = &budget.into().started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.paths_admitted(id, lease, &waits)
@@ -94,8 +93,10 @@ impl ResultStore {
     }
 
     /// [`finish`](Self::finish) without blocking the executor.
-    pub async fn finish_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        let id = normalize_id(id)?;
+    pub async fn finish_async(&self, id: &str, budget: impl Into<Budget>) -> Result<Vec<String>> {
+        let budget = &budget.into().started();
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self
             .admit_async(id, budget, false)
             .await
@@ -109,8 +110,9 @@ impl ResultStore {
         &self,
         id: &str,
         target: impl Into<PathBuf>,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<Vec<String>> {
+        let budget = &budget.into().started();
         let (target, waits) = (target.into(), budget.clone());
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.apply_admitted(id, &target, lease, &waits)
@@ -119,7 +121,8 @@ impl ResultStore {
     }
 
     /// [`discard`](Self::discard) without blocking the executor.
-    pub async fn discard_async(&self, id: &str, budget: &Budget) -> Result<()> {
+    pub async fn discard_async(&self, id: &str, budget: impl Into<Budget>) -> Result<()> {
+        let budget = &budget.into().started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.remove_existing(id, lease, "discard", &waits)
@@ -128,7 +131,8 @@ impl ResultStore {
     }
 
     /// [`abort`](Self::abort) without blocking the executor.
-    pub async fn abort_async(&self, id: &str, budget: &Budget) -> Result<()> {
+    pub async fn abort_async(&self, id: &str, budget: impl Into<Budget>) -> Result<()> {
+        let budget = &budget.into().started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.remove_existing(id, lease, "abort", &waits)

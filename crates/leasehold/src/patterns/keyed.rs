@@ -53,13 +53,10 @@
 //!   cancelled caller never starts an operation.
 //! * Different keys have different lock files and proceed in parallel.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
-use crate::lease::claim::Mode;
+use crate::lease::{self, claim::Mode};
 use crate::{Budget, Classify, Error, ErrorClass, Lease, LeaseOptions, LockDir};
 
 /// How long an acquisition waits at most unless [`KeyedLeases::max_wait`] says otherwise.
@@ -132,11 +129,8 @@ impl Classify for KeyError {
 /// assert!(lock_name("../etc/passwd").ends_with(".lock"));
 /// ```
 pub fn lock_name(key: &str) -> String {
-    let digest = Sha256::digest(key.trim().as_bytes());
     let mut name = String::with_capacity(69);
-    for b in digest.iter() {
-        let _ = write!(name, "{b:02x}");
-    }
+    lease::push_sha256_hex(&mut name, key.trim().as_bytes());
     name.push_str(".lock");
     name
 }
@@ -192,6 +186,7 @@ impl KeyedLeases {
     /// Caps every wait at `max` (`None`: only the caller's budget bounds it). Defaults to
     /// [`DEFAULT_MAX_WAIT`], so that a forgotten unlimited budget cannot park an operation
     /// forever behind a wedged holder.
+    #[must_use]
     pub fn max_wait(mut self, max: Option<Duration>) -> KeyedLeases {
         self.max_wait = max;
         self
@@ -203,6 +198,7 @@ impl KeyedLeases {
     /// as lock files then may; without it (the default) such a root or namespace is refused
     /// with [`Error::Untrusted`]: whoever may write it can remove or replace lock files under
     /// their holders (issue 18).
+    #[must_use]
     pub fn with_options(mut self, options: LeaseOptions) -> KeyedLeases {
         self.options = options;
         self
@@ -287,16 +283,18 @@ impl KeyedLeases {
     /// re-check right before admission, the collector lock), but the wait never blocks an
     /// executor thread and costs no thread of its own (see [`LeaseOptions::acquire_at_async`]).
     /// Dropping the future abandons the wait and leaves the key free. `known` and the
-    /// directory opens run inline: they are a few local, non-blocking metadata calls.
+    /// directory opens run inline: they are a few local, non-blocking metadata calls. The
+    /// future owns the budget (pass it by value, or `&budget`), as for
+    /// [`LeaseOptions::acquire_async`].
     #[cfg(feature = "tokio")]
     pub async fn acquire_async(
         &self,
         key: &str,
-        budget: &Budget,
+        budget: impl Into<Budget>,
         known: impl FnOnce(&str) -> bool,
     ) -> Result<KeyLease, KeyError> {
         let adm = self.prepare(key)?;
-        let budget = self.capped(budget);
+        let budget = self.capped(&budget.into());
         let mut vouch = Vouch::new(known);
         let mut at = self.namespace(&adm, &mut vouch)?;
         let lease = loop {
@@ -414,16 +412,7 @@ impl KeyedLeases {
     /// The budget of the wait for the collector lock: the caller's, but at least
     /// [`COLLECTOR_GRACE`] (a cancellation still ends it at once).
     fn graced(budget: &Budget) -> Budget {
-        let floor = Instant::now().checked_add(COLLECTOR_GRACE);
-        let graced = match (budget.deadline(), floor) {
-            (Some(d), Some(f)) => Budget::until(d.max(f)),
-            (None, _) => Budget::unlimited(),
-            (Some(d), None) => Budget::until(d),
-        };
-        match budget.cancel_token() {
-            Some(t) => graced.with_cancel(t.clone()),
-            None => graced,
-        }
+        budget.at_least(COLLECTOR_GRACE)
     }
 
     /// Removes the lock files of keys that have no record, that nobody holds, and that are
@@ -568,19 +557,12 @@ impl KeyedLeases {
         Ok(adm.root.child(&self.namespace, true)?)
     }
 
+    /// The caller's budget, started now (its steps — the collector lock, the try, the wait
+    /// in the key's queue — share it), cut to [`max_wait`](Self::max_wait).
     fn capped(&self, budget: &Budget) -> Budget {
-        let cap = self.max_wait.and_then(|m| Instant::now().checked_add(m));
-        let deadline = match (budget.deadline(), cap) {
-            (Some(d), Some(c)) => Some(d.min(c)),
-            (d, c) => d.or(c),
-        };
-        let capped = match deadline {
-            Some(d) => Budget::until(d),
-            None => Budget::unlimited(),
-        };
-        match budget.cancel_token() {
-            Some(t) => capped.with_cancel(t.clone()),
-            None => capped,
+        match self.max_wait {
+            Some(cap) => budget.at_most(cap),
+            None => budget.started(),
         }
     }
 }
@@ -668,8 +650,16 @@ fn admit(key: &str, (lease, ns): (Lease, LockDir), budget: &Budget) -> Result<Ke
 }
 
 /// The lease of one key: the holder is the key's only operation owner until it releases (or
-/// drops this, or its process dies).
+/// drops this, or its process dies). A `KeyLease` that is not bound is released at once:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let root = tempfile::tempdir().unwrap();
+/// let jobs = leasehold::patterns::keyed::KeyedLeases::new(root.path(), ".job-locks-v1");
+/// jobs.try_acquire("job-7", |_| true).unwrap(); // error: unused `KeyLease`
+/// ```
 #[derive(Debug)]
+#[must_use = "a key's lease is released when dropped: bind it (`let _lease = ...`) for as long as the operation runs"]
 pub struct KeyLease {
     key: String,
     lease: Lease,

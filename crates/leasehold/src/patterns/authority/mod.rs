@@ -23,8 +23,9 @@
 //! that teardown to release.
 //!
 //! The authority is generic over *what* arbitrates ([`Arbiter`], [`Grant`]) — the kernel
-//! [`Lease`] through [`KernelArbiter`] today, a distributed lease with a fencing token later
-//! ([`Grant::fencing_token`] is handed to every [`Store::commit`]) — and over the store.
+//! [`Lease`] through [`KernelArbiter`], or a distributed lease with a fencing token (the etcd
+//! arbiter, feature `etcd`; [`Grant::fencing_token`] is handed to every [`Store::commit`]) —
+//! and over the store.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,21 @@ mod asynchronous;
 pub use asynchronous::AsyncArbiter;
 
 /// A held right to be the single writer, as handed out by an [`Arbiter`].
+///
+/// Every method is required, [`fencing_token`](Self::fencing_token) and
+/// [`is_lost`](Self::is_lost) included: each arbiter states what it can say about them, so
+/// that a new arbiter cannot inherit "never lost" by omission — for a lease with a TTL that
+/// default would fail open. An arbiter that has nothing to say states why (see the kernel
+/// [`Lease`]'s implementation).
+///
+/// ```compile_fail
+/// use leasehold::patterns::authority::Grant;
+/// struct Mine;
+/// impl Grant for Mine { // error: `fencing_token` and `is_lost` not given
+///     fn verify(&self) -> leasehold::Result<()> { Ok(()) }
+///     fn release(&mut self) {}
+/// }
+/// ```
 pub trait Grant: Send {
     /// Whether the right is still held. Called before every durable write; an error makes
     /// the authority fail closed with `StorageFailed("lease lost")`.
@@ -45,19 +61,14 @@ pub trait Grant: Send {
     /// Gives the right up. Idempotent.
     fn release(&mut self);
     /// A number that grows with every grant (an etcd revision, for example), which a store
-    /// can write next to its data so that a deposed writer's late write is refused. The
-    /// kernel lease needs none: the kernel never grants the lock twice at once.
-    fn fencing_token(&self) -> Option<u64> {
-        None
-    }
+    /// can write next to its data so that a deposed writer's late write is refused; `None`
+    /// where the arbiter has none to give.
+    fn fencing_token(&self) -> Option<u64>;
     /// Whether the right is known to be gone, decided without any I/O: a distributed lease
     /// past the deadline its last acknowledged keep-alive bought, or one its server reported
     /// gone. The authority asks this whenever its state or scope is read, so it withdraws
-    /// the scope as soon as the lease may have run out, not only at the next write. The
-    /// kernel lease never runs out on its own.
-    fn is_lost(&self) -> bool {
-        false
-    }
+    /// the scope as soon as the lease may have run out, not only at the next write.
+    fn is_lost(&self) -> bool;
 }
 
 /// Whatever decides which process is the authority.
@@ -69,12 +80,26 @@ pub trait Arbiter: Send + Sync {
     fn acquire(&self, budget: &Budget) -> crate::Result<Self::Grant>;
 }
 
+/// The kernel lease as a grant ([`KernelArbiter`]). It has nothing to say about fencing or
+/// expiry, and its answers say so always, for the reasons below.
 impl Grant for Lease {
     fn verify(&self) -> crate::Result<()> {
         Lease::verify(self)
     }
     fn release(&mut self) {
         Lease::release(self)
+    }
+    /// Always `None`: the kernel never grants one lock twice at once, and a holder keeps it
+    /// until it releases or its process dies (no TTL), so there is never a deposed holder
+    /// still writing that a token would have to fence out.
+    fn fencing_token(&self) -> Option<u64> {
+        None
+    }
+    /// Always `false`: a kernel lease never runs out on its own. What can go wrong — the
+    /// lock file removed or replaced under the holder — takes a look at the file system,
+    /// and [`verify`](Grant::verify) does it ([`Error::LeaseLost`]) before every write.
+    fn is_lost(&self) -> bool {
+        false
     }
 }
 
@@ -96,6 +121,7 @@ impl KernelArbiter {
 
     /// The same arbiter taking its lease with `options` (for example to accept a shared lock
     /// file, or a network file system).
+    #[must_use]
     pub fn with_options(mut self, options: LeaseOptions) -> KernelArbiter {
         self.options = options;
         self
@@ -114,10 +140,79 @@ impl Arbiter for KernelArbiter {
     }
 }
 
-/// Why a store could not be opened or written: a reason for a human, naming the file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct StoreFailure(pub String);
+/// Why a store could not be opened or written: which store (its file, or its key where the
+/// document lives in etcd), what was being done to it, and the error that stopped it — or
+/// the primitive's own refusal of one of its files. Its message names the store and says
+/// what to do, as every error here does; the [`Authority`] reports it as
+/// [`AuthorityError::StorageFailed`] and leaves the document as it is.
+///
+/// ```
+/// use leasehold::patterns::authority::StoreFailure;
+///
+/// let io = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+/// let failure = StoreFailure::new("/srv/names.txt", "cannot read", io)
+///     .with_advice(" (check the file's owner and mode, then refresh)");
+/// assert_eq!(
+///     failure.to_string(),
+///     "/srv/names.txt: cannot read: permission denied (check the file's owner and mode, then refresh)"
+/// );
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreFailure {
+    /// An operation on the store failed.
+    #[error("{store}: {op}: {source}{advice}")]
+    Op {
+        /// The store as messages name it: a document's path, or `etcd key K at E`.
+        store: String,
+        /// What was being done ("cannot read", "does not parse", …), as the message says it.
+        op: std::borrow::Cow<'static, str>,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+        /// What the user can do, appended to the message as it stands ("" for nothing
+        /// more), for example " (the file is left as it is; repair or move it away, then
+        /// refresh)".
+        advice: &'static str,
+    },
+    /// The primitive refused a file or directory of the store (one another user could have
+    /// prepared, a symlink where a file should be, …); the error names it and says what to
+    /// do.
+    #[error(transparent)]
+    Refused(#[from] Error),
+}
+
+impl StoreFailure {
+    /// The failure of `op` on `store` (a path or key as messages name it), because of
+    /// `source` (an error, or a message: `&str` and `String` convert).
+    pub fn new(
+        store: impl Into<String>,
+        op: impl Into<std::borrow::Cow<'static, str>>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> StoreFailure {
+        StoreFailure::Op {
+            store: store.into(),
+            op: op.into(),
+            source: source.into(),
+            advice: "",
+        }
+    }
+
+    /// The same failure, its message ending with `advice` (what the user can do).
+    pub fn with_advice(self, advice: &'static str) -> StoreFailure {
+        match self {
+            StoreFailure::Op {
+                store, op, source, ..
+            } => StoreFailure::Op {
+                store,
+                op,
+                source,
+                advice,
+            },
+            refused => refused,
+        }
+    }
+}
 
 impl Classify for StoreFailure {
     /// Always [`ErrorClass::Failure`]: the store, not the caller's input, is at fault.
@@ -280,6 +375,7 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
     }
 
     /// Reports every lifecycle [`Event`] to `observer` (tests assert on the order).
+    #[must_use]
     pub fn with_observer(mut self, observer: Observer) -> Self {
         self.observer = Some(observer);
         self
@@ -430,7 +526,8 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
                 self.emit(Event::ScopePublished);
                 Ok(())
             }
-            Err(StoreFailure(reason)) => {
+            Err(failure) => {
+                let reason = failure.to_string();
                 self.fail(&mut core, reason.clone());
                 Err(AuthorityError::StorageFailed { reason })
             }
@@ -516,7 +613,8 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
                     holders: HolderInfo::default(),
                 })
             }
-            Err(StoreFailure(reason)) => {
+            Err(failure) => {
+                let reason = failure.to_string();
                 self.fail(&mut core, reason.clone());
                 Err(AuthorityError::StorageFailed { reason })
             }
@@ -666,7 +764,7 @@ mod tests {
         fn open(&mut self) -> Result<Records, StoreFailure> {
             lock(&self.disk.0)
                 .clone()
-                .ok_or_else(|| StoreFailure("document does not parse".into()))
+                .ok_or_else(|| StoreFailure::new("memory", "open", "document does not parse"))
         }
         fn commit(&mut self, r: &Records, _: Option<u64>) -> Result<(), StoreFailure> {
             *lock(&self.disk.0) = Some(r.clone());
@@ -874,7 +972,7 @@ mod tests {
         let ev = fx.events("first");
         assert!(!ev.contains(&Event::StoreOpened), "{ev:?}");
         assert!(ev.contains(&Event::LeaseReleased), "{ev:?}");
-        Lease::try_acquire(&fx.lock).expect("nothing leaked: a successor gets the lease");
+        drop(Lease::try_acquire(&fx.lock).expect("nothing leaked: a successor gets the lease"));
     }
 
     #[test]
@@ -975,7 +1073,11 @@ mod tests {
         fn commit(&mut self, _: &Records, fence: Option<u64>) -> Result<(), StoreFailure> {
             assert_eq!(fence, Some(7), "the grant's token reaches the store");
             self.0.store(true, Ordering::SeqCst);
-            Err(StoreFailure("fencing token refused".into()))
+            Err(StoreFailure::new(
+                "memory",
+                "commit",
+                "fencing token refused",
+            ))
         }
         fn close(&mut self) {}
     }
