@@ -476,3 +476,86 @@ fn collect_never_waits_for_a_busy_namespace_and_an_acquisition_waits_out_a_colle
     holder.kill();
     waiter.join().unwrap().unwrap();
 }
+
+/// How many of this process's descriptors are open on `path` (Linux: `/proc/self/fd`).
+fn open_descriptors_on(path: &Path) -> usize {
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target == path)
+        .count()
+}
+
+/// Issue 26 item 5: every acquisition opened, locked and closed the namespace's collector
+/// lock. A `KeyedLeases` keeps one descriptor of it open and takes `LOCK_SH` on it: after
+/// many acquisitions exactly one descriptor is open on it, and it is not locked between
+/// acquisitions (a collection can run).
+#[test]
+fn acquisitions_keep_one_collector_lock_descriptor_open_and_unlocked() {
+    if !cfg!(target_os = "linux") {
+        eprintln!(
+            "SKIP: acquisitions_keep_one_collector_lock_descriptor_open_and_unlocked: reads /proc/self/fd (Linux)"
+        );
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    for k in ["a", "b", "c", "a", "b", "c"] {
+        drop(leases.try_acquire(k, |_| true).unwrap());
+    }
+    let collector = root.path().join(NAMESPACE).join(COLLECTOR_LOCK);
+    assert_eq!(open_descriptors_on(&collector), 1, "one kept descriptor");
+    let report = leases.collect(Duration::ZERO, || Ok(Vec::new())).unwrap();
+    assert_eq!((report.removed, report.busy), (3, false), "{report:?}");
+    // Clones share it.
+    let clone = leases.clone();
+    drop(clone.try_acquire("a", |_| true).unwrap());
+    assert_eq!(open_descriptors_on(&collector), 1);
+}
+
+/// The kept root and namespace follow the path: a lease taken in a namespace that was
+/// renamed away fails its `verify`, and from then on the same `KeyedLeases` acquires in the
+/// namespace that now stands at the path (where a newcomer holds the key), not in the old
+/// one.
+#[test]
+fn a_failed_verify_makes_the_next_acquisition_open_the_namespace_again() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    let lease = leases.try_acquire("r1", |_| true).unwrap();
+    let ns = root.path().join(NAMESPACE);
+    fs::rename(&ns, root.path().join("old-locks")).unwrap();
+    fs::create_dir(&ns).unwrap();
+    assert!(matches!(lease.verify(), Err(Error::LeaseLost { .. })));
+    drop(lease);
+    let newcomer = keys(root.path()).try_acquire("r1", |_| true).unwrap();
+    assert!(contended(leases.try_acquire("r1", |_| true)));
+    drop(newcomer);
+    let again = leases.try_acquire("r1", |_| false).unwrap();
+    again.verify().expect("taken in the namespace at the path");
+}
+
+/// Without any failed `verify`, the kept directories are still checked again (at least every
+/// 100 ms): a namespace replaced behind the `KeyedLeases` is followed, and a root others may
+/// now write is refused. Looked at again and again until it happens, never slept for.
+#[test]
+fn the_kept_root_and_namespace_are_checked_again() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    drop(leases.try_acquire("r1", |_| true).unwrap());
+    let ns = root.path().join(NAMESPACE);
+    fs::rename(&ns, root.path().join("old-locks")).unwrap();
+    fs::create_dir(&ns).unwrap();
+    let newcomer = keys(root.path()).try_acquire("r1", |_| true).unwrap();
+    testkit::until("the kept namespace is opened again", || {
+        contended(leases.try_acquire("r1", |_| true))
+    });
+    drop(newcomer);
+    fs::set_permissions(root.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    testkit::until("a root others may write is refused", || {
+        matches!(
+            leases.try_acquire("r1", |_| true),
+            Err(KeyError::Lease(Error::Untrusted { .. }))
+        )
+    });
+    fs::set_permissions(root.path(), fs::Permissions::from_mode(0o700)).unwrap();
+}

@@ -240,8 +240,12 @@ pub(crate) trait PlatformTarget: Sized + Clone + Debug {
     /// The lock file `name` in `dir`; a `name` that is not one plain component is refused.
     fn at(dir: &Self::Dir, name: &str) -> Result<Self>;
     /// The same lock without the shared leases' gate (for an internal lock whose exclusive
-    /// holder never waits: the keyed namespace's collector lock).
+    /// holder waits only a moment: the keyed namespace's collector lock).
     fn without_gate(self) -> Self;
+    /// The same lock, not checked against its path once locked: only for the keyed
+    /// namespace's collector lock as its kept descriptors take it (see
+    /// [`LeaseOptions::handle_at_mode`]).
+    fn unchecked(self) -> Self;
     /// How messages name the lock.
     fn display(&self) -> &Path;
 }
@@ -573,6 +577,9 @@ pub struct LeaseHandle {
     opts: LeaseOptions,
     target: imp::Target,
     opened: Option<imp::Opened>,
+    /// Exclusive for every public handle; shared only for the keyed pattern's collector-lock
+    /// handles ([`LeaseOptions::handle_at_mode`]).
+    mode: Mode,
 }
 
 impl LeaseHandle {
@@ -601,7 +608,7 @@ impl LeaseHandle {
             self.opts,
             &self.target,
             budget,
-            Mode::Exclusive,
+            self.mode,
             self.opened.take(),
         );
         let held = blocking::run(acq)?;
@@ -646,7 +653,10 @@ impl HandleLease<'_> {
 
     fn unlock(&mut self) {
         if let Some(held) = self.held.take() {
-            self.handle.opened = match held.others_waiting() {
+            // Shared holders do not exclude each other, so a shared handle that re-locks at
+            // once takes nothing from a waiter: it unlocks without asking.
+            let shared = self.handle.mode == Mode::Shared;
+            self.handle.opened = match !shared && held.others_waiting() {
                 true => None, // dropping `held` closes the file
                 false => held.unlock_keep(),
             };

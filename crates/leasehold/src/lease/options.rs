@@ -260,6 +260,31 @@ impl LeaseOptions {
             opts: *self,
             target,
             opened: Some(opened),
+            mode: Mode::Exclusive,
+        })
+    }
+
+    /// A [`LeaseHandle`] on `name` inside `dir` that takes the lease in `mode`, without the
+    /// shared leases' gate (as [`acquire_at_mode`](Self::acquire_at_mode)) and without the
+    /// post-lock check that the path still names the locked inode; the file is opened by the
+    /// first lock. Only for the keyed pattern's collector lock, which every keyed
+    /// acquisition takes shared: a kept descriptor saves an open and a close each time, and
+    /// the skipped `fstatat` another tenth of a keyed acquisition. Nothing ever removes that
+    /// file, the handles are reopened whenever the namespace is checked again (see
+    /// `patterns::keyed`), and no key's exclusion rests on it: each key's lease makes its
+    /// own post-lock check, and the collector unlinks only under the lock of the inode it
+    /// removes.
+    pub(crate) fn handle_at_mode(
+        &self,
+        dir: &LockDir,
+        name: &str,
+        mode: Mode,
+    ) -> Result<LeaseHandle> {
+        Ok(LeaseHandle {
+            opts: *self,
+            target: imp::Target::at(&dir.0, name)?.without_gate().unchecked(),
+            opened: None,
+            mode,
         })
     }
 }
