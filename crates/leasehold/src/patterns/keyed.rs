@@ -21,12 +21,20 @@
 //!   [`KeyedLeases::collect`] ever removes a lock file, and it does so only like this:
 //!   1. every acquisition holds the namespace's collector lock (`<namespace>/.collector.lock`,
 //!      never removed) *shared* across open → lock → verify of a key's lock file; the
-//!      collector holds it *exclusive*, without waiting (a busy namespace is skipped), so no
-//!      acquisition is ever between opening and verifying a file the collector removes;
-//!   2. per file, the collector opens it without following, takes `LOCK_EX|LOCK_NB` (a held
-//!      file is kept), lists the live keys *again* (every earlier holder has released, so a
-//!      record it created is now visible), checks that the path still names the inode it
-//!      locked, and unlinks while it holds the lock;
+//!      collector holds it *exclusive* while it unlinks, so no acquisition is ever between
+//!      opening and verifying a file the collector removes;
+//!   2. a collection goes through the lock files in bounded batches (`COLLECT_BATCH`),
+//!      each under the collector lock, which it releases before the next batch: it takes
+//!      each file's `LOCK_EX|LOCK_NB` (a held file is kept), lists the live keys *once* for
+//!      the batch (every earlier holder of those files has released, so a record it created
+//!      is now visible), checks that each path still names the inode it locked, and unlinks
+//!      while it holds that lock. So acquisitions go on between batches, and a collection
+//!      of any size holds the namespace up for one batch at a time (issue 22 item 6: one
+//!      exclusive hold for the whole run made an unrelated `paths ID --timeout 0.2` fail
+//!      with 75 during a collection of 100,000 lock files). The collector lock is taken
+//!      before the batch's files, not after: an acquisition that came in between would
+//!      find a file the batch holds busy and wait in its queue, only to wake on an unlinked
+//!      inode (measured: the gc torture's workers then gave up after three such reopens);
 //!   3. an acquisition that waited in a key's queue (it waits without the collector lock, so
 //!      a collection is never held up by a wait) may wake on an unlinked inode: the post-lock
 //!      inode check every lease makes sees the path no longer names it and reopens — a key
@@ -71,6 +79,7 @@
 //!   cancelled caller never starts an operation.
 //! * Different keys have different lock files and proceed in parallel.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -85,17 +94,23 @@ use crate::{Budget, Classify, Error, ErrorClass, Lease, LeaseHandle, LeaseOption
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// The namespace's collector lock (see the module documentation): held shared by every
-/// acquisition across open → lock → verify, exclusive by a collection.
+/// acquisition across open → lock → verify, exclusive by a collection while it unlinks.
 /// Hidden, so it is never mistaken for a key's lock file; never removed.
 pub const COLLECTOR_LOCK: &str = ".collector.lock";
 
 /// However short the caller's budget (even "try once"), an acquisition waits this long for a
-/// collection that holds the collector lock: a collection holds it for a batch of
-/// non-blocking lock-and-unlink steps (microseconds each), and "the key is busy" must mean that a key holder has it, not that a
-/// collector was passing by.
+/// collection that holds the collector lock: a collection holds it for one batch (a
+/// non-blocking lock, a listing of the live keys and unlinks), and "the key is busy" must
+/// mean that a key holder has it, not that a collector was passing by.
 const COLLECTOR_GRACE: Duration = Duration::from_secs(1);
 
-/// How many lock files a collection locks before it lists the live keys again.
+/// How long a collection waits for the collector lock before each batch: acquisitions hold
+/// it shared only across one open → lock → verify (microseconds), so this passes only when
+/// another collection keeps it; the collection then stops and reports itself busy.
+const COLLECTOR_PATIENCE: Duration = Duration::from_millis(100);
+
+/// How many lock files a collection takes per batch: one exclusive hold of the collector
+/// lock and one listing of the live keys per batch.
 const COLLECT_BATCH: usize = 256;
 
 /// How many collector-lock descriptors a namespace keeps for the next acquisitions; more
@@ -526,11 +541,17 @@ impl KeyedLeases {
 
     /// Removes the lock files of keys that have no record, that nobody holds, and that are
     /// older than `older_than` (by modification time: lock files are never written, so it is
-    /// their creation), by the protocol in the module documentation. `live` lists the keys
-    /// that have records; it is called once before and once after each batch of lock files
-    /// is locked. Never waits: a held lock file is kept, and a namespace whose collector lock
-    /// is busy (an acquisition is between open and verify, or another collection runs) is
-    /// left alone and reported [`busy`](Collection::busy).
+    /// their creation), by the protocol in the module documentation: in batches of
+    /// `COLLECT_BATCH` lock files, each under the collector lock (released before the next
+    /// batch): the batch's files locked (never waiting: a held lock file is kept), `live`
+    /// asked once, the files of keys without records unlinked. `live` lists the keys that
+    /// have records; it is also asked once before the first batch, and each listing tells
+    /// the next batch which files to leave alone (the listing after a batch's locks is the
+    /// one that decides).
+    ///
+    /// The collector lock is waited for a moment (`COLLECTOR_PATIENCE`) before each batch;
+    /// if another collection keeps it longer, this one stops and reports itself
+    /// [`busy`](Collection::busy), keeping whatever it had not examined.
     ///
     /// Lock files that are not a key's (foreign or hidden names, non-regular files) are left
     /// as they are and not counted.
@@ -560,34 +581,41 @@ impl KeyedLeases {
             .filter_map(|n| n.into_string().ok())
             .filter(|n| is_lock_name(n))
             .collect();
-        let exclusive = self.options.create(true).acquire_at_mode(
-            &ns,
-            COLLECTOR_LOCK,
-            &Budget::no_wait(),
-            Mode::Exclusive,
-        );
-        let _exclusive = match exclusive {
-            Ok(lease) => lease,
-            Err(e) if e.is_contended() => {
-                report.kept = names.len();
-                report.busy = true;
-                return Ok(report);
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let mut list = || -> Result<std::collections::HashSet<String>, KeyError> {
+        let mut list = || -> Result<HashSet<String>, KeyError> {
             let keys = live().map_err(|source| KeyError::Records {
                 root: self.root.clone(),
                 source,
             })?;
             Ok(keys.iter().map(|k| lock_name(k)).collect())
         };
-        let first = list()?;
-        let (live_names, candidates): (Vec<String>, Vec<String>) =
-            names.into_iter().partition(|n| first.contains(n));
-        report.kept += live_names.len();
+        let mut with_records = list()?;
         let now = std::time::SystemTime::now();
-        for batch in candidates.chunks(COLLECT_BATCH) {
+        let mut batches = names.chunks(COLLECT_BATCH);
+        while let Some(batch) = batches.next() {
+            let (live, batch): (Vec<&String>, Vec<&String>) =
+                batch.iter().partition(|n| with_records.contains(*n));
+            report.kept += live.len();
+            if batch.is_empty() {
+                continue;
+            }
+            // The collector lock first: an acquisition that comes meanwhile waits for it,
+            // not in the queue of a file this batch is about to unlink (it would wake on an
+            // unlinked inode and try again outside the collector lock).
+            let exclusive = self.options.create(true).acquire_at_mode(
+                &ns,
+                COLLECTOR_LOCK,
+                &Budget::timeout(COLLECTOR_PATIENCE),
+                Mode::Exclusive,
+            );
+            let exclusive = match exclusive {
+                Ok(lease) => lease,
+                Err(e) if e.is_contended() => {
+                    report.busy = true;
+                    report.kept += batch.len() + batches.map(<[String]>::len).sum::<usize>();
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let mut locked = Vec::with_capacity(batch.len());
             for name in batch {
                 match self.options.create(false).try_acquire_at(&ns, name) {
@@ -603,19 +631,20 @@ impl KeyedLeases {
                     Err(_) => report.kept += 1,       // held, or unusable: left as it is
                 }
             }
-            if locked.is_empty() {
-                continue;
+            if !locked.is_empty() {
+                // Every holder that had one of these files before us has released it now, so
+                // a record it created is visible to this listing.
+                with_records = list()?;
             }
-            // Every holder that had one of these files before us has released it now, so a
-            // record it created is visible to this second listing.
-            let again = list()?;
             for (name, lease) in locked {
-                if !again.contains(name) && lease.unlink_locked()? {
+                if !with_records.contains(name) && lease.unlink_locked()? {
                     report.removed += 1;
                 } else {
                     report.kept += 1;
                 }
             }
+            // Acquisitions go on between batches.
+            drop(exclusive);
         }
         if report.removed > 0 {
             let _ = ns.sync();
@@ -987,9 +1016,11 @@ fn is_lock_name(name: &str) -> bool {
 pub struct Collection {
     /// Lock files removed.
     pub removed: usize,
-    /// Lock files kept: a key with a record, held, too young, or unusable.
+    /// Lock files kept: a key with a record, held, too young, or unusable — or not examined
+    /// because the collection stopped [`busy`](Self::busy).
     pub kept: usize,
-    /// The collector lock was busy, so nothing was examined (everything was kept).
+    /// Another collection kept the collector lock, so this one stopped before a batch; what
+    /// it had not examined was kept.
     pub busy: bool,
 }
 
