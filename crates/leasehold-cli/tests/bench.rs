@@ -58,6 +58,8 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "session_append_batched",
         "keyed_10_ids",
         "keyed_many_ids",
+        "keyed_many_ids_same_files",
+        "gc_beside_verbs",
         "uncontended_floor",
         "uncontended_floor_verify",
         "uncontended_acquire",
@@ -76,6 +78,7 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "lease-budget",
         "handle",
         "async",
+        "keyed",
     ];
     for workers in [2, 4] {
         for method in methods {
