@@ -194,39 +194,16 @@ fn a_short_gc_torture_run_collects_lock_files_and_finds_no_overlap() {
 #[test]
 fn a_gc_torture_run_with_a_broken_collector_is_detected() {
     let dir = tempfile::tempdir().unwrap();
+    let flags = "--gc --break-exclusion --workers 4 --kills 20 --seconds 60 --json --dir";
     let out = run(leasehold()
         .arg("torture")
-        .args([
-            "--gc",
-            "--break-exclusion",
-            "--workers",
-            "4",
-            "--kills",
-            "20",
-            "--seconds",
-            "60",
-            "--json",
-            "--dir",
-        ])
+        .args(flags.split(' '))
         .arg(dir.path()));
     assert_eq!(out.code, 1, "stdout {} stderr {}", out.stdout, out.stderr);
     testkit::assert_one_line_error(&out, "violation(s) found");
-    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
-    let details: Vec<&str> = v["violation_details"]
-        .as_array()
-        .expect("a list of violations")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(
-        details
-            .iter()
-            .any(|d| d.starts_with("key-") || d.contains("lease lost while held")),
-        "{details:?}"
-    );
-    assert_eq!(
-        std::fs::read_dir(dir.path()).unwrap().count(),
-        1,
-        "the evidence is kept"
-    );
+    let details = testkit::violation_details(&out.stdout);
+    let about_a_key = |d: &String| d.starts_with("key-") || d.contains("lease lost while held");
+    assert!(details.iter().any(about_a_key), "{details:?}");
+    let kept = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(kept, 1, "the evidence is kept");
 }

@@ -42,4 +42,4 @@ pub use locks::{blocked_on, until};
 pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run, stopped};
 pub use recorder::Recorder;
 pub use spawns::quiet;
-pub use torture::assert_broken_exclusion_found;
+pub use torture::{assert_broken_exclusion_found, violation_details};
