@@ -559,3 +559,69 @@ fn the_kept_root_and_namespace_are_checked_again() {
     });
     fs::set_permissions(root.path(), fs::Permissions::from_mode(0o700)).unwrap();
 }
+
+/// Whether some thread of this process waits in the kernel's lock queue for `path`'s inode.
+fn queued_on(path: &Path) -> bool {
+    let ino = fs::metadata(path).unwrap().ino();
+    let pid = std::process::id().to_string();
+    fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            l.contains("->")
+                && l.split_whitespace().nth(5) == Some(pid.as_str())
+                && l.contains(&format!(":{ino} "))
+        })
+}
+
+/// A waiter that wakes on a lock file the collector removed (and a newcomer made again) must
+/// try again under the collector lock, not reopen the path on its own: outside it, it could
+/// be woken on a collected file again and again (the gc torture with 8 workers saw waiters
+/// give up as "replaced 3 times while locking"), and it would take the key while a collection
+/// holds the namespace. Here a process holds the collector lock (as a collection does) when
+/// the waiter wakes on the removed file: the waiter waits for the collector lock, and takes the
+/// key's new file once it is free. Every step is looked at in `/proc/locks`, never timed.
+#[test]
+fn a_waiter_woken_on_a_collected_file_tries_again_under_the_collector_lock() {
+    if !cfg!(target_os = "linux") {
+        eprintln!(
+            "SKIP: a_waiter_woken_on_a_collected_file_tries_again_under_the_collector_lock: reads /proc/locks (Linux)"
+        );
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path()).max_wait(None);
+    drop(leases.try_acquire("k", |_| true).unwrap());
+    let path = leases.lock_path("k");
+    let collector = root.path().join(NAMESPACE).join(COLLECTOR_LOCK);
+    let holder = testkit::FlockHolder::hold(&path);
+    let waiter = {
+        let leases = leases.clone();
+        std::thread::spawn(move || {
+            leases.acquire("k", &Budget::timeout(Duration::from_secs(60)), |_| true)
+        })
+    };
+    testkit::until("the waiter is queued on the key's file", || {
+        queued_on(&path)
+    });
+    // A collection holds the namespace, has removed the file, and a newcomer made it again.
+    let collection = testkit::FlockHolder::hold(&collector);
+    fs::remove_file(&path).unwrap();
+    fs::File::create(&path).unwrap();
+    holder.kill(); // the waiter is granted the removed file
+    testkit::until("the waiter waits for the collector lock", || {
+        queued_on(&collector)
+    });
+    assert!(
+        !waiter.is_finished(),
+        "taken while a collection held the namespace"
+    );
+    collection.kill();
+    let lease = waiter
+        .join()
+        .unwrap()
+        .expect("the key, once the collection is over");
+    lease
+        .verify()
+        .expect("the key's file that stands at the path");
+}

@@ -32,6 +32,9 @@ pub struct LeaseOptions {
     pub(crate) allow_network_fs: bool,
     pub(crate) allow_shared_state: bool,
     pub(crate) single_process: bool,
+    /// Whether a lock file replaced under a try or a wait is followed (reopened, up to
+    /// `MAX_REOPENS` times); see [`follow_replaced`](Self::follow_replaced).
+    pub(crate) follow_replaced: bool,
 }
 
 impl Default for LeaseOptions {
@@ -42,6 +45,7 @@ impl Default for LeaseOptions {
             allow_network_fs: false,
             allow_shared_state: false,
             single_process: false,
+            follow_replaced: true,
         }
     }
 }
@@ -109,6 +113,16 @@ impl LeaseOptions {
     /// everywhere so that portable code can set it once.
     pub fn single_process(mut self, only: bool) -> LeaseOptions {
         self.single_process = only;
+        self
+    }
+
+    /// With `false`, an acquisition whose lock file is replaced (or removed) while it tries or
+    /// waits gives up at once with [`Error::Unstable`] instead of reopening the path: for the
+    /// keyed pattern's waits, which wait outside their namespace's collector lock and must
+    /// try again under it after the collector removed the file they waited on (see
+    /// `patterns::keyed`). Nothing is held afterwards.
+    pub(crate) fn follow_replaced(mut self, follow: bool) -> LeaseOptions {
+        self.follow_replaced = follow;
         self
     }
 

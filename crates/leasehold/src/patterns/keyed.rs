@@ -37,8 +37,10 @@
 //!      inode (measured: the gc torture's workers then gave up after three such reopens);
 //!   3. an acquisition that waited in a key's queue (it waits without the collector lock, so
 //!      a collection is never held up by a wait) may wake on an unlinked inode: the post-lock
-//!      inode check every lease makes sees the path no longer names it and reopens — a key
-//!      without a record is then unknown, as if it had never been seen.
+//!      inode check every lease makes sees the path no longer names it, and the acquisition
+//!      tries again from the collector lock (the wait never reopens the path by itself,
+//!      `LeaseOptions::follow_replaced`) — a key without a record is then unknown, as if it
+//!      had never been seen.
 //!
 //!   Two holders of one key would need two inodes both named by the path while held, and the
 //!   only unlink happens under the lock of the inode it removes.
@@ -670,8 +672,8 @@ impl KeyedLeases {
 ///    missing file makes the key allocated now (if `known` vouches) and tried again; leave
 ///    the collector lock.
 /// 4. Busy: wait in the key's queue, outside the collector lock. A wait that woke on a file
-///    the collector removed meanwhile finds no file to reopen: back to 3 for a key `known`
-///    vouches for, else unknown.
+///    the collector removed meanwhile goes back to 2 (it never reopens the path outside the
+///    collector lock); a key whose file is gone is allocated again only if `known` vouches.
 /// 5. Held: admitted, unless the budget was cancelled meanwhile.
 struct Admission<'a, 'k, F> {
     leases: &'a KeyedLeases,
@@ -738,7 +740,9 @@ impl Wait {
                 name,
                 create,
                 budget,
-            } => Waited::Key(options.create(create).acquire_at(&dir, &name, &budget)),
+            } => Waited::Key(
+                (options.create(create).follow_replaced(false)).acquire_at(&dir, &name, &budget),
+            ),
         }
     }
 
@@ -759,6 +763,7 @@ impl Wait {
             } => Waited::Key(
                 options
                     .create(create)
+                    .follow_replaced(false)
                     .acquire_at_async(&dir, &name, &budget)
                     .await,
             ),
@@ -916,10 +921,17 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
         }
     }
 
-    /// The outcome of a wait in the key's queue.
+    /// The outcome of a wait in the key's queue. A wait does not follow a lock file replaced
+    /// under it (`follow_replaced(false)`): the file it waited on was collected, or a
+    /// newcomer's replaced it — the next try goes through the collector lock again, where no
+    /// collection can remove the file between its open and its check. (Reopened outside it,
+    /// a waiter could be woken on a collected file again and again: three times, and the
+    /// lease gave up as "replaced 3 times while locking" — seen in the gc torture with 8
+    /// workers once collections no longer skipped a busy namespace.)
     fn after_wait(&mut self, waited: crate::Result<Lease>) -> Result<Try, KeyError> {
         match waited {
             Ok(lease) => Ok(Try::Held(lease)),
+            Err(Error::Unstable { .. }) => Ok(Try::Again),
             Err(e) => self.missing(e),
         }
     }
