@@ -235,7 +235,7 @@ pub(crate) fn start_acquire(
     event_loop: Py<PyAny>,
     finish: Py<PyAny>,
 ) -> PyResult<AsyncWait> {
-    let cancel = CancelToken::new().map_err(|e| Python::attach(|py| to_pyerr(py, e)))?;
+    let cancel = CancelToken::new();
     let budget = budget(timeout)?.with_cancel(cancel.clone());
     let opts = options(allow_network_fs, allow_shared_state);
     wait::runtime()?.spawn(async move {

@@ -115,10 +115,17 @@ fn test_venv(python: &Path) -> PathBuf {
 }
 
 /// A copy of the Python sources with the freshly built extension beside them.
+///
+/// The extension is the one `cargo test` built for this test, beside the test binary in
+/// `target/PROFILE/deps` (the crate's rlib type makes cargo build the library, cdylib
+/// included, before its integration tests); `target/PROFILE` has one only after a
+/// `cargo build`, and may hold an older one.
 fn staged_package() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let deps = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     let built = ["libleasehold_python.so", "libleasehold_python.dylib"]
         .iter()
-        .map(|name| profile_dir().join(name))
+        .flat_map(|name| [deps.join(name), profile_dir().join(name)])
         .find(|p| p.exists())
         .expect("cargo builds the leasehold-python cdylib before this test");
     let root = scratch().join("python-pkg");

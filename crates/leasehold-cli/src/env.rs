@@ -1,8 +1,8 @@
 //! The environment's opt-ins, mapped to [`LeaseOptions`] once for every verb.
 //!
-//! * `LEASEHOLD_ALLOW_NETWORK_FS=1` — accept lock files on network and FUSE file systems
-//!   ([`LeaseOptions::allow_network_filesystem`]); refused by default because `flock` there
-//!   can hang or fail to exclude.
+//! * `LEASEHOLD_ALLOW_NETWORK_FS=1` — accept lock files on network, FUSE and overlay file
+//!   systems ([`LeaseOptions::allow_network_filesystem`]); refused by default because
+//!   `flock` there can hang or fail to exclude.
 //! * `LEASEHOLD_ALLOW_SHARED=1` — accept lock files, directories and documents that another
 //!   user owns or that group/others may write ([`LeaseOptions::allow_shared_state`]);
 //!   refused by default because whoever may replace them can break exclusion.

@@ -122,7 +122,7 @@ fn command() -> clap::Command {
 fn without_etcd(cmd: clap::Command) -> clap::Command {
     const MARK: &str = "(not in this build: rebuild with --features etcd)";
     cmd.mut_args(|arg| match arg.get_id().as_str() {
-        "etcd" | "etcd_server" => {
+        "etcd" | "etcd_server" | "etcd_run" => {
             let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
             arg.help(format!("{help} {MARK}"))
         }

@@ -30,28 +30,36 @@ pub struct Interrupts {
 }
 
 impl Interrupts {
-    /// Installs the handlers. They only write to a pipe and store a number, both
-    /// async-signal-safe (signal-hook does the registration).
+    /// Installs the handlers. They only store a number and (POSIX) write to signal-hook's
+    /// self-pipe, both async-signal-safe; a thread reading that pipe cancels the token,
+    /// which wakes the waits using it at once (a handler cannot: cancelling takes a mutex).
+    /// On Windows the handler raises the token's flag, which waiters there poll.
     ///
     /// (An error converts into the CLI's `Failure` with `?`: this module sits below `exit`.)
     pub fn install() -> std::io::Result<Interrupts> {
-        let token = CancelToken::new().map_err(std::io::Error::other)?;
+        let token = CancelToken::new();
         let which = fired().clone();
+        let failed = |e: std::io::Error| {
+            std::io::Error::other(format!("cannot install signal handler: {e}"))
+        };
         for sig in [SIGINT, SIGTERM] {
-            #[cfg(unix)]
-            let fd = token.write_end().map_err(std::io::Error::other)?;
-            signal_hook::flag::register_usize(sig, which.clone(), sig as usize)
-                .and_then(|_| {
-                    #[cfg(unix)]
-                    let registered = signal_hook::low_level::pipe::register(sig, fd);
-                    // Windows: no pipe; the waiter polls the token's flag.
-                    #[cfg(windows)]
-                    let registered = signal_hook::flag::register(sig, token.flag());
-                    registered
+            signal_hook::flag::register_usize(sig, which.clone(), sig as usize).map_err(failed)?;
+            #[cfg(windows)]
+            signal_hook::flag::register(sig, token.flag()).map_err(failed)?;
+        }
+        #[cfg(unix)]
+        {
+            let mut signals =
+                signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map_err(failed)?;
+            let cancel = token.clone();
+            std::thread::Builder::new()
+                .name("leasehold-signals".into())
+                .spawn(move || {
+                    if signals.forever().next().is_some() {
+                        cancel.cancel();
+                    }
                 })
-                .map_err(|e| {
-                    std::io::Error::other(format!("cannot install signal handler: {e}"))
-                })?;
+                .map_err(failed)?;
         }
         Ok(Interrupts { token, which })
     }

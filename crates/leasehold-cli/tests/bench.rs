@@ -53,6 +53,7 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "deadline_latency",
         "async_handoff_4",
         "async_waiter_threads",
+        "crowd_waiting_cpu",
         "registry_mutation",
         "session_append_fsync",
         "session_append_batched",
@@ -100,6 +101,20 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
             }
             let floor = method.starts_with("floor");
             assert_eq!(line["met"].is_null(), floor, "{line}");
+            // Each group of runs measures its futex wake; the faces that hand over through
+            // a helper thread have it added to their handoff base.
+            let wake = line["futex_wake"]["p50"].as_f64().expect("futex wake");
+            let verify = lines
+                .iter()
+                .find(|l| l["workers"] == workers && l["method"] == "floor-verify")
+                .and_then(|l| l["handoff"]["p50"].as_f64());
+            if let (Some(base), Some(verify)) = (line["handoff_base"].as_f64(), verify) {
+                if method == "lease-budget" || method == "async" {
+                    assert!((base - (verify + wake)).abs() < 1e-6, "{line}");
+                } else if !floor {
+                    assert!((base - verify).abs() < 1e-6, "{line}");
+                }
+            }
         }
     }
     if python {
@@ -136,6 +151,36 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
     }
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "bench left files behind: {left:?}");
+}
+
+/// `--only` measures the one scenario it names and leaves the others out (never estimated).
+#[test]
+fn only_runs_the_one_scenario_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .args(["bench", "--quick", "--json", "--only", "micro", "--dir"])
+        .arg(dir.path()));
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["only"], "micro", "{doc}");
+    let keys: Vec<&str> = doc["figures"]
+        .as_array()
+        .expect("figures array")
+        .iter()
+        .filter_map(|f| f["key"].as_str())
+        .collect();
+    assert!(keys.contains(&"cold_cycle"), "{keys:?}");
+    for other in ["handoff_2", "cancel_latency", "registry_mutation"] {
+        assert!(!keys.contains(&other), "{other} was measured: {keys:?}");
+    }
+    let lines = doc["uncued"]["lines"].as_array().expect("uncued lines");
+    assert!(lines.is_empty(), "the uncued table ran: {lines:?}");
+    let out = run(leasehold().args(["bench", "--only", "nothing"]));
+    assert_eq!(
+        out.code, 2,
+        "an unknown scenario is a usage error: {}",
+        out.stderr
+    );
 }
 
 #[test]

@@ -22,21 +22,36 @@ fn help(words: &[&str]) -> String {
     out.stdout
 }
 
-/// The entries of a help page's section (`Commands:`, `Arguments:`, `Options:`): each line
-/// as (name, description), the description empty when there is none.
-fn entries<'a>(page: &'a str, section: &str) -> Vec<(&'a str, &'a str)> {
-    let mut lines = page.lines().skip_while(|l| *l != section).skip(1);
-    let mut found = Vec::new();
-    for line in lines.by_ref() {
-        if line.is_empty() || !line.starts_with("  ") {
-            break;
-        }
+/// The entries of a help page's section (`Commands:`, `Arguments:`, `Options:`): each entry
+/// as (name, description), the description empty when there is none. clap lays a page out
+/// in one of two ways: a description beside its name, or — when one of them is long — each
+/// description on the lines below its name, indented deeper, entries apart by blank lines.
+fn entries(page: &str, section: &str) -> Vec<(String, String)> {
+    let lines = page
+        .lines()
+        .skip_while(|l| *l != section)
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("  "));
+    let mut found: Vec<(String, String)> = Vec::new();
+    for line in lines {
         let entry = line.trim_start();
+        if entry.is_empty() {
+            continue;
+        }
+        let indent = line.len() - entry.len();
+        if let Some(last) = found.last_mut().filter(|_| indent >= 8) {
+            // A description below its name (or a wrapped one).
+            if !last.1.is_empty() {
+                last.1.push(' ');
+            }
+            last.1.push_str(entry);
+            continue;
+        }
         // clap separates the name from its description by two spaces or more; a name
         // (`-w, --wait <SECS>`, `<PRIMARY>`) never holds two spaces in a row.
         match entry.split_once("  ") {
-            Some((name, description)) => found.push((name, description.trim())),
-            None => found.push((entry, "")),
+            Some((name, description)) => found.push((name.into(), description.trim().into())),
+            None => found.push((entry.into(), String::new())),
         }
     }
     found
@@ -52,7 +67,7 @@ fn every_page() -> Vec<(Vec<String>, String)> {
         for (name, _) in entries(&page, "Commands:") {
             if name != "help" {
                 let mut next = words.clone();
-                next.push(name.to_string());
+                next.push(name);
                 todo.push(next);
             }
         }

@@ -633,6 +633,7 @@ fn bench_quick_prints_the_windows_table_and_the_figures_it_cannot_measure() {
         "fs4_cold_cycle",
         "handoff_2",
         "async_waiter_threads",
+        "crowd_waiting_cpu",
         "waiting_cpu",
         "shared_try_acquire",
         "gc_beside_verbs",

@@ -84,16 +84,28 @@ pub enum RegistryError {
     /// The lease could not be taken for another reason than contention.
     #[error("registry lease: {0}")]
     Lease(leasehold::Error),
+    /// An etcd key prefix that would put the registry's keys inside another lock's key
+    /// range, or another lock's keys inside the registry's (see [`Registry::on_etcd`]);
+    /// refused before anything is contacted.
+    #[error("etcd prefix {prefix:?}: {reason}")]
+    InvalidPrefix {
+        /// The prefix as given.
+        prefix: String,
+        /// Which range it would overlap, and what to choose instead.
+        reason: String,
+    },
 }
 
 impl Classify for RegistryError {
-    /// How a caller should treat this error: an invalid root is [`ErrorClass::Usage`],
+    /// How a caller should treat this error: an invalid root or prefix is [`ErrorClass::Usage`],
     /// another authority [`ErrorClass::Contended`], a failed store [`ErrorClass::Failure`],
     /// and a lease error its own class (an unusable lease path is `Usage`, a cancelled wait
     /// `Cancelled`).
     fn class(&self) -> ErrorClass {
         match self {
-            RegistryError::InvalidRoot { .. } => ErrorClass::Usage,
+            RegistryError::InvalidRoot { .. } | RegistryError::InvalidPrefix { .. } => {
+                ErrorClass::Usage
+            }
             RegistryError::Contended { .. } => ErrorClass::Contended,
             RegistryError::StorageFailed { .. } => ErrorClass::Failure,
             RegistryError::Lease(e) => e.class(),
@@ -102,10 +114,13 @@ impl Classify for RegistryError {
 }
 
 impl RegistryError {
-    /// The contract's error code: `invalid-root`, `registry-contended` or `storage-failed`.
+    /// The contract's error code: `invalid-root`, `registry-contended` or `storage-failed`
+    /// (and `invalid-prefix`, which only opening a registry on etcd answers, so no `serve`
+    /// answer carries it).
     pub fn code(&self) -> &'static str {
         match self {
             RegistryError::InvalidRoot { .. } => "invalid-root",
+            RegistryError::InvalidPrefix { .. } => "invalid-prefix",
             RegistryError::Contended { .. } => "registry-contended",
             RegistryError::StorageFailed { .. } | RegistryError::Lease(_) => "storage-failed",
         }
@@ -193,6 +208,53 @@ impl Backend {
 /// The fencing token a document was written under, if stamped.
 pub fn stamped(doc: &Map<String, Value>) -> Option<u64> {
     doc.get(FENCING_TOKEN).and_then(Value::as_u64)
+}
+
+/// Where `leasehold run --etcd NAME` keeps its locks: `leasehold/lock/NAME/`.
+pub const ETCD_RUN_LOCKS: &str = "leasehold/lock";
+
+/// Checks that an etcd registry at `prefix` (trailing `/` ignored) cannot overlap another
+/// lock's keys. A registry keeps its lock under `PREFIX/lock/` and its document, a key
+/// without a lease, at `PREFIX/storages/multi_root_workspace`; every key under a lock's
+/// range is read as that lock's holder or waiter. So `prefix`
+///
+/// * must not be empty;
+/// * must have no segment `lock` (between `/`s): such a prefix lies inside the lock range of
+///   the registry (or of the `run --etcd` lock) named by what precedes that segment, and the
+///   registry's never-expiring document there blocked that lock for ever (issue 22 item 7);
+///   conversely no other registry can then lie inside this one's;
+/// * must not be `leasehold`, whose `lock/` range is where `leasehold run --etcd` keeps
+///   every lock ([`ETCD_RUN_LOCKS`]).
+///
+/// Two registries with such prefixes never overlap, whatever else their prefixes share (one
+/// may even lie below the other: `a` and `a/b`).
+///
+/// # Errors
+///
+/// [`RegistryError::InvalidPrefix`], saying which range it would overlap and what to use.
+pub fn check_etcd_prefix(prefix: &str) -> Result<(), RegistryError> {
+    let bad = |reason: String| {
+        Err(RegistryError::InvalidPrefix {
+            prefix: prefix.to_string(),
+            reason,
+        })
+    };
+    let trimmed = prefix.trim_end_matches('/');
+    let instead = "choose one with no `lock` segment, such as leasehold/registry (the default)";
+    if trimmed.is_empty() {
+        return bad(format!("names no key range; {instead}"));
+    }
+    if trimmed.split('/').any(|segment| segment == ETCD_LOCK) {
+        return bad(format!(
+            "a `{ETCD_LOCK}` segment puts the registry's keys inside another lock's key range (a registry keeps its lock under PREFIX/{ETCD_LOCK}/, `run --etcd NAME` under {ETCD_RUN_LOCKS}/NAME/), where its document would hold that lock for ever; {instead}"
+        ));
+    }
+    if format!("{trimmed}/{ETCD_LOCK}") == ETCD_RUN_LOCKS {
+        return bad(format!(
+            "its lock range {ETCD_RUN_LOCKS}/ holds every `run --etcd` lock; {instead}"
+        ));
+    }
+    Ok(())
 }
 
 /// The registry document as the value of one etcd key, written only under a valid token.
@@ -550,10 +612,15 @@ impl Registry {
     /// the lock under `PREFIX/lock/` with leases of `ttl`, the document at
     /// `PREFIX/storages/multi_root_workspace`. Connects now; nothing is acquired yet.
     ///
+    /// The prefix is checked first ([`check_etcd_prefix`]): every key under a lock's range
+    /// counts as that lock's holder or waiter, so no registry's keys may lie inside another
+    /// lock's range.
+    ///
     /// # Errors
     ///
-    /// [`RegistryError::Lease`] with [`leasehold::Error::Unreachable`] when no endpoint
-    /// answers within the connect timeout.
+    /// [`RegistryError::InvalidPrefix`] for a prefix that [`check_etcd_prefix`] refuses,
+    /// before anything is contacted; [`RegistryError::Lease`] with
+    /// [`leasehold::Error::Unreachable`] when no endpoint answers within the connect timeout.
     #[cfg(all(feature = "etcd", unix))]
     pub fn on_etcd(
         endpoints: &str,
@@ -561,6 +628,7 @@ impl Registry {
         ttl: std::time::Duration,
         observer: Option<Observer>,
     ) -> Result<Registry, RegistryError> {
+        check_etcd_prefix(prefix)?;
         let prefix = prefix.trim_end_matches('/');
         let arbiter = EtcdArbiter::connect(endpoints, &format!("{prefix}/{ETCD_LOCK}"), ttl)
             .map_err(RegistryError::Lease)?;

@@ -40,8 +40,8 @@ mod on_etcd {
     use super::*;
     use std::time::{Duration, Instant};
 
-    use leasehold::Budget;
     use leasehold::patterns::authority::State;
+    use leasehold::{Budget, Classify};
     use leasehold_stores::registry::{Registry, RegistryError};
     use support::EtcdServer;
 
@@ -58,6 +58,51 @@ mod on_etcd {
         std::fs::create_dir_all(&r).unwrap();
         let (p, r) = (p.canonicalize().unwrap(), r.canonicalize().unwrap());
         (d, p, r)
+    }
+
+    /// A prefix that would put the registry's keys inside another lock's range (or another
+    /// lock's inside its own) is refused as unusable input before anything is contacted:
+    /// the endpoint here does not even exist.
+    #[test]
+    fn a_prefix_that_overlaps_another_locks_keys_is_refused_before_connecting() {
+        let nowhere = "http://127.0.0.1:1";
+        for prefix in [
+            "leasehold/lock/job",
+            "leasehold/lock",
+            "leasehold",
+            "leasehold/",
+            "t/registry/lock",
+            "t/registry/lock/x",
+            "lock",
+            "",
+            "/",
+        ] {
+            let started = Instant::now();
+            let err = Registry::on_etcd(nowhere, prefix, TTL, None).err();
+            let Some(err @ RegistryError::InvalidPrefix { .. }) = err else {
+                panic!("{prefix:?}: {err:?}");
+            };
+            assert!(started.elapsed() < Duration::from_millis(100), "{prefix:?}");
+            assert_eq!(err.class(), leasehold::ErrorClass::Usage, "{prefix:?}");
+            let text = err.to_string();
+            assert!(text.contains(&format!("{prefix:?}")), "{text}");
+            assert!(
+                text.contains("leasehold/registry"),
+                "says what to use: {text}"
+            );
+        }
+        for prefix in [
+            "t/registry",
+            "t/registry/sub",
+            "leasehold/registry",
+            "a/locks",
+        ] {
+            let err = Registry::on_etcd(nowhere, prefix, TTL, None).err();
+            assert!(
+                matches!(err, Some(RegistryError::Lease(_))),
+                "{prefix:?} is usable (then unreachable): {err:?}"
+            );
+        }
     }
 
     #[test]

@@ -36,6 +36,27 @@ pub enum Error {
         /// How long the waiter waited.
         waited: Duration,
     },
+    /// The lease could not be had within the budget (a try-once budget: right now) because
+    /// the acquirer was held up at one of the lock's *gates* rather than at the lock itself:
+    /// the files beside a lock file (`.<name>.leasehold-gate`, `-readers`, `-writers`) that
+    /// keep shared holders from starving an exclusive waiter (see
+    /// [`SharedLease`](crate::SharedLease)). A gate is normally held by an exclusive waiter
+    /// ahead in line, which waits for the lock's holders; where the lock itself is free, the
+    /// gate's holder is a waiter that is stopped or stuck, or a process holding the gate file
+    /// by other means — resume or end it. Only gates this process trusts are ever waited at
+    /// (the lock file's ownership rule); others are ignored, which costs fairness only.
+    #[error("{}", gate_held(path, gate, holders, waited))]
+    GateHeld {
+        /// The lock file.
+        path: PathBuf,
+        /// The gate file the acquirer was held up at (its holders:
+        /// [`gate_holders`](Error::gate_holders)). Boxed: it keeps [`Error`] small.
+        gate: Box<std::path::Path>,
+        /// The lock's holders where the OS reveals them (looked up when first asked for).
+        holders: HolderInfo,
+        /// How long the acquirer waited; `None` for a single try.
+        waited: Option<Duration>,
+    },
     /// The wait budget's cancellation token fired.
     #[error("{path}: wait for the lock was cancelled")]
     Cancelled {
@@ -89,10 +110,12 @@ pub enum Error {
         /// The lock path.
         path: PathBuf,
     },
-    /// The lock file lives on a network or FUSE file system, where flock may block forever
-    /// even with LOCK_NB, or silently fail to exclude other machines or other paths.
+    /// The lock file lives on a network, FUSE or overlay file system, where flock may block
+    /// forever even with LOCK_NB, or silently fail to exclude other machines or other paths
+    /// (an overlay's merged path and its upper directory, a FUSE mount and its backing path).
+    /// Refused before anything was created there.
     #[error(
-        "{path}: lock file is on a network or FUSE file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)"
+        "{path}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)"
     )]
     NetworkFilesystem {
         /// The lock path.
@@ -230,7 +253,9 @@ impl Classify for Error {
     /// [`ErrorClass::Failure`].
     fn class(&self) -> ErrorClass {
         match self {
-            Error::Contended { .. } | Error::TimedOut { .. } => ErrorClass::Contended,
+            Error::Contended { .. } | Error::TimedOut { .. } | Error::GateHeld { .. } => {
+                ErrorClass::Contended
+            }
             Error::Cancelled { .. } => ErrorClass::Cancelled,
             Error::NotRegularFile { .. }
             | Error::NotDirectory { .. }
@@ -309,6 +334,15 @@ impl Error {
         }
     }
 
+    /// For [`Error::GateHeld`], who holds the gate the acquirer was held up at, looked up
+    /// now (from the gate's path: gates are never removed); `None` for any other error.
+    pub fn gate_holders(&self) -> Option<HolderInfo> {
+        match self {
+            Error::GateHeld { gate, .. } => Some(HolderInfo::of_path(gate)),
+            _ => None,
+        }
+    }
+
     /// True for [`Error::Expired`]: a distributed lease that may have run out. Another
     /// process may hold the lock now, so callers treat it like contention, not like a
     /// storage failure.
@@ -316,12 +350,45 @@ impl Error {
         matches!(self, Error::Expired { .. })
     }
 
-    /// The holders recorded in a contention error.
+    /// The holders recorded in a contention error: the lock's (for [`Error::GateHeld`] too;
+    /// the gate's are [`gate_holders`](Self::gate_holders)).
     pub fn holders(&self) -> Option<&HolderInfo> {
         match self {
-            Error::Contended { holders, .. } | Error::TimedOut { holders, .. } => Some(holders),
+            Error::Contended { holders, .. }
+            | Error::TimedOut { holders, .. }
+            | Error::GateHeld { holders, .. } => Some(holders),
             _ => None,
         }
+    }
+}
+
+/// [`Error::GateHeld`]'s message: the lock's state (free, held by whom, or unknown), the gate
+/// and who holds it, and how the wait ended.
+fn gate_held(
+    path: &std::path::Path,
+    gate: &std::path::Path,
+    holders: &HolderInfo,
+    waited: &Option<Duration>,
+) -> String {
+    let by = HolderInfo::of_path(gate).who();
+    let (path, gate) = (path.display(), gate.display());
+    let tail = match waited {
+        None => "not waited for (to wait, acquire with a Budget that has a timeout)".to_string(),
+        Some(w) => {
+            format!("gave up after {w:.1?}; allow a longer wait with a larger Budget timeout")
+        }
+    };
+    match holders.get().is_held() {
+        Some(true) => format!(
+            "{path}: lock is held by {}, and its gate {gate} by {by} (an exclusive waiter ahead in line); {tail}",
+            holders.who()
+        ),
+        Some(false) => format!(
+            "{path}: lock is free, but its gate {gate} is held by {by}, which keeps acquirers out: a waiter ahead in line that is stopped or stuck (resume or end it); {tail}"
+        ),
+        None => format!(
+            "{path}: its gate {gate} is held by {by} (an exclusive waiter ahead in line, or one that is stopped or stuck); {tail}"
+        ),
     }
 }
 

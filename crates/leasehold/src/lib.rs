@@ -212,17 +212,16 @@
 //! ## Platforms
 //!
 //! Linux, macOS and the BSDs share the POSIX primitive (`flock` on a lock file; Linux adds
-//! `/proc/locks` for [`holders`], waiting marks for fair hand-over and eventfd wake-ups — all
-//! switched off by `--cfg leasehold_portable`, which runs the macOS/BSD code path on Linux). On
-//! Windows a lease is a named kernel semaphore, `Local\leasehold-<hex sha256(real path,
-//! case-folded)>`, whose existence is the lock: no lock file is created or held, the kernel
-//! destroys the object when its holder closes it or dies, and [`holders`] answers
-//! [`Holders::Unknown`]. The public names are the same; POSIX-only pieces (descriptor
-//! inheritance) are `cfg(unix)`. WASI (`wasm32-wasip1`) has no inter-process lock at all:
-//! there a lease is a claim in this process's claim table, granted only after
-//! [`LeaseOptions::single_process`] declares the program the only user of its directories
-//! (else [`Error::Unsupported`]); `wasm32-unknown-unknown`, which has no file system, is
-//! refused at compile time.
+//! `/proc/locks` for holders and waiting marks for fair hand-over — both switched off by
+//! `RUSTFLAGS="--cfg leasehold_portable"`, which runs the macOS/BSD code path on Linux). On Windows a lease is a named
+//! kernel semaphore, `Local\leasehold-<hex sha256(real path, case-folded)>`, whose existence is
+//! the lock: no lock file is created or held, the kernel destroys the object when its holder
+//! closes it or dies, and [`holders`] answers [`Holders::Unknown`]. The public names are the
+//! same; POSIX-only pieces (descriptor inheritance) are `cfg(unix)`. WASI (`wasm32-wasip1`)
+//! has no inter-process lock at all: there a lease is a claim in this process's claim table,
+//! granted only after [`LeaseOptions::single_process`] declares the program the only user of
+//! its directories (else [`Error::Unsupported`]); `wasm32-unknown-unknown`, which has no file
+//! system, is refused at compile time.
 //!
 //! ## `unsafe`
 //!
@@ -230,9 +229,9 @@
 //! allowed only on the platform modules under `sys/` that cannot do without it, with an
 //! `#[allow(unsafe_code)]` on that module's declaration in `sys/mod.rs` naming why:
 //! `sys/windows.rs` (`CreateSemaphoreW` through `windows-sys`: no safe wrapper exists for
-//! named semaphores) and, with the `tokio` feature on POSIX, `sys/reactor.rs` (tokio's
-//! `AsyncFd::register_with_interest`, whose safe predecessors are deprecated as unsound).
-//! Every other system call goes through `rustix` or `std`. Each `unsafe` block carries a
+//! named semaphores). Every other system call goes through `rustix` or `std` (waiters are
+//! woken by `Thread::unpark` or a task's `Waker`, so nothing is registered with tokio's
+//! reactor). Each `unsafe` block carries a
 //! `// SAFETY:` argument that the contract of the call holds, and the workspace lints
 //! enforce it (`clippy::undocumented_unsafe_blocks`; `unsafe_op_in_unsafe_fn`, so that an
 //! `unsafe fn`'s body states its unsafe calls the same way). `deny` rather than `forbid`, as

@@ -76,7 +76,7 @@ async fn budget_timeout_and_cancel_token_end_the_wait() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TimedOut { .. }), "{err:?}");
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     let budget = Budget::unlimited().with_cancel(token.clone());
     let canceller = tokio::spawn(async move { token.cancel() });
     let err = Lease::acquire_async(&path, &budget).await.unwrap_err();
@@ -117,4 +117,73 @@ async fn sigkilled_holder_process_hands_over_to_an_async_waiter() {
     holder.kill();
     let lease = waiter.await.unwrap().expect("async waiter takes over");
     lease.verify().unwrap();
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct Wakes(AtomicUsize);
+
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Polls `fut` once with the counting waker `wakes`.
+fn poll_once<F: std::future::Future>(
+    fut: std::pin::Pin<&mut F>,
+    wakes: &Arc<Wakes>,
+) -> std::task::Poll<F::Output> {
+    let waker = std::task::Waker::from(wakes.clone());
+    fut.poll(&mut std::task::Context::from_waker(&waker))
+}
+
+/// A cancellation from another thread wakes the task of an async wait queued behind a holder
+/// process: the wait's waker is woken (nothing else can: this test never lets the runtime
+/// run its timers), and the next poll ends the wait. The grant the kernel then gives the
+/// abandoned helper is let go.
+#[tokio::test(flavor = "current_thread")]
+async fn a_cancellation_from_another_thread_wakes_a_pending_async_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cancel-async.lock");
+    let holder = FlockHolder::hold(&path);
+    let token = CancelToken::new();
+    let budget = Budget::unlimited().with_cancel(token.clone());
+    let mut wait = std::pin::pin!(Lease::acquire_async(&path, &budget));
+    let wakes = Arc::new(Wakes::default());
+    assert!(poll_once(wait.as_mut(), &wakes).is_pending());
+    let pid = std::process::id();
+    testkit::until("the helper is queued in the kernel", || {
+        testkit::blocked_on(pid, &path)
+    });
+    assert_eq!(wakes.0.load(Ordering::SeqCst), 0, "nothing woke it yet");
+    std::thread::spawn(move || token.cancel()).join().unwrap();
+    assert!(
+        wakes.0.load(Ordering::SeqCst) >= 1,
+        "the cancellation woke the task"
+    );
+    match poll_once(wait.as_mut(), &wakes) {
+        std::task::Poll::Ready(Err(Error::Cancelled { .. })) => {}
+        other => panic!("expected the cancellation, got {other:?}"),
+    }
+    testkit::assert_abandoned_grant_let_go(&path, holder);
+}
+
+/// Dropping an async wait queued behind a holder process abandons it: the grant the kernel
+/// then gives its helper is let go.
+#[tokio::test(flavor = "current_thread")]
+async fn dropping_a_pending_async_wait_lets_its_later_grant_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("drop-async.lock");
+    let holder = FlockHolder::hold(&path);
+    let budget = Budget::unlimited();
+    let wakes = Arc::new(Wakes::default());
+    {
+        let mut wait = std::pin::pin!(Lease::acquire_async(&path, &budget));
+        assert!(poll_once(wait.as_mut(), &wakes).is_pending());
+        testkit::until("the helper is queued in the kernel", || {
+            testkit::blocked_on(std::process::id(), &path)
+        });
+    } // dropped here
+    testkit::assert_abandoned_grant_let_go(&path, holder);
 }

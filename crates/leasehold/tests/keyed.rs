@@ -276,7 +276,7 @@ fn cancellation_while_waiting_stops_the_waiter_and_leaves_the_holder() {
     let root = tempfile::tempdir().unwrap();
     let leases = keys(root.path()).max_wait(None);
     let held = leases.try_acquire("r1", |_| true).unwrap();
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     let budget = Budget::unlimited().with_cancel(token.clone());
     let waiter = {
         let leases = leases.clone();
@@ -303,18 +303,17 @@ fn default_cap_bounds_an_unlimited_budget() {
     );
 }
 
-/// A cancellation delivered the way a signal handler delivers it — a byte on the token's pipe,
-/// without the in-memory flag — is not seen by the lock attempt itself, so the lease is
-/// granted; the re-check right before admission must still refuse to start the operation and
-/// leave the key free.
+/// A budget cancelled before the acquisition starts admits nothing and leaves the key free.
+/// (The re-check right before admission catches a cancellation that lands after the lock
+/// was granted; since the token is one flag that every step reads, only a real race reaches
+/// it, and this test no longer can.)
 #[test]
-fn cancellation_racing_the_grant_is_caught_right_before_admission() {
+fn a_cancelled_budget_is_refused_admission_and_leaves_the_key_free() {
     let root = tempfile::tempdir().unwrap();
     let leases = keys(root.path());
     drop(leases.try_acquire("r2", |_| true).unwrap()); // the key is known now
-    let token = CancelToken::new().unwrap();
-    let pipe = token.write_end().unwrap();
-    std::io::Write::write_all(&mut std::fs::File::from(pipe), b"x").unwrap();
+    let token = CancelToken::new();
+    token.cancel();
     let budget = Budget::timeout(Duration::from_secs(5)).with_cancel(token);
     let r = leases.acquire("r2", &budget, |_| true);
     assert!(

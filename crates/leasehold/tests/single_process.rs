@@ -157,7 +157,7 @@ fn a_bounded_wait_for_a_held_lease_times_out_and_a_cancelled_one_stops_leaving_i
         waited < Duration::from_secs(5),
         "the deadline ended it: {waited:?}"
     );
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     token.cancel();
     let cancelled = single()
         .acquire(&path, &Budget::unlimited().with_cancel(token))

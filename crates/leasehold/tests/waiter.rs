@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use leasehold::{Budget, CancelToken, Holders, Lease};
+use leasehold::{Budget, CancelToken, Error, Holders, Lease};
 use testkit::FlockHolder;
 
 fn threads_of_this_process() -> usize {
@@ -24,7 +24,7 @@ fn an_abandoned_kernel_wait_never_ends_up_holding_the_lease() {
     let holder = FlockHolder::hold(&path);
     let err = Lease::acquire(&path, &Budget::timeout(Duration::from_millis(50))).unwrap_err();
     assert!(err.is_contended(), "{err:?}");
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     token.cancel();
     let budget = Budget::timeout(Duration::from_secs(30)).with_cancel(token);
     assert!(Lease::acquire(&path, &budget).is_err());
@@ -73,7 +73,7 @@ fn a_cancellable_waiter_is_granted_when_the_holder_dies() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("grant.lock");
     let holder = FlockHolder::hold(&path);
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     let p = path.clone();
     let waiter = std::thread::spawn(move || {
         Lease::acquire(
@@ -87,4 +87,65 @@ fn a_cancellable_waiter_is_granted_when_the_holder_dies() {
         .unwrap()
         .expect("granted after the holder died");
     lease.verify().unwrap();
+}
+
+/// Whether thread `tid` (its `/proc` directory) is asleep in the kernel (`S` in its
+/// `/proc` stat), twice in a row with a yield between.
+fn asleep(tid: &std::path::Path) -> bool {
+    let look = || {
+        std::fs::read_to_string(tid.join("stat"))
+            .is_ok_and(|s| s.rsplit(") ").next().is_some_and(|r| r.starts_with('S')))
+    };
+    look() && {
+        std::thread::yield_now();
+        look()
+    }
+}
+
+/// A cancellation from another thread wakes a waiter asleep behind a holder process (its
+/// helper queued in the kernel, itself parked) and ends the wait; the grant the kernel may
+/// then give the abandoned helper is let go.
+#[test]
+fn a_cancellation_from_another_thread_ends_a_kernel_wait_and_its_grant_is_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cancel.lock");
+    let holder = FlockHolder::hold(&path);
+    let token = CancelToken::new();
+    let budget = Budget::unlimited().with_cancel(token.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    let waiter = std::thread::spawn(move || {
+        tx.send(std::fs::read_link("/proc/thread-self").unwrap())
+            .unwrap();
+        Lease::acquire(&p, &budget)
+    });
+    let me = std::path::Path::new("/proc").join(rx.recv().unwrap());
+    let pid = std::process::id();
+    testkit::until("the helper is queued in the kernel", || {
+        testkit::blocked_on(pid, &path)
+    });
+    testkit::until("the waiter is parked", || asleep(&me));
+    token.cancel();
+    let res = waiter.join().unwrap();
+    assert!(matches!(res, Err(Error::Cancelled { .. })), "{res:?}");
+    assert!(
+        testkit::blocked_on(pid, &path),
+        "the abandoned helper is still queued"
+    );
+    testkit::assert_abandoned_grant_let_go(&path, holder);
+}
+
+/// The same for a wait abandoned by its deadline.
+#[test]
+fn a_timed_out_wait_lets_its_later_grant_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deadline.lock");
+    let holder = FlockHolder::hold(&path);
+    let err = Lease::acquire(&path, &Budget::timeout(Duration::from_millis(20))).unwrap_err();
+    assert!(err.is_contended(), "{err:?}");
+    assert!(
+        testkit::blocked_on(std::process::id(), &path),
+        "the helper stays queued"
+    );
+    testkit::assert_abandoned_grant_let_go(&path, holder);
 }

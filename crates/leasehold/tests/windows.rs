@@ -252,7 +252,7 @@ fn cancellation_and_deadline_end_a_wait_promptly_and_leave_nothing_held() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wait.lock");
     let mut holder = Lease::try_acquire(&path).unwrap();
-    let token = CancelToken::new().unwrap();
+    let token = CancelToken::new();
     let budget = Budget::unlimited().with_cancel(token.clone());
     let p = path.clone();
     let waiter = std::thread::spawn(move || Lease::acquire(&p, &budget));

@@ -15,8 +15,11 @@
 //! * [`Recorder`]: the labelled, ordered events of one or more authorities.
 //! * [`assert_free`]: nothing holds a lock, asserted the way the build can tell; and
 //!   [`reveals_holders`]: whether it can (Linux) or not (macOS/BSD, the portable build).
-//! * [`blocked_on`] and [`until`] (Unix): a process queued for a lock, per `/proc/locks`, and
-//!   waiting for a state by looking at it; [`stopped`]: a SIGSTOP has taken effect.
+//! * [`blocked_on`], [`holds`] and [`until`] (Unix): a process queued for a lock or holding it,
+//!   per `/proc/locks`, and waiting for a state by looking at it; [`stopped`]: a SIGSTOP has
+//!   taken effect.
+//! * [`assert_abandoned_grant_let_go`] (Unix): a wait given up while queued in the kernel
+//!   never ends up holding the lock once it is granted.
 //! * [`assert_broken_exclusion_found`]: the torture's self-check found what it must.
 //!
 //! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
@@ -37,9 +40,11 @@ mod torture;
 pub use canary::Canary;
 pub use free::{assert_free, reveals_holders};
 #[cfg(unix)]
-pub use locks::{blocked_on, until};
+pub use locks::{blocked_on, holds, until};
 #[cfg(unix)]
-pub use process::{FlockHolder, Out, Proc, assert_one_line_error, run, stopped};
+pub use process::{
+    FlockHolder, Out, Proc, assert_abandoned_grant_let_go, assert_one_line_error, run, stopped,
+};
 pub use recorder::Recorder;
 pub use spawns::quiet;
 pub use torture::{assert_broken_exclusion_found, violation_details};

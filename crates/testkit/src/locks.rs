@@ -23,6 +23,29 @@ pub fn blocked_on(pid: u32, path: &Path) -> bool {
         })
 }
 
+/// Whether process `pid` holds a `flock` lock on `path`'s inode (a `FLOCK` line of
+/// `/proc/locks` that is no `->` waiter; Linux only, `false` elsewhere). POSIX record locks
+/// (the library's waiting marks) do not count.
+///
+/// # Panics
+///
+/// When `path` cannot be looked at.
+pub fn holds(pid: u32, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(path).expect("stat the lock file").ino();
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+            f.get(1) == Some(&"FLOCK")
+                && f.get(4) == Some(&pid.to_string().as_str())
+                && f.get(5)
+                    .is_some_and(|dev_ino| dev_ino.ends_with(&format!(":{ino}")))
+        })
+}
+
 /// Waits until `cond` holds, looking again at once (the test's handshake with a state it
 /// cannot be told of by a pipe).
 ///

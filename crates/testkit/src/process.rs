@@ -216,3 +216,37 @@ impl FlockHolder {
         self.0.kill_group();
     }
 }
+
+/// Kills `holder` while an abandoned wait of this process (a waiter that timed out, was
+/// cancelled or dropped) is queued for `lock` alone, and checks that the grant the kernel
+/// then gives that wait is let go by itself, with no call into the library: once
+/// `/proc/locks` shows it no longer queued, a next holder process — util-linux `flock`
+/// giving up after 20 s, a bound the kernel's wait keeps, not a sleep here — gets the lock,
+/// and this process neither holds nor waits for it any more.
+///
+/// # Panics
+///
+/// When the next holder does not get the lock, or this process still holds or waits for it.
+pub fn assert_abandoned_grant_let_go(lock: &Path, holder: FlockHolder) {
+    let pid = std::process::id();
+    holder.kill();
+    crate::until("the abandoned wait is woken", || {
+        !crate::blocked_on(pid, lock)
+    });
+    let mut next = Proc::spawn(
+        Command::new("flock")
+            .args(["-w", "20"])
+            .arg(lock)
+            .args(["-c", "echo locked; exec sleep 600"]),
+    );
+    assert_eq!(
+        next.line(),
+        "locked",
+        "the next holder never got the lock: the abandoned grant was kept"
+    );
+    assert!(!crate::holds(pid, lock), "this process holds the lock");
+    assert!(
+        !crate::blocked_on(pid, lock),
+        "this process waits for it again"
+    );
+}

@@ -25,9 +25,11 @@
 //!   FIFO, socket or device is refused with exit 66 and one line saying why, never followed
 //!   or opened (flock(1) follows links and hangs on a FIFO); a new FILE is created 0600 (not
 //!   0666 minus umask); missing parents are not created, as in flock(1). A regular FILE gets
-//!   leasehold's lease: the inode is verified after locking, network file systems are
-//!   refused, and shared holders never starve an exclusive waiter of ours (the lock's gate:
-//!   see the library's `SharedLease`).
+//!   leasehold's lease: the inode is verified after locking, network, FUSE and overlay file
+//!   systems are refused (before anything is created there), and shared holders never
+//!   starve an exclusive waiter of ours (the lock's gate: see the library's `SharedLease`;
+//!   a gate another user could have prepared is ignored, whatever this verb accepts of lock
+//!   files).
 //! * Not a difference: a FILE that another user owns, or that its group or others may write
 //!   (a shared `/var/lock`-style file), is locked as flock(1) locks it, although `run` and
 //!   the stores refuse such files unless `LEASEHOLD_ALLOW_SHARED=1`. A script that switches
@@ -532,6 +534,8 @@ fn failed(e: &Error, opening: bool) -> Failed {
     let code = match e {
         Error::Contended { .. } => return Failed::Conflict(false),
         Error::TimedOut { .. } => return Failed::Conflict(true),
+        // Held up at the lock's gate (an exclusive waiter ahead, or one stuck there).
+        Error::GateHeld { waited, .. } => return Failed::Conflict(waited.is_some()),
         Error::Cancelled { .. } => {
             return Failed::Other(Failure::new(ErrorClass::Cancelled, e));
         }

@@ -153,13 +153,40 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
         (false, Some(timeout)) => Wait::up_to(timeout, token),
         (false, None) => Wait::unlimited(token),
     };
+    // What holds the lease up, after "{path}: lock is " (and, in the notice, after the
+    // path): "held by another process (pid N)", or, for a wait held up at one of the lock's
+    // gates (issue 22 item 4), that gate, who holds it and what the lock itself is.
     let holders = |e: &Error| match e {
-        Error::Contended { path, holders } | Error::TimedOut { path, holders, .. } => {
-            Some((path.display().to_string(), holders.who()))
+        Error::Contended { path, holders } | Error::TimedOut { path, holders, .. } => Some((
+            path.display().to_string(),
+            format!("held by {}", holders.who()),
+        )),
+        Error::GateHeld {
+            path,
+            gate,
+            holders,
+            ..
+        } => {
+            let why = match holders.get().is_held() {
+                Some(true) => format!(
+                    "an exclusive waiter ahead in line; the lock itself is held by {}",
+                    holders.who()
+                ),
+                Some(false) => {
+                    "a waiter ahead in line; the lock itself is free, so that waiter is stopped or stuck".into()
+                }
+                None => "an exclusive waiter ahead in line, or one stopped or stuck there".into(),
+            };
+            let by = e.gate_holders().unwrap_or_default().who();
+            let gate = gate.display();
+            Some((
+                path.display().to_string(),
+                format!("held up at its gate {gate}, held by {by} ({why})"),
+            ))
         }
         _ => None,
     };
-    let held_by = |e: &Error| holders(e).map(|(path, holders)| format!("{path} held by {holders}"));
+    let held_by = |e: &Error| holders(e).map(|(path, held)| format!("{path} {held}"));
     let options = crate::env::lease_options();
     let attempt = |budget: &Budget| match args.shared {
         true => options
@@ -171,9 +198,9 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
         // How long it waited, before the holders are looked up (that takes a moment).
         let tail = wait.gave_up();
         match holders(&e) {
-            Some((path, holders)) => Failure::new(
+            Some((path, held)) => Failure::new(
                 ErrorClass::Contended,
-                format!("{path}: lock is held by {holders}{tail}"),
+                format!("{path}: lock is {held}{tail}"),
             ),
             None => Failure::of(&e),
         }

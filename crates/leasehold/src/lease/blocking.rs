@@ -1,14 +1,16 @@
-//! The blocking driver of a wait: sleeps in `poll(2)` on the waiter's notifier and its
-//! budget's cancellation pipe (Windows: a plain sleep; its waits poll; WASI: a sleep on the
-//! notifier's condition variable, cut short by a grant) until
-//! [`Acquisition::next`] has the lease. The decisions are all in `wait.rs`.
+//! The blocking driver of a wait: parks the thread on the waiter's notifier (`sys/wake.rs`:
+//! a grant, a claim handed over or a cancellation unparks it) for as long as
+//! [`Acquisition::next`] says, until it has the lease. The decisions are all in `wait.rs`.
 
 use std::time::Duration;
 
 use super::imp::Held;
 use super::wait::{Acquisition, Next};
-use crate::error::{Error, Result};
-use crate::sys;
+use crate::error::Result;
+
+/// How long a waiter without a notifier sleeps when told to wait without limit (never asked
+/// today: every wait creates its notifier first).
+const NAP: Duration = Duration::from_millis(16);
 
 pub(crate) fn run(acq: Acquisition<'_>) -> Result<Held> {
     let mut acq = acq.may_block();
@@ -20,39 +22,10 @@ pub(crate) fn run(acq: Acquisition<'_>) -> Result<Held> {
                     return Ok(held);
                 }
             }
-            Next::Wait(timeout) => sleep(&acq, timeout).map_err(|source| Error::Io {
-                op: "wait for lock",
-                path: acq.path().to_path_buf(),
-                source,
-            })?,
+            Next::Wait(timeout) => match acq.notifier() {
+                Some(n) => n.wait(timeout),
+                None => std::thread::sleep(timeout.unwrap_or(NAP)),
+            },
         }
     }
-}
-
-#[cfg(unix)]
-fn sleep(acq: &Acquisition<'_>, timeout: Option<Duration>) -> std::io::Result<()> {
-    let mut fds = Vec::with_capacity(2);
-    if let Some(n) = acq.notifier() {
-        fds.push(n.fd());
-    }
-    if let Some(c) = acq.budget().cancel_token() {
-        fds.push(c.fd());
-    }
-    sys::wait_readable(&fds, timeout).map(|_| ())
-}
-
-#[cfg(windows)]
-fn sleep(_acq: &Acquisition<'_>, timeout: Option<Duration>) -> std::io::Result<()> {
-    sys::sleep(timeout.unwrap_or(Duration::from_millis(16)));
-    Ok(())
-}
-
-#[cfg(target_os = "wasi")]
-fn sleep(acq: &Acquisition<'_>, timeout: Option<Duration>) -> std::io::Result<()> {
-    let nap = timeout.unwrap_or(Duration::from_millis(16));
-    match acq.notifier() {
-        Some(n) => n.wait(nap),
-        None => sys::sleep(nap),
-    }
-    Ok(())
 }

@@ -37,7 +37,7 @@
 //! (`KernelWait`) → `sys/unix.rs` (`flock`).
 
 use std::fmt::Debug;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -111,10 +111,10 @@ use wait::Acquisition;
 /// [`accept`]: Self::accept
 /// [`verify`]: Self::verify
 pub(crate) trait Platform: Sized {
-    /// Whether a waiter is woken by its notifier alone (POSIX: the kernel-wait helper, or a
-    /// releasing lease of this process, pokes it). Elsewhere waiters also poll with
-    /// back-off: nothing announces a destroyed Windows object, and WASI cannot wake a
-    /// sleeper on a cancellation.
+    /// Whether a waiter is woken by its notifier alone (POSIX: the kernel-wait helper, a
+    /// releasing lease of this process or a cancellation pokes it). Elsewhere waiters also
+    /// poll with back-off: nothing announces a destroyed Windows object, and WASI's one
+    /// thread cannot be woken while it sleeps.
     const NOTIFIES: bool;
 
     /// An opened directory: what [`LockDir`] wraps.
@@ -132,10 +132,6 @@ pub(crate) trait Platform: Sized {
     /// A wait in the kernel's own lock queue; dropping it abandons the wait, and nothing of
     /// ours holds the lease afterwards.
     type KernelWait;
-    /// The error of this platform's system calls where they reach this layer (setting up a
-    /// waiter's [`Notifier`]): `Errno` on POSIX, `std::io::Error` elsewhere.
-    type SysError;
-
     /// Opens the lock, refusing anything but a regular file (and whatever `opts` refuse).
     fn open(opts: &LeaseOptions, target: &Self::Target) -> Result<Self::Opened>;
 
@@ -179,6 +175,21 @@ pub(crate) trait Platform: Sized {
     /// The grant, once the kernel made it; the error if the wait failed; `None` meanwhile.
     fn poll_wait(wait: &Self::KernelWait, target: &Self::Target) -> Option<Result<Self::Granted>>;
 
+    /// Where a busy try of `opened` was held up, if not at the lock itself (POSIX: a
+    /// shared-mode gate another process holds): that file, as messages name it, for the
+    /// error that ends a try-once there ([`Error::GateHeld`]). Default: at the lock.
+    fn busy_at(_target: &Self::Target, _opened: &Self::Opened) -> Option<PathBuf> {
+        None
+    }
+
+    /// Where a kernel wait is blocked, if not at the lock itself (as [`busy_at`]), for the
+    /// error that ends a wait there.
+    ///
+    /// [`busy_at`]: Self::busy_at
+    fn waiting_at(_target: &Self::Target, _wait: &Self::KernelWait) -> Option<PathBuf> {
+        None
+    }
+
     /// Whether the inode `id` is still the file at the path (else a waiter follows the
     /// path).
     fn still_at_path(target: &Self::Target, id: Option<FileId>) -> bool;
@@ -198,9 +209,6 @@ pub(crate) trait Platform: Sized {
 
     /// The error naming `path` for a failed holder look-up.
     fn holders_error(path: &Path, u: Unusable) -> Error;
-
-    /// The error naming `path` for a waiter's notifier that could not be set up.
-    fn wait_error(path: &Path, e: Self::SysError) -> Error;
 }
 
 /// An opened directory of a [`Platform`]: the inside of [`LockDir`], whose methods document
@@ -238,7 +246,7 @@ pub(crate) trait PlatformTarget: Sized + Clone + Debug {
     /// A lock file at `path` (resolved against the working directory).
     fn path(opts: &LeaseOptions, path: &Path) -> Result<Self>;
     /// The lock file `name` in `dir`; a `name` that is not one plain component is refused.
-    fn at(dir: &Self::Dir, name: &str) -> Result<Self>;
+    fn at(opts: &LeaseOptions, dir: &Self::Dir, name: &str) -> Result<Self>;
     /// The same lock without the shared leases' gate (for an internal lock whose exclusive
     /// holder waits only a moment: the keyed namespace's collector lock).
     fn without_gate(self) -> Self;
@@ -1071,7 +1079,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.lock");
         let mut holder = Lease::try_acquire(&path).unwrap();
-        let token = CancelToken::new().unwrap();
+        let token = CancelToken::new();
         let budget = Budget::unlimited().with_cancel(token.clone());
         let p = path.clone();
         let waiter = std::thread::spawn(move || Lease::acquire(&p, &budget));

@@ -21,10 +21,11 @@ use crate::error::Error;
 use crate::error::Result;
 
 /// Options for taking a lease. `LeaseOptions::default()` accepts a missing lock file
-/// (creating it, mode 0600, on POSIX), creates missing parent directories, refuses network
-/// and FUSE file systems, refuses an existing lock file that another user owns or may
-/// write, and refuses to lease at all where the platform has no lock other processes
-/// honour (WebAssembly/WASI: see [`single_process`](Self::single_process)).
+/// (creating it, mode 0600, on POSIX), creates missing parent directories, refuses network,
+/// FUSE and overlay file systems, refuses an existing lock file — or a lock file's
+/// directory — that another user owns or may write, and refuses to lease at all where the
+/// platform has no lock other processes honour (WebAssembly/WASI: see
+/// [`single_process`](Self::single_process)).
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseOptions {
     pub(crate) create: bool,
@@ -73,24 +74,34 @@ impl LeaseOptions {
         self
     }
 
-    /// Allows lock files on network and FUSE file systems (NFS, SMB/CIFS, AFS, Coda, FUSE:
-    /// sshfs, bindfs, ...; UNC paths and mapped drives on Windows). Off by default: `flock`
-    /// there may block forever even with `LOCK_NB`, or fail to exclude other clients (a
-    /// bindfs mount and its backing path do not exclude each other), and a Windows kernel
-    /// object excludes only processes on this machine. Opting in is your statement that your
-    /// mount's locking is sound. The CLI opts in with `LEASEHOLD_ALLOW_NETWORK_FS=1`.
+    /// Allows lock files on network, FUSE and overlay file systems (NFS, SMB/CIFS, AFS, Coda,
+    /// FUSE: sshfs, bindfs, ...; overlayfs; UNC paths and mapped drives on Windows). Off by
+    /// default: `flock` there may block forever even with `LOCK_NB`, or fail to exclude
+    /// other clients or other paths (a bindfs mount and its backing path do not exclude
+    /// each other, nor do an overlay's merged path and its upper or lower directory), and a
+    /// Windows kernel object excludes only processes on this machine. The refusal comes
+    /// before anything is created on the mount (the lock file, missing parents). Opting in
+    /// is your statement that your mount's locking is sound — for overlayfs, that every user
+    /// of the lock goes through the merged path, as the processes inside one container do
+    /// (a container's root file system is an overlay). The CLI opts in with
+    /// `LEASEHOLD_ALLOW_NETWORK_FS=1`.
     pub fn allow_network_filesystem(mut self, allow: bool) -> LeaseOptions {
         self.allow_network_fs = allow;
         self
     }
 
-    /// Accepts an existing lock file that belongs to another user (neither this process's
-    /// effective user nor root) or that its group or others may write. Off by default, as
-    /// OpenSSH's StrictModes: the owner of a lock file can unlink it while you hold it, after
-    /// which a second process locks a new file and both believe they hold the lease; anyone
-    /// who may write it can do the same. Turn it on only where several users share the lock
-    /// on purpose (a group-writable lock file in a shared directory). POSIX only; the CLI
-    /// opts in with `LEASEHOLD_ALLOW_SHARED=1`.
+    /// Accepts an existing lock file, or a lock file's directory, that belongs to another
+    /// user (neither this process's effective user nor root) or that its group or others may
+    /// write (a directory: unless it is sticky and root's, as `/tmp` is). Off by default, as
+    /// OpenSSH's StrictModes: the owner of a lock file can unlink it while you hold it, and
+    /// whoever may write its directory can rename it away, after which a second process
+    /// locks a new file and both believe they hold the lease; anyone who may write the file
+    /// can do the same. Both are checked before anything is created. Turn it on only where
+    /// several users share the lock on purpose (a group-writable lock file in a shared
+    /// directory). The shared-mode gate files beside a lock file follow the rule whatever
+    /// this option says, and one that fails it is ignored rather than refused (it costs
+    /// fairness only; see [`SharedLease`]). POSIX only; the CLI opts in with
+    /// `LEASEHOLD_ALLOW_SHARED=1`.
     pub fn allow_shared_state(mut self, allow: bool) -> LeaseOptions {
         self.allow_shared_state = allow;
         self
@@ -126,7 +137,7 @@ impl LeaseOptions {
         self
     }
 
-    /// Whether network and FUSE file systems are allowed (see
+    /// Whether network, FUSE and overlay file systems are allowed (see
     /// [`allow_network_filesystem`](Self::allow_network_filesystem)).
     pub fn allows_network_filesystem(&self) -> bool {
         self.allow_network_fs
@@ -178,7 +189,7 @@ impl LeaseOptions {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn acquire_at(&self, dir: &LockDir, name: &str, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?;
+        let target = imp::Target::at(self, &dir.0, name)?;
         self.acquire_target(target, budget, Mode::Exclusive)
     }
 
@@ -193,7 +204,7 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?.without_gate();
+        let target = imp::Target::at(self, &dir.0, name)?.without_gate();
         self.acquire_target(target, budget, mode)
     }
 
@@ -206,7 +217,7 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?.without_gate();
+        let target = imp::Target::at(self, &dir.0, name)?.without_gate();
         self.acquire_target_async(target, budget, mode).await
     }
 
@@ -242,7 +253,7 @@ impl LeaseOptions {
         name: &str,
         budget: &Budget,
     ) -> Result<Lease> {
-        let target = imp::Target::at(&dir.0, name)?;
+        let target = imp::Target::at(self, &dir.0, name)?;
         self.acquire_target_async(target, budget, Mode::Exclusive)
             .await
     }
@@ -296,7 +307,7 @@ impl LeaseOptions {
     ) -> Result<LeaseHandle> {
         Ok(LeaseHandle {
             opts: *self,
-            target: imp::Target::at(&dir.0, name)?.without_gate().unchecked(),
+            target: imp::Target::at(self, &dir.0, name)?.without_gate().unchecked(),
             opened: None,
             mode,
         })

@@ -10,7 +10,12 @@
 //! other without a gap: new shared acquirers wait behind it — in this process through the
 //! claim queue (`claim.rs`), across processes through the lock's gate (`posix/gate.rs`),
 //! which every leasehold process honours. (Plain `flock -s` readers starve a `flock -x`
-//! writer for ever; BENCHMARKS.md has both figures.)
+//! writer for ever; BENCHMARKS.md has both figures.) A gate file is used only where it
+//! passes the lock file's ownership rule (whatever [`LeaseOptions::allow_shared_state`]
+//! says); one that another user could have prepared is ignored — that costs fairness, never
+//! exclusion — and
+//! an acquirer whose budget runs out while it is held up at a gate gets
+//! [`Error::GateHeld`], naming the gate and its holders.
 //!
 //! **No reader starvation.** Nor do writers that release and queue again at once starve the
 //! readers waiting behind them: a shared waiter reserves its turn on the readers' gate, and

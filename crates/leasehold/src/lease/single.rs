@@ -19,11 +19,11 @@
 //!   Exclusive and shared modes, the FIFO queue and the turnstile that keeps shared claims
 //!   from starving an exclusive waiter are the claim table's, as in every process.
 //! * **Wait.** There is no kernel queue ([`KernelWait`] cannot be started): a waiter queues
-//!   in the claim table, whose release hands it the claim and pokes its notifier (a
-//!   condition variable); the waiter also wakes every 1 → 16 ms to judge its budget, so a
-//!   deadline ends the wait on time and a cancellation within 16 ms (WASI has no pipe to
-//!   wake a sleeper with), as on Windows. On `wasm32-wasip1`, which has one thread, a wait
-//!   for a lease this very thread holds can only end by its budget.
+//!   in the claim table, whose release hands it the claim and pokes its notifier; the waiter
+//!   also wakes every 1 → 16 ms to judge its budget, so a deadline ends the wait on time and
+//!   a cancellation within 16 ms (`wasm32-wasip1` has one thread: nobody can wake a sleeper,
+//!   so a wait sleeps out its nap). A wait for a lease this very thread holds can only end
+//!   by its budget.
 //! * **Directories** are paths (std has no stable `openat` on WASI): a [`Dir`] remembers
 //!   the identity of each directory it was reached through, and `verify` walks the chain
 //!   again, so a lease in a renamed directory is reported lost rather than excluding nobody.
@@ -224,7 +224,7 @@ impl PlatformTarget for Target {
         })
     }
 
-    fn at(dir: &Dir, name: &str) -> Result<Target> {
+    fn at(_opts: &LeaseOptions, dir: &Dir, name: &str) -> Result<Target> {
         let path = dir.path.join(name);
         plain(name, &path, "open lock file")?;
         Ok(Target { path, in_dir: true })
@@ -534,11 +534,6 @@ pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
     }
 }
 
-/// Maps a failure to set up a wait.
-fn wait_error(path: &Path, e: io::Error) -> Error {
-    io_error(path, "set up wait", e)
-}
-
 /// The single-process platform, WASI (see [`Platform`]): each item names the function of
 /// this file that does it.
 #[derive(Debug)]
@@ -555,7 +550,6 @@ impl Platform for Single {
     type Held = Held;
     type Granted = Granted;
     type KernelWait = KernelWait;
-    type SysError = io::Error;
 
     fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         open(opts, target)
@@ -603,9 +597,6 @@ impl Platform for Single {
     }
     fn holders_error(path: &Path, u: Unusable) -> Error {
         holders_error(path, u)
-    }
-    fn wait_error(path: &Path, e: io::Error) -> Error {
-        wait_error(path, e)
     }
 }
 

@@ -3,9 +3,9 @@
 //!
 //! An acquisition is a small state machine. Each call of [`Acquisition::next`] does the
 //! non-blocking work that is due (open, claim, try, accept a grant, follow a replaced file,
-//! judge the budget) and answers either the lease or "wait until the notifier or the
-//! cancellation token is readable, or at most this long". The drivers differ only in how they
-//! sleep: `poll(2)` or tokio's reactor.
+//! judge the budget) and answers either the lease or "wait until the notifier is poked, or at
+//! most this long". The drivers differ only in how they sleep: a parked thread or a pending
+//! task (the notifier, `sys/wake.rs`, unparks the one or wakes the other).
 //!
 //! The order of decisions, and why:
 //!
@@ -21,9 +21,27 @@
 //!    else (Windows) poll with back-off. (On WASI the claim is the whole lock: a try under
 //!    it is never busy, and waiters wait in the claim queue, polling their budget.)
 //! 5. On every wake-up: cancellation first (an explicit request), then a grant, then the
-//!    deadline; and, on a slow timer, whether the file we wait on is still the one at the
-//!    path (a lock file replaced under us would make us wait on an orphan forever).
+//!    deadline. Where a notifier wakes the waiter (POSIX: the kernel-wait helper on a
+//!    grant, a releasing lease of this process for a queued one) the deadline is its only
+//!    timer: nothing polls, neither the lock nor its path. Where nothing can wake it
+//!    (Windows, WASI) it polls with back-off, and on a slow timer also checks that the file
+//!    it waits for is still the one at the path.
+//!
+//! Why no re-check of the path where the kernel wakes the waiter (issue 22 item 19: waiters
+//! looked at the path every 100 ms while the README said waits do not poll; one process's
+//! CPU while 100 of its waiters wait 1 s, `leasehold bench`'s `crowd_waiting_cpu` on the
+//! 2-vCPU reference VM: 1.36 % of a core for sync waiters and 0.42 % for async ones with the
+//! re-check, 0.004 % and 0.011 % without): a waiter waits on the inode it opened, and the
+//! kernel wakes it when that inode's lock is released, whereupon the grant's inode check
+//! finds a file replaced meanwhile and the waiter follows the path. The re-check only made
+//! it follow *earlier*, while the replaced file's holder still held it, and so take the
+//! lease beside that holder, which a waiter queued behind it must not do
+//! (`tests/replaced.rs`). A blocking wait that only a grant can end (`lock_inline`) never
+//! re-checked; now no POSIX waiter does, and a wait costs no CPU until it ends. (A new
+//! acquisition opens the path afresh, as every newcomer does: the CLI's second attempt
+//! after its one-second notice is one.)
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,15 +49,17 @@ use super::MAX_REOPENS;
 use super::claim::{self, Claim, Mode, Queued, Taken};
 use super::imp::{self, Held, Opened, Target};
 use super::{Attempt, Imp, Platform, PlatformOpened, PlatformTarget};
-use crate::budget::{Budget, Exhausted};
+use crate::budget::{Budget, Exhausted, Subscription};
 use crate::error::{Error, Result};
 use crate::holders::HolderInfo;
 use crate::kind::FileId;
 use crate::lease::LeaseOptions;
 use crate::sys::Notifier;
 
-/// How often a waiter checks that the file it waits on is still the one at the path: from
-/// [`CHECK_MIN`], doubling up to [`CHECK_MAX`]. Costs one `fstatat` per check.
+/// How often a polling waiter (no notifier wakes it: Windows, WASI) checks that the file it
+/// waits on is still the one at the path: from [`CHECK_MIN`], doubling up to [`CHECK_MAX`].
+/// Costs one `fstatat` per check. Waiters a notifier wakes never check (module
+/// documentation, step 5).
 const CHECK_MIN: Duration = Duration::from_millis(5);
 const CHECK_MAX: Duration = Duration::from_millis(100);
 /// Back-off where no kernel queue exists (Windows): a release is noticed within this.
@@ -50,8 +70,8 @@ const POLL_MAX: Duration = Duration::from_millis(16);
 pub(crate) enum Next {
     /// The lease is ours.
     Acquired(Held),
-    /// Sleep until the notifier or the cancellation token is readable, or this long passes
-    /// (`None`: no limit).
+    /// Sleep until the notifier is poked (a grant, a claim handed over, a cancellation), or
+    /// this long passes (`None`: no limit).
     Wait(Option<Duration>),
     /// Block this thread in the kernel's lock queue ([`Acquisition::block`]): nothing but a
     /// grant can end this wait, and only the blocking driver is ever told to.
@@ -83,6 +103,8 @@ pub(crate) struct Acquisition<'a> {
     reopens: u32,
     state: State,
     notifier: Option<Arc<Notifier>>,
+    /// The notifier's place among the budget token's waiters (with the notifier).
+    _subscribed: Option<Subscription>,
     interval: Duration,
     next_check: Instant,
     /// The current back-off of a polling waiter (no notifier can wake it).
@@ -110,6 +132,7 @@ impl<'a> Acquisition<'a> {
             reopens: 0,
             state: State::Fresh(reuse),
             notifier: None,
+            _subscribed: None,
             interval: CHECK_MIN,
             next_check: started,
             poll: Duration::ZERO,
@@ -140,16 +163,10 @@ impl<'a> Acquisition<'a> {
         }
     }
 
-    /// The budget this acquisition waits within.
-    #[cfg_attr(not(unix), allow(dead_code))] // Windows and WASI waiters poll
-    pub(crate) fn budget(&self) -> &Budget {
-        self.budget
-    }
-
-    /// What wakes this waiter besides its budget's token (created on the first wait).
-    #[cfg_attr(windows, allow(dead_code))] // Windows waiters poll
-    pub(crate) fn notifier(&self) -> Option<&Notifier> {
-        self.notifier.as_deref()
+    /// What wakes this waiter (created on the first wait): a grant, a claim handed over by
+    /// a release in this process, or its budget's cancellation all poke it.
+    pub(crate) fn notifier(&self) -> Option<&Arc<Notifier>> {
+        self.notifier.as_ref()
     }
 
     fn try_once(&self) -> bool {
@@ -161,13 +178,16 @@ impl<'a> Acquisition<'a> {
         self.target.display()
     }
 
-    fn ensure_notifier(&mut self) -> Result<Arc<Notifier>> {
+    /// The waiter's notifier, created (and subscribed to the budget's token) on the first
+    /// wait: the uncontended path creates none.
+    fn ensure_notifier(&mut self) -> Arc<Notifier> {
         if let Some(n) = &self.notifier {
-            return Ok(n.clone());
+            return n.clone();
         }
-        let n = Arc::new(Notifier::new().map_err(|e| Imp::wait_error(self.target.display(), e))?);
+        let n = Arc::new(Notifier::new());
+        self._subscribed = self.budget.cancel_token().map(|t| t.subscribe(&n));
         self.notifier = Some(n.clone());
-        Ok(n)
+        n
     }
 
     /// Does what is due and says what the driver should do next.
@@ -175,7 +195,7 @@ impl<'a> Acquisition<'a> {
         loop {
             match std::mem::replace(&mut self.state, State::Done) {
                 State::Fresh(reuse) => {
-                    if self.budget.flagged() {
+                    if self.budget.cancelled() {
                         return Err(self.cancelled());
                     }
                     let opened = match reuse {
@@ -183,10 +203,10 @@ impl<'a> Acquisition<'a> {
                         None => Imp::open(&self.opts, self.target)?,
                     };
                     // First without a place in the queue: the uncontended path creates no
-                    // notifier (an eventfd and its close measured ~15 % of a cold cycle).
+                    // notifier.
                     let mut taken = claim::take(opened.key(), self.mode, None);
                     if matches!(taken, Taken::Busy) && !self.try_once() {
-                        let n = self.ensure_notifier()?;
+                        let n = self.ensure_notifier();
                         taken = claim::take(opened.key(), self.mode, Some(&n));
                     }
                     match taken {
@@ -221,7 +241,10 @@ impl<'a> Acquisition<'a> {
                         // Queued behind another lease of this process: it holds the lease,
                         // whatever the OS reveals of holders.
                         self.judge_budget_here(opened.file_id())?;
-                        if self.check_due() && !Imp::still_at_path(self.target, opened.file_id()) {
+                        if !Imp::NOTIFIES
+                            && self.check_due()
+                            && !Imp::still_at_path(self.target, opened.file_id())
+                        {
                             drop(q);
                             self.reopen()?;
                             continue;
@@ -231,12 +254,17 @@ impl<'a> Acquisition<'a> {
                     }
                 },
                 State::Kernel(kw, claim, id) => {
-                    if self.budget.flagged() {
+                    if self.budget.cancelled() {
                         return Err(self.cancelled());
                     }
                     match Imp::poll_wait(&kw, self.target) {
                         Some(Ok(granted)) => {
                             drop(kw);
+                            // The grant's poke is consumed: a wait that follows (the file
+                            // was replaced) must sleep, not find the notifier still ready.
+                            if let Some(n) = &self.notifier {
+                                n.drain();
+                            }
                             match Imp::accept(self.target, granted, claim)? {
                                 Some(held) => return Ok(Next::Acquired(held)),
                                 None => self.reopen()?,
@@ -244,8 +272,11 @@ impl<'a> Acquisition<'a> {
                         }
                         Some(Err(e)) => return Err(e),
                         None => {
-                            self.judge_budget(id)?;
-                            if self.check_due() && !Imp::still_at_path(self.target, id) {
+                            self.judge_budget(id, || Imp::waiting_at(self.target, &kw))?;
+                            if !Imp::NOTIFIES
+                                && self.check_due()
+                                && !Imp::still_at_path(self.target, id)
+                            {
                                 drop(kw);
                                 drop(claim);
                                 self.reopen()?;
@@ -257,7 +288,7 @@ impl<'a> Acquisition<'a> {
                     }
                 }
                 State::Polling(opened, claim) => {
-                    self.judge_budget(opened.file_id())?;
+                    self.judge_budget(opened.file_id(), || None)?;
                     if let Some(next) = self.locked_try(opened, claim)? {
                         return Ok(next);
                     }
@@ -282,10 +313,11 @@ impl<'a> Acquisition<'a> {
                 Ok(None)
             }
             Attempt::Busy(opened, claim) => {
+                let at = || Imp::busy_at(self.target, &opened);
                 if self.try_once() {
-                    return Err(self.contended(opened.file_id()));
+                    return Err(self.contended_at(opened.file_id(), at()));
                 }
-                self.judge_budget(opened.file_id())?;
+                self.judge_budget(opened.file_id(), at)?;
                 if self.may_block
                     && Imp::NOTIFIES
                     && self.budget.deadline().is_none()
@@ -295,7 +327,7 @@ impl<'a> Acquisition<'a> {
                     return Ok(Some(Next::Block));
                 }
                 let id = opened.file_id();
-                let n = self.ensure_notifier()?;
+                let n = self.ensure_notifier();
                 match Imp::start_wait(self.target, opened, self.mode, n) {
                     Ok(kw) => {
                         self.state = State::Kernel(kw, claim, id);
@@ -335,8 +367,12 @@ impl<'a> Acquisition<'a> {
         true
     }
 
-    /// How long the driver may sleep: until the next check (or poll), cut by the deadline.
+    /// How long the driver may sleep: until the deadline where a notifier wakes the waiter;
+    /// else until the next check (or poll), cut by the deadline.
     fn sleep(&mut self) -> Next {
+        if Imp::NOTIFIES && !matches!(self.state, State::Polling(..)) {
+            return Next::Wait(self.budget.remaining());
+        }
         let mut nap = self
             .next_check
             .saturating_duration_since(Instant::now())
@@ -353,11 +389,12 @@ impl<'a> Acquisition<'a> {
         }))
     }
 
-    /// Ends a wait whose budget ran out: cancellation first, then the deadline.
-    fn judge_budget(&self, id: Option<FileId>) -> Result<()> {
+    /// Ends a wait whose budget ran out: cancellation first, then the deadline. `at`: the
+    /// gate the wait is held up at, if it is not at the lock (asked only when it ends).
+    fn judge_budget(&self, id: Option<FileId>, at: impl FnOnce() -> Option<PathBuf>) -> Result<()> {
         match self.budget.exhausted() {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
-            Some(Exhausted::Deadline) => Err(self.contended(id)),
+            Some(Exhausted::Deadline) => Err(self.contended_at(id, at())),
             None => Ok(()),
         }
     }
@@ -387,6 +424,21 @@ impl<'a> Acquisition<'a> {
             None => HolderInfo::known(crate::kind::Holders::Held { pids: Vec::new() }),
         };
         self.contended_with(holders)
+    }
+
+    /// Contention (try-once) or a passed deadline, naming the inode waited on — or, where
+    /// the acquirer was held up at a gate of the lock (`at`: that file and its inode), that
+    /// gate and its holders besides ([`Error::GateHeld`]): the lock itself may be free.
+    fn contended_at(&self, id: Option<FileId>, at: Option<PathBuf>) -> Error {
+        let Some(gate) = at else {
+            return self.contended(id);
+        };
+        Error::GateHeld {
+            path: self.path().to_path_buf(),
+            gate: gate.into_boxed_path(),
+            holders: HolderInfo::of_inode(id),
+            waited: (!self.try_once()).then(|| self.started.elapsed()),
+        }
     }
 
     /// Contention (try-once) or a passed deadline, with these holders.

@@ -15,8 +15,10 @@
 //!   `TerminateProcess` — so a crashed holder never blocks a successor, and a live but wedged
 //!   holder is never expropriated.
 //! * **Wait.** No kernel event announces that a named object was destroyed, so a waiter polls
-//!   with bounded back-off (1 ms doubling to 16 ms; `wait.rs`): a release is noticed within
-//!   ~16 ms, a cancellation too. There is no kernel queue ([`KernelWait`] cannot be started).
+//!   with bounded back-off (1 ms doubling to 16 ms; `wait.rs`): a release by another process
+//!   is noticed within ~16 ms, as is a token's flag raised by a signal handler; a
+//!   `CancelToken::cancel` and a release by another lease of this process wake the waiter at
+//!   once (its notifier). There is no kernel queue ([`KernelWait`] cannot be started).
 //! * **Verify.** Nobody can take a held object away, so `verify` only asks whether the path
 //!   still names the same object: when a directory on the way was re-pointed (a junction
 //!   changed), newcomers would lock another object, and the lease is reported lost.
@@ -227,7 +229,7 @@ impl PlatformTarget for Target {
         })
     }
 
-    fn at(dir: &Dir, name: &str) -> Result<Target> {
+    fn at(_opts: &LeaseOptions, dir: &Dir, name: &str) -> Result<Target> {
         let display = dir.path.join(name);
         if !sys::is_plain_name(OsStr::new(name)) {
             return Err(not_plain(display, "open lock file"));
@@ -583,11 +585,6 @@ pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
     }
 }
 
-/// Maps a failure to set up a wait.
-fn wait_error(path: &Path, e: io::Error) -> Error {
-    io_error(path, "set up wait", e)
-}
-
 /// The Windows platform (see [`Platform`]): each item names the function of this file that
 /// does it.
 #[derive(Debug)]
@@ -603,7 +600,6 @@ impl Platform for Windows {
     type Held = Held;
     type Granted = Granted;
     type KernelWait = KernelWait;
-    type SysError = io::Error;
 
     fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         open(opts, target)
@@ -651,8 +647,5 @@ impl Platform for Windows {
     }
     fn holders_error(path: &Path, u: Unusable) -> Error {
         holders_error(path, u)
-    }
-    fn wait_error(path: &Path, e: io::Error) -> Error {
-        wait_error(path, e)
     }
 }

@@ -3,55 +3,53 @@
 //! Everything above `sys` speaks in terms of "open this lock file without following or
 //! blocking", "try an exclusive lock", "what is the identity of this file", "who holds it" and
 //! "wait until something changes". Linux and the BSDs/macOS share the POSIX implementation
-//! (`flock`); Linux adds `/proc/locks` for holders, waiting marks (POSIX read locks) for fair
-//! hand-over and eventfd wake-ups. `--cfg leasehold_portable` switches those three off, so that
+//! (`flock`); Linux adds `/proc/locks` for holders and waiting marks (POSIX read locks) for
+//! fair hand-over. `--cfg leasehold_portable` switches those two off, so that
 //! CI runs on Linux the code macOS and the BSDs run (README, "Platforms").
 //! Windows has no equivalent of these calls that leasehold could use safely; its leases are
 //! named kernel semaphores (see `windows.rs`), named by [`naming`] on every platform so that
 //! the naming rules are tested everywhere. WASI (`wasm32-wasip1`) has no lock at all:
 //! `wasi.rs` offers only the file-system look-ups of the single-process lease
-//! (`lease/single.rs`) and a condition-variable notifier.
+//! (`lease/single.rs`). A waiter's wake-up (`wake.rs`) is the same everywhere: a flag with a
+//! thread to unpark or a task to wake.
 
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
 pub(crate) use unix::{
-    Entry, Looked, Notifier, create_dirs, cwd, dir_id_at, dir_names, dup_cloexec, entry_at,
-    fd_entry, fd_entry_judged, fd_id, fd_identity, fd_modified, holders, is_plain_name,
-    is_readable, lock_blocking, lookup, mkdir_at, network_fs, nofile_limit, open_data_file,
-    open_dir_at, open_lock_file, pipe, poke, read_exact_at, set_inheritable, sync_dir_fd, try_lock,
-    unlink_at, unlock, untrusted_at, wait_readable,
+    Entry, Looked, create_dirs, cwd, dir_id_at, dir_judged, dir_names, dup_cloexec, entry_at,
+    fd_entry, fd_entry_judged, fd_gate_usable, fd_id, fd_identity, fd_modified, holders,
+    is_plain_name, lock_blocking, lookup, mkdir_at, network_fs, network_fs_path, nofile_limit,
+    open_data_file, open_dir_at, open_lock_file, read_exact_at, set_inheritable, sync_dir_fd,
+    try_lock, unlink_at, unlock, untrusted_at,
 };
 /// Linux's waiting marks (see `unix.rs`); `--cfg leasehold_portable` leaves them out.
 #[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) use unix::{mark_waiting, others_waiting, unmark_waiting};
-
-#[cfg(all(unix, feature = "tokio"))]
-#[allow(unsafe_code)] // tokio's reactor registration (see its docs)
-mod reactor;
-#[cfg(all(unix, feature = "tokio"))]
-pub(crate) use reactor::register_readable;
 
 #[cfg(windows)]
 #[allow(unsafe_code)] // raw Win32 calls (see its docs)
 mod windows;
 #[cfg(windows)]
 pub(crate) use windows::{
-    Created, Looked, Notifier, Stood, create_dir, create_dirs, create_named, holders,
-    is_plain_name, lookup, open_data_file, read_exact_at, real_path, sleep, stat_follow,
-    stat_nofollow,
+    Created, Looked, Stood, create_dir, create_dirs, create_named, holders, is_plain_name, lookup,
+    open_data_file, read_exact_at, real_path, stat_follow, stat_nofollow,
 };
 
 #[cfg(target_os = "wasi")]
 mod wasi;
 #[cfg(target_os = "wasi")]
 pub(crate) use wasi::{
-    Looked, Notifier, Stood, create_dir, create_dirs, dir_names, fd_modified, fd_stood, holders,
-    is_plain_name, lookup, open_data_file, open_lock_file, read_exact_at, sleep, stat_follow,
+    Looked, Stood, create_dir, create_dirs, dir_names, fd_modified, fd_stood, holders,
+    is_plain_name, lookup, open_data_file, open_lock_file, read_exact_at, stat_follow,
     stat_nofollow, sync_dir, unlink,
 };
 
 pub(crate) mod naming;
+
+/// A waiter's wake-up, the same on every platform (a parked thread or a task's waker).
+mod wake;
+pub(crate) use wake::Notifier;
 
 /// This process's id, where the platform has processes with ids: WASI has none
 /// (`std::process::id` panics there), and `None` is the answer.

@@ -2,12 +2,11 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
-use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
@@ -190,6 +189,45 @@ pub(crate) fn fd_entry_judged(
     Ok((entry_of(&st), judge.then(|| judge_owner(&st)).flatten()))
 }
 
+/// What a lock file's directory is, looked at before anything is opened or created in it
+/// (the final component followed, as the lock file's own open follows it): its device, for
+/// the file-system check, and, with `judge`, [`untrusted_at`]'s verdict on it — whoever may
+/// write a directory that is not sticky and root's can rename the lock file in it away while
+/// it is held, after which a second holder locks a new file. `Ok(None)`: nothing is there.
+/// Something that is not a directory is `ENOTDIR`. One `fstatat`.
+#[allow(clippy::unnecessary_cast)] // st_dev is not u64 on every platform
+pub(crate) fn dir_judged(
+    at: BorrowedFd<'_>,
+    name: &Path,
+    judge: bool,
+) -> Result<Option<(u64, Option<String>)>, Errno> {
+    let st = match rustix::fs::statat(at, name, AtFlags::empty()) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if FileType::from_raw_mode(st.st_mode as _) != FileType::Directory {
+        return Err(Errno::NOTDIR);
+    }
+    Ok(Some((
+        st.st_dev as u64,
+        judge.then(|| judge_owner(&st)).flatten(),
+    )))
+}
+
+/// Whether an opened gate file (`lease/posix/gate.rs`) may be used, from one `fstat`: a
+/// regular file with exactly one link that passes the ownership rule ([`untrusted_at`]).
+/// A gate another user could have prepared, or one hard-linked to some other file (the lock
+/// file itself, on which a waiter holding its gate would wait for itself), is not used —
+/// gates only ever cost fairness.
+#[allow(clippy::unnecessary_cast)] // st_nlink is not u64 on every platform
+pub(crate) fn fd_gate_usable(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok(kind_of(FileType::from_raw_mode(st.st_mode as _)).is_none()
+        && st.st_nlink as u64 == 1
+        && judge_owner(&st).is_none())
+}
+
 fn entry_of(st: &rustix::fs::Stat) -> Entry {
     match kind_of(FileType::from_raw_mode(st.st_mode as _)) {
         None => Entry::Regular(id_of(st)),
@@ -350,17 +388,26 @@ pub(crate) fn nofile_limit() -> u64 {
         .unwrap_or(0)
 }
 
-/// Names the network (or FUSE) file system `fd` lives on, if it does.
+/// Names the network, FUSE or overlay file system `fd` lives on, if it does.
 ///
 /// Why this matters (cargo's `flock.rs` tells the same story): on NFS, `flock` is emulated
 /// with byte-range locks through the lock manager; when that daemon is missing or slow,
 /// `flock(LOCK_NB)` can block forever, and between two clients it may not exclude at all. SMB
 /// mounts have similar gaps. A lock that silently fails to exclude is worse than none.
-#[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn network_fs(fd: BorrowedFd<'_>) -> Result<Option<&'static str>, Errno> {
-    let st = rustix::fs::fstatfs(fd)?;
+    rustix::fs::fstatfs(fd).map(|st| network_fs_of(&st))
+}
+
+/// [`network_fs`] of the file system the directory at `path` lives on (the lock file's
+/// directory, looked at before anything is created in it).
+pub(crate) fn network_fs_path(path: &Path) -> Result<Option<&'static str>, Errno> {
+    rustix::fs::statfs(path).map(|st| network_fs_of(&st))
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn network_fs_of(st: &rustix::fs::StatFs) -> Option<&'static str> {
     #[allow(clippy::unnecessary_cast)]
-    Ok(network_fs_magic(st.f_type as u64))
+    network_fs_magic(st.f_type as u64)
 }
 
 /// Classifies a Linux `statfs.f_type` magic number.
@@ -378,21 +425,25 @@ pub(crate) fn network_fs_magic(magic: u64) -> Option<&'static str> {
         // path do not exclude each other, and a network FUSE file system's locks are local
         // to one client — so it is refused by default like a network file system.
         0x6573_5546 => Some("fuse"),
+        // overlayfs: a lock taken through the merged path is the overlay inode's, one taken
+        // through the upper (or lower) directory the underlying inode's, and the two do not
+        // exclude each other (issue 22 item 10(c); tried with util-linux `flock -n`
+        // through both paths). Refused like FUSE: that a lock's every user goes through the
+        // merged path (as the processes inside one container do) is the opt-in's statement.
+        0x794c_7630 => Some("overlay"),
         _ => None,
     }
 }
 
-/// Names the network file system `fd` lives on, if it does (see the Linux variant).
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub(crate) fn network_fs(fd: BorrowedFd<'_>) -> Result<Option<&'static str>, Errno> {
-    let st = rustix::fs::fstatfs(fd)?;
+fn network_fs_of(st: &rustix::fs::StatFs) -> Option<&'static str> {
     let name: Vec<u8> = st
         .f_fstypename
         .iter()
         .take_while(|c| **c != 0)
         .map(|c| *c as u8)
         .collect();
-    Ok(match name.as_slice() {
+    match name.as_slice() {
         b"nfs" => Some("nfs"),
         b"smbfs" => Some("smbfs"),
         b"afpfs" => Some("afpfs"),
@@ -400,110 +451,6 @@ pub(crate) fn network_fs(fd: BorrowedFd<'_>) -> Result<Option<&'static str>, Err
         // macFUSE (sshfs and friends) reports its own type name, older versions osxfuse.
         b"macfuse" | b"osxfuse" => Some("fuse"),
         _ => None,
-    })
-}
-
-/// Waits until one of `fds` is readable or `timeout` passes. Returns which were readable.
-/// `EINTR` is reported as "nothing ready" so that the caller re-checks its budget.
-pub(crate) fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<u32> {
-    let mut pfds: Vec<PollFd<'_>> = fds
-        .iter()
-        .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
-        .collect();
-    let ts = timeout.map(|d| Timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as _,
-        tv_nsec: d.subsec_nanos() as _,
-    });
-    match rustix::event::poll(&mut pfds, ts.as_ref()) {
-        Ok(_) | Err(Errno::INTR) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let mut mask = 0u32;
-    for (i, p) in pfds.iter().enumerate() {
-        if !p.revents().is_empty() {
-            mask |= 1 << i;
-        }
-    }
-    Ok(mask)
-}
-
-/// A self-pipe: the read end becomes readable, and stays so, once anything was written.
-pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
-    let (r, w) = rustix::pipe::pipe()?;
-    for fd in [&r, &w] {
-        set_inheritable(fd.as_fd(), false)?;
-        let fl = rustix::fs::fcntl_getfl(fd)?;
-        rustix::fs::fcntl_setfl(fd, fl | OFlags::NONBLOCK)?;
-    }
-    Ok((r, w))
-}
-
-/// Writes one byte to a self-pipe; a full pipe is already readable, so `EAGAIN` is success.
-pub(crate) fn poke(fd: BorrowedFd<'_>) {
-    let _ = rustix::io::write(fd, &[1u8]);
-}
-
-/// Whether `fd` is readable right now (zero-timeout poll).
-pub(crate) fn is_readable(fd: BorrowedFd<'_>) -> bool {
-    matches!(wait_readable(&[fd], Some(Duration::ZERO)), Ok(m) if m & 1 == 1)
-}
-
-/// A wake-up a helper thread sends to one waiter: readable once poked, until drained.
-/// Linux: an eventfd (one descriptor, one 8-byte write); elsewhere a self-pipe.
-#[derive(Debug)]
-pub(crate) struct Notifier {
-    read: OwnedFd,
-    #[cfg(not(all(
-        any(target_os = "linux", target_os = "android"),
-        not(leasehold_portable)
-    )))]
-    write: OwnedFd,
-}
-
-impl Notifier {
-    pub(crate) fn new() -> Result<Notifier, Errno> {
-        #[cfg(all(
-            any(target_os = "linux", target_os = "android"),
-            not(leasehold_portable)
-        ))]
-        {
-            use rustix::event::EventfdFlags;
-            let read = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
-            Ok(Notifier { read })
-        }
-        #[cfg(not(all(
-            any(target_os = "linux", target_os = "android"),
-            not(leasehold_portable)
-        )))]
-        {
-            let (read, write) = pipe()?;
-            Ok(Notifier { read, write })
-        }
-    }
-
-    /// Makes the notifier readable (async-signal-safe, never blocks).
-    pub(crate) fn poke(&self) {
-        #[cfg(all(
-            any(target_os = "linux", target_os = "android"),
-            not(leasehold_portable)
-        ))]
-        let _ = rustix::io::write(&self.read, &1u64.to_ne_bytes());
-        #[cfg(not(all(
-            any(target_os = "linux", target_os = "android"),
-            not(leasehold_portable)
-        )))]
-        poke(self.write.as_fd());
-    }
-
-    /// Consumes pokes so the descriptor stops being readable.
-    pub(crate) fn drain(&self) {
-        let mut buf = [0u8; 64];
-        let _ = rustix::io::read(&self.read, &mut buf);
-    }
-
-    /// The descriptor to wait on.
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.read.as_fd()
     }
 }
 
@@ -719,11 +666,8 @@ mod tests {
         // FUSE (fuse and fuseblk report one magic): refused like a network file system.
         assert_eq!(super::network_fs_magic(0x6573_5546), Some("fuse"));
         assert_eq!(super::network_fs_magic(0xef53), None, "ext4 is local");
-        assert_eq!(
-            super::network_fs_magic(0x794c_7630),
-            None,
-            "overlayfs is accepted"
-        );
+        // overlayfs: the merged path and the upper directory do not exclude each other.
+        assert_eq!(super::network_fs_magic(0x794c_7630), Some("overlay"));
         assert_eq!(super::network_fs_magic(0x0102_1994), None, "tmpfs is local");
     }
 }

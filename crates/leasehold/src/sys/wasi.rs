@@ -1,5 +1,5 @@
-//! WASI (`wasm32-wasip1`) implementation of the platform boundary: file-system look-ups and a
-//! notifier, and no lock at all.
+//! WASI (`wasm32-wasip1`) implementation of the platform boundary: file-system look-ups, and
+//! no lock at all.
 //!
 //! WASI preview 1 has no `flock`, no `fcntl` record locks and no named kernel objects, so
 //! nothing here can exclude another process or another instance; the single-process lease
@@ -8,7 +8,7 @@
 //! without following a final symlink and without blocking (`rustix`'s `openat`, which
 //! wasi-libc maps onto `path_open` relative to the preopened directory), the identity of a
 //! file (`fstat`/`fstatat`: WASI's `filestat` has a device and an inode), directory
-//! creation, listing and `fsync` (`std::fs`), and a notifier a releasing lease pokes.
+//! creation, listing and `fsync` (`std::fs`).
 //!
 //! Paths are resolved the way wasi-libc resolves them: an absolute path against the
 //! preopened directory that contains it, a relative one against the emulated working
@@ -19,7 +19,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -183,44 +182,4 @@ pub(crate) fn is_plain_name(name: &OsStr) -> bool {
         return false;
     };
     !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\0'])
-}
-
-/// A waiter's wake-up: a flag under a mutex and a condition variable, poked by the release
-/// that hands the claim to the waiter. (WASI has no pipes or eventfds to poll; with
-/// `wasm32-wasip1`'s single thread a wait simply sleeps until its deadline.)
-#[derive(Debug, Default)]
-pub(crate) struct Notifier {
-    poked: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl Notifier {
-    pub(crate) fn new() -> io::Result<Notifier> {
-        Ok(Notifier::default())
-    }
-
-    /// Wakes the waiter (and any later wait until [`drain`](Self::drain)).
-    pub(crate) fn poke(&self) {
-        *self.poked.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.wake.notify_all();
-    }
-
-    /// Forgets past pokes.
-    pub(crate) fn drain(&self) {
-        *self.poked.lock().unwrap_or_else(PoisonError::into_inner) = false;
-    }
-
-    /// Sleeps until poked or `timeout` passed (a poke before the call ends it at once).
-    pub(crate) fn wait(&self, timeout: Duration) {
-        let poked = self.poked.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = self
-            .wake
-            .wait_timeout_while(poked, timeout, |poked| !*poked)
-            .unwrap_or_else(PoisonError::into_inner);
-    }
-}
-
-/// Sleeps (a waiter with nothing to be woken by).
-pub(crate) fn sleep(d: Duration) {
-    std::thread::sleep(d)
 }

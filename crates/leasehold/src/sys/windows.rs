@@ -76,7 +76,6 @@ pub(crate) fn create_named(name: &str) -> io::Result<Created> {
 // ---------------------------------------------------------------------------------------
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::kind::{FileId, FileKind, Holders};
 
@@ -191,11 +190,6 @@ pub(crate) fn read_exact_at(
     Ok(())
 }
 
-/// Sleeps (Windows waiters poll: no kernel event announces a destroyed named object).
-pub(crate) fn sleep(d: Duration) {
-    std::thread::sleep(d)
-}
-
 /// What stands at a path, for the holder look-up.
 pub(crate) enum Looked {
     #[allow(dead_code)] // absence proves nothing on Windows (see `lookup`)
@@ -218,18 +212,6 @@ pub(crate) fn lookup(path: &Path) -> io::Result<Looked> {
 /// Windows cannot tell who holds a named object.
 pub(crate) fn holders(_id: FileId) -> Holders {
     Holders::Unknown
-}
-
-/// A waiter's wake-up on Windows: waiters poll, so there is nothing to poke or wait on.
-#[derive(Debug)]
-pub(crate) struct Notifier;
-
-impl Notifier {
-    pub(crate) fn new() -> io::Result<Notifier> {
-        Ok(Notifier)
-    }
-    pub(crate) fn poke(&self) {}
-    pub(crate) fn drain(&self) {}
 }
 
 /// Whether a name is one plain path component: not empty, `.` or `..`, no separator

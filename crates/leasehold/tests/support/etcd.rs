@@ -207,23 +207,33 @@ impl EtcdServer {
     }
 
     fn healthy(&self) -> bool {
-        // A TLS server answers /health in plain HTTP on its metrics URL too.
+        self.http_get("/health")
+            .is_some_and(|answer| answer.contains("\"health\":\"true\""))
+    }
+
+    /// GETs `path` in plain HTTP (a TLS server answers /health and /metrics on its metrics
+    /// URL); `None` when etcd does not answer.
+    fn http_get(&self, path: &str) -> Option<String> {
         let port = self
             .tls
             .as_ref()
             .map_or(self.client_port, |t| t.metrics_port);
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-            return false;
-        };
+        let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .is_err()
-        {
-            return false;
-        }
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+            .ok()?;
         let mut answer = String::new();
         let _ = s.read_to_string(&mut answer);
-        answer.contains("\"health\":\"true\"")
+        Some(answer)
+    }
+
+    /// The current value of etcd's Prometheus metric `name` (one without labels, such as
+    /// `etcd_debugging_mvcc_watcher_total`): what the server itself counts.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.http_get("/metrics").expect("etcd answers /metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("etcd has no metric {name}"))
     }
 
     fn pid(&self) -> Pid {

@@ -188,7 +188,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let floor_verify: PathBuf = dir.join("floor-verify.lock");
     let acquired: PathBuf = dir.join("acquire.lock");
     let cancellable: PathBuf = dir.join("acquire-budget.lock");
-    let token = CancelToken::new().map_err(lease_err)?;
+    let token = CancelToken::new();
     let mut warm_lock: LeaseHandle = LeaseOptions::new()
         .open_handle(dir.join("warm-lock.lock"))
         .map_err(lease_err)?;
@@ -388,7 +388,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
     let held: PathBuf = dir.join("held.lock");
     let acquired: PathBuf = dir.join("acquire.lock");
     let cancellable: PathBuf = dir.join("acquire-budget.lock");
-    let token = CancelToken::new().map_err(lease_err)?;
+    let token = CancelToken::new();
     let mut warm_lock: LeaseHandle = LeaseOptions::new()
         .open_handle(dir.join("warm-lock.lock"))
         .map_err(lease_err)?;

@@ -82,6 +82,46 @@ pub struct BenchArgs {
     /// Repeatable.
     #[arg(long, value_name = "LABEL=COMMAND", value_parser = external::Contender::parse)]
     contender: Vec<external::Contender>,
+    /// Run only this scenario (to iterate on one table); the figures of the others are left
+    /// out, never estimated.
+    #[arg(long, value_enum, value_name = "SCENARIO")]
+    only: Option<Scenario>,
+}
+
+/// A group of figures that `--only` can select, in the order a full run measures them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scenario {
+    /// In-process lease costs, each next to the same system calls issued directly.
+    Micro,
+    /// The cued handoff between processes (POSIX).
+    Handoff,
+    /// Waiting itself: threads, CPU, takeover, cancellation and deadlines.
+    Waiters,
+    /// Shared-mode figures (POSIX).
+    Shared,
+    /// The stores: registry, session log, keyed leases.
+    Stores,
+    /// The uncued back-to-back handoff table (and its mixed shared-mode table).
+    Uncued,
+}
+
+impl Scenario {
+    /// Its `--only` value.
+    fn arg(self) -> &'static str {
+        match self {
+            Scenario::Micro => "micro",
+            Scenario::Handoff => "handoff",
+            Scenario::Waiters => "waiters",
+            Scenario::Shared => "shared",
+            Scenario::Stores => "stores",
+            Scenario::Uncued => "uncued",
+        }
+    }
+
+    /// Whether a run limited to `only` measures this scenario.
+    fn runs(self, only: Option<Scenario>) -> bool {
+        only.is_none_or(|o| o == self)
+    }
 }
 
 /// How much work each scenario does.
@@ -306,7 +346,7 @@ pub fn main(args: BenchArgs) -> Outcome {
         ));
         #[cfg(all(not(feature = "etcd"), unix))]
         return Err(Failure::failed(
-            "bench --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc)",
+            "bench --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd`",
         ));
     }
     let plan = Plan::new(args.quick);
@@ -324,24 +364,34 @@ pub fn main(args: BenchArgs) -> Outcome {
             ))
         })?;
     let started = Instant::now();
-    let (rows, not) = scenarios(tmp.path(), &plan)?;
-    let uncued = uncued::run(tmp.path(), &plan, &args.contender)?;
-    let floor = rows.iter().find(|r| r.key == "uncontended_floor");
-    let cycles =
-        external::uncontended(tmp.path(), &plan, &args.contender, floor.map(|r| r.median))?;
+    let (rows, not) = scenarios(tmp.path(), &plan, args.only)?;
+    let uncued = match Scenario::Uncued.runs(args.only) {
+        true => uncued::run(tmp.path(), &plan, &args.contender)?,
+        false => Vec::new(),
+    };
+    // The contenders' uncontended cycles belong with the in-process costs.
+    let cycles = match Scenario::Micro.runs(args.only) {
+        true => {
+            let floor = rows.iter().find(|r| r.key == "uncontended_floor");
+            external::uncontended(tmp.path(), &plan, &args.contender, floor.map(|r| r.median))?
+        }
+        false => Vec::new(),
+    };
     let elapsed = started.elapsed().as_secs_f64();
     let machine = machine(tmp.path());
     let out = if args.json {
-        let mut report = json_report(&rows, &not, &uncued, &machine, &plan, elapsed);
+        let mut report = json_report(&rows, &not, &uncued, &machine, &plan, elapsed, args.only);
         report["contenders"] = json!({"uncontended": external::json(&cycles)});
         report.to_string() + "\n"
     } else {
-        let mut text =
-            table(&rows, &not, &machine, &plan, elapsed) + "\n" + &uncued_table(&uncued, &plan);
-        if !cycles.is_empty() {
-            text.push_str(&external::table(&cycles));
+        let mut out = table(&rows, &not, &machine, &plan, elapsed, args.only);
+        if !uncued.is_empty() {
+            out = out + "\n" + &uncued_table(&uncued, &plan);
         }
-        text
+        if !cycles.is_empty() {
+            out.push_str(&external::table(&cycles));
+        }
+        out
     };
     tmp.close().map_err(|e| {
         Failure::failed(format!(
@@ -356,46 +406,81 @@ pub fn main(args: BenchArgs) -> Outcome {
     Ok(OK)
 }
 
-/// Every scenario but the uncued one, in order: the rows, and what is not measured here.
+/// Every scenario but the uncued one (those `only` selects), in order: the rows, and what
+/// is not measured here.
 #[cfg(unix)]
-fn scenarios(dir: &std::path::Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
-    let mut rows = micro::run(dir, plan)?;
-    rows.extend(handoff::handoff(dir, plan)?);
-    rows.extend(waiters::run(dir, plan)?);
-    rows.extend(shared::run(dir, plan)?);
-    rows.extend(stores::run(dir, plan)?);
+fn scenarios(
+    dir: &std::path::Path,
+    plan: &Plan,
+    only: Option<Scenario>,
+) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
+    let mut rows = Vec::new();
+    if Scenario::Micro.runs(only) {
+        rows.extend(micro::run(dir, plan)?);
+    }
+    if Scenario::Handoff.runs(only) {
+        rows.extend(handoff::handoff(dir, plan)?);
+    }
+    if Scenario::Waiters.runs(only) {
+        rows.extend(waiters::run(dir, plan)?);
+    }
+    if Scenario::Shared.runs(only) {
+        rows.extend(shared::run(dir, plan)?);
+    }
+    if Scenario::Stores.runs(only) {
+        rows.extend(stores::run(dir, plan)?);
+    }
     Ok((rows, Vec::new()))
 }
 
-/// Every scenario but the uncued one, as Windows allows: the rows, and what is not measured
-/// there (with why).
+/// Every scenario but the uncued one, as Windows allows (those `only` selects): the rows,
+/// and what is not measured there (with why).
 #[cfg(windows)]
-fn scenarios(dir: &std::path::Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
-    let (mut rows, mut not) = micro::run(dir, plan)?;
-    not.push(NotMeasured::new(
-        "handoff_2, handoff_4, async_handoff_4",
-        "cued handoff between processes",
-        "its workers cue each other through FIFOs; the uncued table below measures handoff between processes on Windows",
-    ));
-    let (waiting, more) = waiters::run(dir, plan)?;
-    rows.extend(waiting);
-    not.extend(more);
-    not.push(NotMeasured::new(
-        "shared_try_acquire, shared_writer_wait",
-        "shared-mode figures",
-        "Windows leases have no shared mode (Error::SharedUnsupported)",
-    ));
-    rows.extend(stores::run(dir, plan)?);
-    not.push(NotMeasured::new(
-        "gc_beside_verbs",
-        "a gc of 100,000 lock files beside a verb loop",
-        "Windows keyed leases keep no lock files (the lease is a named object): there is nothing for a collection to remove",
-    ));
-    not.push(NotMeasured::new(
-        "uncued floors",
-        "uncued kernel floors (flock)",
-        "no kernel wait queue for a named object (Windows waiters poll): the uncued lines have no floor, ratios or targets",
-    ));
+fn scenarios(
+    dir: &std::path::Path,
+    plan: &Plan,
+    only: Option<Scenario>,
+) -> Result<(Vec<Row>, Vec<NotMeasured>), Failure> {
+    let (mut rows, mut not) = (Vec::new(), Vec::new());
+    if Scenario::Micro.runs(only) {
+        let (micro, more) = micro::run(dir, plan)?;
+        rows.extend(micro);
+        not.extend(more);
+    }
+    if Scenario::Handoff.runs(only) {
+        not.push(NotMeasured::new(
+            "handoff_2, handoff_4, async_handoff_4",
+            "cued handoff between processes",
+            "its workers cue each other through FIFOs; the uncued table below measures handoff between processes on Windows",
+        ));
+    }
+    if Scenario::Waiters.runs(only) {
+        let (waiting, more) = waiters::run(dir, plan)?;
+        rows.extend(waiting);
+        not.extend(more);
+    }
+    if Scenario::Shared.runs(only) {
+        not.push(NotMeasured::new(
+            "shared_try_acquire, shared_writer_wait",
+            "shared-mode figures",
+            "Windows leases have no shared mode (Error::SharedUnsupported)",
+        ));
+    }
+    if Scenario::Stores.runs(only) {
+        rows.extend(stores::run(dir, plan)?);
+        not.push(NotMeasured::new(
+            "gc_beside_verbs",
+            "a gc of 100,000 lock files beside a verb loop",
+            "Windows keyed leases keep no lock files (the lease is a named object): there is nothing for a collection to remove",
+        ));
+    }
+    if Scenario::Uncued.runs(only) {
+        not.push(NotMeasured::new(
+            "uncued floors",
+            "uncued kernel floors (flock)",
+            "no kernel wait queue for a named object (Windows waiters poll): the uncued lines have no floor, ratios or targets",
+        ));
+    }
     Ok((rows, not))
 }
 
@@ -478,10 +563,18 @@ fn fmt_value(v: f64, unit: Unit) -> String {
     }
 }
 
-fn table(rows: &[Row], not: &[NotMeasured], m: &Machine, plan: &Plan, elapsed: f64) -> String {
+fn table(
+    rows: &[Row],
+    not: &[NotMeasured],
+    m: &Machine,
+    plan: &Plan,
+    elapsed: f64,
+    only: Option<Scenario>,
+) -> String {
     let mut out = format!(
-        "leasehold bench{} — {} cores, {PLATFORM} {}, {}, temp dir on {}; {:.1} s\n\n",
+        "leasehold bench{}{} — {} cores, {PLATFORM} {}, {}, temp dir on {}; {:.1} s\n\n",
         if plan.quick { " --quick" } else { "" },
+        only.map_or(String::new(), |s| format!(" --only {}", s.arg())),
         m.cores,
         m.kernel,
         m.cpu,
@@ -514,7 +607,9 @@ fn table(rows: &[Row], not: &[NotMeasured], m: &Machine, plan: &Plan, elapsed: f
                 .map_or("".into(), |(_, ok)| if *ok { "yes" } else { "NO" }.into()),
         ]);
     }
-    out.push_str(&aligned(&cells, |i| i == 0 || i >= 7));
+    if !rows.is_empty() {
+        out.push_str(&aligned(&cells, |i| i == 0 || i >= 7));
+    }
     for n in not {
         out.push_str(&format!(
             "not measured on {PLATFORM}: {} ({}): {}\n",
@@ -564,6 +659,29 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         plan.uncued_repeats,
         uncued::TARGETS,
     );
+    // The futex-wake floor of each group of runs (measured before it).
+    let mut groups: Vec<(usize, usize)> = lines.iter().map(|l| (l.workers, l.shared)).collect();
+    groups.dedup();
+    for (workers, shared) in groups {
+        let Some(w) = lines
+            .iter()
+            .find(|l| (l.workers, l.shared) == (workers, shared))
+            .and_then(|l| l.wake)
+        else {
+            continue;
+        };
+        out.push_str(&format!(
+            "futex wake between two threads (unpark → running), before the runs with W = {workers}{}: p50 {}, p90 {}, p99 {}\n",
+            match shared {
+                0 => String::new(),
+                n => format!(" ({n} shared)"),
+            },
+            fmt_value(w.p50, Unit::Nanos),
+            fmt_value(w.p90, Unit::Nanos),
+            fmt_value(w.p99, Unit::Nanos),
+        ));
+    }
+    out.push('\n');
     let header = [
         "W",
         "method",
@@ -576,10 +694,11 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         "owner ×floor",
         "wait p99 ×floor",
         "max ×floor",
-        "handoff ×floor+verify",
+        "handoff base",
+        "handoff ×base",
         "met",
     ];
-    let mut cells: Vec<[String; 13]> = vec![header.map(String::from)];
+    let mut cells: Vec<[String; 14]> = vec![header.map(String::from)];
     let ns = |v: Option<f64>| v.map_or("—".into(), |v| fmt_value(v, Unit::Nanos));
     let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
     // No verdict: a floor's row, or (Windows) a method without a floor to be read against.
@@ -604,11 +723,12 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
             x(l.owner_ratio),
             x(l.wait_p99_ratio),
             x(l.wait_max_ratio),
+            ns(l.handoff_base),
             x(l.handoff_ratio),
             met(l.met, l.method.is_floor()),
         ]);
     }
-    out.push_str(&aligned(&cells, |i| i == 1 || i == 12));
+    out.push_str(&aligned(&cells, |i| i == 1 || i == 13));
     let mixed: Vec<&uncued::Line> = lines.iter().filter(|l| l.shared > 0).collect();
     let Some(first) = mixed.first().copied() else {
         return out;
@@ -636,10 +756,11 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         "max ×floor",
         "excl p99 ×floor",
         "max ×floor",
-        "handoff ×floor+verify",
+        "handoff base",
+        "handoff ×base",
         "met",
     ];
-    let mut cells: Vec<[String; 16]> = vec![header.map(String::from)];
+    let mut cells: Vec<[String; 17]> = vec![header.map(String::from)];
     for l in &mixed {
         let f = &l.figures;
         cells.push([
@@ -657,11 +778,12 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
             x(l.shared_max_ratio),
             x(l.wait_p99_ratio),
             x(l.wait_max_ratio),
+            ns(l.handoff_base),
             x(l.handoff_ratio),
             met(l.met, l.method.is_floor()),
         ]);
     }
-    out.push_str(&aligned(&cells, |i| i == 0 || i == 15));
+    out.push_str(&aligned(&cells, |i| i == 0 || i == 16));
     // Which hand-overs the median mixes: one wake-up each, or more.
     out.push_str("\nthe same runs: handoff p50 by transition (hand-overs per run)\n\n");
     let mut cells: Vec<[String; 4]> = vec![[
@@ -697,6 +819,7 @@ fn json_report(
     m: &Machine,
     plan: &Plan,
     elapsed: f64,
+    only: Option<Scenario>,
 ) -> Value {
     let dist = |d: &Option<Dist>| {
         d.map_or(
@@ -764,8 +887,10 @@ fn json_report(
                     "wait_max_vs_floor": l.wait_max_ratio,
                     "shared_wait_p99_vs_floor": l.shared_p99_ratio,
                     "shared_wait_max_vs_floor": l.shared_max_ratio,
-                    "handoff_p50_vs_floor_verify": l.handoff_ratio,
+                    "handoff_p50_vs_base": l.handoff_ratio,
                 },
+                "handoff_base": l.handoff_base,
+                "futex_wake": dist(&l.wake),
                 "met": l.met,
             })
         })
@@ -778,6 +903,7 @@ fn json_report(
         "platform": PLATFORM,
         "not_measured": not_measured,
         "quick": plan.quick,
+        "only": only.map(Scenario::arg),
         "repeats": plan.repeats,
         "elapsed_s": elapsed,
         "machine": {"cores": m.cores, "kernel": m.kernel, "cpu": m.cpu, "fs": m.fs},

@@ -26,7 +26,7 @@ use crate::exit::Failure;
 /// All figures of waiting.
 #[cfg(unix)]
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
-    let mut rows = vec![waiter_threads(dir, plan)?];
+    let mut rows = waiter_threads(dir, plan)?;
     rows.push(waiting_cpu(dir, plan)?);
     rows.push(takeover(dir, plan)?);
     rows.extend(cancellation(dir, plan)?);
@@ -45,6 +45,11 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
             "thread counts come from /proc (Linux)",
         ),
         NotMeasured::new(
+            "crowd_waiting_cpu",
+            "CPU of a process while 100 async waiters wait",
+            "no process CPU clock without unsafe Win32 calls (GetProcessTimes)",
+        ),
+        NotMeasured::new(
             "waiting_cpu",
             "CPU while waiting",
             "no process CPU clock without unsafe Win32 calls (GetProcessTimes); Windows waiters poll (1 → 16 ms back-off)",
@@ -55,13 +60,16 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
 
 /// Threads of one process while 100 waiters wait on one lease held by another process:
 /// `acquire_async` tasks on a current-thread runtime (and, to show the count does not grow
-/// with the waiters, just one such task) next to 100 sync waiters, which need a thread each.
+/// with the waiters, just one such task) next to 100 sync waiters, which need a thread each;
+/// and the CPU that process uses while the 100 wait (`cpu_hold_ms`): what the waiters' own
+/// timers cost (issue 22 item 19).
 #[cfg(unix)]
-fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
+fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     const WAITERS: usize = 100;
     let lock = dir.join("crowd.lock");
     let held = Lease::try_acquire(&lock).map_err(|e| Failure::of(&e))?;
     let (mut one, mut many, mut sync) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut many_cpu, mut sync_cpu) = (Vec::new(), Vec::new());
     for _ in 0..plan.crowds {
         for (wait, n) in [
             (Wait::Async, 1),
@@ -71,6 +79,18 @@ fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
             let mut crew = Crew::new();
             let idx = crew.spawn("crowd", &lock, None, (0, n), wait)?;
             let during = crew.expect(idx, "T")?.get(1).copied().unwrap_or(0) as f64;
+            if n == WAITERS {
+                // The scenario itself: the waiters wait this long while their CPU is read.
+                crew.send(idx, &format!("c {}", plan.cpu_hold_ms))?;
+                let [cpu, wall] = crew.expect(idx, "C")?[..] else {
+                    return Err(Failure::failed("bench: malformed crowd CPU line"));
+                };
+                let pct = 100.0 * cpu as f64 / wall.max(1) as f64;
+                match wait {
+                    Wait::Async => many_cpu.push(pct),
+                    _ => sync_cpu.push(pct),
+                }
+            }
             // The worker exits while its waiters still wait; the lease stays ours.
             crew.finish(idx);
             match (wait, n) {
@@ -82,7 +102,22 @@ fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     }
     drop(held);
     let (one, many, sync) = (median(&one), median(&many), median(&sync));
-    Ok(Row {
+    let (many_cpu, sync_cpu) = (median(&many_cpu), median(&sync_cpu));
+    let cpu = Row {
+        key: "crowd_waiting_cpu",
+        name: format!(
+            "CPU of a process while {WAITERS} async waiters wait {} ms (% of one core)",
+            plan.cpu_hold_ms
+        ),
+        unit: Unit::Percent,
+        median: many_cpu,
+        dist: None,
+        floor: Some((sync_cpu, "100 sync waiters")),
+        floor_dist: None,
+        target: Some(("≤ 1 % of a core".into(), many_cpu <= 1.0)),
+        samples: plan.crowds,
+    };
+    let threads = Row {
         key: "async_waiter_threads",
         name: format!(
             "threads of a process while {WAITERS} async waiters wait (with 1 waiter: {one:.0})"
@@ -94,7 +129,8 @@ fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
         floor_dist: None,
         target: Some(("independent of the number of waiters".into(), many <= one)),
         samples: plan.crowds,
-    })
+    };
+    Ok(vec![threads, cpu])
 }
 
 /// CPU used by waiters during a ~1 s wait, leasehold and kernel-blocked side by side.
@@ -206,7 +242,7 @@ fn takeover(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
 }
 
 /// Cancel → return, and deadline → return, for a thread waiting in `Lease::acquire` on a lease
-/// held by another process; floors: a thread in `poll` woken by a pipe write, or by its timeout.
+/// held by another process; floors: a parked thread woken by `unpark`, or by its timeout.
 fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let lock = dir.join("cancel.lock");
     let mut crew = Crew::new();
@@ -216,7 +252,7 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..plan.cancels {
         // Cancel a leasehold waiter.
-        let token = CancelToken::new().map_err(|e| Failure::of(&e))?;
+        let token = CancelToken::new();
         let budget = Budget::unlimited().with_cancel(token.clone());
         let (tx, rx) = mpsc::channel();
         let path = lock.clone();
@@ -241,7 +277,7 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             return Err(Failure::failed("bench: a cancelled waiter took the lease"));
         }
         cancel.push(end.duration_since(start).as_nanos() as f64);
-        cancel_floor.push(poll_wake(None)?);
+        cancel_floor.push(park_wake(None)?);
 
         // Let a deadline pass.
         let deadline = Instant::now() + Duration::from_millis(10);
@@ -253,7 +289,7 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         .join()
         .map_err(|_| Failure::failed("bench: waiter thread panicked"))?;
         late.push(end.saturating_duration_since(deadline).as_nanos() as f64);
-        late_floor.push(poll_wake(Some(Duration::from_millis(10)))?);
+        late_floor.push(park_wake(Some(Duration::from_millis(10)))?);
     }
     crew.finish(holder);
     let row = |key, name: &str, lib: &[f64], floor: &[f64], what| {
@@ -276,75 +312,28 @@ fn cancellation(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             "cancellation: cancel() → acquire returns",
             &cancel,
             &cancel_floor,
-            if cfg!(unix) {
-                "poll woken by a pipe"
-            } else {
-                "parked thread woken by unpark"
-            },
+            "parked thread woken by unpark",
         ),
         row(
             "deadline_latency",
             "deadline: deadline passed → acquire returns",
             &late,
             &late_floor,
-            if cfg!(unix) {
-                "poll timeout overshoot"
-            } else {
-                "park_timeout overshoot"
-            },
+            "park_timeout overshoot",
         ),
     ])
 }
 
-/// Floor for cancellation (`timeout: None`: a thread blocked in `poll` on a pipe, woken by a
-/// write; returns write → return) and for deadlines (`Some`: a thread in `poll` with that
-/// timeout; returns how late it came back).
-#[cfg(unix)]
-fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
-    use rustix::event::{PollFd, PollFlags, Timespec};
-    let (r, w) = rustix::pipe::pipe().map_err(errno_fail("pipe"))?;
-    let (tx, rx) = mpsc::channel();
-    let deadline = timeout.map(|d| Instant::now() + d);
-    let t = std::thread::spawn(move || {
-        let _ = tx.send(this_thread());
-        let ts = deadline.map(|d: Instant| {
-            let d = d.saturating_duration_since(Instant::now());
-            Timespec {
-                tv_sec: d.as_secs() as _,
-                tv_nsec: d.subsec_nanos() as _,
-            }
-        });
-        let mut fds = [PollFd::new(&r, PollFlags::IN)];
-        let _ = rustix::event::poll(&mut fds, ts.as_ref());
-        Instant::now()
-    });
-    let tid = rx
-        .recv()
-        .map_err(|_| Failure::failed("bench: poll thread died"))?;
-    let start = match deadline {
-        Some(d) => d,
-        None => {
-            until_thread_waits(tid)?;
-            let start = Instant::now();
-            rustix::io::write(&w, b"x").map_err(errno_fail("write pipe"))?;
-            start
-        }
-    };
-    let end = t
-        .join()
-        .map_err(|_| Failure::failed("bench: poll thread panicked"))?;
-    Ok(end.saturating_duration_since(start).as_nanos() as f64)
-}
-
-/// The Windows floor for cancellation (`timeout: None`: a parked thread woken by `unpark`,
-/// the cheapest wake-up std offers; returns unpark → return) and for deadlines (`Some`: a
-/// thread in `park_timeout`; returns how late it came back).
-#[cfg(windows)]
-fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
+/// The floor for cancellation (`timeout: None`: a parked thread woken by `unpark`, as a
+/// cancelled waiter is; returns unpark → return) and for deadlines (`Some`: a thread in
+/// `park_timeout`; returns how late it came back).
+fn park_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
     let deadline = timeout.map(|d| Instant::now() + d);
     let woken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = woken.clone();
+    let (tx, rx) = mpsc::channel();
     let t = std::thread::spawn(move || {
+        let _ = tx.send(this_thread());
         match deadline {
             Some(d) => std::thread::park_timeout(d.saturating_duration_since(Instant::now())),
             None => {
@@ -355,10 +344,13 @@ fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
         }
         Instant::now()
     });
+    let tid = rx
+        .recv()
+        .map_err(|_| Failure::failed("bench: parked thread died"))?;
     let start = match deadline {
         Some(d) => d,
         None => {
-            until_thread_waits(0)?;
+            until_thread_waits(tid)?;
             let start = Instant::now();
             woken.store(true, std::sync::atomic::Ordering::SeqCst);
             t.thread().unpark();
@@ -367,6 +359,6 @@ fn poll_wake(timeout: Option<Duration>) -> Result<f64, Failure> {
     };
     let end = t
         .join()
-        .map_err(|_| Failure::failed("bench: poll thread panicked"))?;
+        .map_err(|_| Failure::failed("bench: parked thread panicked"))?;
     Ok(end.saturating_duration_since(start).as_nanos() as f64)
 }

@@ -16,7 +16,9 @@
 //! * `share` (the shared-mode scenario, `shared.rs`): loop shared holds out of phase with the
 //!   other readers until the cued end (`--method floor`: plain `flock(LOCK_SH)`).
 //! * `crowd`: start `--of` waiters on a lease held elsewhere, print `T <threads before>
-//!   <threads while all wait>`, then wait until stdin closes (the waiters die with it).
+//!   <threads while all wait>`; on a line `c <ms>` let them wait that long (async ones on
+//!   the runtime, driven meanwhile) and print `C <cpu ns> <wall ns>`, the process's CPU time
+//!   in that window; exit when stdin closes (the waiters die with it).
 //! * `loop` (the uncued back-to-back scenario): prepare `--method`, print `R`, read
 //!   `go <end ns>`, then until the end loop *acquire → hold 100 µs (asleep) → release →
 //!   acquire again at once* (shared with `--shared`, else exclusive), with no cue from
@@ -143,6 +145,13 @@ impl Method {
         matches!(self, Method::Floor | Method::FloorVerify)
     }
 
+    /// Whether a helper thread waits in the kernel for this method's waiter and hands the
+    /// grant over with one more thread wake-up (a deadline or token, or an async waiter):
+    /// the uncued table adds one futex wake to its handoff floor.
+    pub(super) fn hands_over(self) -> bool {
+        matches!(self, Method::LeaseBudget | Method::Async)
+    }
+
     /// Its `--method` value.
     pub(super) fn arg(self) -> &'static str {
         match self {
@@ -236,7 +245,7 @@ fn back_to_back(
         return Err(Failure::usage("bench: a LeaseHandle has no shared mode"));
     }
     let hold = Duration::from_nanos(HOLD_NS);
-    let token = leasehold::CancelToken::new().map_err(|e| Failure::of(&e))?;
+    let token = leasehold::CancelToken::new();
     let rt = match method {
         Method::Async => Some(runtime()?),
         _ => None,
@@ -676,7 +685,23 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
             writeln!(out, "T {before} {during}")
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
-            for _ in lines.by_ref() {}
+            let cpu = || crate::cmd::platform::process_cpu_ns().unwrap_or(0);
+            for line in lines.by_ref() {
+                let line = line.map_err(io_fail("read a cue"))?;
+                let Some(ms) = line.strip_prefix("c ").and_then(|m| m.parse().ok()) else {
+                    continue;
+                };
+                let window = Duration::from_millis(ms);
+                let (c0, t0) = (cpu(), mono_ns());
+                match rt.as_ref() {
+                    Some(rt) => rt.block_on(async { tokio::time::sleep(window).await }),
+                    None => std::thread::sleep(window),
+                }
+                let (c1, t1) = (cpu(), mono_ns());
+                writeln!(out, "C {} {}", c1.saturating_sub(c0), t1.saturating_sub(t0))
+                    .and_then(|()| out.flush())
+                    .map_err(io_fail("report"))?;
+            }
         }
         other => {
             return Err(Failure::usage(format!(

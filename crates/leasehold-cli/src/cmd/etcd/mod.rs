@@ -31,8 +31,9 @@ use std::time::Duration;
 
 use crate::exit::Failure;
 
-/// The key prefix of `run`'s and `status`'s locks: `leasehold/lock/NAME/`.
-pub const LOCK_PREFIX: &str = "leasehold/lock";
+/// The key prefix of `run`'s and `status`'s locks: `leasehold/lock/NAME/` (the stores check
+/// registry prefixes against it).
+pub const LOCK_PREFIX: &str = leasehold_stores::registry::ETCD_RUN_LOCKS;
 /// `registry --prefix` by default.
 pub const REGISTRY_PREFIX: &str = "leasehold/registry";
 /// `--ttl` by default.
@@ -97,7 +98,7 @@ pub struct RunEtcd {
 #[cfg(not(all(feature = "etcd", unix)))]
 fn unsupported() -> Failure {
     Failure::failed(
-        "--etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc: apt-get install protobuf-compiler)",
+        "--etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd`",
     )
 }
 
@@ -410,7 +411,7 @@ mod imp {
     pub fn registry(endpoints: &str, prefix: &str, ttl: Duration) -> Result<Registry, Failure> {
         Registry::on_etcd(endpoints, prefix, ttl, None).map_err(|e| match e {
             leasehold_stores::registry::RegistryError::Lease(l) => Failure::of(&l),
-            other => Failure::failed(other),
+            other => Failure::of(&other),
         })
     }
 

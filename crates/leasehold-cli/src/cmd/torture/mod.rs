@@ -226,7 +226,7 @@ fn etcd_mode(_: &TortureArgs) -> Outcome {
 #[cfg(all(not(feature = "etcd"), unix))]
 fn etcd_mode(_: &TortureArgs) -> Outcome {
     Err(Failure::failed(
-        "torture --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd` (needs protoc)",
+        "torture --etcd: this leasehold was built without etcd support; rebuild it with `cargo build --release --features etcd`",
     ))
 }
 

@@ -94,8 +94,3 @@ pub(crate) fn path_error(path: &Path, op: &'static str, e: Errno) -> Error {
         },
     }
 }
-
-/// Maps a failure to set up a wait (no descriptor for the notifier).
-pub(super) fn wait_error(path: &Path, e: Errno) -> Error {
-    path_error(path, "set up wait", e)
-}

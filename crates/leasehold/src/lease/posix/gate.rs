@@ -83,19 +83,41 @@
 //! file name), each opened
 //! exactly like a lock file (relative to the same directory handle, never following a
 //! symlink, never blocking, close-on-exec, created 0600, never written, truncated or
-//! removed) and used only while it is a regular file. A shared acquisition pays one more
+//! removed) and used only while it is a regular file (and trusted: see "Trust" below). A
+//! shared acquisition pays one more
 //! open, `fstat`, `flock` and close (BENCHMARKS.md: shared acquire vs the floor), a shared
 //! wait the same again for the readers' gate (its two descriptors close with the lease,
 //! after the lock file's: [`Spare`]); an exclusive try pays nothing (an
 //! acquisition that may wait, where this process saw a readers' gate, one open, `flock` and
 //! close), an exclusive wait three opens and up to five `flock`s, and its release
-//! two `flock(LOCK_UN)`s on the gates (never on the lock: see [`Held`](super::Held)). A lease that waited keeps its gate descriptors while held:
+//! two `flock(LOCK_UN)`s on the gates (never on the lock: see [`Held`](super::Held)). A lease
+//! that waited keeps its gate descriptors while held:
 //! two more for a shared one, three more for an exclusive one (count them against
 //! `RLIMIT_NOFILE` when holding many leases at once). The gates only
 //! ever cost fairness, never exclusion: where they cannot be opened or locked (a read-only
 //! directory, a file system without locks) leases work as plain `flock` does, and lockers
 //! that do not know them (util-linux `flock(1)`, other libraries) are excluded by the lock
 //! itself as before. Descriptors locked with `lock_descriptor` have no path and no gates.
+//!
+//! Trust: a gate is used only where it passes the lock file's ownership rule
+//! (`sys::fd_gate_usable`: this process's user's or root's, writable by neither group nor
+//! others) and has exactly one link; any other gate is **ignored**, as if it could not be
+//! opened. Not refused: refusing would let anyone who may create a file beside the lock —
+//! every user, in a sticky `/tmp` — deny every shared lease and every exclusive wait on a
+//! lock file they cannot even open, while ignoring costs this lock's fairness only, which
+//! exclusion never depends on. Trusted, such a gate let its planter hold it and hang shared
+//! acquirers on a free lock, and exclusive waiters behind it for ever (issue 22 item 4).
+//! `LeaseOptions::allow_shared_state` does not extend to gates: it would buy next to
+//! nothing (gates are created 0600, so another user's gate cannot even be opened unless its
+//! owner made it so) and would hand every acquirer that opts in — `leasehold flock` does,
+//! for flock(1)'s sake — to whoever plants a gate. A gate hard-linked to another file is
+//! ignored too: linked to the lock file, a waiter holding the gate would wait for itself.
+//!
+//! Waits at a gate honour the budget as every wait does (the helper thread blocks, the waiter
+//! sleeps on its notifier, its deadline and its token), and one whose budget runs out while
+//! it is held up at a gate (a trusted gate's holder that is stopped or stuck: the lock itself
+//! may be free) says so: [`Error::GateHeld`](crate::Error::GateHeld) names the gate file and
+//! its holders ([`Place`] tracks where a wait is blocked), not the lock's holders alone.
 //!
 //! Not a POSIX record lock on the lock file itself: Linux waiters already mark themselves
 //! with whole-file POSIX read locks there (`sys::mark_waiting`), which a write lock would
@@ -105,12 +127,14 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use rustix::io::Errno;
 
 use super::{Target, guard};
 use crate::kind::FileId;
-use crate::sys::{self, Entry};
+use crate::lease::PlatformTarget;
+use crate::sys;
 
 /// The gate (and the writers' queue) an exclusive waiter holds with its lease.
 ///
@@ -202,6 +226,56 @@ pub(crate) struct Gates {
     writers: Option<OwnedFd>,
 }
 
+/// Where a wait through the gates is blocked: on the lock itself or on one of its gates.
+/// [`block`] sets it before each blocking `flock`; the waiter reads it when its budget runs
+/// out ([`Place::held_up`]), so that a wait stuck at a gate says so instead of blaming the
+/// lock's holders — who may be nobody (issue 22 item 4: "held by another process" while
+/// `status` said `free`).
+#[derive(Debug, Default)]
+pub(crate) struct Place {
+    at: AtomicU8,
+}
+
+/// [`Place`]'s values: blocked on the lock (or not blocked), or on one of the gates.
+const AT_LOCK: u8 = 0;
+const AT_READERS: u8 = 1;
+const AT_WRITERS: u8 = 2;
+const AT_GATE: u8 = 3;
+
+impl Place {
+    /// Blocks in `flock` on `fd` (the file `at` names) and records that it does.
+    fn wait(&self, at: u8, fd: BorrowedFd<'_>, shared: bool) -> std::result::Result<(), Errno> {
+        self.at.store(at, Ordering::Relaxed);
+        sys::lock_blocking(fd, shared)
+    }
+
+    /// The gate file the wait is blocked on, as messages name it (beside the lock path);
+    /// `None` while the wait is at the lock itself.
+    pub(crate) fn held_up(&self, target: &Target) -> Option<PathBuf> {
+        let suffix = match self.at.load(Ordering::Relaxed) {
+            AT_READERS => READERS_SUFFIX,
+            AT_WRITERS => WRITERS_SUFFIX,
+            AT_GATE => SUFFIX,
+            _ => return None,
+        };
+        held_up_at(target, suffix)
+    }
+}
+
+/// The gate with `suffix` of `target`'s lock, as messages name it (beside the lock path).
+fn held_up_at(target: &Target, suffix: &str) -> Option<PathBuf> {
+    if !target.gated {
+        return None;
+    }
+    let display = target.display();
+    Some(display.with_file_name(named(display.file_name()?, suffix)))
+}
+
+/// The gate of `target`'s lock, where a shared try found it held (see [`Place::held_up`]).
+pub(crate) fn held_up_at_gate(target: &Target) -> Option<PathBuf> {
+    held_up_at(target, SUFFIX)
+}
+
 /// The inodes whose readers' gate a wait of this process has opened (gates are never
 /// removed): where an exclusive acquisition checks for waiting readers first.
 static READERS_GATED: Mutex<Vec<FileId>> = Mutex::new(Vec::new());
@@ -253,9 +327,12 @@ pub(crate) fn open(target: &Target, create: bool) -> Option<OwnedFd> {
     open_file(target, target.gate(), create)
 }
 
+/// Opens the gate file `name` of `target` as a lock file is opened, and keeps it only where
+/// it may be used (`sys::fd_gate_usable`: a regular file with one link that passes the
+/// ownership rule; see the module documentation, "Trust").
 fn open_file(target: &Target, name: Option<PathBuf>, create: bool) -> Option<OwnedFd> {
     let fd = sys::open_lock_file(target.dir(), &name?, create).ok()?;
-    matches!(sys::fd_entry(fd.as_fd()), Ok(Entry::Regular(_))).then_some(fd)
+    sys::fd_gate_usable(fd.as_fd()).ok()?.then_some(fd)
 }
 
 /// A shared acquirer's non-blocking pass: `false` while an exclusive waiter holds the gate.
@@ -266,20 +343,25 @@ pub(crate) fn pass_now(gate: &OwnedFd) -> bool {
 
 /// Blocks until the lock on `fd` is granted in `shared` or exclusive mode, through the
 /// gates there are (see the module documentation for the protocol), and answers what the
-/// lease keeps of them. A gate that cannot be locked costs fairness only: the wait goes
-/// on to the lock.
+/// lease keeps of them; `place` tells the waiter where it is blocked meanwhile. A gate that
+/// cannot be locked costs fairness only: the wait goes on to the lock.
 pub(crate) fn block(
     fd: BorrowedFd<'_>,
     gates: Gates,
     shared: bool,
+    place: &Place,
 ) -> std::result::Result<Passed, Errno> {
     match shared {
-        true => block_shared(fd, gates),
-        false => block_exclusive(fd, gates),
+        true => block_shared(fd, gates, place),
+        false => block_exclusive(fd, gates, place),
     }
 }
 
-fn block_exclusive(fd: BorrowedFd<'_>, gates: Gates) -> std::result::Result<Passed, Errno> {
+fn block_exclusive(
+    fd: BorrowedFd<'_>,
+    gates: Gates,
+    place: &Place,
+) -> std::result::Result<Passed, Errno> {
     let Gates {
         gate,
         readers,
@@ -288,17 +370,17 @@ fn block_exclusive(fd: BorrowedFd<'_>, gates: Gates) -> std::result::Result<Pass
     if let Some(r) = readers {
         // Wait until the readers already waiting have the lock, then let the readers'
         // gate go (it closes here, before this wait is in line: off every hand-over).
-        let _ = sys::lock_blocking(r.as_fd(), false);
+        let _ = place.wait(AT_READERS, r.as_fd(), false);
     }
     let Some(gate) = gate else {
-        return sys::lock_blocking(fd, false).map(|()| Passed::default());
+        return place.wait(AT_LOCK, fd, false).map(|()| Passed::default());
     };
     if let Some(w) = &writers {
         // Behind the writer ahead of us, on a file no reader queues on.
-        let _ = sys::lock_blocking(w.as_fd(), false);
+        let _ = place.wait(AT_WRITERS, w.as_fd(), false);
     }
-    let _ = sys::lock_blocking(gate.as_fd(), false);
-    sys::lock_blocking(fd, false)?;
+    let _ = place.wait(AT_GATE, gate.as_fd(), false);
+    place.wait(AT_LOCK, fd, false)?;
     // The lock is ours: the gate stays held with the lease (see the module
     // documentation), and the readers behind it pass when the lease is released.
     Ok(Passed {
@@ -307,15 +389,19 @@ fn block_exclusive(fd: BorrowedFd<'_>, gates: Gates) -> std::result::Result<Pass
     })
 }
 
-fn block_shared(fd: BorrowedFd<'_>, gates: Gates) -> std::result::Result<Passed, Errno> {
+fn block_shared(
+    fd: BorrowedFd<'_>,
+    gates: Gates,
+    place: &Place,
+) -> std::result::Result<Passed, Errno> {
     let Gates { gate, readers, .. } = gates;
     if let Some(r) = &readers {
         // Reserve this reader's turn for the whole wait.
-        let _ = sys::lock_blocking(r.as_fd(), true);
+        let _ = place.wait(AT_READERS, r.as_fd(), true);
     }
     let res = match &gate {
-        Some(g) => pass_then_lock(fd, g),
-        None => sys::lock_blocking(fd, true),
+        Some(g) => pass_then_lock(fd, g, place),
+        None => place.wait(AT_LOCK, fd, true),
     };
     // The lock is ours (or the wait failed): writers behind us may queue. Unlocked, not
     // closed: the descriptors close with the lease (see `Spare`).
@@ -331,7 +417,11 @@ fn block_shared(fd: BorrowedFd<'_>, gates: Gates) -> std::result::Result<Passed,
 }
 
 /// A shared waiter's way through `gate` to the lock on `fd`.
-fn pass_then_lock(fd: BorrowedFd<'_>, gate: &OwnedFd) -> std::result::Result<(), Errno> {
+fn pass_then_lock(
+    fd: BorrowedFd<'_>,
+    gate: &OwnedFd,
+    place: &Place,
+) -> std::result::Result<(), Errno> {
     if !pass_now(gate) {
         // A writer has the gate. Holding the lock, it lets the readers queued on the
         // lock in when it releases, before the next writer: wait on the lock itself, so
@@ -340,10 +430,10 @@ fn pass_then_lock(fd: BorrowedFd<'_>, gate: &OwnedFd) -> std::result::Result<(),
         // readers that hold the lock, it must not be overtaken: let our probe go and
         // queue on the gate behind it.
         if !sys::try_lock(fd, true)? {
-            return sys::lock_blocking(fd, true);
+            return place.wait(AT_LOCK, fd, true);
         }
         let _ = sys::unlock(fd);
-        let _ = sys::lock_blocking(gate.as_fd(), true);
+        let _ = place.wait(AT_GATE, gate.as_fd(), true);
     }
     // Through the gate (held shared): try the lock and let the gate go before waiting
     // for the lock, so that no writer waits for the gate behind a reader's wait.
@@ -351,6 +441,6 @@ fn pass_then_lock(fd: BorrowedFd<'_>, gate: &OwnedFd) -> std::result::Result<(),
     let _ = sys::unlock(gate.as_fd());
     match now? {
         true => Ok(()),
-        false => sys::lock_blocking(fd, true),
+        false => place.wait(AT_LOCK, fd, true),
     }
 }

@@ -25,17 +25,26 @@ use crate::sys::Notifier;
 /// poller must then be scheduled and retry (measured: 0.2 % owner changes with two processes
 /// in a back-to-back loop where blocking `flock(LOCK_EX)` gives 52 %; see BENCHMARKS.md).
 /// Blocking in `flock` cannot be cancelled without signals, so a helper thread blocks instead
-/// of the waiter, and the waiter sleeps on its notifier and its budget's cancellation pipe.
+/// of the waiter, and the waiter sleeps on its notifier (`sys/wake.rs`), which the helper, a
+/// release in this process or a cancellation of its budget pokes.
 ///
-/// The price, measured (issue 12, BENCHMARKS.md "Issue 12 — after"): a grant lands on the
-/// helper, which must then wake the waiting thread — a second thread wake-up on the
-/// handoff's critical path, 16–18 µs p50 on the 2-vCPU reference VM (an idle vCPU's wake-up
-/// through the hypervisor; an eventfd ping-pong between two busy threads costs 4 µs), so a
-/// cancellable handoff is 2.5–3.8× a blocking `flock`'s instead of the 1.3× the issue asks.
-/// The alternative — the waiting thread itself blocked in `flock`, a signal to end the wait
-/// — needs a handler installed without `SA_RESTART` (else the kernel restarts `flock`):
-/// `signal-hook` always sets `SA_RESTART`, and `sigaction` itself is `unsafe`, which this
-/// crate does not write. Waits nothing but a grant can end (no deadline, no token) block the
+/// The price, traced (per-step timestamps in a release build; 2 and 4 processes in the
+/// uncued back-to-back loop of `leasehold bench`; the 2-vCPU VM at load 9–13): the grant
+/// lands on the helper 3–4 µs after the release, as on any thread blocked in `flock`; the
+/// helper must then wake the waiter, one more thread wake-up on the hand-over's path. Through
+/// an eventfd the waiter `poll`ed (or tokio's reactor watched) that cost 3–5 µs p50 and 15–18
+/// µs p90, plus 2–3 µs of descriptor work per wait (`sys/wake.rs` has the breakdown). Now the
+/// helper stores the grant, unparks the waiting thread or wakes the task's waker, and only
+/// then tidies its pending list; what is left on the waiter's side is the wake-up and the
+/// inode check. The wake-up itself no helper can avoid: its floor, a futex wake between two
+/// threads, is measured by `leasehold bench` beside the hand-over. Where the woken helper
+/// runs also decides whether it beats a releaser that re-locks at once: on the loaded VM a
+/// minimal helper (a thread blocked in `flock` handing the descriptor to a parked thread)
+/// measured 2–94 % owner changes from one 2-second run to the next, where blocking `flock`
+/// itself gave 16–90 %, which is why those figures are read against the floor of the same
+/// run. The alternative — the waiting thread itself blocked in `flock`, a signal to end the
+/// wait — needs a handler installed without `SA_RESTART`, and a library must not claim a
+/// process-wide signal. Waits nothing but a grant can end (no deadline, no token) block the
 /// calling thread inline (`lock_inline`) and pay one wake-up, as `flock` does.
 ///
 /// Abandoning (dropping) the wait leaves the helper blocked; when the kernel grants it the
@@ -50,6 +59,8 @@ pub(crate) struct KernelWait {
 
 struct Slot {
     state: Mutex<SlotState>,
+    /// Where the helper is blocked: at the lock or at one of its gates (see [`gate::Place`]).
+    place: gate::Place,
 }
 
 enum SlotState {
@@ -89,6 +100,7 @@ impl KernelWait {
         }
         let slot = Arc::new(Slot {
             state: Mutex::new(SlotState::Waiting(notifier)),
+            place: gate::Place::default(),
         });
         pending.push((opened.id, shared, slot.clone()));
         drop(pending);
@@ -100,18 +112,25 @@ impl KernelWait {
             #[cfg(all(target_os = "linux", not(leasehold_portable)))]
             sys::mark_waiting(fd.as_fd());
             // The mark stays with the lease (see `lock_inline`).
-            let res = gate::block(fd.as_fd(), gates, shared);
-            guard(&PENDING).retain(|(_, _, s)| !Arc::ptr_eq(s, &job_slot));
-            let mut state = guard(&job_slot.state);
-            if let SlotState::Waiting(n) = &*state {
-                let n = n.clone();
-                *state = match res {
-                    Ok(passed) => SlotState::Granted(fd, passed),
-                    Err(e) => SlotState::Failed(e),
-                };
-                n.poke();
+            let res = gate::block(fd.as_fd(), gates, shared, &job_slot.place);
+            let mut res = Some(res.map(|passed| (fd, passed)));
+            // The waiter first: hand it the grant and wake it, then tidy the pending list
+            // (off the hand-over's path). A slot it waits on cannot be adopted meanwhile
+            // (only an abandoned one can), so nobody sees the slot half-way.
+            if !hand_over(&job_slot, &mut res) {
+                // Abandoned: an adopter may be taking the slot over right now under the
+                // pending list's lock; take that lock first (the adopters' order) and look
+                // again, so that a wait adopted meanwhile still gets its grant.
+                let mut pending = guard(&PENDING);
+                pending.retain(|(_, _, s)| !Arc::ptr_eq(s, &job_slot));
+                hand_over(&job_slot, &mut res);
+                drop(pending);
+                // Still abandoned: `res` (the descriptor in it) drops here, releasing a lock
+                // nobody wants.
+                drop(res);
+                return;
             }
-            // Abandoned: `fd` closes here, releasing a lock nobody wants.
+            guard(&PENDING).retain(|(_, _, s)| !Arc::ptr_eq(s, &job_slot));
         }));
         if !started {
             // No helper thread (the process is at its thread limit): the wait fails at once
@@ -120,6 +139,11 @@ impl KernelWait {
             *guard(&slot.state) = SlotState::Failed(Errno::AGAIN);
         }
         Ok(KernelWait { slot, id })
+    }
+
+    /// The gate file this wait is blocked at; `None` while it is at the lock.
+    pub(crate) fn held_up(&self, target: &Target) -> Option<std::path::PathBuf> {
+        self.slot.place.held_up(target)
     }
 
     /// The locked descriptor once the kernel granted it; the error if `flock` failed.
@@ -141,11 +165,35 @@ impl KernelWait {
     }
 }
 
+/// Hands a finished kernel wait's outcome to the waiter of `slot`, if one waits, and wakes it
+/// (`true`); `false` when the slot is abandoned (the outcome stays in `res`).
+fn hand_over(
+    slot: &Slot,
+    res: &mut Option<std::result::Result<(OwnedFd, gate::Passed), Errno>>,
+) -> bool {
+    let mut state = guard(&slot.state);
+    let SlotState::Waiting(n) = &*state else {
+        return false;
+    };
+    let n = n.clone();
+    *state = match res.take() {
+        Some(Ok((fd, passed))) => SlotState::Granted(fd, passed),
+        Some(Err(e)) => SlotState::Failed(e),
+        None => return false,
+    };
+    drop(state);
+    n.poke();
+    true
+}
+
 impl Drop for KernelWait {
     fn drop(&mut self) {
-        // Take the pending list first (the helper's order), so an adopter never sees a slot
-        // half-way.
-        let _pending = guard(&PENDING);
+        // The slot's lock alone: an adopter takes a slot only once it is abandoned (under
+        // this lock), and a helper that finds it abandoned looks again under the pending
+        // list's lock before it lets the grant go. Not the pending list's lock too: the
+        // waiter drops this right after the helper handed the grant over and went on to
+        // tidy that list, and waiting for it there could put a second wake-up on the
+        // hand-over.
         let mut state = guard(&self.slot.state);
         if matches!(*state, SlotState::Waiting(_)) {
             *state = SlotState::Abandoned;

@@ -11,10 +11,13 @@
 //! 1. grants a lease of `ttl` and keeps it alive every `ttl / 3` (its own task);
 //! 2. in one transaction creates `PREFIX<lease id in hex>` (value `PID@HOST`, attached to the
 //!    lease) if absent, and reads the key under `PREFIX` with the lowest create revision;
+//!    only keys attached to a lease count, here and below: a key without one never expires
+//!    and is nobody's claim (`first_leased`);
 //! 3. owns the lock when that lowest key is its own. Otherwise it watches the *deletion* of
-//!    its predecessor (the key just below its own create revision), and again, until no
-//!    older key is left — no polling; a holder that dies loses its key when its lease
-//!    expires, a holder that releases revokes its lease at once;
+//!    its predecessor (the key just below its own create revision), from the revision after
+//!    the read that found it, and again, until no older key is left — no polling; a holder
+//!    that dies loses its key when its lease expires, a holder that releases revokes its
+//!    lease at once (`wait_deletes` says why the watch starts where it does);
 //! 4. is granted with its key's create revision as the fencing token: etcd's revisions only
 //!    grow, so every later grant of the lock carries a larger token.
 //!
@@ -46,29 +49,34 @@
 //!
 //! # Runtime
 //!
-//! etcd-client is async; the arbiter owns a small private tokio runtime (one worker thread) on
-//! which the client, the keep-alive tasks and the waits run. The blocking face hands a future
+//! The client is our own (`client.rs`: six RPCs over `tonic`, with the messages declared by
+//! hand in `proto.rs`, so building needs no `protoc`). It is async; the arbiter owns a small
+//! private tokio runtime (one worker thread) on which the client, the keep-alive tasks and the
+//! waits run. The blocking face hands a future
 //! to it and waits for the answer, so it works from any thread, inside another runtime or not;
 //! the async face (feature `tokio`) awaits the same task, and dropping it abandons the wait.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
-};
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use crate::patterns::authority::{Arbiter, Grant};
 use crate::{Budget, Error, Result};
+
+use client::{Client, prefix_end};
+use proto::{
+    Compare, CompareResult, CompareTarget, EventType, KeyValue, LeaseKeepAliveRequest,
+    RangeRequest, RangeResponse, RequestOp, SortOrder, SortTarget, TxnRequest, TxnResponse,
+    WatchCreateRequest, compare, request_op, response_op,
+};
+
+mod client;
+mod proto;
 
 /// The smallest lease TTL accepted. Below it, a keep-alive every TTL/3 leaves too little
 /// slack for a loaded machine, and etcd's own minimum (1.5 × its election timeout) is near.
@@ -147,11 +155,11 @@ impl Ctx {
     async fn request<T>(
         &self,
         what: &str,
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+        fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
     ) -> Result<T> {
         match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self.unreachable(what, e)),
+            Ok(Err(e)) => Err(self.unreachable(what, status_text(&e))),
             Err(_) => Err(self.unreachable(
                 what,
                 format!("no answer within {REQUEST_TIMEOUT:?} (is etcd running and reachable?)"),
@@ -160,9 +168,40 @@ impl Ctx {
     }
 
     async fn revoke(&self, id: i64) {
-        let mut client = self.client.clone();
-        let _ = self.request("revoke lease", client.lease_revoke(id)).await;
+        let _ = self
+            .request("revoke lease", self.client.lease_revoke(id))
+            .await;
     }
+
+    /// `KV.Range` within [`REQUEST_TIMEOUT`].
+    async fn range(&self, what: &str, request: RangeRequest) -> Result<RangeResponse> {
+        self.request(what, self.client.range(request)).await
+    }
+
+    /// `KV.Txn` within [`REQUEST_TIMEOUT`].
+    async fn txn(&self, what: &str, request: TxnRequest) -> Result<TxnResponse> {
+        self.request(what, self.client.txn(request)).await
+    }
+}
+
+/// A status in one line: etcd's message (or the code when it has none) and the chain of
+/// causes a transport failure carries ("transport error: connection refused").
+fn status_text(status: &tonic::Status) -> String {
+    let mut text = if status.message().is_empty() {
+        format!("{:?}", status.code())
+    } else {
+        status.message().to_string()
+    };
+    let mut source = std::error::Error::source(status);
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text.replace('\n', " ")
 }
 
 type Live = Arc<Mutex<HashMap<u64, (String, Arc<Liveness>)>>>;
@@ -199,6 +238,39 @@ impl Shared {
     }
 }
 
+/// How connecting ended.
+enum Connecting {
+    /// An endpoint answered a request: the client works.
+    Answered(Client),
+    /// A URL cannot be used (it does not parse): nothing was contacted.
+    Unusable(String),
+    /// The request failed: refused, reset, or a failed TLS handshake.
+    Failed(tonic::Status),
+    /// No answer within [`CONNECT_TIMEOUT`].
+    Silent,
+}
+
+impl Connecting {
+    /// Makes the client (on the runtime, whose tasks its balancer uses) and proves with one
+    /// real request that an endpoint answers: the channel itself connects lazily.
+    async fn attempt(list: &[String], options: client::Options) -> Connecting {
+        let client = match Client::new(list, options) {
+            Ok(c) => c,
+            Err(reason) => return Connecting::Unusable(reason),
+        };
+        let probe = RangeRequest {
+            key: vec![0],
+            count_only: true,
+            ..RangeRequest::default()
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, client.range(probe)).await {
+            Ok(Ok(_)) => Connecting::Answered(client),
+            Ok(Err(e)) => Connecting::Failed(e),
+            Err(_) => Connecting::Silent,
+        }
+    }
+}
+
 /// A lock on an etcd v3 cluster, as an [`Arbiter`]: etcd's mutex recipe under a key prefix,
 /// held by a lease kept alive every TTL/3, with the lock key's create revision as fencing
 /// token (see the module docs). Cloning shares the connection.
@@ -229,9 +301,14 @@ impl EtcdArbiter {
     /// must name the URL's host. Either every endpoint is `https://` or none is: a mixed list
     /// would send some requests in the clear, so it is refused.
     ///
+    /// Several endpoints are members of one cluster: requests go to the one that answered
+    /// last, and to the next in turn while one cannot be connected to (down, refusing), so a
+    /// member that is down fails no request another member answers.
+    ///
     /// # Errors
     ///
-    /// [`Error::BadEndpoints`] for a list mixing `http://` and `https://` (or an empty one);
+    /// [`Error::BadEndpoints`] for a list mixing `http://` and `https://`, an empty one, or a
+    /// URL that does not parse (a URL without a scheme is taken as `http://`);
     /// [`Error::Unreachable`] naming the endpoints when no endpoint answered within
     /// [`CONNECT_TIMEOUT`] (the connection is checked with a request, not assumed), with
     /// what to do when the TLS handshake failed (untrusted certificate, wrong host name).
@@ -249,33 +326,36 @@ impl EtcdArbiter {
             .enable_all()
             .build()
             .map_err(|e| unreachable(format!("cannot start the client's runtime: {e}")))?;
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(1))
-            .with_keep_alive_while_idle(true);
-        if tls {
-            options = with_tls(options).map_err(|reason| Error::BadEndpoints {
+        let options = client::Options {
+            connect_timeout: CONNECT_TIMEOUT,
+            keep_alive: Duration::from_secs(1),
+            keep_alive_timeout: Duration::from_secs(1),
+            #[cfg(not(leasehold_etcd_without_tls))]
+            tls: None,
+        };
+        let options = if tls {
+            with_tls(options).map_err(|reason| Error::BadEndpoints {
                 endpoints: endpoints.to_string(),
                 reason: reason.into(),
-            })?;
-        }
+            })?
+        } else {
+            options
+        };
         // Not `block_on`: connecting must work from inside another runtime too.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         runtime.spawn(async move {
-            let attempt = async {
-                let mut client = Client::connect(&list, Some(options)).await?;
-                // Connecting is lazy: one real request proves an endpoint answers.
-                client
-                    .get("\0", Some(GetOptions::new().with_count_only()))
-                    .await?;
-                Ok::<Client, etcd_client::Error>(client)
-            };
-            let _ = tx.send(tokio::time::timeout(CONNECT_TIMEOUT, attempt).await);
+            let _ = tx.send(Connecting::attempt(&list, options).await);
         });
         let client = match rx.recv() {
-            Ok(Ok(Ok(c))) => c,
-            Ok(Ok(Err(e))) => return Err(unreachable(connect_failure(&e, tls))),
-            Ok(Err(_)) | Err(_) => {
+            Ok(Connecting::Answered(c)) => c,
+            Ok(Connecting::Unusable(reason)) => {
+                return Err(Error::BadEndpoints {
+                    endpoints: endpoints.to_string(),
+                    reason,
+                });
+            }
+            Ok(Connecting::Failed(e)) => return Err(unreachable(connect_failure(&e, tls))),
+            Ok(Connecting::Silent) | Err(_) => {
                 return Err(unreachable(format!(
                     "unreachable: no answer within {CONNECT_TIMEOUT:?} (is etcd running, and is this its client URL?)"
                 )));
@@ -322,42 +402,42 @@ impl EtcdArbiter {
     }
 
     /// The lock's current owner: the key under the prefix with the lowest create revision
-    /// (waiters' keys are not holders). Reads only; never disturbs a holder or a waiter.
+    /// among those attached to a lease (waiters' keys are not holders, and a key without a
+    /// lease is nobody's: see the module docs, step 2). Reads only; never disturbs a holder
+    /// or a waiter.
     pub fn owner(&self) -> Result<Option<EtcdHolder>> {
         let ctx = self.shared.ctx.clone();
         self.shared.block(async move {
-            let mut client = ctx.client.clone();
-            let resp = ctx
-                .request(
-                    "read lock owner",
-                    client.get(ctx.prefix.as_str(), Some(first_created())),
-                )
-                .await?;
-            Ok(resp.kvs().first().map(|kv| {
-                let value = String::from_utf8_lossy(kv.value());
+            let (owner, _) =
+                first_leased(&ctx, "read lock owner", first_created(&ctx.prefix)).await?;
+            Ok(owner.map(|kv| {
+                let value = String::from_utf8_lossy(&kv.value);
                 let (pid, host) = value.split_once('@').unwrap_or(("0", &value));
                 EtcdHolder {
                     pid: pid.parse().unwrap_or(0),
                     host: host.to_string(),
-                    token: kv.create_revision() as u64,
+                    token: kv.create_revision as u64,
                 }
             }))
         })
     }
 
-    /// How many keys are under the prefix: the holder and its queued waiters. Reads only.
+    /// How many keys attached to a lease are under the prefix: the holder and its queued
+    /// waiters (a key without a lease is neither). Reads only.
     pub fn contenders(&self) -> Result<usize> {
         let ctx = self.shared.ctx.clone();
         self.shared.block(async move {
-            let mut client = ctx.client.clone();
-            let options = GetOptions::new().with_prefix().with_count_only();
-            let resp = ctx
-                .request(
-                    "count lock keys",
-                    client.get(ctx.prefix.as_str(), Some(options)),
-                )
-                .await?;
-            Ok(usize::try_from(resp.count()).unwrap_or(0))
+            let mut count = 0;
+            let all = RangeRequest {
+                keys_only: true,
+                ..first_created(&ctx.prefix)
+            };
+            scan(&ctx, "count lock keys", all, |kv| {
+                count += usize::from(kv.lease != 0);
+                false
+            })
+            .await?;
+            Ok(count)
         })
     }
 
@@ -365,9 +445,8 @@ impl EtcdArbiter {
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let (ctx, key) = (self.shared.ctx.clone(), key.to_string());
         self.shared.block(async move {
-            let mut client = ctx.client.clone();
-            let resp = ctx.request("read", client.get(key.as_str(), None)).await?;
-            Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
+            let resp = ctx.range("read", only(&key)).await?;
+            Ok(resp.kvs.into_iter().next().map(|kv| kv.value))
         })
     }
 
@@ -387,16 +466,13 @@ impl EtcdArbiter {
         let (ctx, key) = (self.shared.ctx.clone(), key.to_string());
         let rev = i64::try_from(token).unwrap_or(i64::MAX);
         self.shared.block(async move {
-            let txn = Txn::new()
-                .when([Compare::create_revision(
-                    lock_key.as_str(),
-                    CompareOp::Equal,
-                    rev,
-                )])
-                .and_then([TxnOp::put(key.as_str(), value, None)]);
-            let mut client = ctx.client.clone();
-            let resp = ctx.request("fenced write", client.txn(txn)).await?;
-            if resp.succeeded() {
+            let txn = TxnRequest {
+                compare: vec![created_at(&lock_key, rev)],
+                success: vec![put(&key, value, 0)],
+                failure: Vec::new(),
+            };
+            let resp = ctx.txn("fenced write", txn).await?;
+            if resp.succeeded {
                 Ok(Fenced::Written)
             } else {
                 live.lose("etcd refused the fencing token: the lock key is gone".into());
@@ -410,19 +486,17 @@ impl EtcdArbiter {
     pub fn history(&self, key: &str) -> Result<Vec<Vec<u8>>> {
         let (ctx, key) = (self.shared.ctx.clone(), key.to_string());
         self.shared.block(async move {
-            let mut client = ctx.client.clone();
-            let head = ctx.request("read", client.get(key.as_str(), None)).await?;
-            let Some(last) = head.kvs().first().map(|kv| kv.mod_revision()) else {
+            let head = ctx.range("read", only(&key)).await?;
+            let Some(last) = head.kvs.first().map(|kv| kv.mod_revision) else {
                 return Ok(Vec::new());
             };
+            let from_the_start = WatchCreateRequest {
+                key: key.clone().into_bytes(),
+                range_end: Vec::new(),
+                start_revision: 1,
+            };
             let mut stream = ctx
-                .request(
-                    "watch",
-                    client.watch(
-                        key.as_str(),
-                        Some(WatchOptions::new().with_start_revision(1)),
-                    ),
-                )
+                .request("watch", ctx.client.watch(from_the_start))
                 .await?;
             let mut out = Vec::new();
             loop {
@@ -430,13 +504,14 @@ impl EtcdArbiter {
                 let Some(msg) = msg else {
                     return Err(ctx.unreachable("watch", "the stream ended early"));
                 };
-                if msg.canceled() {
-                    return Err(ctx.unreachable("watch", msg.cancel_reason()));
+                if msg.canceled {
+                    return Err(ctx.unreachable("watch", msg.cancel_reason));
                 }
-                for ev in msg.events() {
-                    if let (EventType::Put, Some(kv)) = (ev.event_type(), ev.kv()) {
-                        out.push(kv.value().to_vec());
-                        if kv.mod_revision() >= last {
+                for ev in msg.events {
+                    if let (Ok(EventType::Put), Some(kv)) = (EventType::try_from(ev.r#type), ev.kv)
+                    {
+                        out.push(kv.value);
+                        if kv.mod_revision >= last {
                             return Ok(out);
                         }
                     }
@@ -537,13 +612,15 @@ impl Drop for Held {
 
 /// One acquisition, on the private runtime (see the module docs for the recipe).
 async fn acquire(ctx: Ctx, budget: Budget) -> Result<Held> {
-    let mut client = ctx.client.clone();
-    let ttl_secs = ctx.ttl.as_secs() as i64;
+    let ttl_secs = i64::try_from(ctx.ttl.as_secs()).unwrap_or(i64::MAX);
     let sent = now();
     let lease = ctx
-        .request("grant lease", client.lease_grant(ttl_secs, None))
+        .request("grant lease", ctx.client.lease_grant(ttl_secs))
         .await?;
-    let id = lease.id();
+    if !lease.error.is_empty() {
+        return Err(ctx.unreachable("grant lease", lease.error));
+    }
+    let id = lease.id;
     let key = format!("{}{id:x}", ctx.prefix);
     let live = Arc::new(Liveness::new(
         key.clone(),
@@ -579,46 +656,45 @@ async fn acquire(ctx: Ctx, budget: Budget) -> Result<Held> {
 
 /// Creates the lock key and waits until it is the oldest; returns its create revision.
 async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -> Result<u64> {
-    let mut client = ctx.client.clone();
     let prefix = ctx.prefix.as_str();
-    let txn = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-        .and_then([
-            TxnOp::put(
-                key,
-                ctx.holder.as_str(),
-                Some(PutOptions::new().with_lease(id)),
-            ),
-            TxnOp::get(prefix, Some(first_created())),
-        ])
-        .or_else([
-            TxnOp::get(key, None),
-            TxnOp::get(prefix, Some(first_created())),
-        ]);
-    let resp = ctx.request("create lock key", client.txn(txn)).await?;
-    let ranges: Vec<_> = resp
-        .op_responses()
-        .into_iter()
-        .filter_map(|r| match r {
-            TxnOpResponse::Get(g) => Some(g),
-            _ => None,
-        })
-        .collect();
-    let mine = if resp.succeeded() {
-        resp.header().map(|h| h.revision())
+    let txn = TxnRequest {
+        compare: vec![created_at(key, 0)],
+        success: vec![
+            put(key, ctx.holder.as_bytes().to_vec(), id),
+            read(first_created(prefix)),
+        ],
+        failure: vec![read(only(key)), read(first_created(prefix))],
+    };
+    let resp = ctx.txn("create lock key", txn).await?;
+    let succeeded = resp.succeeded;
+    let revision = resp.header.as_ref().map(|h| h.revision);
+    let ranges = reads(resp);
+    let mine = if succeeded {
+        revision
     } else {
-        ranges
-            .first()
-            .and_then(|g| g.kvs().first())
-            .map(|kv| kv.create_revision())
+        // The key exists already (a retried request): ours only if it is on our lease.
+        match ranges.first().and_then(|kvs| kvs.first()) {
+            Some(kv) if kv.lease == id => Some(kv.create_revision),
+            Some(_) => {
+                return Err(ctx.unreachable(
+                    "create lock key",
+                    format!("{key} exists on another lease (written by something else than a leasehold acquisition); delete it"),
+                ));
+            }
+            None => None,
+        }
     };
     let Some(mine) = mine else {
         return Err(ctx.unreachable("create lock key", "etcd's answer lacks a revision"));
     };
-    let owner = ranges
-        .last()
-        .and_then(|g| g.kvs().first())
-        .map(|kv| kv.create_revision());
+    let owner = match ranges.last().and_then(|kvs| kvs.first()) {
+        // The oldest key has no lease, so it holds nothing (see `first_leased`): look on.
+        Some(kv) if kv.lease == 0 => first_leased(ctx, "read lock owner", first_created(prefix))
+            .await?
+            .0
+            .map(|kv| kv.create_revision),
+        oldest => oldest.map(|kv| kv.create_revision),
+    };
     if owner.is_none_or(|o| o == mine) {
         return Ok(mine as u64);
     }
@@ -636,8 +712,8 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
-        waited = wait_deletes(ctx, mine - 1) => waited?,
+    let outlived = tokio::select! {
+        waited = wait_deletes(ctx, key, mine) => waited?,
         () = deadline => {
             return Err(Error::TimedOut {
                 path: ctx.prefix.trim_end_matches('/').into(),
@@ -649,21 +725,29 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
             return Err(Error::Cancelled { path: ctx.prefix.trim_end_matches('/').into() });
         }
         why = live.lost() => return Err(Error::Expired { name: key.to_string(), reason: why }),
+    };
+    // The predecessors are gone; our own key must have outlived the wait, and our grant's
+    // deadline not have passed (after which etcd may expire the lease at any moment).
+    if let Some(why) = live.check() {
+        return Err(Error::Expired {
+            name: key.to_string(),
+            reason: why,
+        });
     }
-    // The predecessors are gone; make sure our own key outlived the wait.
-    let resp = ctx.request("read lock key", client.get(key, None)).await?;
-    match resp.kvs().first() {
-        Some(kv) if kv.create_revision() == mine => Ok(mine as u64),
-        _ => Err(Error::Expired {
+    if outlived {
+        Ok(mine as u64)
+    } else {
+        Err(Error::Expired {
             name: key.to_string(),
             reason: "the lease expired while waiting for the lock".into(),
-        }),
+        })
     }
 }
 
 /// Splits a comma-separated endpoint list and checks it is all `https://` or all plain: the
 /// one place the choice between TLS and plain text is made. A URL's scheme is matched
-/// case-insensitively and passed on in lower case (etcd-client matches it exactly).
+/// case-insensitively and passed on in lower case; a URL without one is `http://`, as with
+/// etcdctl.
 fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
     let bad = |reason: &str| Error::BadEndpoints {
         endpoints: endpoints.to_string(),
@@ -675,11 +759,19 @@ fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
         .filter(|e| !e.is_empty())
         .map(|e| match e.split_once("://") {
             Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
-            None => e.to_string(),
+            None => format!("http://{e}"),
         })
         .collect();
     if list.is_empty() {
         return Err(bad("no endpoint given"));
+    }
+    if let Some(odd) = list
+        .iter()
+        .find(|e| !e.starts_with("http://") && !e.starts_with("https://"))
+    {
+        return Err(bad(&format!(
+            "{odd}: only http:// and https:// URLs are supported"
+        )));
     }
     let https = list.iter().filter(|e| e.starts_with("https://")).count();
     if https != 0 && https != list.len() {
@@ -690,22 +782,23 @@ fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
     Ok(list)
 }
 
-/// TLS for `https://` endpoints. Without options etcd-client would use tonic's default TLS
-/// config, which trusts no root at all; the native roots are the system's store, or instead
-/// the certificates in SSL_CERT_FILE / SSL_CERT_DIR (rustls-native-certs, as OpenSSL).
+/// TLS for `https://` endpoints: rustls with ring, trusting the system's store, or instead
+/// the certificates in SSL_CERT_FILE / SSL_CERT_DIR (rustls-native-certs, as OpenSSL). Without
+/// roots of its own tonic's TLS would trust no root at all.
 #[cfg(not(leasehold_etcd_without_tls))]
-fn with_tls(options: ConnectOptions) -> std::result::Result<ConnectOptions, &'static str> {
-    use etcd_client::TlsOptions;
-    Ok(options.with_tls(
-        TlsOptions::new()
-            .with_native_roots()
-            .timeout(CONNECT_TIMEOUT),
-    ))
+fn with_tls(options: client::Options) -> std::result::Result<client::Options, &'static str> {
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .with_native_roots()
+        .timeout(CONNECT_TIMEOUT);
+    Ok(client::Options {
+        tls: Some(tls),
+        ..options
+    })
 }
 
 /// A build for linting only (`--cfg leasehold_etcd_without_tls`, see Cargo.toml) has no TLS.
 #[cfg(leasehold_etcd_without_tls)]
-fn with_tls(_: ConnectOptions) -> std::result::Result<ConnectOptions, &'static str> {
+fn with_tls(_: client::Options) -> std::result::Result<client::Options, &'static str> {
     Err(
         "this leasehold was built without TLS (--cfg leasehold_etcd_without_tls); rebuild it without that flag",
     )
@@ -714,16 +807,10 @@ fn with_tls(_: ConnectOptions) -> std::result::Result<ConnectOptions, &'static s
 /// Why connecting failed, in words a user can act on. A failed TLS handshake (rustls says
 /// why: an unknown issuer, a name the certificate does not cover, no root certificates at
 /// all) is told apart from an endpoint that does not answer, and says what to do.
-fn connect_failure(e: &etcd_client::Error, tls: bool) -> String {
-    // A gRPC status carries the transport's reason as its message ("invalid peer
-    // certificate: UnknownIssuer"); its Display adds a Debug dump of the source chain.
-    let what = match e {
-        etcd_client::Error::GRpcStatus(status) if !status.message().is_empty() => {
-            status.message().to_string()
-        }
-        other => other.to_string(),
-    }
-    .replace('\n', " ");
+fn connect_failure(e: &tonic::Status, tls: bool) -> String {
+    // A status carries the transport's reason as its message ("invalid peer certificate:
+    // UnknownIssuer") or in its chain of sources; its Display adds a Debug dump of the chain.
+    let what = status_text(e);
     let mut chain = String::new();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -756,55 +843,227 @@ fn connect_failure(e: &etcd_client::Error, tls: bool) -> String {
     format!("unreachable: {what}")
 }
 
-/// The oldest key under a prefix: the owner.
-fn first_created() -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
+/// A range over every key under `prefix`.
+fn under(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        key: prefix.as_bytes().to_vec(),
+        range_end: prefix_end(prefix.as_bytes()),
+        ..RangeRequest::default()
+    }
 }
 
-/// Waits until no key under the prefix older than `max_rev` is left, watching the deletion of
-/// the youngest of them each time (mutex.go's `waitDeletes`).
-async fn wait_deletes(ctx: &Ctx, max_rev: i64) -> Result<()> {
-    let mut client = ctx.client.clone();
+/// A range of the one key `key`.
+fn only(key: &str) -> RangeRequest {
+    RangeRequest {
+        key: key.as_bytes().to_vec(),
+        ..RangeRequest::default()
+    }
+}
+
+/// The oldest key under a prefix: the owner.
+fn first_created(prefix: &str) -> RangeRequest {
+    RangeRequest {
+        sort_order: SortOrder::Ascend as i32,
+        sort_target: SortTarget::Create as i32,
+        limit: 1,
+        ..under(prefix)
+    }
+}
+
+/// How many keys one read of a [`scan`] asks for.
+const PAGE: i64 = 16;
+
+/// Reads the keys `range` selects (under one prefix, sorted by create revision) page by page
+/// and shows each to `visit` in that order until it answers `true`; answers the revision of
+/// the last read. A page ends before the keys created after (ascending) or before
+/// (descending) its last one: keys that share a create revision were created by one
+/// transaction, which a lock key never shares (each is created alone).
+async fn scan(
+    ctx: &Ctx,
+    what: &str,
+    mut range: RangeRequest,
+    mut visit: impl FnMut(KeyValue) -> bool + Send,
+) -> Result<i64> {
+    range.limit = PAGE;
+    let descending = range.sort_order == SortOrder::Descend as i32;
     loop {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_max_create_revision(max_rev)
-            .with_limit(1);
-        let resp = ctx
-            .request(
-                "read predecessors",
-                client.get(ctx.prefix.as_str(), Some(options)),
-            )
-            .await?;
-        let Some(kv) = resp.kvs().first() else {
-            return Ok(());
+        let resp = ctx.range(what, range.clone()).await?;
+        let rev = resp.header.as_ref().map_or(0, |h| h.revision);
+        let more = resp.more;
+        let mut last = None;
+        for kv in resp.kvs {
+            last = Some(kv.create_revision);
+            if visit(kv) {
+                return Ok(rev);
+            }
+        }
+        match last {
+            Some(created) if more && descending && created > 1 => {
+                range.max_create_revision = created - 1;
+            }
+            Some(created) if more && !descending => range.min_create_revision = created + 1,
+            _ => return Ok(rev),
+        }
+    }
+}
+
+/// The first key attached to a lease among those `range` selects, in its order, with the
+/// revision of the read that found it.
+///
+/// Every holder's and waiter's key is attached to its lease, so that it goes when its
+/// process stops renewing. A key under a lock's prefix without a lease never expires and is
+/// no process's claim — a document that a registry whose prefix lay inside the lock's range
+/// wrote there (issue 22 item 7), or a stray `etcdctl put` — and counted as the oldest holder
+/// it would keep the lock from everyone for ever; counted as a predecessor it would keep a
+/// waiter watching for a deletion that never comes. It is skipped.
+async fn first_leased(
+    ctx: &Ctx,
+    what: &str,
+    range: RangeRequest,
+) -> Result<(Option<KeyValue>, i64)> {
+    let mut found = None;
+    let rev = scan(ctx, what, range, |kv| {
+        let leased = kv.lease != 0;
+        if leased {
+            found = Some(kv);
+        }
+        leased
+    })
+    .await?;
+    Ok((found, rev))
+}
+
+/// A transaction's read.
+fn read(range: RangeRequest) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestRange(range)),
+    }
+}
+
+/// A transaction's write of `value` to `key`, attached to `lease` (0: none).
+fn put(key: &str, value: Vec<u8>, lease: i64) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestPut(proto::PutRequest {
+            key: key.as_bytes().to_vec(),
+            value,
+            lease,
+        })),
+    }
+}
+
+/// The condition "`key` was created at revision `rev`" (0: `key` does not exist).
+fn created_at(key: &str, rev: i64) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.as_bytes().to_vec(),
+        target_union: Some(compare::TargetUnion::CreateRevision(rev)),
+    }
+}
+
+/// The keys each read of a transaction's answer returned, in order.
+fn reads(resp: TxnResponse) -> Vec<Vec<KeyValue>> {
+    resp.responses
+        .into_iter()
+        .filter_map(|r| match r.response {
+            Some(response_op::Response::ResponseRange(g)) => Some(g.kvs),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits until no key under the prefix older than `mine` (the create revision of `key`, the
+/// waiter's own) is left, watching the deletion of the youngest of them each time (mutex.go's
+/// `waitDeletes`); then answers whether `key` still exists as created at `mine` (a lease that
+/// expired during the wait took it away). When the predecessor deleted was the only older
+/// key with a lease, that deletion ends the wait without another look (mutex.go looks again;
+/// here that round trip would be on the hand-over's path for nothing).
+///
+/// Each look is one read-only transaction (predecessor and own key together: one round trip,
+/// where reading them apart costs a second one on the hand-over's path), and each watch
+/// starts at the revision after that read. etcd sends a watch's events as they happen only to
+/// a watcher that starts after its current revision; one that starts at or before it (as
+/// mutex.go's does, from the read's own revision) is caught up by a loop that runs every
+/// 100 ms, which delayed a hand-over by up to that much (issue 26 item 6). Nothing is missed:
+/// the predecessor existed at the read's revision, so its deletion comes after it.
+async fn wait_deletes(ctx: &Ctx, key: &str, mine: i64) -> Result<bool> {
+    loop {
+        let older = RangeRequest {
+            sort_order: SortOrder::Descend as i32,
+            sort_target: SortTarget::Create as i32,
+            max_create_revision: mine - 1,
+            limit: PAGE,
+            keys_only: true,
+            ..under(&ctx.prefix)
         };
-        let rev = resp.header().map_or(0, |h| h.revision());
-        let pred = kv.key().to_vec();
-        let watch = WatchOptions::new().with_start_revision(rev);
+        let look = TxnRequest {
+            compare: Vec::new(),
+            success: vec![read(older.clone()), read(only(key))],
+            failure: Vec::new(),
+        };
+        let resp = ctx.txn("read predecessors", look).await?;
+        let mut rev = resp.header.as_ref().map_or(0, |h| h.revision);
+        // Only the page's flag tells whether older keys did not fit in it.
+        let more = resp.responses.first().is_some_and(
+            |r| matches!(&r.response, Some(response_op::Response::ResponseRange(g)) if g.more),
+        );
+        let mut found = reads(resp).into_iter();
+        let page = found.next().unwrap_or_default();
+        let own = found.next().and_then(|kvs| kvs.into_iter().next());
+        if own.as_ref().is_none_or(|kv| kv.create_revision != mine) {
+            return Ok(false);
+        }
+        let oldest_seen = page.last().map(|kv| kv.create_revision);
+        // Whether the page holds every older key and only one of them has a lease: then its
+        // deletion leaves no older claim, and the wait is over without another look. No
+        // claim older than ours can appear later: create revisions only grow, and a claim
+        // is created with its lease (nothing of ours attaches a lease to an existing key).
+        let last = !more && page.iter().filter(|kv| kv.lease != 0).count() == 1;
+        // The youngest older key with a lease (a key without one is nobody's claim, see
+        // `first_leased`); past a page of lease-less keys, the rest are read page by page.
+        let mut predecessor = page.into_iter().find(|kv| kv.lease != 0);
+        if predecessor.is_none()
+            && more
+            && let Some(oldest) = oldest_seen.filter(|&c| c > 1)
+        {
+            let rest = RangeRequest {
+                max_create_revision: oldest - 1,
+                ..older
+            };
+            (predecessor, rev) = first_leased(ctx, "read predecessors", rest).await?;
+        }
+        let Some(predecessor) = predecessor else {
+            return Ok(true);
+        };
+        let watch = WatchCreateRequest {
+            key: predecessor.key,
+            range_end: Vec::new(),
+            start_revision: rev + 1,
+        };
         let mut stream = ctx
-            .request("watch predecessor", client.watch(pred, Some(watch)))
+            .request("watch predecessor", ctx.client.watch(watch))
             .await?;
         'watch: loop {
             let msg = stream
                 .message()
                 .await
-                .map_err(|e| ctx.unreachable("watch predecessor", e))?;
+                .map_err(|e| ctx.unreachable("watch predecessor", status_text(&e)))?;
             let Some(msg) = msg else {
                 return Err(ctx.unreachable("watch predecessor", "the stream ended"));
             };
-            if msg.canceled() {
-                return Err(ctx.unreachable("watch predecessor", msg.cancel_reason()));
+            if msg.canceled {
+                return Err(ctx.unreachable("watch predecessor", msg.cancel_reason));
             }
             if msg
-                .events()
+                .events
                 .iter()
-                .any(|e| e.event_type() == EventType::Delete)
+                .any(|e| e.r#type == EventType::Delete as i32)
             {
+                if last {
+                    // Our key was there at the look, and our lease cannot have expired yet
+                    // unless the grant's deadline passed, which the caller checks next.
+                    return Ok(true);
+                }
                 break 'watch;
             }
         }
@@ -813,34 +1072,10 @@ async fn wait_deletes(ctx: &Ctx, max_rev: i64) -> Result<()> {
 
 /// Resolves when the budget's cancellation token fires (never without one).
 async fn cancelled(budget: &Budget) {
-    let Some(token) = budget.cancel_token() else {
-        return std::future::pending().await;
-    };
-    if token.is_cancelled() {
-        return;
-    }
-    match register(token.fd()) {
-        Some(fd) => loop {
-            match fd.readable().await {
-                Ok(mut guard) => {
-                    guard.clear_ready();
-                    if token.is_cancelled() {
-                        return;
-                    }
-                }
-                Err(_) => return std::future::pending().await,
-            }
-        },
+    match budget.cancel_token() {
+        Some(token) => token.cancelled().await,
         None => std::future::pending().await,
     }
-}
-
-/// Registers a duplicate of a borrowed descriptor with the reactor (the owned duplicate
-/// cannot change under the `AsyncFd`, so the deprecated safe constructor is sound here).
-#[allow(deprecated)]
-fn register(fd: BorrowedFd<'_>) -> Option<AsyncFd<OwnedFd>> {
-    let owned = fd.try_clone_to_owned().ok()?;
-    AsyncFd::with_interest(owned, Interest::READABLE).ok()
 }
 
 /// Keeps lease `id` alive every TTL/3, moving the grant's deadline forward at each
@@ -852,18 +1087,27 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
         let ttl = Duration::from_secs(ttl_secs.max(0) as u64).min(ctx.ttl);
         (sent + nanos(ttl)).saturating_sub(nanos(margin(ctx.ttl)))
     };
-    let mut client = ctx.client.clone();
+    let gone = "etcd reports the lease expired or revoked";
     loop {
         if live.check().is_some() {
             return;
         }
+        // Opening the stream sends the first keep-alive; its answer is the first renewal.
         let sent = now();
-        let opened = tokio::time::timeout(period, client.lease_keep_alive(id)).await;
-        let (mut keeper, mut stream) = match opened {
-            Ok(Ok(pair)) => pair,
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) if e.contains("not found") => {
-                live.lose("etcd reports the lease expired or revoked".into());
+        let opened = tokio::time::timeout(period, async {
+            let mut stream = ctx.client.lease_keep_alive(id).await?;
+            let first = stream.message().await?;
+            Ok::<_, tonic::Status>((stream, first))
+        })
+        .await;
+        let mut stream = match opened {
+            Ok(Ok((_, Some(resp)))) if resp.ttl <= 0 => {
+                live.lose(gone.into());
                 return;
+            }
+            Ok(Ok((stream, Some(resp)))) => {
+                live.extend(bought(sent, resp.ttl));
+                stream
             }
             _ => {
                 // Not reachable now; try again soon (the deadline decides when to give up).
@@ -871,7 +1115,6 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
                 continue;
             }
         };
-        live.extend(bought(sent, ctx.ttl.as_secs() as i64));
         loop {
             let next = tokio::time::Instant::now() + period;
             tokio::time::sleep_until(next).await;
@@ -879,15 +1122,15 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
                 return;
             }
             let sent = now();
-            if keeper.keep_alive().await.is_err() {
+            if stream.send(LeaseKeepAliveRequest { id }).await.is_err() {
                 break;
             }
             match tokio::time::timeout(period, stream.message()).await {
-                Ok(Ok(Some(resp))) if resp.ttl() <= 0 => {
-                    live.lose("etcd reports the lease expired or revoked".into());
+                Ok(Ok(Some(resp))) if resp.ttl <= 0 => {
+                    live.lose(gone.into());
                     return;
                 }
-                Ok(Ok(Some(resp))) => live.extend(bought(sent, resp.ttl())),
+                Ok(Ok(Some(resp))) => live.extend(bought(sent, resp.ttl)),
                 _ => break,
             }
         }

@@ -1,0 +1,122 @@
+// Types of the npm package `leasehold` (surface v1: node-api.md). Semantics are the Rust
+// library's and the CLI contract's: the same lock files, safe open, inode verification,
+// fairness, ownership rule and fail-closed authority; a Node process and a `leasehold` CLI
+// process exclude each other on the same path.
+
+/** The stable codes of every failure (`Error.code`). */
+export type LeaseholdErrorCode =
+  | 'CONTENDED'
+  | 'CANCELLED'
+  | 'LOST'
+  | 'INVALID_INPUT'
+  | 'NOT_AUTHORITY'
+  | 'SESSION_OWNED'
+  | 'UNTRUSTED'
+  | 'NETWORK_FS'
+  | 'UNSUPPORTED'
+  | 'STORAGE_FAILED'
+  | 'IO'
+
+/** Every rejection and every throw of this package. */
+export interface LeaseholdError extends Error {
+  code: LeaseholdErrorCode
+  /** The holders' pids, present when the OS revealed them. */
+  pids?: number[]
+}
+
+export interface LeaseOptions {
+  /** Absent: wait without limit; 0: try once. A wait that runs out rejects with CONTENDED. */
+  timeoutMs?: number
+  /** Abort ends the wait promptly: rejects with CANCELLED, and nothing is held. */
+  signal?: AbortSignal
+  /** A shared (reader) lease; exclusive waiters are not starved. */
+  shared?: boolean
+  /** Accept lock files on network and FUSE file systems (LEASEHOLD_ALLOW_NETWORK_FS). */
+  allowNetworkFs?: boolean
+  /** Accept state other users own or may write (LEASEHOLD_ALLOW_SHARED). */
+  allowSharedState?: boolean
+}
+
+/**
+ * A kernel lease on a lock file (Windows: a named kernel semaphore). Held until release(),
+ * Symbol.dispose, garbage collection of the object, or the death of the process; never by
+ * a TTL.
+ */
+export declare class Lease {
+  private constructor()
+  /** Waits within the options, never blocking the event loop (no libuv pool thread, no thread per waiter). */
+  static acquire(path: string, options?: LeaseOptions): Promise<Lease>
+  /** The lease if it is free right now, else null (synchronous). */
+  static tryAcquire(path: string, options?: Omit<LeaseOptions, 'timeoutMs' | 'signal'>): Lease | null
+  readonly path: string
+  readonly shared: boolean
+  /** Throws LOST when the lock file was removed or replaced (or after release). */
+  verify(): void
+  /** Idempotent. */
+  release(): void
+  [Symbol.dispose](): void
+}
+
+export type HoldersAnswer = { state: 'free' } | { state: 'held'; pids: number[] } | { state: 'unknown' }
+
+/** Who holds the lock at `path`; never takes, creates or disturbs a lock. */
+export declare function holders(path: string): HoldersAnswer
+
+export type RegistryState = 'active' | 'contended' | 'storage-failed'
+
+export interface RegistryOpenOptions {
+  home: string
+  /** Default: HOME/storages/multi_root_workspace.lock. */
+  leasePath?: string
+  /** How long to wait for the authority; absent or 0: try once (the CLI's default). */
+  timeoutMs?: number
+  signal?: AbortSignal
+}
+
+/** The store-wide authority over the multi-root workspace registry. */
+export declare class Registry {
+  private constructor()
+  /** Contention is a state, not a rejection. */
+  static open(options: RegistryOpenOptions): Promise<Registry>
+  readonly state: RegistryState
+  /** {} unless active (fail closed). */
+  scope(): Record<string, string[]>
+  /** false unless active. */
+  grants(primary: string, path: string): boolean
+  /** NOT_AUTHORITY unless active; INVALID_INPUT for a root that is not an existing directory. */
+  add(primary: string, root: string): Promise<void>
+  remove(primary: string, root: string): Promise<void>
+  /** Takes over once the holder is gone. */
+  refresh(): Promise<RegistryState>
+  /** Drains in-flight mutations, closes the store, releases the lease. */
+  close(): Promise<void>
+}
+
+/** One writer per append-only JSON-lines session log. */
+export declare class SessionLog {
+  private constructor()
+  /** Takes no lease yet; INVALID_INPUT for an unsafe ID. */
+  static open(dir: string, id: string): SessionLog
+  /** Takes the write lease lazily; SESSION_OWNED when another has it. Appends run in call order. */
+  append(record: unknown): Promise<void>
+  close(): void
+  /** Never takes the lock; whole records only. */
+  static read(dir: string, id: string): unknown[]
+}
+
+/** Isolated results, each operation under its ID's lease. */
+export declare class ResultStore {
+  private constructor()
+  /** timeoutMs: the wait for an ID's lease (default 30000, as the CLI). */
+  static open(root: string, options?: { timeoutMs?: number }): ResultStore
+  stage(id: string, from: string): Promise<void>
+  paths(id: string): Promise<string[]>
+  finish(id: string): Promise<void>
+  apply(id: string, to: string): Promise<void>
+  discard(id: string): Promise<void>
+  abort(id: string): Promise<void>
+  pending(): Promise<string[]>
+  /** Resolves to the number of results removed. */
+  sweep(olderThanSec: number): Promise<number>
+  gc(options?: { olderThanSec?: number }): Promise<{ removed: number; kept: number }>
+}

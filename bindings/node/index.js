@@ -1,0 +1,302 @@
+'use strict'
+// The npm package `leasehold`: the loader of the native addon (napi-rs's per-platform
+// pattern: `leasehold.<platform>-<arch>[-<abi>].node` next to this file) and the thin
+// JavaScript face over it. Every decision — opening, locking, verifying, waiting, the
+// stores' rules — is the Rust library's; this file only adds what JavaScript must: the
+// AbortSignal listener, Symbol.dispose, and errors thrown with their `code`.
+
+const { existsSync } = require('node:fs')
+const { join } = require('node:path')
+const { addonNames } = require('./platform')
+
+function load () {
+  const tried = []
+  for (const name of addonNames()) {
+    const file = join(__dirname, name)
+    tried.push(file)
+    if (existsSync(file)) return require(file)
+  }
+  throw new Error(
+    `leasehold: no native addon for ${process.platform}-${process.arch} in this package (looked for ${tried.join(', ') || 'nothing: platform not supported'}); build it with \`cargo build --release -p leasehold-node\` and copy the library to one of those names`
+  )
+}
+
+const native = load()
+
+/** A failure the native side returned: `{ code, message, pids? }`. */
+function isFailure (r) {
+  return r !== null && typeof r === 'object' && typeof r.code === 'string' && typeof r.message === 'string' && !Array.isArray(r)
+}
+
+/** The Error a failure is thrown as. */
+function toError (f) {
+  const e = new Error(f.message)
+  e.code = f.code
+  if (f.pids !== undefined && f.pids !== null) e.pids = f.pids
+  return e
+}
+
+/** The value of a native result, or the failure thrown. */
+function settle (r) {
+  if (isFailure(r)) throw toError(r)
+  return r
+}
+
+/** An argument error of the JavaScript face (the native side never saw the call). */
+function invalid (message) {
+  return toError({ code: 'INVALID_INPUT', message })
+}
+
+function checkString (value, what) {
+  if (typeof value !== 'string') throw invalid(`${what} must be a string, not ${typeof value}`)
+}
+
+function checkSignal (signal) {
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw invalid('signal must be an AbortSignal')
+  }
+}
+
+/** The options the native side takes (the signal stays here). */
+function nativeOptions (options) {
+  if (options === undefined || options === null) return {}
+  if (typeof options !== 'object') throw invalid('options must be an object')
+  const { timeoutMs, shared, allowNetworkFs, allowSharedState } = options
+  if (timeoutMs !== undefined && typeof timeoutMs !== 'number') throw invalid('timeoutMs must be a number of milliseconds')
+  return { timeoutMs, shared: shared === true, allowNetworkFs: allowNetworkFs === true, allowSharedState: allowSharedState === true }
+}
+
+/**
+ * Runs `wait(waiter)` with a native Waiter that `signal` cancels: an 'abort' ends the wait
+ * promptly through the library's CancelToken (a signal aborted already cancels it before
+ * it starts). Without a signal the waiter has no token.
+ */
+async function withSignal (signal, wait) {
+  checkSignal(signal)
+  const waiter = new native.Waiter(signal !== undefined)
+  if (signal === undefined) return wait(waiter)
+  const onAbort = () => waiter.cancel()
+  signal.addEventListener('abort', onAbort, { once: true })
+  if (signal.aborted) waiter.cancel()
+  try {
+    return await wait(waiter)
+  } finally {
+    signal.removeEventListener('abort', onAbort)
+  }
+}
+
+const kNative = Symbol('leasehold.native')
+
+/** An exclusive or shared lease (see index.d.ts). */
+class Lease {
+  constructor (held) {
+    if (!(held instanceof native.NativeLease)) throw new TypeError('use Lease.acquire or Lease.tryAcquire')
+    this[kNative] = held
+    this.path = held.path
+    this.shared = held.shared
+    Object.freeze(this)
+  }
+
+  static async acquire (path, options) {
+    checkString(path, 'path')
+    const opts = nativeOptions(options)
+    const signal = options ? options.signal : undefined
+    checkSignal(signal)
+    // The library's first step, taken here without a trip to the runtime's threads: free
+    // now, or unusable, settles at once; contended goes on to wait (the library's acquire
+    // tries once more before it waits, in its own order).
+    if (!(signal && signal.aborted) && opts.timeoutMs !== 0) {
+      const now = native.tryAcquire(path, opts)
+      if (now !== null) return new Lease(settle(now))
+    }
+    return new Lease(settle(await withSignal(signal, (w) => w.acquire(path, opts))))
+  }
+
+  static tryAcquire (path, options) {
+    checkString(path, 'path')
+    const now = native.tryAcquire(path, nativeOptions(options))
+    return now === null ? null : new Lease(settle(now))
+  }
+
+  verify () {
+    const f = this[kNative].verify()
+    if (f !== null && f !== undefined) throw toError(f)
+  }
+
+  release () {
+    this[kNative].release()
+  }
+}
+
+if (typeof Symbol.dispose === 'symbol') {
+  Lease.prototype[Symbol.dispose] = function dispose () {
+    this.release()
+  }
+}
+
+function holders (path) {
+  checkString(path, 'path')
+  const h = settle(native.holders(path))
+  return h.state === 'held' ? { state: 'held', pids: h.pids } : { state: h.state }
+}
+
+/** The store-wide authority over the multi-root workspace registry (see index.d.ts). */
+class Registry {
+  constructor (inner) {
+    if (!(inner instanceof native.NativeRegistry)) throw new TypeError('use Registry.open')
+    this[kNative] = inner
+    Object.freeze(this)
+  }
+
+  static async open (options) {
+    if (options === null || typeof options !== 'object') throw invalid('Registry.open needs { home }')
+    const { home, leasePath, timeoutMs, signal } = options
+    checkString(home, 'home')
+    if (leasePath !== undefined) checkString(leasePath, 'leasePath')
+    if (timeoutMs !== undefined && typeof timeoutMs !== 'number') throw invalid('timeoutMs must be a number of milliseconds')
+    const opened = await withSignal(signal, (w) => w.openRegistry({ home, leasePath, timeoutMs }))
+    return new Registry(settle(opened))
+  }
+
+  get state () {
+    return this[kNative].state
+  }
+
+  scope () {
+    return this[kNative].scope()
+  }
+
+  grants (primary, path) {
+    checkString(primary, 'primary')
+    checkString(path, 'path')
+    return this[kNative].grants(primary, path)
+  }
+
+  async add (primary, root) {
+    checkString(primary, 'primary')
+    checkString(root, 'root')
+    settle(await this[kNative].add(primary, root))
+  }
+
+  async remove (primary, root) {
+    checkString(primary, 'primary')
+    checkString(root, 'root')
+    settle(await this[kNative].remove(primary, root))
+  }
+
+  async refresh () {
+    return settle(await this[kNative].refresh())
+  }
+
+  async close () {
+    await this[kNative].close()
+  }
+}
+
+/** One writer per append-only JSON-lines session log (see index.d.ts). */
+class SessionLog {
+  #inner
+  #tail = Promise.resolve()
+
+  constructor (inner) {
+    if (!(inner instanceof native.NativeSessionLog)) throw new TypeError('use SessionLog.open')
+    this.#inner = inner
+  }
+
+  static open (dir, id) {
+    checkString(dir, 'dir')
+    checkString(id, 'id')
+    return new SessionLog(settle(native.openSessionLog(dir, id)))
+  }
+
+  /** Appends run one at a time, in call order (each waits for the one before it). */
+  append (record) {
+    let text
+    try {
+      text = JSON.stringify(record)
+    } catch (e) {
+      return Promise.reject(invalid(`record cannot be written as JSON: ${e.message}`))
+    }
+    // `undefined` (or a function) has no JSON text: the library refuses the empty record.
+    const run = () => this.#inner.append(text === undefined ? '' : text).then(settle)
+    const done = this.#tail.then(run, run)
+    this.#tail = done.catch(() => {})
+    return done
+  }
+
+  close () {
+    this.#inner.close()
+  }
+
+  static read (dir, id) {
+    checkString(dir, 'dir')
+    checkString(id, 'id')
+    return settle(native.readSession(dir, id)).map((line) => JSON.parse(line))
+  }
+}
+
+/** Isolated results, each operation under its ID's lease (see index.d.ts). */
+class ResultStore {
+  #inner
+
+  constructor (inner) {
+    if (!(inner instanceof native.NativeResultStore)) throw new TypeError('use ResultStore.open')
+    this.#inner = inner
+  }
+
+  static open (root, options) {
+    checkString(root, 'root')
+    const timeoutMs = options ? options.timeoutMs : undefined
+    if (timeoutMs !== undefined && typeof timeoutMs !== 'number') throw invalid('timeoutMs must be a number of milliseconds')
+    return new ResultStore(settle(native.openResultStore(root, timeoutMs)))
+  }
+
+  async stage (id, from) {
+    checkString(id, 'id')
+    checkString(from, 'from')
+    settle(await this.#inner.stage(id, from))
+  }
+
+  async paths (id) {
+    checkString(id, 'id')
+    return settle(await this.#inner.paths(id))
+  }
+
+  async finish (id) {
+    checkString(id, 'id')
+    settle(await this.#inner.finish(id))
+  }
+
+  async apply (id, to) {
+    checkString(id, 'id')
+    checkString(to, 'to')
+    settle(await this.#inner.apply(id, to))
+  }
+
+  async discard (id) {
+    checkString(id, 'id')
+    settle(await this.#inner.discard(id))
+  }
+
+  async abort (id) {
+    checkString(id, 'id')
+    settle(await this.#inner.abort(id))
+  }
+
+  async pending () {
+    return settle(await this.#inner.pending())
+  }
+
+  async sweep (olderThanSec) {
+    if (typeof olderThanSec !== 'number') throw invalid('olderThanSec must be a number of seconds')
+    return settle(await this.#inner.sweep(olderThanSec))
+  }
+
+  async gc (options) {
+    const olderThanSec = options ? options.olderThanSec : undefined
+    if (olderThanSec !== undefined && typeof olderThanSec !== 'number') throw invalid('olderThanSec must be a number of seconds')
+    return settle(await this.#inner.gc(olderThanSec))
+  }
+}
+
+module.exports = { Lease, holders, Registry, SessionLog, ResultStore }

@@ -1,0 +1,243 @@
+//! `Lease` and `holders`: the library's [`Lease`] and [`SharedLease`] behind one class.
+//!
+//! A wait is a `#[napi] async fn` on napi's tokio runtime, where the library's tokio driver
+//! sleeps on the reactor: no thread of libuv's pool and no thread per waiter. An
+//! `AbortSignal` reaches the wait through a [`Waiter`]'s [`CancelToken`], which ends the
+//! kernel wait at once; napi's own signal support would only cancel a task not yet started.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold::{Budget, CancelToken, Holders, Lease, LeaseOptions, SharedLease};
+use napi::Either;
+use napi_derive::napi;
+
+use crate::errors::{self, Failure};
+
+/// The options of `Lease.acquire` and `Lease.tryAcquire` the native side sees (the
+/// `AbortSignal` stays in JavaScript and reaches the wait through a [`Waiter`]).
+#[napi(object)]
+#[derive(Debug, Clone, Default)]
+pub struct NativeLeaseOptions {
+    /// Absent: wait without limit; 0: try once.
+    pub timeout_ms: Option<f64>,
+    /// A shared (reader) lease.
+    pub shared: Option<bool>,
+    /// `LeaseOptions::allow_network_filesystem`.
+    pub allow_network_fs: Option<bool>,
+    /// `LeaseOptions::allow_shared_state`.
+    pub allow_shared_state: Option<bool>,
+}
+
+impl NativeLeaseOptions {
+    fn lease_options(&self) -> LeaseOptions {
+        LeaseOptions::new()
+            .allow_network_filesystem(self.allow_network_fs.unwrap_or(false))
+            .allow_shared_state(self.allow_shared_state.unwrap_or(false))
+    }
+}
+
+/// The wait budget of a `timeoutMs` (absent: unlimited; 0: try once), with `cancel` attached.
+pub(crate) fn budget(
+    timeout_ms: Option<f64>,
+    cancel: Option<&CancelToken>,
+) -> Result<Budget, Failure> {
+    let budget = match timeout_ms {
+        None => Budget::unlimited(),
+        Some(ms) if !ms.is_finite() || ms < 0.0 => {
+            return Err(Failure::invalid(format!(
+                "timeoutMs {ms} is not a number of milliseconds ≥ 0; leave it out to wait without limit"
+            )));
+        }
+        Some(0.0) => Budget::no_wait(),
+        Some(ms) => Budget::timeout(Duration::from_secs_f64(ms / 1000.0)),
+    };
+    Ok(match cancel {
+        Some(token) => budget.with_cancel(token.clone()),
+        None => budget,
+    })
+}
+
+/// A held lease, exclusive or shared. Dropping it (`release()`, `Symbol.dispose`, or the
+/// garbage collector finalizing the object) releases the lease; the kernel releases it when
+/// the process dies. It never expires.
+#[napi]
+pub struct NativeLease {
+    held: Held,
+    path: String,
+    shared: bool,
+}
+
+enum Held {
+    Exclusive(Lease),
+    Shared(SharedLease),
+}
+
+impl NativeLease {
+    fn from_exclusive(lease: Lease) -> NativeLease {
+        NativeLease {
+            path: lease.path().to_string_lossy().into_owned(),
+            shared: false,
+            held: Held::Exclusive(lease),
+        }
+    }
+
+    fn from_shared(lease: SharedLease) -> NativeLease {
+        NativeLease {
+            path: lease.path().to_string_lossy().into_owned(),
+            shared: true,
+            held: Held::Shared(lease),
+        }
+    }
+}
+
+#[napi]
+impl NativeLease {
+    /// The lock file's path, as given.
+    #[napi(getter)]
+    pub fn path(&self) -> String {
+        self.path.clone()
+    }
+
+    /// Whether this is a shared lease.
+    #[napi(getter)]
+    pub fn shared(&self) -> bool {
+        self.shared
+    }
+
+    /// The library's `verify()`: `LOST` when the lock file was removed or replaced, or after
+    /// release.
+    #[napi]
+    pub fn verify(&self) -> Option<Failure> {
+        let checked = match &self.held {
+            Held::Exclusive(l) => l.verify(),
+            Held::Shared(l) => l.verify(),
+        };
+        checked.err().map(|e| errors::lease(&e))
+    }
+
+    /// Releases the lease (closes its descriptor). Idempotent.
+    #[napi]
+    pub fn release(&mut self) {
+        match &mut self.held {
+            Held::Exclusive(l) => l.release(),
+            Held::Shared(l) => l.release(),
+        }
+    }
+}
+
+/// Takes the lease on `path` if it can be had right now: the lease, `null` when another
+/// holder has it (no holder look-up: `tryAcquire` answers `null`, and `acquire` goes on to
+/// wait), or a failure.
+#[napi]
+pub fn try_acquire(
+    path: String,
+    options: Option<NativeLeaseOptions>,
+) -> Option<Either<NativeLease, Failure>> {
+    let options = options.unwrap_or_default();
+    // `Lease.acquire` tries here first: an unusable timeout must not take the lease.
+    if let Err(f) = budget(options.timeout_ms, None) {
+        return Some(Either::B(f));
+    }
+    let opts = options.lease_options();
+    let got = match options.shared.unwrap_or(false) {
+        false => opts.try_acquire(&path).map(NativeLease::from_exclusive),
+        true => opts.try_acquire_shared(&path).map(NativeLease::from_shared),
+    };
+    match got {
+        Ok(lease) => Some(Either::A(lease)),
+        Err(e) if e.is_contended() => None,
+        Err(e) => Some(Either::B(errors::lease(&e))),
+    }
+}
+
+/// One cancellable wait (or several): what an `AbortSignal` cancels. Without a signal no token
+/// is made (it costs a pipe).
+#[napi]
+pub struct Waiter {
+    token: Option<CancelToken>,
+}
+
+#[napi]
+impl Waiter {
+    /// A waiter; `cancellable`: whether it gets a cancellation token (an `AbortSignal` was
+    /// given).
+    #[napi(constructor)]
+    pub fn new(cancellable: bool) -> napi::Result<Waiter> {
+        let token = match cancellable {
+            true => Some(CancelToken::new()),
+            false => None,
+        };
+        Ok(Waiter { token })
+    }
+
+    /// Ends every wait of this waiter promptly with `CANCELLED` (the signal's 'abort'); a wait
+    /// started after it ends at once. Nothing is held afterwards.
+    #[napi]
+    pub fn cancel(&self) {
+        if let Some(token) = &self.token {
+            token.cancel();
+        }
+    }
+
+    /// Takes the lease on `path` within `timeoutMs` on the library's tokio driver.
+    #[napi]
+    pub async fn acquire(
+        &self,
+        path: String,
+        options: Option<NativeLeaseOptions>,
+    ) -> Either<NativeLease, Failure> {
+        let options = options.unwrap_or_default();
+        let budget = match budget(options.timeout_ms, self.token.as_ref()) {
+            Ok(b) => b,
+            Err(f) => return Either::B(f),
+        };
+        let opts = options.lease_options();
+        let got = match options.shared.unwrap_or(false) {
+            false => opts
+                .acquire_async(&path, &budget)
+                .await
+                .map(NativeLease::from_exclusive),
+            true => opts
+                .acquire_shared_async(&path, &budget)
+                .await
+                .map(NativeLease::from_shared),
+        };
+        match got {
+            Ok(lease) => Either::A(lease),
+            Err(e) => Either::B(errors::lease(&e)),
+        }
+    }
+
+    /// The cancellation token, for the stores' waits.
+    pub(crate) fn token(&self) -> Option<&CancelToken> {
+        self.token.as_ref()
+    }
+}
+
+/// Who holds the lock at `path` (never takes, creates or disturbs a lock): the state
+/// (`free`, `held`, `unknown`) and the pids the OS revealed.
+#[napi(object)]
+pub struct NativeHolders {
+    /// `free`, `held` or `unknown`.
+    pub state: String,
+    /// The holders' pids (for `held`).
+    pub pids: Vec<u32>,
+}
+
+/// The library's `holders(path)`.
+#[napi]
+pub fn holders(path: String) -> Either<NativeHolders, Failure> {
+    match leasehold::holders(PathBuf::from(path)) {
+        Ok(h) => Either::A(NativeHolders {
+            state: match &h {
+                Holders::Free => "free",
+                Holders::Held { .. } => "held",
+                Holders::Unknown => "unknown",
+            }
+            .into(),
+            pids: h.pids().to_vec(),
+        }),
+        Err(e) => Either::B(errors::lease(&e)),
+    }
+}

@@ -1,0 +1,22 @@
+//! The native half of the npm package `leasehold` (napi-rs): a thin face over `leasehold` and
+//! `leasehold-stores`, loaded by `index.js`, which adds what only JavaScript can (the
+//! `AbortSignal` listener, `Symbol.dispose`, thrown errors). Nothing here decides what the
+//! library decides: every wait, open, check and store operation is the library's.
+//!
+//! * [`lease`]: `Lease.acquire` / `tryAcquire`, `holders`, and the [`lease::Waiter`] that
+//!   carries an `AbortSignal` to the library's `CancelToken`;
+//! * [`stores`]: `Registry`, `SessionLog`, `ResultStore`;
+//! * [`errors`]: the one table from the library's errors to the surface's `code`s.
+//!
+//! Async calls are `#[napi] async fn`s on napi's tokio runtime (never an `AsyncTask` on
+//! libuv's thread pool): a wait sleeps on the reactor and costs no thread.
+//!
+//! Every item of ours has a doc comment; `missing_docs` is not denied only because napi-derive
+//! generates undocumented public glue (the constructors and callbacks of each `#[napi] impl`).
+
+// No unsafe of ours: the FFI is napi-rs's (its generated glue allows its own).
+#![deny(unsafe_code)]
+
+pub mod errors;
+pub mod lease;
+pub mod stores;

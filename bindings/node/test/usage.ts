@@ -1,0 +1,64 @@
+// Type-checked by types.test.js with `tsc --noEmit --strict`: every part of the surface
+// used as a TypeScript program would use it (nothing here runs).
+import { Lease, holders, Registry, SessionLog, ResultStore, type LeaseholdError, type HoldersAnswer, type RegistryState } from '..'
+
+export async function usage (dir: string): Promise<void> {
+  const ac = new AbortController()
+  const lease: Lease = await Lease.acquire(`${dir}/a.lock`, { timeoutMs: 100, signal: ac.signal, shared: false, allowNetworkFs: false, allowSharedState: false })
+  const path: string = lease.path
+  const shared: boolean = lease.shared
+  lease.verify()
+  lease.release()
+  lease[Symbol.dispose]()
+  const maybe: Lease | null = Lease.tryAcquire(path, { shared })
+  maybe?.release()
+  const h: HoldersAnswer = holders(path)
+  if (h.state === 'held') {
+    const pids: number[] = h.pids
+    void pids
+  }
+  try {
+    await Lease.acquire(path, { timeoutMs: 0 })
+  } catch (e) {
+    const err = e as LeaseholdError
+    const code: 'CONTENDED' | 'CANCELLED' | string = err.code
+    const pids: number[] | undefined = err.pids
+    void code
+    void pids
+  }
+
+  const reg = await Registry.open({ home: dir, leasePath: `${dir}/r.lock`, timeoutMs: 0, signal: ac.signal })
+  const state: RegistryState = reg.state
+  const scope: Record<string, string[]> = reg.scope()
+  const granted: boolean = reg.grants(dir, `${dir}/x`)
+  await reg.add(dir, dir)
+  await reg.remove(dir, dir)
+  const next: 'active' | 'contended' | 'storage-failed' = await reg.refresh()
+  await reg.close()
+  void state; void scope; void granted; void next
+
+  const log = SessionLog.open(dir, 'session-1')
+  await log.append({ any: ['json', 1, null] })
+  log.close()
+  const records: unknown[] = SessionLog.read(dir, 'session-1')
+  void records
+
+  const results = ResultStore.open(dir, { timeoutMs: 1000 })
+  await results.stage('id', dir)
+  const paths: string[] = await results.paths('id')
+  await results.finish('id')
+  await results.apply('id', dir)
+  await results.discard('id')
+  await results.abort('id')
+  const pending: string[] = await results.pending()
+  const removed: number = await results.sweep(60)
+  const gc: { removed: number; kept: number } = await results.gc({ olderThanSec: 0 })
+  await results.gc()
+  void paths; void pending; void removed; void gc
+}
+
+// Misuse does not type-check.
+// @ts-expect-error: timeoutMs is not an option of tryAcquire
+Lease.tryAcquire('x.lock', { timeoutMs: 5 })
+// @ts-expect-error: the constructor is private
+void new Lease()

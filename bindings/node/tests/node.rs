@@ -1,0 +1,241 @@
+//! Runs the npm package's own tests (`node --test` on `bindings/node/test/`) against the addon
+//! cargo built for this test run, so that the README's `cargo test --workspace --all-features`
+//! runs them; and checks the package that `npm pack` makes.
+//!
+//! The addon is never linked into this test binary (it needs the `napi_*` symbols of a
+//! running `node`) and never built from here (a nested `cargo build` would wait on this
+//! build's lock): cargo builds this crate's cdylib before its integration tests, and the test
+//! finds it in the target directory and copies it, under the name the loader expects, into a
+//! temporary copy of the package. `SKIP: node: <why>` where Node is missing or older than 20.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The package's own files (what `package.json`'s `files` lists, but the addon).
+const PACKAGE_FILES: &[&str] = &[
+    "package.json",
+    "index.js",
+    "index.d.ts",
+    "platform.js",
+    "build.js",
+    "README.md",
+];
+
+/// `bindings/node`.
+fn source() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The target profile directory this test runs from (`target/debug`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/debug/deps/node-HASH → target/debug
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/PROFILE/deps")
+        .to_path_buf()
+}
+
+/// `node` if it is installed and at least version 20; else why not.
+fn node() -> Result<(), String> {
+    let out = Command::new("node")
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("node is not installed ({e})"))?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let major: u32 = version
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| format!("cannot read node's version {version:?}"))?;
+    if major < 20 {
+        return Err(format!("node {version} is older than 20"));
+    }
+    Ok(())
+}
+
+fn check(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A temporary copy of the package with the built addon in it, as `npm pack` would pack it.
+///
+/// The addon is the one `cargo test` built for this test, beside the test binary in
+/// `target/PROFILE/deps` (the crate's rlib type makes cargo build the library, cdylib
+/// included, before its integration tests); `target/PROFILE` has one only after a
+/// `cargo build`, and may hold an older one.
+fn package() -> tempfile::TempDir {
+    let name = if cfg!(windows) {
+        "leasehold_node.dll"
+    } else if cfg!(target_os = "macos") {
+        "libleasehold_node.dylib"
+    } else {
+        "libleasehold_node.so"
+    };
+    let exe = std::env::current_exe().expect("the test's own path");
+    let lib = exe
+        .parent()
+        .map(|deps| deps.join(name))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| profile_dir().join(name));
+    assert!(
+        lib.exists(),
+        "cargo did not build the addon {} before this test",
+        lib.display()
+    );
+    let dir = tempfile::Builder::new()
+        .prefix("leasehold-node-pkg-")
+        .tempdir()
+        .expect("a temporary directory");
+    for f in PACKAGE_FILES {
+        std::fs::copy(source().join(f), dir.path().join(f))
+            .unwrap_or_else(|e| panic!("copy {f} into the package: {e}"));
+    }
+    // The name the loader looks for comes from the loader's own list (platform.js).
+    let out = Command::new("node")
+        .arg("-p")
+        .arg("require('./platform').addonNames()[0]")
+        .current_dir(dir.path())
+        .output()
+        .expect("run node");
+    check("asking platform.js for the addon's name", &out);
+    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        name.starts_with("leasehold.") && name.ends_with(".node"),
+        "{name:?}"
+    );
+    std::fs::copy(&lib, dir.path().join(&name)).expect("copy the addon into the package");
+    dir
+}
+
+/// Installs the devDependencies (typescript, @types/node, proper-lockfile) when they are
+/// missing; `Err` says why they could not be (the type check then SKIPs).
+fn dev_dependencies() -> Result<(), String> {
+    if source().join("node_modules/typescript").exists() {
+        return Ok(());
+    }
+    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+    let out = Command::new(npm)
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(source())
+        .output()
+        .map_err(|e| format!("npm is not installed ({e})"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "npm ci failed (is the registry reachable?): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+#[test]
+fn node_test_suite() {
+    if let Err(why) = node() {
+        println!("SKIP: node: {why}");
+        return;
+    }
+    if let Err(why) = dev_dependencies() {
+        println!("SKIP: node: type check of index.d.ts: {why}");
+    }
+    let pkg = package();
+    let cli = profile_dir().join(if cfg!(windows) {
+        "leasehold.exe"
+    } else {
+        "leasehold"
+    });
+    // The test files by name: node 20 would take every .js file under a `test/` directory
+    // for a test, the helpers and the child script included.
+    let mut files: Vec<String> = std::fs::read_dir(source().join("test"))
+        .expect("bindings/node/test")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".test.js") || n.ends_with(".test.mjs"))
+        .map(|n| format!("test/{n}"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no test files in bindings/node/test");
+    let mut cmd = Command::new("node");
+    cmd.args(["--test", "--test-reporter=spec"])
+        .args(&files)
+        .current_dir(source())
+        .env("LEASEHOLD_NODE", pkg.path());
+    match cli.exists() {
+        true => cmd.env("LEASEHOLD_CLI", &cli),
+        false => cmd.env_remove("LEASEHOLD_CLI"),
+    };
+    let out = cmd.output().expect("run node --test");
+    // The suite's report, SKIP lines included, is this test's output.
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "node --test failed: {}", out.status);
+}
+
+#[test]
+fn the_package_version_follows_the_crate() {
+    let text = std::fs::read_to_string(source().join("package.json")).expect("package.json");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("package.json is JSON");
+    assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(doc["name"], "leasehold");
+}
+
+#[test]
+fn npm_pack_yields_a_package_whose_main_loads_the_addon() {
+    if let Err(why) = node() {
+        println!("SKIP: node: {why}");
+        return;
+    }
+    let pkg = package();
+    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+    let packed = tempfile::tempdir().expect("a temporary directory");
+    let out = match Command::new(npm)
+        .args(["pack", "--silent", "--pack-destination"])
+        .arg(packed.path())
+        .current_dir(pkg.path())
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            println!("SKIP: node: npm pack: npm is not installed ({e})");
+            return;
+        }
+    };
+    check("npm pack", &out);
+    let tarball = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(
+        tarball,
+        format!("leasehold-{}.tgz", env!("CARGO_PKG_VERSION"))
+    );
+    let out = Command::new("tar")
+        .arg("xzf")
+        .arg(packed.path().join(&tarball))
+        .current_dir(packed.path())
+        .output()
+        .expect("run tar");
+    check("unpacking the tarball", &out);
+    // Installed as a dependency, `require('leasehold')` resolves main and loads the addon.
+    let app = packed.path().join("app");
+    std::fs::create_dir_all(app.join("node_modules")).expect("mkdir");
+    std::fs::rename(
+        packed.path().join("package"),
+        app.join("node_modules/leasehold"),
+    )
+    .expect("install the unpacked package");
+    let script = "const { Lease, holders } = require('leasehold'); \
+        const l = Lease.tryAcquire('packed.lock'); \
+        if (!l || holders('packed.lock').state !== 'held') throw new Error('no lease'); \
+        l.release(); console.log('ok');";
+    let out = Command::new("node")
+        .args(["-e", script])
+        .current_dir(&app)
+        .output()
+        .expect("run node");
+    check("loading the packed package", &out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+}
