@@ -54,7 +54,7 @@
 //! #[tokio::main(flavor = "current_thread")]
 //! async fn main() -> leasehold::Result<()> {
 //!     let dir = tempfile::tempdir().expect("a temporary directory");
-//!     let (path, token) = (dir.path().join("job.lock"), CancelToken::new()?);
+//!     let (path, token) = (dir.path().join("job.lock"), CancelToken::new());
 //!     let _holder = Lease::try_acquire(&path)?;
 //!     let budget = Budget::unlimited().with_cancel(token.clone());
 //!     let (waited, ()) = tokio::join!(Lease::acquire_async(&path, &budget), async { token.cancel() });
