@@ -307,7 +307,9 @@ impl LeaseOptions {
     ) -> Result<LeaseHandle> {
         Ok(LeaseHandle {
             opts: *self,
-            target: imp::Target::at(self, &dir.0, name)?.without_gate().unchecked(),
+            target: imp::Target::at(self, &dir.0, name)?
+                .without_gate()
+                .unchecked(),
             opened: None,
             mode,
         })
