@@ -146,10 +146,11 @@ impl Method {
     }
 
     /// Whether a helper thread waits in the kernel for this method's waiter and hands the
-    /// grant over with one more thread wake-up (a deadline or token, or an async waiter):
-    /// the uncued table adds one futex wake to its handoff floor.
+    /// grant over with one more thread wake-up (a deadline or token, or an async waiter;
+    /// a keyed wait is the lease's cancellable one): the uncued table adds one futex wake to
+    /// its handoff floor.
     pub(super) fn hands_over(self) -> bool {
-        matches!(self, Method::LeaseBudget | Method::Async)
+        matches!(self, Method::LeaseBudget | Method::Async | Method::Keyed)
     }
 
     /// Its `--method` value.
