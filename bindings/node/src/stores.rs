@@ -162,7 +162,7 @@ enum Writer {
 
 /// A session ID checked by the store's one ID type.
 fn session_id(id: String) -> Result<SessionId, Failure> {
-    SessionId::new(id).map_err(|e| errors::session(&e))
+    SessionId::new(id).map_err(|e| errors::session(&e.into()))
 }
 
 /// The log of session `id` in `dir`; takes no lease and touches nothing yet.

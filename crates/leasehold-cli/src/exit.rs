@@ -181,7 +181,7 @@ mod tests {
             143,
         );
         check(
-            &leasehold::patterns::authority::StoreFailure("x".into()),
+            &leasehold::patterns::authority::StoreFailure::new("x", "open", "y"),
             FAILURE,
         );
     }

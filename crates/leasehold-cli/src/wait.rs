@@ -1,4 +1,5 @@
-//! Notice-then-wait: the one way a verb (`run`, `registry`, `results`) waits for a lease.
+//! Notice-then-wait: the one way a verb (`run`, `run --etcd`, `registry`, `results`) waits
+//! for a lease.
 //!
 //! A verb first waits quietly for up to [`NOTICE_AFTER`]; if the resource is still held
 //! then, it says once on stderr what it waits for and who holds it — users otherwise cannot
@@ -46,6 +47,16 @@ impl Wait {
     /// A single try.
     pub fn no_wait(token: &CancelToken) -> Wait {
         Wait::up_to(Duration::ZERO, token)
+    }
+
+    /// The wait `run`'s options ask for (with or without `--etcd`): `--no-wait` tries once,
+    /// `--timeout SECS` gives up after SECS, neither waits without limit.
+    pub fn of(no_wait: bool, timeout: Option<Duration>, token: &CancelToken) -> Wait {
+        match (no_wait, timeout) {
+            (true, _) => Wait::no_wait(token),
+            (false, Some(timeout)) => Wait::up_to(timeout, token),
+            (false, None) => Wait::unlimited(token),
+        }
     }
 
     fn budget(&self, until: Option<Instant>) -> Budget {

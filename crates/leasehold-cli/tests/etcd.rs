@@ -168,6 +168,27 @@ mod with_etcd {
             "true",
         ]));
         assert_eq!(out.code, 9, "{out:?}");
+        // A wait says once, after a quiet second, whom it waits for, and when it gives up how
+        // long it waited in all and which option waits longer: the CLI's one
+        // notice-then-wait, as for a lock file.
+        let out =
+            run(leasehold().args(["run", "--etcd", e, "--timeout", "1.5", "job", "--", "true"]));
+        assert_eq!(out.code, 75, "{out:?}");
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{out:?}");
+        let held = format!("job held by another process (pid {}", a.pid());
+        assert!(
+            lines[0].starts_with(&format!("leasehold: waiting for {held}")),
+            "{out:?}"
+        );
+        assert!(
+            lines[1].starts_with(&format!(
+                "leasehold: job: lock is held by another process (pid {}",
+                a.pid()
+            )) && lines[1].contains("; gave up after 1.")
+                && lines[1].ends_with("; wait longer with --timeout SECS"),
+            "{out:?}"
+        );
 
         let out = run(leasehold().args(["status", "--etcd", e, "job"]));
         assert_eq!(out.code, 0, "{out:?}");

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use leasehold::patterns::authority::StoreFailure;
-use leasehold::patterns::durable::replace_file;
+use leasehold::patterns::durable::{create_dirs, replace_file};
+use leasehold::{Error as LeaseError, LockDir};
 use serde_json::{Map, Value};
 
 /// The file operations a [`JsonDocument`] needs: a narrow seam for fault injection.
@@ -47,51 +48,38 @@ impl DocumentFiles for RealFiles {
 
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            let mut builder = std::fs::DirBuilder::new();
-            builder.recursive(true);
-            #[cfg(unix)]
-            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-            builder.create(dir)?;
+            create_dirs(dir)?;
         }
         replace_file(path, bytes)
     }
 }
 
-/// Reads the regular file at `path` (see [`RealFiles::read`]); `None` when it is missing.
+/// Reads the regular file at `path` (see [`RealFiles::read`]) through its directory's handle
+/// ([`LockDir::open_read`]: the library's one careful open); `None` when it is missing.
 fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     use std::io::Read;
-    let refuse = |what: String| {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
         io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{what}, not a regular file; refusing to read it"),
+            io::ErrorKind::InvalidInput,
+            "not a file name this store uses (not valid UTF-8, or none)",
         )
+    })?;
+    let opened = LockDir::open(dir).and_then(|d| d.open_read(name));
+    let file = match opened {
+        Ok(Some((file, _))) => file,
+        Ok(None) | Err(LeaseError::NotFound { .. }) => return Ok(None),
+        Err(LeaseError::NotRegularFile { kind, .. }) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("is {kind}, not a regular file; refusing to read it"),
+            ));
+        }
+        Err(e) => return Err(e.into()),
     };
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => return Err(refuse("is a symbolic link".into())),
-        Ok(m) if !m.is_file() => return Err(refuse(format!("is {}", kind_name(&m)))),
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use rustix::fs::OFlags;
-        use std::os::unix::fs::OpenOptionsExt;
-        let flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
-        options.custom_flags(flags.bits() as i32);
-    }
-    let file = match options.open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    // Swapped between the look and the open: judge what was opened.
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(refuse(format!("is {}", kind_name(&meta))));
-    }
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
@@ -101,30 +89,6 @@ fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
         ));
     }
     Ok(Some(bytes))
-}
-
-fn kind_name(m: &std::fs::Metadata) -> &'static str {
-    let t = m.file_type();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if t.is_fifo() {
-            return "a FIFO";
-        }
-        if t.is_socket() {
-            return "a socket";
-        }
-        if t.is_char_device() {
-            return "a character device";
-        }
-        if t.is_block_device() {
-            return "a block device";
-        }
-    }
-    if t.is_dir() {
-        return "a directory";
-    }
-    "not a regular file"
 }
 
 /// One JSON object stored in one file.
@@ -194,36 +158,39 @@ impl JsonDocument {
         if !self.shared {
             let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty());
             for p in dir.into_iter().chain([self.path.as_path()]) {
-                leasehold::check_trusted(p).map_err(|e| StoreFailure(e.to_string()))?;
+                leasehold::check_trusted(p)?;
             }
         }
         let bytes = match self.files.read(&self.path) {
             Ok(Some(b)) => b,
             Ok(None) => return Ok(Map::new()),
-            Err(e) => return Err(self.failure(format!("cannot read: {e}"))),
+            Err(e) => return Err(self.failure("cannot read", e)),
         };
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(map)) => Ok(map),
-            Ok(_) => Err(self.failure("does not parse: not a JSON object".into())),
-            Err(e) => Err(self.failure(format!("does not parse: {e}"))),
+            Ok(_) => Err(self.failure("does not parse", "not a JSON object")),
+            Err(e) => Err(self.failure("does not parse", e)),
         }
     }
 
     /// Replaces the document with `doc`, durably (returns once it would survive a crash).
     pub fn save(&self, doc: &Map<String, Value>) -> Result<(), StoreFailure> {
-        let mut bytes = serde_json::to_vec_pretty(doc)
-            .map_err(|e| self.failure(format!("cannot encode: {e}")))?;
+        let mut bytes =
+            serde_json::to_vec_pretty(doc).map_err(|e| self.failure("cannot encode", e))?;
         bytes.push(b'\n');
         self.files
             .replace(&self.path, &bytes)
-            .map_err(|e| self.failure(format!("cannot write: {e}")))
+            .map_err(|e| self.failure("cannot write", e))
     }
 
-    /// A failure that names the file and says what to do.
-    pub fn failure(&self, what: String) -> StoreFailure {
-        StoreFailure(format!(
-            "{}: {what} (the file is left as it is; repair or move it away, then refresh)",
-            self.path.display()
-        ))
+    /// The failure of `op` on this document because of `source`: it names the file and
+    /// says what to do.
+    pub fn failure(
+        &self,
+        op: impl Into<std::borrow::Cow<'static, str>>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> StoreFailure {
+        StoreFailure::new(self.path.display().to_string(), op, source)
+            .with_advice(" (the file is left as it is; repair or move it away, then refresh)")
     }
 }

@@ -111,6 +111,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod document;
+pub mod id;
 pub mod registry;
 pub mod results;
 pub mod session;

@@ -172,11 +172,15 @@ impl Backend {
         }
     }
 
-    fn failure(&self, what: String) -> StoreFailure {
+    fn failure(
+        &self,
+        op: impl Into<std::borrow::Cow<'static, str>>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> StoreFailure {
         match self {
-            Backend::File(d) => d.failure(what),
+            Backend::File(d) => d.failure(op, source),
             #[cfg(all(feature = "etcd", unix))]
-            Backend::Etcd(d) => StoreFailure(format!("{}: {what}", d.describe())),
+            Backend::Etcd(d) => StoreFailure::new(d.describe(), op, source),
         }
     }
 
@@ -192,9 +196,10 @@ impl Backend {
                 if let Some(token) = fence {
                     let on_disk = d.load()?;
                     if let Some(newer) = stamped(&on_disk).filter(|t| *t > token) {
-                        return Err(d.failure(format!(
-                            "refusing to write under fencing token {token}: the document was written under {newer} by a later holder"
-                        )));
+                        return Err(d.failure(
+                            format!("refusing to write under fencing token {token}"),
+                            format!("the document was written under {newer} by a later holder"),
+                        ));
                     }
                 }
                 d.save(doc)
@@ -271,33 +276,38 @@ impl EtcdDocument {
     }
 
     fn load(&self) -> Result<Map<String, Value>, StoreFailure> {
-        let fail = |what: String| StoreFailure(format!("{}: {what}", self.describe()));
+        let fail = |op: &'static str, source: Box<dyn std::error::Error + Send + Sync>| {
+            StoreFailure::new(self.describe(), op, source)
+        };
         let bytes = self
             .arbiter
             .get(&self.key)
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| fail("cannot read", e.into()))?;
         let Some(bytes) = bytes else {
             return Ok(Map::new());
         };
         match serde_json::from_slice(&bytes) {
             Ok(Value::Object(m)) => Ok(m),
-            Ok(_) => Err(fail("does not parse: not a JSON object".into())),
-            Err(e) => Err(fail(format!("does not parse: {e}"))),
+            Ok(_) => Err(fail("does not parse", "not a JSON object".into())),
+            Err(e) => Err(fail("does not parse", e.into())),
         }
     }
 
     fn save(&self, doc: &Map<String, Value>, fence: Option<u64>) -> Result<(), StoreFailure> {
-        let fail = |what: String| StoreFailure(format!("{}: {what}", self.describe()));
-        let Some(token) = fence else {
-            return Err(fail("refusing to write without a fencing token".into()));
+        let fail = |op: &'static str, source: Box<dyn std::error::Error + Send + Sync>| {
+            StoreFailure::new(self.describe(), op, source)
         };
-        let bytes = serde_json::to_vec(doc).map_err(|e| fail(e.to_string()))?;
+        let Some(token) = fence else {
+            return Err(fail("refusing to write", "no fencing token".into()));
+        };
+        let bytes = serde_json::to_vec(doc).map_err(|e| fail("cannot encode", e.into()))?;
         match self.arbiter.put_fenced(token, &self.key, bytes) {
             Ok(Fenced::Written) => Ok(()),
-            Ok(Fenced::Refused) => Err(fail(format!(
-                "etcd refused the write: fencing token {token} no longer holds the lock"
-            ))),
-            Err(e) => Err(fail(e.to_string())),
+            Ok(Fenced::Refused) => Err(fail(
+                "etcd refused the write",
+                format!("fencing token {token} no longer holds the lock").into(),
+            )),
+            Err(e) => Err(fail("cannot write", e.into())),
         }
     }
 }
@@ -331,17 +341,15 @@ impl RegistryStore {
                 .parent()
                 .filter(|h| !h.as_os_str().is_empty())
                 .unwrap_or(dir);
-            create_dir_durable(dir, home).map_err(|e| {
-                self.doc
-                    .failure(format!("cannot make its directory durable: {e}"))
-            })?;
+            create_dir_durable(dir, home)
+                .map_err(|e| self.doc.failure("cannot make its directory durable", e))?;
         }
         self.dirs_durable = true;
         Ok(())
     }
 
     fn parse(&self, doc: &Map<String, Value>) -> Result<Scope, StoreFailure> {
-        let bad = |what: &str| self.doc.failure(format!("does not parse: {what}"));
+        let bad = |what: &str| self.doc.failure("does not parse", what);
         let mut scope = Scope::new();
         let workspaces = match doc.get("workspaces") {
             None | Some(Value::Null) => return Ok(scope),
@@ -389,7 +397,9 @@ impl Store for RegistryStore {
 
     fn commit(&mut self, scope: &Scope, fence: Option<u64>) -> Result<(), StoreFailure> {
         let Some(mut doc) = self.loaded.clone() else {
-            return Err(self.doc.failure("write before a successful load".into()));
+            return Err(self
+                .doc
+                .failure("cannot write", "the document was not loaded first"));
         };
         let old = match doc.remove("workspaces") {
             Some(Value::Object(w)) => w,

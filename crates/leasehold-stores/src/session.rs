@@ -35,10 +35,8 @@
 //!   readers serve. Writers and readers alike refuse such a session before anything is
 //!   created, opened or served (issue 22 item 8).
 
-use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 /// The longest record a session holds (64 MiB, as one line without its newline).
 pub use leasehold::patterns::append::MAX_RECORD_LEN;
@@ -48,100 +46,34 @@ use leasehold::patterns::durable::create_dir_durable;
 use leasehold::patterns::offload;
 use leasehold::{Classify, Error, ErrorClass, HolderInfo, Lease, LeaseOptions, LockDir};
 
+use crate::id::{IdError, SafeId};
+
 /// The log file inside a session directory.
 const LOG_NAME: &str = "session.jsonl";
 /// The lock file inside a session directory.
 const LOCK_NAME: &str = "session.lock";
 
-/// A validated session ID: 1–128 characters from `[A-Za-z0-9._-]`, not starting with `.`.
-///
-/// Validation happens once, here, so that everything holding a `SessionId` may use it as a
-/// single directory name: it cannot escape `DIR` (`..`, `/`), hide (`.x`), or name anything
-/// special. An ID starting with `-` is valid (command lines pass it after `--`).
+/// A session ID: a [`SafeId`] taken exactly as given ([`SafeId::new`]; no trimming), so that
+/// everything holding one may use it as the single directory name `DIR/ID` (the rule is
+/// [`SafeId`]'s, stated once for every store).
 ///
 /// ```
 /// use leasehold_stores::session::SessionId;
 ///
 /// assert_eq!(SessionId::new("run-42").unwrap().as_str(), "run-42");
 /// for unsafe_id in ["", "..", "a/b", ".hidden", "tab\tname"] {
-///     assert!(SessionId::new(unsafe_id).unwrap_err().is_unusable_input());
+///     assert!(SessionId::new(unsafe_id).is_err());
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SessionId(String);
-
-impl SessionId {
-    /// The longest ID accepted, in characters (bytes: all allowed characters are ASCII).
-    pub const MAX_LEN: usize = 128;
-
-    /// Validates `id`.
-    pub fn new(id: impl Into<String>) -> Result<SessionId, SessionError> {
-        let id = id.into();
-        let reason = if id.is_empty() {
-            Some("it is empty")
-        } else if id.len() > Self::MAX_LEN {
-            Some("it is longer than 128 characters")
-        } else if id.starts_with('.') {
-            Some("it starts with '.'")
-        } else if !id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        {
-            Some("it contains a character outside [A-Za-z0-9._-]")
-        } else {
-            None
-        };
-        match reason {
-            None => Ok(SessionId(id)),
-            Some(reason) => Err(SessionError::InvalidId { id, reason }),
-        }
-    }
-
-    /// Validates an ID given as an OS string (a command-line argument, possibly not UTF-8).
-    pub fn from_os(id: &OsStr) -> Result<SessionId, SessionError> {
-        match id.to_str() {
-            Some(s) => SessionId::new(s),
-            None => Err(SessionError::InvalidId {
-                id: id.to_string_lossy().into_owned(),
-                reason: "it contains a character outside [A-Za-z0-9._-]",
-            }),
-        }
-    }
-
-    /// The ID as a string.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl FromStr for SessionId {
-    type Err = SessionError;
-    fn from_str(s: &str) -> Result<SessionId, SessionError> {
-        SessionId::new(s)
-    }
-}
-
-impl AsRef<str> for SessionId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
+pub type SessionId = SafeId;
 
 /// Errors of the session store. Each names the session (or path) and, where the user can
 /// act, says what to do.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
-    /// The ID is not a safe name; nothing was read or created.
-    #[error(
-        "invalid session ID {id:?}: {reason}; use 1-128 characters from [A-Za-z0-9._-], not starting with '.'"
-    )]
+    /// The ID is not a safe name ([`SafeId`]); nothing was read or created.
+    #[error("invalid session ID {id:?}: {reason}; use {}", SafeId::RULE)]
     InvalidId {
         /// The rejected ID (lossily converted if it was not UTF-8).
         id: String,
@@ -228,6 +160,12 @@ impl SessionError {
     /// True when another process owns the session (the class [`ErrorClass::Contended`]).
     pub fn is_contended(&self) -> bool {
         self.class() == ErrorClass::Contended
+    }
+}
+
+impl From<IdError> for SessionError {
+    fn from(IdError { id, reason }: IdError) -> SessionError {
+        SessionError::InvalidId { id, reason }
     }
 }
 
@@ -730,26 +668,14 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_safe_names() {
-        for ok in ["a", "-x", "A.b_c-9", "x..y", &"z".repeat(128)] {
-            assert!(SessionId::new(ok).is_ok(), "{ok:?}");
-        }
-        for bad in [
-            "",
-            ".",
-            "..",
-            ".hidden",
-            "a/b",
-            "a b",
-            "é",
-            "a\n",
-            &"z".repeat(129),
-        ] {
-            assert!(
-                matches!(SessionId::new(bad), Err(SessionError::InvalidId { .. })),
-                "{bad:?}"
-            );
-        }
+    fn an_unsafe_id_is_the_sessions_unusable_input() {
+        let e = SessionError::from(SessionId::new("a/b").unwrap_err());
+        assert!(matches!(e, SessionError::InvalidId { .. }), "{e}");
+        assert!(e.is_unusable_input());
+        assert!(
+            e.to_string().starts_with("invalid session ID \"a/b\": "),
+            "{e}"
+        );
     }
 
     #[test]

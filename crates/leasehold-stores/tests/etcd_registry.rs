@@ -25,7 +25,7 @@ fn the_file_store_stamps_its_token_and_refuses_to_write_over_a_higher_one() {
     let newer = br#"{"version":1,"workspaces":{},"fencing_token":9}"#;
     std::fs::write(&path, newer).unwrap();
     let err = store.commit(&scope, Some(7)).unwrap_err();
-    assert!(err.0.contains("fencing token"), "{err}");
+    assert!(err.to_string().contains("fencing token"), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), newer, "left untouched");
     // The kernel lease hands out no token: nothing is stamped or checked.
     store.commit(&scope, None).unwrap();

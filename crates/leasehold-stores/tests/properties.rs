@@ -6,8 +6,9 @@ use std::path::Path;
 
 use leasehold::Budget;
 use leasehold_stores::document::JsonDocument;
+use leasehold_stores::id::SafeId;
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
-use leasehold_stores::results::{ResultStore, normalize_id};
+use leasehold_stores::results::ResultStore;
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -65,8 +66,8 @@ proptest! {
             Ok(_) => prop_assert!(is_object),
             Err(e) => {
                 prop_assert!(!is_object);
-                prop_assert!(e.0.contains(path.to_str().unwrap()), "{}", e);
-                prop_assert!(e.0.contains("does not parse"), "{}", e);
+                prop_assert!(e.to_string().contains(path.to_str().unwrap()), "{}", e);
+                prop_assert!(e.to_string().contains("does not parse"), "{}", e);
             }
         }
         prop_assert_eq!(std::fs::read(&path).unwrap(), bytes);
@@ -114,7 +115,8 @@ proptest! {
         any::<String>(),
         "[ ./\\\\\0a-zA-Z0-9_-]{0,140}",
     ]) {
-        if let Ok(t) = normalize_id(&id) {
+        if let Ok(t) = SafeId::trimmed(&id) {
+            let t = t.as_str();
             prop_assert_eq!(t, id.trim());
             prop_assert!(!t.is_empty() && t.len() <= 128);
             prop_assert!(!t.starts_with('.'));

@@ -2,7 +2,6 @@
 
 use std::fs;
 use std::path::Path;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use leasehold::Budget;
@@ -88,27 +87,36 @@ fn empty_result_is_removed_by_paths() {
 
 /// Knowing an ID is not authority: an operation admitted for an ID that vanished while it
 /// waited reinspects the record under the lease and does nothing.
+#[cfg(unix)]
 #[test]
 fn apply_reinspects_after_admission() {
+    if !cfg!(target_os = "linux") {
+        eprintln!(
+            "SKIP: apply_reinspects_after_admission: sees the waiter queued through /proc/locks (Linux only)"
+        );
+        return;
+    }
     let home = tempfile::tempdir().unwrap();
     let src = source(&[("a.txt", "A")]);
-    ResultStore::new(home.path())
-        .stage("r1", src.path(), &wait())
-        .unwrap();
-    let keys = KeyedLeases::new(home.path(), RESULT_LOCKS);
-    let mut held = keys.try_acquire("r1", |_| false).unwrap();
-    let (tx, rx) = mpsc::channel();
+    let store = ResultStore::new(home.path());
+    store.stage("r1", src.path(), &wait()).unwrap();
+    // The ID's owner: another process, holding r1's lock file in the store's namespace.
+    let lock = store.lock_path("r1");
+    assert_eq!(
+        lock.parent(),
+        Some(home.path().join(RESULT_LOCKS).as_path())
+    );
+    let held = testkit::FlockHolder::hold(&lock);
     let target = home.path().join("target");
     let waiter = {
         let (root, target) = (home.path().to_path_buf(), target.clone());
-        std::thread::spawn(move || {
-            ResultStore::new(root)
-                .on_wait(Duration::ZERO, move |_, _| tx.send(()).unwrap())
-                .apply("r1", &target, &wait())
-        })
+        std::thread::spawn(move || ResultStore::new(root).apply("r1", &target, &wait()))
     };
-    // The waiter passed admission's "known" check and is waiting: the owner removes it.
-    rx.recv().unwrap();
+    // The waiter passed admission's "known" check and waits in the kernel's queue for r1's
+    // lock: the owner removes the result and releases.
+    testkit::until("the apply waits for r1's lease", || {
+        testkit::blocked_on(std::process::id(), &lock)
+    });
     fs::remove_dir_all(home.path().join("results/r1")).unwrap();
     held.release();
     let e = waiter.join().unwrap().unwrap_err();

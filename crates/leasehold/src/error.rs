@@ -362,6 +362,30 @@ impl Error {
     }
 }
 
+/// An [`Error`] as an I/O error, for code that speaks `std::io` (a store's file steps, a
+/// `Read`/`Write` adapter): the message is the error's own, which names the path and says
+/// what to do, and the kind says what happened where std has a word for it (`NotFound`,
+/// `PermissionDenied`, `InvalidInput` for an unusable path, the source's kind for
+/// [`Error::Io`]); the typed error stays reachable as the I/O error's inner error.
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        let kind = match &e {
+            Error::NotFound { .. } => io::ErrorKind::NotFound,
+            Error::PermissionDenied { .. } => io::ErrorKind::PermissionDenied,
+            Error::Io { source, .. } => source.kind(),
+            Error::TimedOut { .. } => io::ErrorKind::TimedOut,
+            Error::Contended { .. } | Error::GateHeld { waited: None, .. } => {
+                io::ErrorKind::WouldBlock
+            }
+            Error::GateHeld { .. } => io::ErrorKind::TimedOut,
+            Error::Cancelled { .. } => io::ErrorKind::Interrupted,
+            _ if e.is_unusable_path() => io::ErrorKind::InvalidInput,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, e)
+    }
+}
+
 /// [`Error::GateHeld`]'s message: the lock's state (free, held by whom, or unknown), the gate
 /// and who holds it, and how the wait ended.
 fn gate_held(
@@ -437,6 +461,46 @@ pub enum ErrorClass {
 mod tests {
     use super::*;
     use crate::kind::Holders;
+
+    #[test]
+    fn as_an_io_error_it_keeps_its_message_and_says_its_kind() {
+        let path = PathBuf::from("/srv/results/r1");
+        let cases = [
+            (
+                Error::NotFound { path: path.clone() },
+                io::ErrorKind::NotFound,
+            ),
+            (
+                Error::PermissionDenied { path: path.clone() },
+                io::ErrorKind::PermissionDenied,
+            ),
+            (
+                Error::NotDirectory {
+                    path: path.clone(),
+                    kind: FileKind::Symlink,
+                },
+                io::ErrorKind::InvalidInput,
+            ),
+            (
+                Error::Io {
+                    op: "rename",
+                    path: path.clone(),
+                    source: io::Error::from(io::ErrorKind::StorageFull),
+                },
+                io::ErrorKind::StorageFull,
+            ),
+            (
+                Error::LeaseLost { path: path.clone() },
+                io::ErrorKind::Other,
+            ),
+        ];
+        for (e, kind) in cases {
+            let message = e.to_string();
+            let io = io::Error::from(e);
+            assert_eq!((io.kind(), io.to_string()), (kind, message));
+            assert!(io.get_ref().is_some_and(|inner| inner.is::<Error>()));
+        }
+    }
 
     #[cfg(unix)]
     #[test]

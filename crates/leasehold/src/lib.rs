@@ -34,6 +34,8 @@
 //! ```
 //! use leasehold::{Lease, SharedLease};
 //!
+//! # #[cfg(not(unix))] fn main() {} // Windows has no shared leases (Error::SharedUnsupported)
+//! # #[cfg(unix)]
 //! fn main() -> leasehold::Result<()> {
 //!     let dir = tempfile::tempdir().expect("a temporary directory");
 //!     let path = dir.path().join("index.lock");
@@ -88,12 +90,13 @@
 //!         match std::fs::read_to_string(&self.0) {
 //!             Ok(text) => Ok(text.lines().map(String::from).collect()),
 //!             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeSet::new()),
-//!             Err(e) => Err(StoreFailure(format!("{}: {e}", self.0.display()))),
+//!             Err(e) => Err(StoreFailure::new(self.0.display().to_string(), "cannot read", e)),
 //!         }
 //!     }
 //!     fn commit(&mut self, names: &BTreeSet<String>, _fence: Option<u64>) -> Result<(), StoreFailure> {
 //!         let text: String = names.iter().map(|n| format!("{n}\n")).collect();
-//!         replace_file(&self.0, text.as_bytes()).map_err(|e| StoreFailure(format!("{}: {e}", self.0.display())))
+//!         replace_file(&self.0, text.as_bytes())
+//!             .map_err(|e| StoreFailure::new(self.0.display().to_string(), "cannot write", e))
 //!     }
 //!     fn close(&mut self) {}
 //! }

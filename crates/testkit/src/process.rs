@@ -184,7 +184,9 @@ impl Drop for Proc {
 }
 
 /// A real holder process: util-linux `flock` holding the same kind of lock the library takes
-/// (`flock(LOCK_EX)` on the file), in its own process group. Dropping it SIGKILLs the group.
+/// (`flock(LOCK_EX)` on the file), in its own process group, until its stdin closes
+/// ([`release`](Self::release)) or it is killed ([`kill`](Self::kill)). Dropping it SIGKILLs
+/// the group.
 pub struct FlockHolder(Proc);
 
 impl FlockHolder {
@@ -201,7 +203,7 @@ impl FlockHolder {
         let mut holder = Proc::spawn(
             Command::new("flock")
                 .arg(lock)
-                .args(["-c", "echo locked; exec sleep 600"]),
+                .args(["-c", "echo locked; read _"]),
         );
         assert_eq!(
             holder.line(),
@@ -214,6 +216,13 @@ impl FlockHolder {
     /// SIGKILLs the holder's whole process group and reaps it: a crash, not a release.
     pub fn kill(mut self) {
         self.0.kill_group();
+    }
+
+    /// Releases the lock as a holder that finished would: its stdin closes, its command
+    /// ends, `flock` exits (closing the lock's descriptor), and it is reaped.
+    pub fn release(mut self) {
+        self.0.close_stdin();
+        self.0.wait();
     }
 }
 

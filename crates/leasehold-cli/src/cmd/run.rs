@@ -148,11 +148,7 @@ pub fn main(args: RunArgs) -> Outcome {
 /// the option that waits longer.
 fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
     let token = interrupts.token();
-    let wait = match (args.no_wait, args.timeout) {
-        (true, _) => Wait::no_wait(token),
-        (false, Some(timeout)) => Wait::up_to(timeout, token),
-        (false, None) => Wait::unlimited(token),
-    };
+    let wait = Wait::of(args.no_wait, args.timeout, token);
     // What holds the lease up, after "{path}: lock is " (and, in the notice, after the
     // path): "held by another process (pid N)", or, for a wait held up at one of the lock's
     // gates (issue 22 item 4), that gate, who holds it and what the lock itself is.

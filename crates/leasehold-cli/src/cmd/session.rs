@@ -52,8 +52,8 @@ pub fn main(args: SessionArgs) -> Outcome {
     let store =
         SessionStore::new(sessions_dir(args.dir)?).with_lease_options(crate::env::lease_options());
     match args.action {
-        Action::Append { id } => append(&store, &SessionId::from_os(&id).map_err(failure)?),
-        Action::Read { id } => read(&store, &SessionId::from_os(&id).map_err(failure)?),
+        Action::Append { id } => append(&store, &session_id(&id)?),
+        Action::Read { id } => read(&store, &session_id(&id)?),
     }
 }
 
@@ -148,6 +148,12 @@ fn read(store: &SessionStore, id: &SessionId) -> Outcome {
 
 /// A session error with its class's status (unusable input 2, owned by another process 75,
 /// anything else 1).
+/// The session ID argument, checked by the stores' one ID rule (an unsafe one is the
+/// session store's unusable input).
+fn session_id(id: &std::ffi::OsStr) -> Result<SessionId, Failure> {
+    SessionId::from_os(id).map_err(|e| failure(e.into()))
+}
+
 fn failure(e: SessionError) -> Failure {
     Failure::of(&e)
 }

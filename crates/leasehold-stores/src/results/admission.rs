@@ -1,52 +1,29 @@
-//! Admission: taking an ID's operation lease, with the store's wait notice, and what a
-//! failed admission means for the caller.
+//! Admission: taking an ID's operation lease, and what a failed admission means for the
+//! caller.
 
 use std::io;
-use std::time::Instant;
 
 use leasehold::patterns::keyed::{KeyError, KeyLease};
-use leasehold::{Budget, Error as LeaseError};
+use leasehold::{Budget, Error as LeaseError, LockDir};
 
 use super::error::{Result, ResultError};
-use super::handles::Tree;
-use super::{Notice, ResultStore};
+use super::{ResultStore, files};
 
 impl ResultStore {
     /// Takes `id`'s lease within `budget`. With `create`, a lock file may be allocated for a
     /// new ID; otherwise only for an ID with a candidate or publication.
     pub(super) fn admit(&self, id: &str, budget: &Budget, create: bool) -> Result<KeyLease> {
         let known = |k: &str| create || self.exists(k);
-        if let Some((quick, notice)) = self.first_wait(budget) {
-            match self.leases.acquire(id, &quick, known) {
-                Err(KeyError::Lease(e)) if e.is_contended() => notice(id, &e),
-                other => return other.map_err(|e| self.admission_error(id, e)),
-            }
-        }
         self.leases
             .acquire(id, budget, known)
             .map_err(|e| self.admission_error(id, e))
-    }
-
-    /// With an [`on_wait`](Self::on_wait) notice that `budget` outlasts: the budget of the
-    /// first, quiet part of the wait, and the notice to give when it runs out.
-    pub(super) fn first_wait(&self, budget: &Budget) -> Option<(Budget, &Notice)> {
-        let (after, notice) = self.notice.as_ref()?;
-        let first = Instant::now().checked_add(*after)?;
-        if budget.deadline().is_some_and(|d| d <= first) {
-            return None;
-        }
-        let quick = match budget.cancel_token() {
-            Some(t) => Budget::until(first).with_cancel(t.clone()),
-            None => Budget::until(first),
-        };
-        Some((quick, notice))
     }
 
     pub(super) fn admission_error(&self, id: &str, e: KeyError) -> ResultError {
         match e {
             KeyError::EmptyKey { key } => ResultError::InvalidId {
                 id: key,
-                reason: "empty after trimming whitespace",
+                reason: crate::id::EMPTY_AFTER_TRIM,
             },
             KeyError::Unknown { key, root } => ResultError::Unknown { id: key, root },
             KeyError::Lease(e) if e.is_contended() => ResultError::Busy {
@@ -81,16 +58,16 @@ impl ResultStore {
     /// whatever the namespace, so every operation on it also locks it: the newcomer waits
     /// for the running one to end, and gives up with [`ResultError::Split`] at its deadline.
     /// Without a split this lock is always free (one `openat` and one `flock`).
-    pub(super) fn fence(&self, id: &str, budget: &Budget) -> Result<Option<Tree>> {
+    pub(super) fn fence(&self, id: &str, budget: &Budget) -> Result<Option<LockDir>> {
         let Some(results) = self.area("results", false)? else {
             return Ok(None);
         };
-        let candidate = match results.child(id, None) {
+        let candidate = match files::child(&results, id, None) {
             Ok(Some(dir)) => dir,
             // Nothing there, or not a directory: the operation judges it (and refuses it).
             Ok(None) | Err(_) => return Ok(None),
         };
-        match candidate.lock(budget) {
+        match files::lock(&candidate, budget) {
             Ok(()) => Ok(Some(candidate)),
             Err(e) if e.is_contended() => Err(ResultError::Split {
                 id: id.to_string(),

@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use super::ResultStore;
 use super::error::{Result, ResultError};
-use super::files::split;
-use super::handles::{Kind, Tree};
+use leasehold::{FileKind, LockDir};
+
+use super::files::{self, split};
 
 /// The record of an apply in progress, inside the candidate.
 const MARKER: &str = "applying.json";
@@ -42,12 +43,11 @@ struct Applying {
 
 impl ResultStore {
     /// The candidate's directory, if it is there.
-    fn candidate_dir(&self, id: &str) -> Result<Option<Tree>> {
+    fn candidate_dir(&self, id: &str) -> Result<Option<LockDir>> {
         let Some(results) = self.area("results", false)? else {
             return Ok(None);
         };
-        results
-            .child(id, None)
+        files::child(&results, id, None)
             .map_err(|e| self.applying_error(id, "open the candidate", e))
     }
 
@@ -67,7 +67,7 @@ impl ResultStore {
             return Err(self.unknown(id));
         };
         bytes
-            .and_then(|b| candidate.write(MARKER, 0o600, &b))
+            .and_then(|b| files::write(&candidate, MARKER, 0o600, &b))
             .map_err(|e| self.applying_error(id, "record the apply", e))
     }
 
@@ -78,6 +78,7 @@ impl ResultStore {
         };
         candidate
             .remove_file(MARKER)
+            .map_err(io::Error::from)
             .and_then(|_| candidate.sync())
             .map_err(|e| self.applying_error(id, "remove the apply record", e))
     }
@@ -89,7 +90,7 @@ impl ResultStore {
         let Some(candidate) = self.candidate_dir(id)? else {
             return Ok(0);
         };
-        let bytes = match candidate.read(MARKER, MAX_MARKER) {
+        let bytes = match files::read(&candidate, MARKER, MAX_MARKER) {
             Ok(Some(bytes)) => bytes,
             Ok(None) => return Ok(0),
             Err(e) => return Err(self.applying_error(id, "read the apply record", e)),
@@ -121,7 +122,7 @@ impl ResultStore {
 /// Removes `applying.pid`'s temporaries of `files` in `applying.target`: per directory of
 /// the files, one listing; regular files only; a missing TARGET or directory has none.
 fn remove_leftovers(applying: &Applying, files: &[String]) -> io::Result<usize> {
-    let Some(target) = Tree::open(&applying.target, None)? else {
+    let Some(target) = files::open_dir(&applying.target, false)? else {
         return Ok(0);
     };
     let mut by_dir: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -131,15 +132,15 @@ fn remove_leftovers(applying: &Applying, files: &[String]) -> io::Result<usize> 
     }
     let mut removed = 0;
     for (dir, names) in by_dir {
-        let Some(here) = target.descend(dir, None)? else {
+        let Some(here) = files::descend(&target, dir, None)? else {
             continue;
         };
         let mut here_removed = 0;
         // TARGET is the user's: names that are not UTF-8 are theirs (ours are), skipped.
-        for found in here.utf8_names()? {
+        for found in files::names(&here, false)? {
             let ours = temporary_of(&found)
                 .is_some_and(|(of, pid)| pid == applying.pid && names.contains(&of));
-            if ours && here.kind(&found)? == Some(Kind::File) && here.remove_file(&found)? {
+            if ours && here.entry(&found)? == Some(FileKind::Regular) && here.remove_file(&found)? {
                 here_removed += 1;
             }
         }

@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::Budget;
-use leasehold::patterns::keyed::{KeyError, KeyLease};
+use leasehold::patterns::keyed::KeyLease;
 use leasehold::patterns::offload;
 
 use super::error::{Result, not_published};
-use super::records::normalize_id;
 use super::{Entry, ResultStore, SweepReport};
+use crate::id::SafeId;
 
 impl ResultStore {
     /// [`admit`](Self::admit) for async code: the wait for the ID's lease is reactor-driven
@@ -22,12 +22,6 @@ impl ResultStore {
         create: bool,
     ) -> Result<KeyLease> {
         let known = |k: &str| create || self.exists(k);
-        if let Some((quick, notice)) = self.first_wait(budget) {
-            match self.leases.acquire_async(id, &quick, known).await {
-                Err(KeyError::Lease(e)) if e.is_contended() => notice(id, &e),
-                other => return other.map_err(|e| self.admission_error(id, e)),
-            }
-        }
         self.leases
             .acquire_async(id, budget, known)
             .await
@@ -44,7 +38,7 @@ impl ResultStore {
         create: bool,
         body: impl FnOnce(&ResultStore, &str, &KeyLease) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let id = normalize_id(id)?.to_string();
+        let id = SafeId::trimmed(id)?.to_string();
         let lease = self.admit_async(&id, budget, create).await?;
         let store = self.clone();
         offload(move || body(&store, &id, &lease)).await
@@ -72,7 +66,8 @@ impl ResultStore {
         budget: &Budget,
     ) -> Result<Entry> {
         let source = source.into();
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let files = {
             let (store, source) = (self.clone(), source.clone());
             offload(move || store.stage_files(&source)).await?
@@ -95,7 +90,8 @@ impl ResultStore {
 
     /// [`finish`](Self::finish) without blocking the executor.
     pub async fn finish_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self
             .admit_async(id, budget, false)
             .await

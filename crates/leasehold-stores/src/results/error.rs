@@ -5,12 +5,14 @@ use std::path::PathBuf;
 
 use leasehold::{Classify, Error as LeaseError, ErrorClass, HolderInfo};
 
+use crate::id::{IdError, SafeId};
+
 /// Errors of the result store. Each names the ID or path and says what to do.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResultError {
-    /// The ID is empty after trimming or not safe as a path component.
-    #[error("invalid result ID {id:?}: {reason}")]
+    /// The ID is empty after trimming or not safe as a path component ([`SafeId`]).
+    #[error("invalid result ID {id:?}: {reason}; use {}", SafeId::RULE)]
     InvalidId {
         /// The ID as given.
         id: String,
@@ -170,6 +172,12 @@ impl Classify for ResultError {
                 ErrorClass::Failure
             }
         }
+    }
+}
+
+impl From<IdError> for ResultError {
+    fn from(IdError { id, reason }: IdError) -> ResultError {
+        ResultError::InvalidId { id, reason }
     }
 }
 

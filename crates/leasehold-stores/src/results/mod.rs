@@ -28,19 +28,19 @@
 //! candidate that looks valid. Hidden names start with `.`, which no ID may.
 //!
 //! Handles, not paths: every read, write, rename and removal below the root (and every
-//! write into a TARGET, every read of a SRC) goes through directory descriptors opened one
-//! component at a time without following symlinks (`handles`), so another user who can
-//! write the root or TARGET cannot redirect a write or a removal; only a real candidate (a
+//! write into a TARGET, every read of a SRC) goes through directory handles opened one
+//! component at a time without following symlinks ([`LockDir`]'s data operations), so
+//! another user who can write the root or TARGET cannot redirect a write or a removal; only a real candidate (a
 //! directory with a regular `entry.json`) is ever removed. Lock files of IDs without records
 //! are collected by [`ResultStore::gc`] (the keyed collector's protocol); leftovers of killed
 //! operations go in [`ResultStore::sweep`], each under its ID's lease — and the temporaries
 //! a killed `apply` left in its TARGET go at the next operation on that ID (`applying`).
 //!
-//! The code follows those seams: `error` (the typed errors), `records` (IDs, `entry.json`
-//! and publications), `admission` (taking an ID's lease), `applying` (a killed apply's
+//! The code follows those seams: `error` (the typed errors), `records` (`entry.json` and
+//! publications), `admission` (taking an ID's lease), `applying` (a killed apply's
 //! leftovers in TARGET), `ops` (stage, paths, finish, apply, discard, abort), `sweep`
 //! (expiry, discovery, gc), `asynchronous` (the async faces), `files` (the file-system steps
-//! they share) and `handles` (directory handles).
+//! they share, through directory handles).
 
 mod admission;
 mod applying;
@@ -48,22 +48,19 @@ mod applying;
 mod asynchronous;
 mod error;
 mod files;
-mod handles;
 mod ops;
 mod records;
 mod sweep;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::Error as LeaseError;
 use leasehold::patterns::keyed::KeyedLeases;
 
 use error::Result;
 pub use error::ResultError;
-use handles::Tree;
-pub use records::{Entry, MAX_ID_LEN, Publication, normalize_id};
+use leasehold::LockDir;
+pub use records::{Entry, Publication};
 pub use sweep::{GcReport, SweepReport};
 
 /// The directory of the per-ID operation locks, under the managed root. Versioned: lock
@@ -72,14 +69,16 @@ pub use sweep::{GcReport, SweepReport};
 /// layouts reading one name two ways would be two mutexes for one result.
 const RESULT_NAMESPACE: &str = ".result-locks-v1";
 
-/// A callback told when an operation starts waiting for a busy ID (shared by clones).
-type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
-
 /// A result store in one managed root (see the module documentation). Clones share the
-/// root, the wait policy and the notice.
+/// root and the wait policy.
 ///
-/// IDs are trimmed; an ID without a candidate or publication is refused without creating
-/// anything, not even its lock file.
+/// A wait for a busy ID is silent: a program that tells its user what it waits for wraps the
+/// call, as the CLI does (its `wait.rs`: a quiet second, then one line, then the rest of the
+/// budget), since only it knows how to say so.
+///
+/// IDs are trimmed [`SafeId`](crate::id::SafeId)s ([`SafeId::trimmed`](crate::id::SafeId::trimmed));
+/// an ID without a candidate or publication is refused without creating anything, not even
+/// its lock file.
 ///
 /// ```
 /// use leasehold::{Budget, Classify, ErrorClass};
@@ -99,7 +98,6 @@ type Notice = Arc<dyn Fn(&str, &LeaseError) + Send + Sync>;
 pub struct ResultStore {
     root: PathBuf,
     leases: KeyedLeases,
-    notice: Option<(Duration, Notice)>,
 }
 
 impl std::fmt::Debug for ResultStore {
@@ -117,7 +115,6 @@ impl ResultStore {
         ResultStore {
             leases: KeyedLeases::new(root.clone(), RESULT_NAMESPACE),
             root,
-            notice: None,
         }
     }
 
@@ -131,17 +128,6 @@ impl ResultStore {
     /// Caps every wait (see [`KeyedLeases::max_wait`]; 30 s by default).
     pub fn max_wait(mut self, max: Option<Duration>) -> ResultStore {
         self.leases = self.leases.max_wait(max);
-        self
-    }
-
-    /// Calls `notice` once when an operation has waited `after` for a busy ID and goes on
-    /// waiting (a CLI tells its user what it is waiting for).
-    pub fn on_wait(
-        mut self,
-        after: Duration,
-        notice: impl Fn(&str, &LeaseError) + Send + Sync + 'static,
-    ) -> ResultStore {
-        self.notice = Some((after, Arc::new(notice)));
         self
     }
 
@@ -165,12 +151,12 @@ impl ResultStore {
 
     /// The managed root, opened (its path is the caller's configuration: followed); with
     /// `create`, created (0700) when missing. `Ok(None)`: missing.
-    fn root_dir(&self, create: bool) -> Result<Option<Tree>> {
+    fn root_dir(&self, create: bool) -> Result<Option<LockDir>> {
         // A root others may write is refused before anything is created in it.
         self.leases
             .check_dirs()
             .map_err(|e| self.admission_error("", e))?;
-        Tree::open(&self.root, create.then_some(0o700)).map_err(|e| ResultError::Unusable {
+        files::open_dir(&self.root, create).map_err(|e| ResultError::Unusable {
             path: self.root.clone(),
             reason: e.to_string(),
         })
@@ -178,15 +164,16 @@ impl ResultStore {
 
     /// A directory of the root (`results` or `published`), a real directory never followed;
     /// with `create`, created (0700, and the root too) when missing.
-    fn area(&self, name: &str, create: bool) -> Result<Option<Tree>> {
+    fn area(&self, name: &str, create: bool) -> Result<Option<LockDir>> {
         let Some(root) = self.root_dir(create)? else {
             return Ok(None);
         };
-        root.child(name, create.then_some(0o700))
-            .map_err(|e| ResultError::Unusable {
-                path: root.join(name),
+        files::child(&root, name, create.then_some(files::PRIVATE_DIR)).map_err(|e| {
+            ResultError::Unusable {
+                path: root.path().join(name),
                 reason: e.to_string(),
-            })
+            }
+        })
     }
 
     /// Whether a candidate or a publication stands for `id` (admission only, never
@@ -194,7 +181,7 @@ impl ResultStore {
     /// judges it under the lease.
     fn exists(&self, id: &str) -> bool {
         let stands = |area: &str, name: &str| match self.area(area, false) {
-            Ok(Some(dir)) => !matches!(dir.kind(name), Ok(None)),
+            Ok(Some(dir)) => !matches!(dir.entry(name), Ok(None)),
             Ok(None) => false,
             Err(_) => true,
         };

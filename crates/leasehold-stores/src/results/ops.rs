@@ -9,10 +9,14 @@ use leasehold::{Budget, CancelToken};
 
 use super::admission::verify;
 use super::error::{Result, ResultError, not_published};
-use super::files::{PRIVATE_DIR, TARGET_DIR, copy, describe_files, now_ms, walk};
-use super::handles::{Kind, Removal, Tree};
-use super::records::normalize_id;
+use leasehold::{FileKind, LockDir};
+
+use super::files::{
+    self, PRIVATE_DIR, Removal, TARGET_DIR, copy, describe_files, now_ms, remove_tree,
+    remove_tree_until, walk,
+};
 use super::{Entry, Publication, ResultStore};
+use crate::id::SafeId;
 
 impl ResultStore {
     /// Creates the candidate `id` holding a copy of the regular files under `source`
@@ -23,7 +27,8 @@ impl ResultStore {
     /// cancelled stage removes its partial copy and is [`ResultError::Stopped`] (nothing
     /// staged).
     pub fn stage(&self, id: &str, source: &Path, budget: &Budget) -> Result<Entry> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let files = self.stage_files(source)?;
         let lease = self.admit(id, budget, true)?;
         self.stage_admitted(id, source, files, &lease, budget.cancel_token())
@@ -72,15 +77,13 @@ impl ResultStore {
             source,
         };
         let built = (|| {
-            results.remove_tree(&staging).map_err(|e| (false, e))?;
+            remove_tree(&results, &staging).map_err(|e| (false, e))?;
             let dir = results
-                .child(&staging, Some(PRIVATE_DIR))
-                .and_then(|d| d.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
-                .map_err(|e| (false, e))?;
+                .create_child(&staging, PRIVATE_DIR)
+                .map_err(|e| (false, e.into()))?;
             let into = dir
-                .child("files", Some(PRIVATE_DIR))
-                .and_then(|d| d.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
-                .map_err(|e| (false, e))?;
+                .create_child("files", PRIVATE_DIR)
+                .map_err(|e| (false, e.into()))?;
             for rel in &entry.files {
                 if stopped(cancel) {
                     return Ok(false);
@@ -94,18 +97,17 @@ impl ResultStore {
                 return Ok(false);
             }
             verify(lease).map_err(|e| (false, e))?;
-            dir.write("entry.json", 0o600, &record)
-                .map_err(|e| (false, e))?;
+            files::write(&dir, "entry.json", 0o600, &record).map_err(|e| (false, e))?;
             results
                 .rename(&staging, &results, id)
-                .map_err(|e| (false, e))?;
+                .map_err(|e| (false, e.into()))?;
             results.sync().map_err(|e| (false, e))?;
             Ok(true)
         })();
         match built {
             Ok(true) => Ok(entry),
             Ok(false) => {
-                let removed = results.remove_tree(&staging);
+                let removed = remove_tree(&results, &staging);
                 Err(ResultError::Stopped {
                     id: id.to_string(),
                     op: "stage",
@@ -113,14 +115,14 @@ impl ResultStore {
                         Ok(_) => "nothing (the partial copy was removed)".into(),
                         Err(e) => format!(
                             "nothing (the partial copy {} is left for sweep: {e})",
-                            results.join(&staging).display()
+                            results.path().join(&staging).display()
                         ),
                     },
                     not_done: "the candidate was not created; stage it again".into(),
                 })
             }
             Err((from_source, e)) => {
-                let _ = results.remove_tree(&staging);
+                let _ = remove_tree(&results, &staging);
                 Err(match from_source {
                     true => ResultError::Source {
                         path: source.to_path_buf(),
@@ -135,7 +137,8 @@ impl ResultStore {
     /// Inspects `id` under its lease: the relative paths the result would change. An empty
     /// result (no files) is removed and reported as an empty list.
     pub fn paths(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self.admit(id, budget, false)?;
         self.paths_admitted(id, &lease, budget)
     }
@@ -179,7 +182,8 @@ impl ResultStore {
     /// error is [`ResultError::NotPublished`]: durability is unavailable, and the caller may
     /// retry with the same ID.
     pub fn finish(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self
             .admit(id, budget, false)
             .map_err(|e| not_published(id, e))?;
@@ -210,7 +214,7 @@ impl ResultStore {
                 .map_err(|e| io::Error::other(e.to_string()))?
                 .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
             verify(lease)?;
-            published.write(&format!("{id}.json"), 0o600, &doc)
+            files::write(&published, &format!("{id}.json"), 0o600, &doc)
         })();
         written.map_err(|source| ResultError::Io {
             op: "publish",
@@ -227,7 +231,8 @@ impl ResultStore {
     /// cancelled apply stops there, keeping candidate and publication (apply again to
     /// finish), and is [`ResultError::Stopped`], saying what it wrote.
     pub fn apply(&self, id: &str, target: &Path, budget: &Budget) -> Result<Vec<String>> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self.admit(id, budget, false)?;
         self.apply_admitted(id, target, &lease, budget)
     }
@@ -252,7 +257,7 @@ impl ResultStore {
                 None => Err(self.unknown(id)),
             };
         };
-        let into = Tree::open(target, Some(TARGET_DIR))
+        let into = files::open_dir(target, true)
             .and_then(|t| t.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)))
             .map_err(|e| ResultError::Unusable {
                 path: target.to_path_buf(),
@@ -260,9 +265,9 @@ impl ResultStore {
             })?;
         let from = self
             .area("results", false)?
-            .and_then(|r| r.child(id, None).transpose())
+            .and_then(|r| files::child(&r, id, None).transpose())
             .transpose()
-            .and_then(|c| c.map(|c| c.child("files", None)).transpose())
+            .and_then(|c| c.map(|c| files::child(&c, "files", None)).transpose())
             .map(Option::flatten);
         let from = match from {
             Ok(Some(dir)) => Some(dir),
@@ -365,7 +370,8 @@ impl ResultStore {
         budget: &Budget,
         op: &'static str,
     ) -> Result<()> {
-        let id = normalize_id(id)?;
+        let id = SafeId::trimmed(id)?;
+        let id = id.as_str();
         let lease = self.admit(id, budget, false)?;
         self.remove_existing(id, &lease, op, budget)
     }
@@ -389,7 +395,7 @@ impl ResultStore {
     /// publication kept" of what another process had removed).
     pub(super) fn kept(&self, id: &str) -> String {
         let stands = |area: &str, name: &str| match self.area(area, false) {
-            Ok(Some(dir)) => !matches!(dir.kind(name), Ok(None)),
+            Ok(Some(dir)) => !matches!(dir.entry(name), Ok(None)),
             Ok(None) => false,
             // Unreadable: something may still stand there; do not say it is gone.
             Err(_) => true,
@@ -452,15 +458,15 @@ impl ResultStore {
         // directory with its regular entry.json) is ours to remove.
         let candidate = match &results {
             None => None,
-            Some(results) => match results.kind(id) {
+            Some(results) => match results.entry(id) {
                 Ok(None) => None,
-                Ok(Some(Kind::Dir)) => {
-                    let dir = results.child(id, None);
+                Ok(Some(FileKind::Directory)) => {
+                    let dir = files::child(results, id, None);
                     match dir
                         .as_ref()
-                        .map(|d| d.as_ref().map(|d| d.kind("entry.json")))
+                        .map(|d| d.as_ref().map(|d| d.entry("entry.json")))
                     {
-                        Ok(Some(Ok(Some(Kind::File)))) => Some(results),
+                        Ok(Some(Ok(Some(FileKind::Regular)))) => Some(results),
                         Ok(None) => None,
                         _ => {
                             return Err(partial(
@@ -488,13 +494,13 @@ impl ResultStore {
         };
         if let Some(published) = &published {
             let name = format!("{id}.json");
-            match published.kind(&name) {
-                Ok(Some(Kind::File)) => match published.remove_file(&name) {
+            match published.entry(&name) {
+                Ok(Some(FileKind::Regular)) => match published.remove_file(&name) {
                     Ok(_) => {
                         let _ = published.sync();
                         done.push(format!("removed {}", self.publication(id).display()));
                     }
-                    Err(e) => return Err(partial(&done, &self.kept(id), e)),
+                    Err(e) => return Err(partial(&done, &self.kept(id), e.into())),
                 },
                 Ok(None) => {}
                 Ok(Some(_)) => {
@@ -507,7 +513,7 @@ impl ResultStore {
                         )),
                     ));
                 }
-                Err(e) => return Err(partial(&done, &self.kept(id), e)),
+                Err(e) => return Err(partial(&done, &self.kept(id), e.into())),
             }
         }
         let Some(results) = candidate else {
@@ -515,24 +521,24 @@ impl ResultStore {
         };
         let trash = format!(".trash-{id}");
         let removed = (|| {
-            results.remove_tree(&trash)?;
+            remove_tree(results, &trash)?;
             if !results.rename(id, results, &trash)? {
                 return Ok(Removal::Missing);
             }
             results.sync()?;
-            results.remove_tree_until(&trash, &|| stopped(cancel))
+            remove_tree_until(results, &trash, &|| stopped(cancel))
         })();
         match removed {
             Ok(Removal::Stopped) => {
                 done.push(format!(
                     "took the candidate out of the store (moved to {})",
-                    results.join(&trash).display()
+                    results.path().join(&trash).display()
                 ));
                 Err(stop(
                     &done,
                     format!(
                         "deleting its files: the rest of {} is left for sweep",
-                        results.join(&trash).display()
+                        results.path().join(&trash).display()
                     ),
                 ))
             }
@@ -551,12 +557,12 @@ fn stopped(cancel: Option<&CancelToken>) -> bool {
 }
 
 /// Opens a source directory for `stage` (the caller's path: followed; below it nothing is).
-fn open_source(source: &Path) -> Result<Tree> {
+fn open_source(source: &Path) -> Result<LockDir> {
     let unusable = |reason: String| ResultError::Source {
         path: source.to_path_buf(),
         reason,
     };
-    Tree::open(source, None)
+    files::open_dir(source, false)
         .map_err(|e| unusable(e.to_string()))?
         .ok_or_else(|| unusable("does not exist".into()))
 }

@@ -1,4 +1,5 @@
-//! Result IDs and the store's records: a candidate's `entry.json` and its publication.
+//! The store's records: a candidate's `entry.json` and its publication (result IDs are
+//! [`SafeId`]s, trimmed: `crate::id`).
 
 use std::path::{Component, Path};
 
@@ -6,10 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use super::ResultStore;
 use super::error::{Result, ResultError};
-use super::handles::Tree;
+use leasehold::LockDir;
 
-/// The longest ID accepted (bytes after trimming).
-pub const MAX_ID_LEN: usize = 128;
+use super::files;
+use crate::id::SafeId;
 
 /// The record of a candidate (`results/<id>/entry.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,34 +36,6 @@ pub struct Publication {
     pub files: Vec<String>,
 }
 
-/// Trims `id` and checks that it is safe as a path component: `[A-Za-z0-9._-]`, 1 to
-/// [`MAX_ID_LEN`] characters, not starting with `.` (hidden names are the store's own).
-pub fn normalize_id(id: &str) -> Result<&str> {
-    let invalid = |reason| ResultError::InvalidId {
-        id: id.to_string(),
-        reason,
-    };
-    let t = id.trim();
-    if t.is_empty() {
-        return Err(invalid("empty after trimming whitespace"));
-    }
-    if t.len() > MAX_ID_LEN {
-        return Err(invalid("longer than 128 characters"));
-    }
-    if t.starts_with('.') {
-        return Err(invalid("must not start with '.'"));
-    }
-    if !t
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        return Err(invalid(
-            "only letters, digits, '.', '_' and '-' are allowed",
-        ));
-    }
-    Ok(t)
-}
-
 /// The largest record or publication read (a bigger file is refused, not read into memory).
 const MAX_RECORD: u64 = 64 << 20;
 
@@ -80,13 +53,12 @@ impl ResultStore {
         let Some(results) = self.area("results", false)? else {
             return Ok(None);
         };
-        let Some(candidate) = results
-            .child(id, None)
-            .map_err(|e| corrupt(e.to_string()))?
+        let Some(candidate) =
+            files::child(&results, id, None).map_err(|e| corrupt(e.to_string()))?
         else {
             return Ok(None);
         };
-        let bytes = match candidate.read("entry.json", MAX_RECORD) {
+        let bytes = match files::read(&candidate, "entry.json", MAX_RECORD) {
             Ok(Some(b)) => b,
             Ok(None) => return Err(corrupt("missing (not a result)".into())),
             Err(e) => return Err(corrupt(e.to_string())),
@@ -108,7 +80,7 @@ impl ResultStore {
         let Some(published) = self.area("published", false)? else {
             return Ok(None);
         };
-        match published.read(&format!("{id}.json"), MAX_RECORD) {
+        match files::read(&published, &format!("{id}.json"), MAX_RECORD) {
             Ok(Some(bytes)) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .map_err(|e| corrupt(e.to_string())),
@@ -120,11 +92,11 @@ impl ResultStore {
 
 /// Names in the area `dir` ending with `suffix` (suffix removed) that are valid IDs; hidden
 /// and foreign names are ignored. A missing area is empty.
-pub(super) fn list_names(dir: Option<&Tree>, suffix: &str) -> Result<Vec<String>> {
+pub(super) fn list_names(dir: Option<&LockDir>, suffix: &str) -> Result<Vec<String>> {
     let Some(dir) = dir else {
         return Ok(Vec::new());
     };
-    let names = dir.names().map_err(|source| ResultError::Io {
+    let names = files::names(dir, true).map_err(|source| ResultError::Io {
         op: "list",
         path: dir.path().to_path_buf(),
         source,
@@ -133,9 +105,7 @@ pub(super) fn list_names(dir: Option<&Tree>, suffix: &str) -> Result<Vec<String>
         .into_iter()
         .filter_map(|name| {
             let id = name.strip_suffix(suffix)?;
-            normalize_id(id)
-                .is_ok_and(|t| t == id)
-                .then(|| id.to_string())
+            SafeId::is_safe(id).then(|| id.to_string())
         })
         .collect();
     ids.sort();

@@ -2,14 +2,16 @@
 
 use std::time::Duration;
 
+use leasehold::FileKind;
 use leasehold::patterns::keyed::KeyError;
 use serde::Serialize;
 
 use super::ResultStore;
 use super::error::{Result, ResultError};
+use super::files;
 use super::files::now_ms;
-use super::handles::Kind;
-use super::records::{list_names, normalize_id};
+use super::records::list_names;
+use crate::id::SafeId;
 
 /// What a sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -156,7 +158,7 @@ impl ResultStore {
     fn sweep_leftovers(&self, report: &mut SweepReport) -> Result<()> {
         let mut found: Vec<(String, &'static str, String)> = Vec::new();
         if let Some(results) = self.area("results", false)? {
-            for name in results.names().unwrap_or_default() {
+            for name in files::names(&results, true).unwrap_or_default() {
                 for prefix in [".stage-", ".trash-"] {
                     if let Some(id) = name.strip_prefix(prefix) {
                         found.push((id.to_string(), "results", name.clone()));
@@ -165,7 +167,7 @@ impl ResultStore {
             }
         }
         if let Some(published) = self.area("published", false)? {
-            for name in published.names().unwrap_or_default() {
+            for name in files::names(&published, true).unwrap_or_default() {
                 let of = leasehold::patterns::durable::temporary_of(&name);
                 if let Some(id) = of.and_then(|(file, _)| file.strip_suffix(".json")) {
                     found.push((id.to_string(), "published", name.clone()));
@@ -173,7 +175,7 @@ impl ResultStore {
             }
         }
         for (id, area, name) in found {
-            if normalize_id(&id).ok() != Some(id.as_str()) {
+            if !SafeId::is_safe(&id) {
                 continue;
             }
             // A leftover is reason enough to allocate the ID's lock (gc collects it later).
@@ -183,9 +185,13 @@ impl ResultStore {
             let Some(dir) = self.area(area, false)? else {
                 continue;
             };
-            let removed = match dir.kind(&name) {
-                Ok(Some(Kind::Dir)) if area == "results" => dir.remove_tree(&name),
-                Ok(Some(Kind::File)) if area == "published" => dir.remove_file(&name),
+            let removed = match dir.entry(&name) {
+                Ok(Some(FileKind::Directory)) if area == "results" => {
+                    files::remove_tree(&dir, &name)
+                }
+                Ok(Some(FileKind::Regular)) if area == "published" => {
+                    dir.remove_file(&name).map_err(Into::into)
+                }
                 _ => Ok(false),
             };
             match removed {

@@ -47,7 +47,7 @@ use std::os::fd::BorrowedFd;
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::holders::{self as lookup, Unusable};
-use crate::kind::{FileId, Holders};
+use crate::kind::{FileId, FileKind, Holders};
 use crate::sys::Notifier;
 
 #[cfg(feature = "tokio")]
@@ -118,7 +118,7 @@ pub(crate) trait Platform: Sized {
     const NOTIFIES: bool;
 
     /// An opened directory: what [`LockDir`] wraps.
-    type Dir: PlatformDir;
+    type Dir: PlatformDataDir;
     /// Where a lock is: a path, or a name in a [`Self::Dir`].
     type Target: PlatformTarget<Dir = Self::Dir>;
     /// A lock opened for locking, not yet locked (what a [`LeaseHandle`] keeps between
@@ -239,6 +239,37 @@ pub(crate) trait PlatformDir: Sized + Clone + Debug {
     fn names(&self) -> Result<Vec<std::ffi::OsString>>;
 }
 
+/// The data half of a [`PlatformDir`]: the files and directories a store keeps below a
+/// directory handle, reached through it one component at a time and never through a
+/// symlink. [`LockDir`]'s methods of the same names document each of these; the platform
+/// files implement them beside their directory handle (`posix/data.rs`, `windows.rs`,
+/// `single.rs`).
+pub(crate) trait PlatformDataDir: PlatformDir {
+    /// See [`LockDir::entry`].
+    fn entry(&self, name: &str) -> Result<Option<FileKind>>;
+    /// See [`LockDir::create_child`].
+    fn create_child(&self, name: &str, mode: u32) -> Result<Self>;
+    /// See [`LockDir::open_read`].
+    fn open_read(&self, name: &str) -> Result<Option<(std::fs::File, u32)>>;
+    /// See [`LockDir::create_new`].
+    fn create_new(&self, name: &str, mode: u32) -> Result<Option<std::fs::File>>;
+    /// See [`LockDir::rename`]; a missing `from` is [`Error::NotFound`].
+    fn rename(&self, from: &str, to_dir: &Self, to: &str) -> Result<()>;
+    /// See [`LockDir::remove_file`], and [`LockDir::remove_dir`] with `dir`; a missing entry
+    /// is [`Error::NotFound`].
+    fn remove(&self, name: &str, dir: bool) -> Result<()>;
+}
+
+/// `Ok(false)` for an entry that was not there ([`PlatformDataDir::rename`] and
+/// [`PlatformDataDir::remove`]): what a caller cleaning up asks.
+fn existed(done: Result<()>) -> Result<bool> {
+    match done {
+        Ok(()) => Ok(true),
+        Err(Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Where a lock of a [`Platform`] is.
 pub(crate) trait PlatformTarget: Sized + Clone + Debug {
     /// The platform's directory handle.
@@ -299,6 +330,14 @@ pub(crate) enum Attempt<P: Platform> {
 /// [`LockDir::open_file`] (the append log's tail checks) and this process's id, where the
 /// platform has one (WASI: `None`; durable rewrites name their temporaries with it).
 pub(crate) use crate::sys::{process_id, read_exact_at};
+
+/// The one creation of private directories (`path` and its missing parents, mode 0700 on
+/// POSIX), for the durable rewrites' directories: they are made as a lock file's parents are.
+pub(crate) use crate::sys::create_dirs;
+
+/// The one hex SHA-256 of the crate (`sys/naming.rs`, pure), for the keyed pattern's lock
+/// names: a key's lock file is named as its other hashed names are spelled.
+pub(crate) use crate::sys::naming::push_sha256_hex;
 
 pub use options::LeaseOptions;
 #[cfg(unix)]
@@ -412,9 +451,104 @@ impl LockDir {
         self.0.verify()
     }
 
-    /// The names of this directory's entries (none on Windows, which keeps no lock files).
-    pub(crate) fn names(&self) -> Result<Vec<std::ffi::OsString>> {
+    /// The names of this directory's entries (`.` and `..` left out), in no particular
+    /// order.
+    ///
+    /// # Errors
+    /// An I/O error naming the directory.
+    pub fn names(&self) -> Result<Vec<std::ffi::OsString>> {
         self.0.names()
+    }
+}
+
+/// Data below a directory handle: what a store does with the files and directories its
+/// records live in (the result store's candidates, publications and TARGETs), made relative
+/// to this handle one component at a time, so that nothing below the directory it was opened
+/// as is ever reached through a symlink — another user who can write there cannot redirect a
+/// read, a write or a removal, and a directory swapped after it was opened cannot either.
+/// Every `name` is one plain component (no separator, not `.` or `..`); another is refused.
+///
+/// Why our own rather than cap-std's `Dir`: cap-std confines resolution to a directory but
+/// *follows* symlinks that stay inside it, and a link inside a TARGET is another user's
+/// redirection even when it points inside; `openat(O_NOFOLLOW)` per component gives the
+/// kernel's own no-follow check, with no path-string checks of ours.
+///
+/// POSIX: `openat`, `mkdirat`, `renameat` and `unlinkat` on the handle's descriptor. Windows
+/// and WASI (no stable `openat` in std): the same operations on the real path joined with
+/// the name, each checked first without following (`symlink_metadata`), so a component
+/// swapped between the check and the use is not excluded there.
+impl LockDir {
+    /// What stands at `name` (never following a symlink: a link is
+    /// [`FileKind::Symlink`]); `Ok(None)`: nothing.
+    ///
+    /// # Errors
+    /// An I/O error naming the path.
+    pub fn entry(&self, name: &str) -> Result<Option<FileKind>> {
+        self.0.entry(name)
+    }
+
+    /// Creates the child directory `name` with `mode` (permission bits; the umask applies;
+    /// Windows and WASI have no modes) unless it exists, making its name durable (`fsync` of
+    /// this directory) when it was created, then opens it as [`child`](Self::child) does: it
+    /// must be a real directory.
+    ///
+    /// # Errors
+    /// [`Error::NotDirectory`] when something else stands there, or an I/O error.
+    pub fn create_child(&self, name: &str, mode: u32) -> Result<LockDir> {
+        self.0.create_child(name, mode).map(LockDir)
+    }
+
+    /// Opens the regular file `name` for reading as carefully as a lock file (never
+    /// following a final symlink, never blocking on a FIFO, a device refused before it is
+    /// opened, close-on-exec): the file and its permission bits (POSIX; 0o644 where there are
+    /// none). `Ok(None)`: no such file.
+    ///
+    /// # Errors
+    /// [`Error::NotRegularFile`] for anything but a regular file, or an I/O error.
+    pub fn open_read(&self, name: &str) -> Result<Option<(std::fs::File, u32)>> {
+        self.0.open_read(name)
+    }
+
+    /// Creates the regular file `name` exclusively, for writing, with `mode` (permission
+    /// bits; the umask applies): a name that is taken — by a file, a symlink or anything
+    /// else — is `Ok(None)`, and nothing standing there is opened or followed. For
+    /// temporaries that are renamed into place ([`durable::replace_at`]).
+    ///
+    /// [`durable::replace_at`]: crate::patterns::durable::replace_at
+    ///
+    /// # Errors
+    /// An I/O error naming the path.
+    pub fn create_new(&self, name: &str, mode: u32) -> Result<Option<std::fs::File>> {
+        self.0.create_new(name, mode)
+    }
+
+    /// Renames the entry `from` of this directory to `to` in `to_dir` (the entries
+    /// themselves: a symlink at either name is renamed or replaced, never followed; on
+    /// Windows one standing at `to` is refused). `Ok(false)`: `from` did not exist.
+    ///
+    /// # Errors
+    /// An I/O error naming `from`'s path (`to_dir` on another file system, a directory
+    /// replacing a file, …).
+    pub fn rename(&self, from: &str, to_dir: &LockDir, to: &str) -> Result<bool> {
+        existed(self.0.rename(from, &to_dir.0, to))
+    }
+
+    /// Removes the entry `name` that is not a directory (a symlink: the link itself).
+    /// `Ok(false)`: nothing was there.
+    ///
+    /// # Errors
+    /// An I/O error naming the path (a directory there, no permission, …).
+    pub fn remove_file(&self, name: &str) -> Result<bool> {
+        existed(self.0.remove(name, false))
+    }
+
+    /// Removes the empty directory `name` (never what a symlink points to). `Ok(false)`:
+    /// nothing was there.
+    ///
+    /// # Errors
+    /// An I/O error naming the path (not empty, not a directory, …).
+    pub fn remove_dir(&self, name: &str) -> Result<bool> {
+        existed(self.0.remove(name, true))
     }
 }
 

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use rustix::io::Errno;
 
 use super::claim::{Claim, Key, Mode};
-use super::{Platform, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
+use super::{Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
@@ -203,6 +203,69 @@ impl PlatformDir for Dir {
 
     fn names(&self) -> Result<Vec<std::ffi::OsString>> {
         sys::dir_names(&self.path).map_err(|e| io_error(&self.path, "list directory", e))
+    }
+}
+
+/// Data below a directory (see `LockDir`'s data methods), by path as everything here is:
+/// each name is looked at without following before it is used, and the chain of
+/// directories is the one `verify` walks.
+impl PlatformDataDir for Dir {
+    fn entry(&self, name: &str) -> Result<Option<FileKind>> {
+        let path = self.path.join(name);
+        plain(name, &path, "inspect")?;
+        let stood = sys::stat_nofollow(&path).map_err(|e| io_error(&path, "inspect", e))?;
+        Ok(match stood {
+            Stood::Missing => None,
+            Stood::Regular(_) => Some(FileKind::Regular),
+            Stood::Directory(_) => Some(FileKind::Directory),
+            Stood::Other(kind) => Some(kind),
+        })
+    }
+
+    /// WASI has no modes; a created name is made durable (`fsync` of this directory).
+    fn create_child(&self, name: &str, _mode: u32) -> Result<Dir> {
+        let path = self.path.join(name);
+        plain(name, &path, "create directory")?;
+        match sys::create_dir(&path) {
+            Ok(()) => {
+                sys::sync_dir(&self.path).map_err(|e| io_error(&self.path, "sync directory", e))?
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(dir_error(&path, "create directory", e)),
+        }
+        self.child(name, false)
+    }
+
+    /// No permission bits on WASI: 0o644.
+    fn open_read(&self, name: &str) -> Result<Option<(std::fs::File, u32)>> {
+        Ok(self.open_file(name, false, false)?.map(|(f, _)| (f, 0o644)))
+    }
+
+    fn create_new(&self, name: &str, _mode: u32) -> Result<Option<std::fs::File>> {
+        let path = self.path.join(name);
+        plain(name, &path, "create file")?;
+        match sys::create_new(&path) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(io_error(&path, "create file", e)),
+        }
+    }
+
+    fn rename(&self, from: &str, to_dir: &Dir, to: &str) -> Result<()> {
+        let (path, dest) = (self.path.join(from), to_dir.path.join(to));
+        plain(from, &path, "rename")?;
+        plain(to, &dest, "rename")?;
+        sys::rename(&path, &dest).map_err(|e| io_error(&path, "rename", e))
+    }
+
+    fn remove(&self, name: &str, dir: bool) -> Result<()> {
+        let (op, remove): (_, fn(&Path) -> io::Result<()>) = match dir {
+            true => ("remove directory", sys::remove_dir),
+            false => ("remove file", sys::unlink),
+        };
+        let path = self.path.join(name);
+        plain(name, &path, op)?;
+        remove(&path).map_err(|e| io_error(&path, op, e))
     }
 }
 

@@ -35,7 +35,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use super::claim::{Claim, Key, Mode};
-use super::{Platform, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
+use super::{Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
@@ -191,9 +191,84 @@ impl PlatformDir for Dir {
         Ok(())
     }
 
-    /// Windows keeps no lock files, so there are none to list (or collect).
+    /// The entries of the directory (no lock file among them: Windows keeps none, so the
+    /// keyed collector finds nothing to collect).
     fn names(&self) -> Result<Vec<std::ffi::OsString>> {
-        Ok(Vec::new())
+        sys::dir_names(&self.real).map_err(|e| io_error(&self.path, "list directory", e))
+    }
+}
+
+/// Data below a directory (see `LockDir`'s data methods): the same operations as on POSIX,
+/// over the real path joined with the name, each component looked at without following
+/// (`symlink_metadata`: links and junctions are reported, not followed) before it is used.
+/// std offers no handle-relative calls here, so a component swapped between the look and
+/// the use is not excluded (as the result store's directories were treated before).
+impl PlatformDataDir for Dir {
+    fn entry(&self, name: &str) -> Result<Option<FileKind>> {
+        let path = self.path.join(name);
+        if !sys::is_plain_name(OsStr::new(name)) {
+            return Err(not_plain(path, "inspect"));
+        }
+        match sys::stat_nofollow(&self.real.join(name)) {
+            Ok(Stood::Missing) => Ok(None),
+            Ok(Stood::Regular) => Ok(Some(FileKind::Regular)),
+            Ok(Stood::Directory) => Ok(Some(FileKind::Directory)),
+            Ok(Stood::Other(kind)) => Ok(Some(kind)),
+            Err(e) => Err(io_error(&path, "inspect", e)),
+        }
+    }
+
+    /// No modes on Windows; NTFS journals the new entry (no directory sync).
+    fn create_child(&self, name: &str, _mode: u32) -> Result<Dir> {
+        self.child(name, true)
+    }
+
+    /// No permission bits on Windows: 0o644.
+    fn open_read(&self, name: &str) -> Result<Option<(std::fs::File, u32)>> {
+        Ok(self.open_file(name, false, false)?.map(|(f, _)| (f, 0o644)))
+    }
+
+    fn create_new(&self, name: &str, _mode: u32) -> Result<Option<std::fs::File>> {
+        let path = self.path.join(name);
+        if !sys::is_plain_name(OsStr::new(name)) {
+            return Err(not_plain(path, "create file"));
+        }
+        match sys::create_new(&self.real.join(name)) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(io_error(&path, "create file", e)),
+        }
+    }
+
+    /// A link or junction standing at `to` is refused rather than replaced (what the result
+    /// store's Windows directories did before they were handles).
+    fn rename(&self, from: &str, to_dir: &Dir, to: &str) -> Result<()> {
+        let path = self.path.join(from);
+        for (name, p) in [(from, &path), (to, &to_dir.path.join(to))] {
+            if !sys::is_plain_name(OsStr::new(name)) {
+                return Err(not_plain(p.clone(), "rename"));
+            }
+        }
+        let dest = to_dir.real.join(to);
+        if let Ok(Stood::Other(kind)) = sys::stat_nofollow(&dest) {
+            return Err(Error::NotRegularFile {
+                path: to_dir.path.join(to),
+                kind,
+            });
+        }
+        sys::rename(&self.real.join(from), &dest).map_err(|e| io_error(&path, "rename", e))
+    }
+
+    fn remove(&self, name: &str, dir: bool) -> Result<()> {
+        let (op, remove): (_, fn(&Path) -> io::Result<()>) = match dir {
+            true => ("remove directory", sys::remove_dir),
+            false => ("remove file", sys::remove_file),
+        };
+        let path = self.path.join(name);
+        if !sys::is_plain_name(OsStr::new(name)) {
+            return Err(not_plain(path, op));
+        }
+        remove(&self.real.join(name)).map_err(|e| io_error(&path, op, e))
     }
 }
 

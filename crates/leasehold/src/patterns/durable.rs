@@ -19,18 +19,20 @@
 //! when it opens the document (nobody else can be writing one then). A leftover whose name a later process would pick (its pid reused) is stepped
 //! over: the exclusive create fails with `EEXIST` and the rewrite tries a fresh name.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
-#[cfg(unix)]
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::lease::LockDir;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Atomically replaces the file at `path` with `bytes` (see the module docs for the order).
 ///
-/// On error the previous file, if any, is left exactly as it was.
+/// On error the previous file, if any, is left exactly as it was. The temporary is created
+/// through [`LockDir::create_new`], whose names are `str`s: a file name that is not valid
+/// UTF-8 is refused (`InvalidInput`) before anything is written.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     replace_file_observed(path, bytes, &mut |_, _| Ok(()))
 }
@@ -83,15 +85,21 @@ pub fn replace_file_observed(
 /// directory fsync leaves the new file in place but not known to be durable, and the caller
 /// must not acknowledge the write.
 pub trait DurableIo {
-    /// Creates the temporary file exclusively (mode 0600, final component not followed).
+    /// Creates the temporary file exclusively (mode 0600, final component not followed):
+    /// [`LockDir::create_new`] in its directory, the crate's one careful creation.
     fn create(&mut self, tmp: &Path) -> io::Result<File> {
-        let mut options = OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        options
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
-        options.open(tmp)
+        let name = tmp
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a temporary's name"))?;
+        LockDir::open(parent_of(tmp))?
+            .create_new(name, 0o600)?
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{}: the name is taken", tmp.display()),
+                )
+            })
     }
     /// Writes some of `buf` (a short count is retried with the rest, as `write(2)` allows).
     fn write(&mut self, file: &mut File, buf: &[u8]) -> io::Result<usize> {
@@ -124,10 +132,7 @@ pub fn replace_file_with(
     io: &mut dyn DurableIo,
     after_step: &mut dyn FnMut(Step, &Path) -> io::Result<()>,
 ) -> io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent_of(path);
     let mut tmp = temp_name(path);
     let mut renamed = false;
     let mut created = false;
@@ -195,11 +200,7 @@ pub fn create_dir_durable(dir: &Path, base: &Path) -> io::Result<()> {
             _ => break,
         }
     }
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)?;
+    create_dirs(dir)?;
     let mut parents: Vec<PathBuf> = Vec::new();
     let mut push_parent = |d: &Path| {
         let parent = match d.parent() {
@@ -235,6 +236,85 @@ pub fn create_dir_durable(dir: &Path, base: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// [`replace_file`] through a directory handle: durably replaces the file `name` in `dir`
+/// with what `fill` writes, in the same order and for the same reasons (module docs) — a
+/// temporary beside it ([`temporary_name`], created exclusively with `mode`: permission
+/// bits, the umask applying; never following, a taken name stepped over), written, flushed,
+/// fsynced, renamed over `name` (a symlink standing there is replaced, never followed), then
+/// `dir` fsynced. Nothing is reached through a path string, so a directory swapped after
+/// `dir` was opened cannot redirect the write. If any step fails the temporary is removed
+/// and the old file is untouched.
+///
+/// # Errors
+/// The first step's I/O error (or `fill`'s), naming the path.
+pub fn replace_at(
+    dir: &LockDir,
+    name: &str,
+    mode: u32,
+    fill: &mut dyn FnMut(&mut File) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut taken = 0;
+    let (tmp, mut file) = loop {
+        let tmp = temporary_name(name);
+        match dir.create_new(&tmp, mode)? {
+            Some(file) => break (tmp, file),
+            // A leftover of a killed rewrite whose pid we now have: step over it.
+            None if taken < TEMP_NAME_TRIES => taken += 1,
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{}: {TEMP_NAME_TRIES} temporary names taken; remove the leftovers of killed rewrites",
+                        dir.path().join(&tmp).display()
+                    ),
+                ));
+            }
+        }
+    };
+    let done = (|| {
+        fill(&mut file)?;
+        file.flush()?;
+        file.sync_all()?;
+        drop(file);
+        match dir.rename(&tmp, dir, name)? {
+            true => Ok(()),
+            false => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{}: the temporary vanished before it was renamed into place",
+                    dir.path().join(&tmp).display()
+                ),
+            )),
+        }
+    })();
+    if done.is_err() {
+        let _ = dir.remove_file(&tmp);
+        return done;
+    }
+    dir.sync()
+}
+
+/// Creates the directory `path` and its missing parents, private to this user (mode 0700 on
+/// POSIX; the umask may take more away), as a lock file's missing parents are made: the one
+/// place the crate and the stores create directories for their state. An existing directory
+/// is fine, and concurrent creators do not fail each other. It syncs nothing: for a name that
+/// must survive a power cut, [`create_dir_durable`].
+///
+/// # Errors
+/// The I/O error of the first directory that could not be created (a file in the way, no
+/// permission, …).
+pub fn create_dirs(path: &Path) -> io::Result<()> {
+    crate::lease::create_dirs(path)
+}
+
+/// The directory of `path`, `.` for a bare name.
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
 /// How many taken temporary names a rewrite steps over before it gives up (`EEXIST`).
 const TEMP_NAME_TRIES: u32 = 64;
 
@@ -249,10 +329,7 @@ const TEMP_NAME_TRIES: u32 = 64;
 /// # Errors
 /// An I/O error listing the directory or removing a temporary.
 pub fn remove_temporaries(path: &Path) -> io::Result<usize> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = parent_of(path);
     let Some(name) = path.file_name() else {
         return Ok(0);
     };
@@ -347,6 +424,8 @@ pub fn temporary_of(candidate: &str) -> Option<(&str, u32)> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::OpenOptions;
+
     use super::*;
 
     #[test]

@@ -17,11 +17,11 @@
 mod unix;
 #[cfg(unix)]
 pub(crate) use unix::{
-    Entry, Looked, create_dirs, cwd, dir_id_at, dir_judged, dir_names, dup_cloexec, entry_at,
-    fd_entry, fd_entry_judged, fd_gate_usable, fd_id, fd_identity, fd_modified, holders,
-    is_plain_name, lock_blocking, lookup, mkdir_at, network_fs, network_fs_path, nofile_limit,
-    open_data_file, open_dir_at, open_lock_file, read_exact_at, set_inheritable, sync_dir_fd,
-    try_lock, unlink_at, unlock, untrusted_at,
+    Entry, Looked, create_dirs, create_new_at, cwd, dir_id_at, dir_judged, dir_names, dup_cloexec,
+    entry_at, fd_entry, fd_entry_judged, fd_gate_usable, fd_id, fd_identity, fd_mode, fd_modified,
+    holders, is_plain_name, lock_blocking, lookup, mkdir_at, network_fs, network_fs_path,
+    nofile_limit, open_data_file, open_dir_at, open_lock_file, read_exact_at, remove_dir_at,
+    rename_at, set_inheritable, sync_dir_fd, try_lock, unlink_at, unlock, untrusted_at,
 };
 /// Linux's waiting marks (see `unix.rs`); `--cfg leasehold_portable` leaves them out.
 #[cfg(all(target_os = "linux", not(leasehold_portable)))]
@@ -32,17 +32,18 @@ pub(crate) use unix::{mark_waiting, others_waiting, unmark_waiting};
 mod windows;
 #[cfg(windows)]
 pub(crate) use windows::{
-    Created, Looked, Stood, create_dir, create_dirs, create_named, holders, is_plain_name, lookup,
-    open_data_file, read_exact_at, real_path, stat_follow, stat_nofollow,
+    Created, Looked, Stood, create_dir, create_dirs, create_named, create_new, dir_names, holders,
+    is_plain_name, lookup, open_data_file, read_exact_at, real_path, remove_dir, remove_file,
+    rename, stat_follow, stat_nofollow,
 };
 
 #[cfg(target_os = "wasi")]
 mod wasi;
 #[cfg(target_os = "wasi")]
 pub(crate) use wasi::{
-    Looked, Stood, create_dir, create_dirs, dir_names, fd_modified, fd_stood, holders,
-    is_plain_name, lookup, open_data_file, open_lock_file, read_exact_at, stat_follow,
-    stat_nofollow, sync_dir, unlink,
+    Looked, Stood, create_dir, create_dirs, create_new, dir_names, fd_modified, fd_stood, holders,
+    is_plain_name, lookup, open_data_file, open_lock_file, read_exact_at, remove_dir, rename,
+    stat_follow, stat_nofollow, sync_dir, unlink,
 };
 
 pub(crate) mod naming;

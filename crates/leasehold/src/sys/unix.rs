@@ -108,9 +108,46 @@ pub(crate) fn open_dir_at(
     rustix::fs::openat(dir, name, flags, Mode::empty())
 }
 
-/// Creates one directory with mode 0700 relative to `dir` (`EEXIST` is the caller's to judge).
-pub(crate) fn mkdir_at(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
-    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))
+/// Creates one directory with `mode` (permission bits; the umask applies) relative to `dir`
+/// (`mkdirat`, which never follows a final symlink; `EEXIST` is the caller's to judge).
+pub(crate) fn mkdir_at(dir: BorrowedFd<'_>, name: &Path, mode: u32) -> Result<(), Errno> {
+    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode((mode & 0o7777) as _))
+}
+
+/// Creates the regular file `name` relative to `dir` exclusively, for writing, with `mode`
+/// (permission bits; the umask applies): `O_CREAT|O_EXCL` never follows a symlink standing
+/// at the name and never opens an existing file (`EEXIST`), `O_NOFOLLOW` says so twice, and
+/// the descriptor is close-on-exec and never a controlling terminal.
+pub(crate) fn create_new_at(dir: BorrowedFd<'_>, name: &Path, mode: u32) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::WRONLY
+        | OFlags::CREATE
+        | OFlags::EXCL
+        | OFlags::NOFOLLOW
+        | OFlags::CLOEXEC
+        | OFlags::NOCTTY;
+    rustix::fs::openat(dir, name, flags, Mode::from_raw_mode((mode & 0o777) as _))
+}
+
+/// `renameat(from_dir, from, to_dir, to)`: renames the entry itself (a symlink at either
+/// name is renamed or replaced, never followed).
+pub(crate) fn rename_at(
+    from_dir: BorrowedFd<'_>,
+    from: &Path,
+    to_dir: BorrowedFd<'_>,
+    to: &Path,
+) -> Result<(), Errno> {
+    rustix::fs::renameat(from_dir, from, to_dir, to)
+}
+
+/// `unlinkat(dir, name, AT_REMOVEDIR)`: removes an empty directory (never a symlink's target).
+pub(crate) fn remove_dir_at(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errno> {
+    rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)
+}
+
+/// The permission bits of an open descriptor's file (`st_mode & 07777`).
+#[allow(clippy::unnecessary_cast)] // st_mode is u32 on Linux, u16 on macOS
+pub(crate) fn fd_mode(fd: BorrowedFd<'_>) -> Result<u32, Errno> {
+    rustix::fs::fstat(fd).map(|st| st.st_mode as u32 & 0o7777)
 }
 
 /// The identity of the directory at `name` relative to `dir` (`follow`: a final symlink is

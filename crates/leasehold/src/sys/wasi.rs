@@ -136,6 +136,26 @@ pub(crate) fn unlink(path: &Path) -> io::Result<()> {
     std::fs::remove_file(path)
 }
 
+/// Removes an empty directory.
+pub(crate) fn remove_dir(path: &Path) -> io::Result<()> {
+    std::fs::remove_dir(path)
+}
+
+/// Renames `from` to `to` (the entry itself: a symlink is renamed or replaced, never
+/// followed).
+pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::rename(from, to)
+}
+
+/// Creates the file `path` exclusively, for writing (`O_CREAT|O_EXCL|O_NOFOLLOW`: anything
+/// standing there, a symlink included, fails with `AlreadyExists`). WASI has no modes.
+pub(crate) fn create_new(path: &Path) -> io::Result<File> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(rustix::fs::CWD, path, flags, Mode::from_raw_mode(0o600))
+        .map(File::from)
+        .map_err(Into::into)
+}
+
 /// Fills `buf` from `offset` without moving the file position (`pread`; std's positioned
 /// reads on WASI are not stable).
 pub(crate) fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {

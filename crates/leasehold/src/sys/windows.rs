@@ -137,6 +137,44 @@ pub(crate) fn create_dirs(path: &Path) -> io::Result<()> {
     std::fs::create_dir_all(path)
 }
 
+/// The names in a directory.
+pub(crate) fn dir_names(path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+    std::fs::read_dir(path)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect()
+}
+
+/// Creates the file `path` exclusively, for writing (`CREATE_NEW`: a file, link or junction
+/// already standing there fails with `AlreadyExists`, and nothing is followed or opened).
+pub(crate) fn create_new(path: &Path) -> io::Result<std::fs::File> {
+    std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+/// Renames `from` to `to`, replacing a file there (the entry itself: a link is renamed or
+/// replaced, never followed).
+pub(crate) fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::rename(from, to)
+}
+
+/// Removes a file, or a link or junction itself (a directory link is removed as a
+/// directory entry, never what it points to).
+pub(crate) fn remove_file(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) => {
+            std::fs::remove_dir(path).map_err(|_| e)
+        }
+        other => other,
+    }
+}
+
+/// Removes an empty directory.
+pub(crate) fn remove_dir(path: &Path) -> io::Result<()> {
+    std::fs::remove_dir(path)
+}
+
 /// Opens a data file (a log) for reading, or for reading and writing; `create` creates a
 /// missing one. Never follows a final link: `FILE_FLAG_OPEN_REPARSE_POINT` opens a link
 /// itself, which the caller's type check then refuses.

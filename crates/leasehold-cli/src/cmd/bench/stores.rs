@@ -293,7 +293,7 @@ fn session(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let rec = record();
     let mut line = rec.clone().into_bytes();
     line.push(b'\n');
-    let id = |s: &str| SessionId::new(s).map_err(session_err);
+    let id = |s: &str| SessionId::new(s).map_err(|e| session_err(e.into()));
     let every = SessionStore::new(&base);
     let batched = SessionStore::new(&base).with_durability(Durability::Batch);
     let mut w_every = every.open_writer(&id("every")?).map_err(session_err)?;

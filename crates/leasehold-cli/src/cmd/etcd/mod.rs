@@ -153,9 +153,9 @@ mod imp {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
+    use leasehold::Error;
     use leasehold::arbiters::etcd::{EtcdArbiter, EtcdGrant};
     use leasehold::patterns::authority::{Arbiter, Grant};
-    use leasehold::{Budget, Error};
     use leasehold_stores::registry::Registry;
     use rustix::process::{Pid, Signal};
 
@@ -163,24 +163,19 @@ mod imp {
     use super::{ExecArgs, LOCK_PREFIX, RunEtcd, check_name};
     use crate::exit::{Failure, OK, Outcome};
     use crate::signals::Interrupts;
-    use crate::wait::NOTICE_AFTER;
+    use crate::wait::Wait;
 
     fn connect(endpoints: &str, name: &str, ttl: Duration) -> Result<EtcdArbiter, Failure> {
         EtcdArbiter::connect(endpoints, &format!("{LOCK_PREFIX}/{name}"), ttl)
             .map_err(|e| Failure::of(&e))
     }
 
-    /// "NAME: lock is held by another process (pid N on HOST)", as far as the holder told.
-    fn contended(arbiter: &EtcdArbiter, name: &str, code: u8, waited: Option<Duration>) -> Failure {
-        let who = match arbiter.owner() {
+    /// " (pid N on HOST)", as far as the holder told.
+    fn holder(arbiter: &EtcdArbiter) -> String {
+        match arbiter.owner() {
             Ok(Some(h)) => format!(" (pid {} on {})", h.pid, h.host),
             _ => String::new(),
-        };
-        let gave_up = waited.map_or(String::new(), |w| format!("; gave up after {w:.1?}"));
-        Failure::with_status(
-            code,
-            format!("{name}: lock is held by another process{who}{gave_up}"),
-        )
+        }
     }
 
     pub fn run(args: RunEtcd) -> Outcome {
@@ -190,23 +185,26 @@ mod imp {
         };
         let interrupts = Interrupts::install()?;
         let arbiter = connect(&args.endpoints, &args.name, args.ttl)?;
-        let mut grant = match acquire(&arbiter, &args, &interrupts) {
+        // Waits within the user's budget, saying once after a second whom it waits for (the
+        // CLI's one notice-then-wait, `wait.rs`).
+        let wait = Wait::of(args.no_wait, args.timeout, interrupts.token());
+        let held_by = |e: &Error| {
+            e.is_contended()
+                .then(|| format!("{} held by another process{}", args.name, holder(&arbiter)))
+        };
+        let mut grant = match wait.run(|budget| arbiter.acquire(budget), held_by) {
             Ok(g) => g,
             Err(Error::Cancelled { .. }) => return Ok(interrupts.exit_code()),
-            Err(Error::TimedOut { waited, .. }) => {
-                return Err(contended(
-                    &arbiter,
-                    &args.name,
-                    args.conflict_exit_code,
-                    Some(waited),
-                ));
-            }
             Err(e) if e.is_contended() => {
-                return Err(contended(
-                    &arbiter,
-                    &args.name,
+                // How long it waited, before the holder is looked up (that takes a moment).
+                let tail = wait.gave_up();
+                return Err(Failure::with_status(
                     args.conflict_exit_code,
-                    None,
+                    format!(
+                        "{}: lock is held by another process{}{tail}",
+                        args.name,
+                        holder(&arbiter)
+                    ),
                 ));
             }
             Err(e) => return Err(Failure::of(&e)),
@@ -345,45 +343,6 @@ mod imp {
                     ))),
                 }
             }
-        }
-    }
-
-    /// Waits within the user's budget, saying once after a second whom it waits for.
-    fn acquire(
-        arbiter: &EtcdArbiter,
-        args: &RunEtcd,
-        interrupts: &Interrupts,
-    ) -> leasehold::Result<EtcdGrant> {
-        let token = interrupts.token().clone();
-        let deadline = if args.no_wait {
-            Some(Instant::now())
-        } else {
-            args.timeout.and_then(|t| Instant::now().checked_add(t))
-        };
-        let budget = |d: Option<Instant>| {
-            let b = match d {
-                Some(d) => Budget::until(d),
-                None => Budget::unlimited(),
-            };
-            b.with_cancel(token.clone())
-        };
-        let notice_at = Instant::now() + NOTICE_AFTER;
-        if deadline.is_some_and(|d| d <= notice_at) {
-            return arbiter.acquire(&budget(deadline));
-        }
-        match arbiter.acquire(&budget(Some(notice_at))) {
-            Err(Error::TimedOut { .. }) => {
-                let who = match arbiter.owner() {
-                    Ok(Some(h)) => format!(" (pid {} on {})", h.pid, h.host),
-                    _ => String::new(),
-                };
-                crate::out::error_line(&format!(
-                    "waiting for {} held by another process{who}",
-                    args.name
-                ));
-                arbiter.acquire(&budget(deadline))
-            }
-            other => other,
         }
     }
 

@@ -212,10 +212,9 @@ fn named(lock: &OsStr, suffix: &str) -> std::ffi::OsString {
         n.push(suffix);
         return n;
     }
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(bytes);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    std::ffi::OsString::from(format!("{suffix}-{hex}"))
+    let mut hashed = format!("{suffix}-");
+    crate::sys::naming::push_sha256_hex(&mut hashed, bytes);
+    std::ffi::OsString::from(hashed)
 }
 
 /// The gates a wait goes through (either may be missing: fairness only).

@@ -7,7 +7,7 @@
 //! system call is made through `sys`.
 //!
 //! This file is the primitive itself: open, claim, lock, verify, release. Beside it,
-//! `kernel_wait.rs` ([`KernelWait`] and the helper threads that block in `flock` for a
+//! `data.rs` (the data operations of a [`Dir`]), `kernel_wait.rs` ([`KernelWait`] and the helper threads that block in `flock` for a
 //! waiter), `gate.rs` (the shared-mode gates: the cross-process half of the turnstile) and
 //! `error.rs` (errno to the typed error).
 
@@ -27,6 +27,7 @@ use crate::kind::FileId;
 use crate::lease::LeaseOptions;
 use crate::sys::{self, Entry, Notifier};
 
+mod data;
 mod error;
 pub(crate) mod gate;
 mod kernel_wait;
@@ -102,7 +103,7 @@ impl PlatformDir for Dir {
         let path = self.path.join(name);
         plain(name, &path, "open directory")?;
         if create {
-            match sys::mkdir_at(self.fd.as_fd(), Path::new(name)) {
+            match sys::mkdir_at(self.fd.as_fd(), Path::new(name), 0o700) {
                 Ok(()) | Err(Errno::EXIST) => {}
                 Err(e) => return Err(dir_error(self.fd.as_fd(), Path::new(name), &path, e)),
             }

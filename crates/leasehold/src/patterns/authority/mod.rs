@@ -114,10 +114,79 @@ impl Arbiter for KernelArbiter {
     }
 }
 
-/// Why a store could not be opened or written: a reason for a human, naming the file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct StoreFailure(pub String);
+/// Why a store could not be opened or written: which store (its file, or its key where the
+/// document lives in etcd), what was being done to it, and the error that stopped it — or
+/// the primitive's own refusal of one of its files. Its message names the store and says
+/// what to do, as every error here does; the [`Authority`] reports it as
+/// [`AuthorityError::StorageFailed`] and leaves the document as it is.
+///
+/// ```
+/// use leasehold::patterns::authority::StoreFailure;
+///
+/// let io = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+/// let failure = StoreFailure::new("/srv/names.txt", "cannot read", io)
+///     .with_advice(" (check the file's owner and mode, then refresh)");
+/// assert_eq!(
+///     failure.to_string(),
+///     "/srv/names.txt: cannot read: permission denied (check the file's owner and mode, then refresh)"
+/// );
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreFailure {
+    /// An operation on the store failed.
+    #[error("{store}: {op}: {source}{advice}")]
+    Op {
+        /// The store as messages name it: a document's path, or `etcd key K at E`.
+        store: String,
+        /// What was being done ("cannot read", "does not parse", …), as the message says it.
+        op: std::borrow::Cow<'static, str>,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+        /// What the user can do, appended to the message as it stands ("" for nothing
+        /// more), for example " (the file is left as it is; repair or move it away, then
+        /// refresh)".
+        advice: &'static str,
+    },
+    /// The primitive refused a file or directory of the store (one another user could have
+    /// prepared, a symlink where a file should be, …); the error names it and says what to
+    /// do.
+    #[error(transparent)]
+    Refused(#[from] Error),
+}
+
+impl StoreFailure {
+    /// The failure of `op` on `store` (a path or key as messages name it), because of
+    /// `source` (an error, or a message: `&str` and `String` convert).
+    pub fn new(
+        store: impl Into<String>,
+        op: impl Into<std::borrow::Cow<'static, str>>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> StoreFailure {
+        StoreFailure::Op {
+            store: store.into(),
+            op: op.into(),
+            source: source.into(),
+            advice: "",
+        }
+    }
+
+    /// The same failure, its message ending with `advice` (what the user can do).
+    pub fn with_advice(self, advice: &'static str) -> StoreFailure {
+        match self {
+            StoreFailure::Op {
+                store, op, source, ..
+            } => StoreFailure::Op {
+                store,
+                op,
+                source,
+                advice,
+            },
+            refused => refused,
+        }
+    }
+}
 
 impl Classify for StoreFailure {
     /// Always [`ErrorClass::Failure`]: the store, not the caller's input, is at fault.
@@ -430,7 +499,8 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
                 self.emit(Event::ScopePublished);
                 Ok(())
             }
-            Err(StoreFailure(reason)) => {
+            Err(failure) => {
+                let reason = failure.to_string();
                 self.fail(&mut core, reason.clone());
                 Err(AuthorityError::StorageFailed { reason })
             }
@@ -516,7 +586,8 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
                     holders: HolderInfo::default(),
                 })
             }
-            Err(StoreFailure(reason)) => {
+            Err(failure) => {
+                let reason = failure.to_string();
                 self.fail(&mut core, reason.clone());
                 Err(AuthorityError::StorageFailed { reason })
             }
@@ -666,7 +737,7 @@ mod tests {
         fn open(&mut self) -> Result<Records, StoreFailure> {
             lock(&self.disk.0)
                 .clone()
-                .ok_or_else(|| StoreFailure("document does not parse".into()))
+                .ok_or_else(|| StoreFailure::new("memory", "open", "document does not parse"))
         }
         fn commit(&mut self, r: &Records, _: Option<u64>) -> Result<(), StoreFailure> {
             *lock(&self.disk.0) = Some(r.clone());
@@ -975,7 +1046,11 @@ mod tests {
         fn commit(&mut self, _: &Records, fence: Option<u64>) -> Result<(), StoreFailure> {
             assert_eq!(fence, Some(7), "the grant's token reaches the store");
             self.0.store(true, Ordering::SeqCst);
-            Err(StoreFailure("fencing token refused".into()))
+            Err(StoreFailure::new(
+                "memory",
+                "commit",
+                "fencing token refused",
+            ))
         }
         fn close(&mut self) {}
     }
