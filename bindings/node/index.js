@@ -85,31 +85,59 @@ async function withSignal (signal, wait) {
   }
 }
 
+// The native wait is polled on this thread (src/drive.rs): its outcome comes back at once
+// when the first poll settles it, else through `done`, which a poll that finds the wait still
+// going on calls with no argument. The promise settles with the Lease itself, in that call:
+// the caller's `await` resumes one microtask later, not after a chain of async wrappers.
+function waitFor (waiter, path, opts) {
+  return new Promise((resolve, reject) => {
+    const end = (got) => {
+      try {
+        resolve(new Lease(settle(got), path, opts.shared))
+      } catch (e) {
+        reject(e)
+      }
+    }
+    const now = waiter.acquire(path, opts, (...got) => { if (got.length > 0) end(got[0]) })
+    if (now !== null && now !== undefined) end(now)
+  })
+}
+
 const kNative = Symbol('leasehold.native')
 
 /** An exclusive or shared lease (see index.d.ts). */
 class Lease {
-  constructor (held) {
+  // `path` and `shared`, when given, are what the native lease would answer (the path as
+  // given, the mode asked for): two calls into the addon fewer on the way to the caller.
+  constructor (held, path, shared) {
     if (!(held instanceof native.NativeLease)) throw new TypeError('use Lease.acquire or Lease.tryAcquire')
     this[kNative] = held
-    this.path = held.path
-    this.shared = held.shared
+    this.path = path === undefined ? held.path : path
+    this.shared = shared === undefined ? held.shared : shared
     Object.freeze(this)
   }
 
-  static async acquire (path, options) {
-    checkString(path, 'path')
-    const opts = nativeOptions(options)
-    const signal = options ? options.signal : undefined
-    checkSignal(signal)
-    // The library's first step, taken here without a trip to the runtime's threads: free
-    // now, or unusable, settles at once; contended goes on to wait (the library's acquire
-    // tries once more before it waits, in its own order).
-    if (!(signal && signal.aborted) && opts.timeoutMs !== 0) {
-      const now = native.tryAcquire(path, opts)
-      if (now !== null) return new Lease(settle(now))
+  // Not `async`: without a signal the wait's own promise is returned, so that a grant
+  // reaches the caller in one microtask (an async wrapper adds a few per level). Argument
+  // errors still reject rather than throw.
+  static acquire (path, options) {
+    try {
+      checkString(path, 'path')
+      const opts = nativeOptions(options)
+      const signal = options ? options.signal : undefined
+      checkSignal(signal)
+      // The library's first step, taken here without a trip to the runtime's threads: free
+      // now, or unusable, settles at once; contended goes on to wait (the library's acquire
+      // tries once more before it waits, in its own order).
+      if (!(signal && signal.aborted) && opts.timeoutMs !== 0) {
+        const now = native.tryAcquire(path, opts)
+        if (now !== null) return Promise.resolve(new Lease(settle(now), path, opts.shared))
+      }
+      if (signal === undefined) return waitFor(new native.Waiter(false), path, opts)
+      return withSignal(signal, (w) => waitFor(w, path, opts))
+    } catch (e) {
+      return Promise.reject(e)
     }
-    return new Lease(settle(await withSignal(signal, (w) => w.acquire(path, opts))))
   }
 
   static tryAcquire (path, options) {

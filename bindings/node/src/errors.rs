@@ -3,14 +3,15 @@
 //!
 //! The native side never throws for a library error: it returns a [`Failure`] and the
 //! JavaScript wrapper (`index.js`, `fail`) turns it into the thrown or rejected `Error`, with
-//! `code`, the library's message (which names the path, ID or key and says what to do) and
-//! `pids` where the OS revealed the holder. That keeps `pids` structured (a napi error carries
-//! a code and a message only) and the mapping here, once.
+//! `code`, the message (the library's, which names the path, ID or key and says what to do;
+//! a contention's facts worded in this surface's terms, see [`lease`]) and `pids` where the OS
+//! revealed the holder. That keeps `pids` structured (a napi error carries a code and a
+//! message only) and the mapping here, once.
 //!
 //! Codes follow the error's [`ErrorClass`] (usage → `INVALID_INPUT`, contended → `CONTENDED`,
 //! cancelled → `CANCELLED`, failure → `IO`) except where the surface names the case itself.
 
-use leasehold::{Classify, Error, ErrorClass, HolderInfo};
+use leasehold::{Classify, Error, ErrorClass, HolderInfo, NotWaited};
 use leasehold_stores::registry::RegistryError;
 use leasehold_stores::results::ResultError;
 use leasehold_stores::session::SessionError;
@@ -22,7 +23,8 @@ use napi_derive::napi;
 pub struct Failure {
     /// One of the surface's codes (`CONTENDED`, `CANCELLED`, `LOST`, ...).
     pub code: String,
-    /// The library's message.
+    /// The library's message, or for a contention the same facts worded in this surface's
+    /// terms (`timeoutMs`, not the Rust `Budget`).
     pub message: String,
     /// Holder pids, present when the OS revealed them.
     pub pids: Option<Vec<u32>>,
@@ -70,9 +72,42 @@ fn of_class(class: ErrorClass) -> &'static str {
     }
 }
 
-/// A lease error.
+/// A lease error. A contention is worded in this surface's terms ([`contention`]); any
+/// other error keeps the library's message.
 pub(crate) fn lease(e: &Error) -> Failure {
-    Failure::new(lease_code(e), e, e.holders())
+    match contention(e) {
+        Some(message) => Failure::new(lease_code(e), message, e.holders()),
+        None => Failure::new(lease_code(e), e, e.holders()),
+    }
+}
+
+/// Contention in the JavaScript surface's terms: the library error's
+/// [situation](Error::situation) (the lock file, its holders or the gate it was held up at),
+/// how long it waited or why it did not, and the option to change named as a JavaScript
+/// caller writes it (`timeoutMs`), never the Rust `Budget`. The one place the binding words a
+/// contention.
+fn contention(e: &Error) -> Option<String> {
+    const TO_WAIT: &str = "pass a timeoutMs to wait, or leave it out to wait without limit";
+    const LONGER: &str =
+        "pass a larger timeoutMs to wait longer, or leave it out to wait without limit";
+    let waited = |ms: u128| format!("gave up after {ms} ms ({LONGER})");
+    let what = match e {
+        Error::Contended {
+            why: NotWaited::Expired { .. },
+            ..
+        } => format!(
+            "not waited for: its deadline had already passed when the wait began ({TO_WAIT})"
+        ),
+        Error::Contended { .. } | Error::GateHeld { waited: None, .. } => {
+            format!("not waited for ({TO_WAIT})")
+        }
+        Error::TimedOut { waited: w, .. }
+        | Error::GateHeld {
+            waited: Some(w), ..
+        } => waited(w.as_millis()),
+        _ => return None,
+    };
+    Some(format!("{}; {what}", e.situation()?))
 }
 
 fn lease_code(e: &Error) -> &'static str {

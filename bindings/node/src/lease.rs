@@ -1,7 +1,8 @@
 //! `Lease` and `holders`: the library's [`Lease`] and [`SharedLease`] behind one class.
 //!
-//! A wait is a `#[napi] async fn` on napi's tokio runtime, where the library's tokio driver
-//! sleeps on the reactor: no thread of libuv's pool and no thread per waiter. An
+//! A wait is the library's tokio driver polled on the JS thread (`drive.rs`): no thread of
+//! libuv's pool, no thread per waiter, and no runtime worker between the grant and the event
+//! loop. An
 //! `AbortSignal` reaches the wait through a [`Waiter`]'s [`CancelToken`], which ends the
 //! kernel wait at once; napi's own signal support would only cancel a task not yet started.
 
@@ -9,9 +10,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold::{Budget, CancelToken, Holders, Lease, LeaseOptions, SharedLease};
-use napi::Either;
+use napi::{Either, Env, JsFunction};
 use napi_derive::napi;
 
+use crate::drive;
 use crate::errors::{self, Failure};
 
 /// The options of `Lease.acquire` and `Lease.tryAcquire` the native side sees (the
@@ -180,33 +182,40 @@ impl Waiter {
         }
     }
 
-    /// Takes the lease on `path` within `timeoutMs` on the library's tokio driver.
+    /// Takes the lease on `path` within `timeoutMs` on the library's tokio driver, polled on
+    /// the JS thread (`drive.rs`): the outcome at once when the first poll settles it, else
+    /// `null`, and `done(outcome)` is called when the wait ends.
     #[napi]
-    pub async fn acquire(
+    pub fn acquire(
         &self,
+        env: Env,
         path: String,
         options: Option<NativeLeaseOptions>,
-    ) -> Either<NativeLease, Failure> {
+        done: JsFunction,
+    ) -> napi::Result<Option<Either<NativeLease, Failure>>> {
         let options = options.unwrap_or_default();
         let budget = match budget(options.timeout_ms, self.token.as_ref()) {
             Ok(b) => b,
-            Err(f) => return Either::B(f),
+            Err(f) => return Ok(Some(Either::B(f))),
         };
         let opts = options.lease_options();
-        let got = match options.shared.unwrap_or(false) {
-            false => opts
-                .acquire_async(&path, &budget)
-                .await
-                .map(NativeLease::from_exclusive),
-            true => opts
-                .acquire_shared_async(&path, &budget)
-                .await
-                .map(NativeLease::from_shared),
-        };
-        match got {
-            Ok(lease) => Either::A(lease),
-            Err(e) => Either::B(errors::lease(&e)),
-        }
+        let shared = options.shared.unwrap_or(false);
+        drive::drive(&env, &done, async move {
+            let got = match shared {
+                false => opts
+                    .acquire_async(&path, &budget)
+                    .await
+                    .map(NativeLease::from_exclusive),
+                true => opts
+                    .acquire_shared_async(&path, &budget)
+                    .await
+                    .map(NativeLease::from_shared),
+            };
+            match got {
+                Ok(lease) => Either::A(lease),
+                Err(e) => Either::B(errors::lease(&e)),
+            }
+        })
     }
 
     /// The cancellation token, for the stores' waits.

@@ -8,8 +8,10 @@
 //! * [`stores`]: `Registry`, `SessionLog`, `ResultStore`;
 //! * [`errors`]: the one table from the library's errors to the surface's `code`s.
 //!
-//! Async calls are `#[napi] async fn`s on napi's tokio runtime (never an `AsyncTask` on
-//! libuv's thread pool): a wait sleeps on the reactor and costs no thread.
+//! Async calls never take a thread of libuv's pool (no `AsyncTask`): `Lease.acquire`'s wait
+//! is the library's future polled on the JS thread itself ([`drive`](crate::drive)), so a
+//! grant wakes the event loop directly; the stores' calls are `#[napi] async fn`s on napi's
+//! tokio runtime.
 //!
 //! Every item of ours has a doc comment; `missing_docs` is not denied only because napi-derive
 //! generates undocumented public glue (the constructors and callbacks of each `#[napi] impl`).
@@ -17,6 +19,7 @@
 // No unsafe of ours: the FFI is napi-rs's (its generated glue allows its own).
 #![deny(unsafe_code)]
 
+mod drive;
 pub mod errors;
 pub mod lease;
 pub mod stores;

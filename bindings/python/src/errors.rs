@@ -10,7 +10,7 @@ use std::path::Path;
 
 use std::sync::OnceLock;
 
-use leasehold::{Classify, Error, ErrorClass};
+use leasehold::{Classify, Error, ErrorClass, NotWaited};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
@@ -19,7 +19,9 @@ use pyo3::types::PyDict;
 /// tells apart; variants added later fall back on their [`ErrorClass`].
 pub(crate) fn classify(e: &Error) -> (&'static str, Option<&Path>) {
     match e {
-        Error::Contended { path, .. } | Error::TimedOut { path, .. } => ("CONTENDED", Some(path)),
+        Error::Contended { path, .. }
+        | Error::TimedOut { path, .. }
+        | Error::GateHeld { path, .. } => ("CONTENDED", Some(path)),
         Error::Cancelled { path } => ("CANCELLED", Some(path)),
         // `verify` on a released lease: the right is not held, as after a replaced file.
         Error::LeaseLost { path } | Error::Released { path } => ("LOST", Some(path)),
@@ -84,24 +86,35 @@ impl Cause {
     }
 }
 
-/// The library's contention message with the Python setting named instead of the Rust one.
+/// Contention in the Python surface's terms: the library error's
+/// [situation](Error::situation) (the lock file, its holders or the gate it was held up at),
+/// how long it waited or why it did not, and the setting to change named as a Python caller
+/// writes it (`timeout=`), never the Rust `Budget`. The one place the binding words a
+/// contention.
 fn contention_message(e: &Error) -> String {
-    match e {
-        Error::Contended { path, holders } => format!(
-            "{}: lock is held by {}; not waited for (pass timeout=SECONDS to wait, or None to wait without limit)",
-            path.display(),
-            holders.who()
-        ),
-        Error::TimedOut {
-            path,
-            holders,
-            waited,
+    const TO_WAIT: &str = "pass timeout=SECONDS to wait, or None to wait without limit";
+    let what = match e {
+        Error::Contended {
+            why: NotWaited::Expired { .. },
+            ..
         } => format!(
-            "{}: lock is held by {}; gave up after {waited:.1?}; allow a longer wait with a larger timeout (seconds; None waits without limit)",
-            path.display(),
-            holders.who()
+            "not waited for: its deadline had already passed when the wait began ({TO_WAIT})"
         ),
-        other => other.to_string(),
+        Error::Contended { .. } | Error::GateHeld { waited: None, .. } => {
+            format!("not waited for ({TO_WAIT})")
+        }
+        Error::TimedOut { waited, .. }
+        | Error::GateHeld {
+            waited: Some(waited),
+            ..
+        } => format!(
+            "gave up after {waited:.1?}; allow a longer wait with a larger timeout (seconds; None waits without limit)"
+        ),
+        other => return other.to_string(),
+    };
+    match e.situation() {
+        Some(situation) => format!("{situation}; {what}"),
+        None => e.to_string(),
     }
 }
 

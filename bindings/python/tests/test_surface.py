@@ -163,6 +163,18 @@ def test_holders_names_the_holding_process_and_creates_nothing(spawn, tmp_path, 
     assert type(again) is leasehold.Timeout and again.lock_file == lock_path and again.pids == [holder.pid]
 
 
+def test_contention_messages_name_the_timeout_argument_not_the_rust_budget(lock_path):
+    # The facts are the library's; the setting to change is named as Python writes it.
+    with leasehold.acquire(lock_path):
+        for timeout, said in ((0, "not waited for"), (0.05, "gave up after")):
+            with pytest.raises(leasehold.Timeout) as caught:
+                leasehold.acquire(lock_path, timeout)
+            message = str(caught.value)
+            assert message.startswith(f"{lock_path}: lock is held by "), message
+            assert said in message and "timeout" in message, message
+            assert "Budget" not in message, message
+
+
 def test_bad_timeouts_are_value_errors(lock_path):
     for bad in (-1, float("nan")):
         with pytest.raises(ValueError):

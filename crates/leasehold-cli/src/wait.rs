@@ -61,6 +61,9 @@ impl Wait {
 
     fn budget(&self, until: Option<Instant>) -> Budget {
         match until {
+            // A single try is asked for as one: the library then knows it was not a deadline
+            // that passed (its error says which).
+            Some(d) if d == self.started => Budget::no_wait(),
             Some(d) => Budget::until(d),
             None => Budget::unlimited(),
         }
@@ -106,8 +109,10 @@ impl Wait {
     }
 }
 
-/// The contention message's tail for a wait of `waited` (zero: a single try).
-fn gave_up_after(waited: Duration) -> String {
+/// The contention message's tail for a wait of `waited` (zero: a single try): the CLI face's
+/// one wording of what to change, `--timeout SECS` (the library's errors carry the facts and
+/// speak of its `Budget`, which a CLI user cannot set).
+pub fn gave_up_after(waited: Duration) -> String {
     if waited.is_zero() {
         "; did not wait (wait for it with --timeout SECS)".to_string()
     } else {

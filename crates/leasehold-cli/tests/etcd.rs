@@ -156,6 +156,13 @@ mod with_etcd {
             &out,
             &format!("job: lock is held by another process (pid {}", a.pid()),
         );
+        // What to change, in the CLI's terms, as for a lock file.
+        assert_one_line_error(&out, "; did not wait (wait for it with --timeout SECS)");
+        let out =
+            run(leasehold().args(["run", "--etcd", e, "--timeout", "0.2", "job", "--", "true"]));
+        assert_eq!(out.code, 75, "{out:?}");
+        assert_one_line_error(&out, "; gave up after ");
+        assert_one_line_error(&out, "s; wait longer with --timeout SECS");
         let out = run(leasehold().args([
             "run",
             "--etcd",

@@ -502,8 +502,9 @@ enum Acquiring<K, #[cfg(all(feature = "etcd", unix))] E> {
 impl AsyncArbiter for RegistryArbiter {
     fn acquire_async(
         &self,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> impl std::future::Future<Output = leasehold::Result<RegistryGrant>> + Send {
+        let budget = budget.into();
         let acquiring = match self {
             RegistryArbiter::Kernel(a) => Acquiring::Kernel(a.acquire_async(budget)),
             #[cfg(all(feature = "etcd", unix))]
@@ -750,8 +751,9 @@ impl Registry {
 impl Registry {
     /// [`acquire`](Self::acquire) without blocking the executor: waits for another process
     /// to hand the registry over within `budget`. Dropping the future while it waits takes
-    /// nothing (see [`Authority::acquire_async`]).
-    pub async fn acquire_async(&self, budget: &Budget) -> Result<(), RegistryError> {
+    /// nothing (see [`Authority::acquire_async`]). The future owns the budget (pass it by
+    /// value, or `&budget` to keep yours).
+    pub async fn acquire_async(&self, budget: impl Into<Budget>) -> Result<(), RegistryError> {
         Ok(self.authority.acquire_async(budget).await?)
     }
 

@@ -316,6 +316,7 @@ enum State {
 /// The single writer of one session. It holds the session's write lease from the moment it
 /// is needed (see [`SessionStore::open_writer`]) for the rest of its life, verifies it before
 /// every write, and releases it on [`release`](SessionWriter::release) or drop.
+#[must_use = "a session writer releases the session's lease when dropped: keep it while appending"]
 pub struct SessionWriter {
     store: SessionStore,
     id: SessionId,
@@ -543,6 +544,7 @@ impl SessionWriter {
 /// and an append whose future is dropped still completes whole — a record is never cut.
 #[cfg(feature = "tokio")]
 #[derive(Debug, Clone)]
+#[must_use = "a session writer releases the session's lease when dropped: keep it while appending"]
 pub struct AsyncSessionWriter {
     id: SessionId,
     writer: std::sync::Arc<std::sync::Mutex<SessionWriter>>,

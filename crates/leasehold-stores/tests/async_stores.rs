@@ -186,7 +186,7 @@ async fn result_drop_cancels_with_nothing_changed() {
     );
     held.release();
     assert!(store.root().join("results/r1/entry.json").is_file());
-    hold_r1(&store); // the abandoned waiter holds nothing
+    drop(hold_r1(&store)); // the abandoned waiter holds nothing
     assert_eq!(store.paths("r1", &long()).unwrap(), ["a.txt"]);
 }
 

@@ -49,7 +49,7 @@ fn verify_reports_an_unlinked_or_replaced_lock_file() {
             "{how:?}"
         );
         // The tampered path is free to a newcomer: that is why the holder must stop writing.
-        Lease::try_acquire(&lock).expect("a newcomer locks the new file");
+        drop(Lease::try_acquire(&lock).expect("a newcomer locks the new file"));
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::error::NotWaited;
 use crate::sys::Notifier;
 
 /// A cancellation signal that any thread can trigger.
@@ -134,14 +135,68 @@ impl Drop for Subscription {
     }
 }
 
-/// How long a waiter may wait: an optional deadline and an optional cancellation token.
+/// How long a waiter may wait, and what else ends its wait: a limit (none, a timeout or a
+/// deadline) and an optional [`CancelToken`].
 ///
-/// `Budget::default()` waits without limit (like `flock(LOCK_EX)`), but unlike a kernel-blocked
-/// wait it can still be cancelled when a token is attached.
+/// **A timeout is measured from each acquisition.** [`Budget::timeout`] gives every
+/// acquisition that uses it the whole duration, counted from the moment that acquisition
+/// starts — what a timeout means to users of fs4, of Python's filelock and of retry loops
+/// around std's `File::try_lock` — however long ago the budget was made and however many
+/// acquisitions use it. A budget kept in a configuration struct therefore means the same at
+/// every use.
+///
+/// **A deadline is one instant for every step.** [`Budget::until`] ends every wait that uses
+/// it at that instant. For one budget across several steps (this lock, then that one, all
+/// within 5 s), use a deadline, or start a timeout once with [`started`](Self::started). An
+/// acquisition that begins after its deadline has passed makes a single try, and its
+/// contention error says so and by how much ([`NotWaited::Expired`]).
+///
+/// `Budget::default()` waits without limit (like `flock(LOCK_EX)`), but unlike a
+/// kernel-blocked wait it can still be cancelled when a token is attached. Pass a budget by
+/// value to the async acquisitions (`Lease::acquire_async(&path, Budget::unlimited())`): the
+/// future then owns it, which a future built inside `tokio::select!` needs; `&budget` works
+/// too, through `From<&Budget>`.
+///
+/// ```
+/// use leasehold::{Budget, Error, Lease};
+/// use std::time::{Duration, Instant};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("job.lock");
+/// let _holder = Lease::try_acquire(&path).unwrap();
+/// let budget = Budget::timeout(Duration::from_millis(20));
+/// for _ in 0..2 {
+///     // Each acquisition gets the whole 20 ms, the second as well as the first.
+///     let began = Instant::now();
+///     let err = Lease::acquire(&path, &budget).unwrap_err();
+///     assert!(matches!(err, Error::TimedOut { .. }) && began.elapsed() >= Duration::from_millis(20));
+/// }
+/// // Started once, the same 20 ms are shared: the second step finds them spent.
+/// let shared = budget.started();
+/// assert!(matches!(Lease::acquire(&path, &shared).unwrap_err(), Error::TimedOut { .. }));
+/// let err = Lease::acquire(&path, &shared).unwrap_err();
+/// assert!(err.to_string().contains("the 20.0ms budget had already run out"), "{err}");
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Budget {
-    deadline: Option<Instant>,
+    limit: Limit,
     cancel: Option<CancelToken>,
+}
+
+/// What limits a wait.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Limit {
+    /// No deadline.
+    #[default]
+    Unlimited,
+    /// This long from the start of each acquisition (zero: try once).
+    Timeout(Duration),
+    /// Until this instant; `of` is the timeout it was [started](Budget::started) from (for
+    /// messages), `None` for a [`Budget::until`].
+    Until {
+        deadline: Instant,
+        of: Option<Duration>,
+    },
 }
 
 /// Why a budget ran out.
@@ -153,43 +208,73 @@ pub(crate) enum Exhausted {
 
 impl Budget {
     /// Wait without a deadline.
+    #[must_use]
     pub fn unlimited() -> Budget {
         Budget::default()
     }
 
-    /// Try exactly once: a budget whose deadline has already passed.
+    /// Try exactly once (the same as `Budget::timeout(Duration::ZERO)`).
+    #[must_use]
     pub fn no_wait() -> Budget {
-        Budget {
-            deadline: Some(Instant::now()),
-            cancel: None,
-        }
+        Budget::timeout(Duration::ZERO)
     }
 
-    /// Wait at most `timeout` from now (saturating: a huge timeout means no deadline).
+    /// Wait at most `timeout`, measured from the start of each acquisition that uses this
+    /// budget (see [`Budget`]); zero tries once. Saturating: a timeout too large to add to
+    /// the clock means no deadline.
+    #[must_use]
     pub fn timeout(timeout: Duration) -> Budget {
         Budget {
-            deadline: Instant::now().checked_add(timeout),
+            limit: Limit::Timeout(timeout),
             cancel: None,
         }
     }
 
-    /// Wait until `deadline`.
+    /// Wait until `deadline`, the same instant for every acquisition that uses this budget:
+    /// one budget across several steps. An acquisition that begins after it makes one try.
+    #[must_use]
     pub fn until(deadline: Instant) -> Budget {
         Budget {
-            deadline: Some(deadline),
+            limit: Limit::Until { deadline, of: None },
             cancel: None,
         }
     }
 
     /// Also stop waiting when `token` is cancelled.
+    #[must_use]
     pub fn with_cancel(mut self, token: CancelToken) -> Budget {
         self.cancel = Some(token);
         self
     }
 
-    /// The deadline, if any.
+    /// This budget with its timeout started now: the deadline `now + timeout`, shared by
+    /// every acquisition that uses the result, so that several steps (a store operation that
+    /// takes two locks, say) wait at most the timeout in all. A step that begins after that
+    /// deadline tries once and its error names the timeout that ran out
+    /// ([`NotWaited::Expired`]). Unlimited and deadline budgets are returned as they are; the
+    /// cancellation token is kept.
+    #[must_use]
+    pub fn started(&self) -> Budget {
+        let limit = match self.limit {
+            Limit::Timeout(t) => match Instant::now().checked_add(t) {
+                Some(deadline) => Limit::Until {
+                    deadline,
+                    of: Some(t),
+                },
+                None => Limit::Unlimited,
+            },
+            other => other,
+        };
+        Budget {
+            limit,
+            cancel: self.cancel.clone(),
+        }
+    }
+
+    /// When a wait that starts now must give up: a deadline budget's deadline, now plus the
+    /// timeout of a timeout budget; `None` without a limit.
     pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
+        self.deadline_from(Instant::now())
     }
 
     /// The cancellation token, if any.
@@ -197,18 +282,78 @@ impl Budget {
         self.cancel.as_ref()
     }
 
-    /// Time left before the deadline (`None`: unlimited).
+    /// How long a wait that starts now may last: the whole timeout of a timeout budget, the
+    /// time left before a deadline budget's deadline (zero once it passed); `None`:
+    /// unlimited.
     pub fn remaining(&self) -> Option<Duration> {
-        self.deadline
-            .map(|d| d.saturating_duration_since(Instant::now()))
+        match self.limit {
+            Limit::Unlimited => None,
+            Limit::Timeout(t) => Some(t),
+            Limit::Until { deadline, .. } => {
+                Some(deadline.saturating_duration_since(Instant::now()))
+            }
+        }
     }
 
-    /// Checks the budget: cancellation first (it is an explicit request), then the deadline.
-    pub(crate) fn exhausted(&self) -> Option<Exhausted> {
+    /// This budget [started](Self::started) now, its deadline cut to at most `cap` from now
+    /// (a store's own cap on every wait); the token and a single try's nature are kept.
+    pub(crate) fn at_most(&self, cap: Duration) -> Budget {
+        let started = self.started();
+        let Some(bound) = Instant::now().checked_add(cap) else {
+            return started;
+        };
+        let limit = match started.limit {
+            Limit::Until { deadline, of } if deadline <= bound => Limit::Until { deadline, of },
+            _ => Limit::Until {
+                deadline: bound,
+                of: Some(cap),
+            },
+        };
+        Budget { limit, ..started }
+    }
+
+    /// This budget [started](Self::started) now, its deadline moved to at least `floor` from
+    /// now (a short internal wait that even a single try must allow); the token is kept.
+    pub(crate) fn at_least(&self, floor: Duration) -> Budget {
+        let started = self.started();
+        let limit = match (started.limit, Instant::now().checked_add(floor)) {
+            (Limit::Until { deadline, of }, Some(bound)) if deadline < bound => Limit::Until {
+                deadline: bound,
+                of: of.map(|t| t.max(floor)),
+            },
+            (limit, _) => limit,
+        };
+        Budget { limit, ..started }
+    }
+
+    /// The deadline of an acquisition that began at `start`.
+    pub(crate) fn deadline_from(&self, start: Instant) -> Option<Instant> {
+        match self.limit {
+            Limit::Unlimited => None,
+            Limit::Timeout(t) => start.checked_add(t),
+            Limit::Until { deadline, .. } => Some(deadline),
+        }
+    }
+
+    /// Why an acquisition that began at `start` with this budget made a single try (its
+    /// deadline was not after `start`): it was asked to, or its deadline had passed.
+    pub(crate) fn not_waited(&self, start: Instant) -> NotWaited {
+        match self.limit {
+            Limit::Until { deadline, of } if of != Some(Duration::ZERO) => NotWaited::Expired {
+                late: start.saturating_duration_since(deadline),
+                timeout: of,
+            },
+            _ => NotWaited::SingleTry,
+        }
+    }
+
+    /// Checks the budget against the deadline an acquisition resolved from it: cancellation
+    /// first (it is an explicit request), then the deadline.
+    pub(crate) fn exhausted(&self, deadline: Option<Instant>) -> Option<Exhausted> {
         if self.cancelled() {
             return Some(Exhausted::Cancelled);
         }
-        match self.deadline {
+        match deadline {
             Some(d) if Instant::now() >= d => Some(Exhausted::Deadline),
             _ => None,
         }
@@ -274,5 +419,56 @@ mod tests {
             late.is_poked(),
             "subscribed after the cancellation: poked at once"
         );
+    }
+}
+
+/// A copy of the budget: what lets `&budget` be passed where a budget is taken by value (the
+/// async acquisitions), so that a caller keeps its own. Cheap: the token is shared.
+impl From<&Budget> for Budget {
+    fn from(budget: &Budget) -> Budget {
+        budget.clone()
+    }
+}
+
+/// The limits of a budget: what a timeout, a deadline and a single try mean to an
+/// acquisition. Apart from `tests`, which needs threads: these run on WASI too.
+#[cfg(test)]
+mod limits {
+    use super::*;
+
+    #[test]
+    fn a_timeout_starts_with_each_acquisition_and_a_started_one_is_shared() {
+        let t = Duration::from_secs(2);
+        let budget = Budget::timeout(t);
+        let start = Instant::now() + Duration::from_secs(60);
+        // However old the budget, an acquisition gets the whole timeout from its start.
+        assert_eq!(budget.deadline_from(start), Some(start + t));
+        assert_eq!(budget.remaining(), Some(t));
+        let started = budget.started();
+        let deadline = started.deadline().expect("a deadline");
+        assert_eq!(started.deadline_from(start), Some(deadline));
+        assert_eq!(
+            started.not_waited(deadline + Duration::from_millis(500)),
+            NotWaited::Expired {
+                late: Duration::from_millis(500),
+                timeout: Some(t)
+            }
+        );
+        // A single try stays one when started (the CLI and the stores start budgets).
+        assert_eq!(
+            Budget::no_wait().started().not_waited(start),
+            NotWaited::SingleTry
+        );
+        assert_eq!(Budget::no_wait().not_waited(start), NotWaited::SingleTry);
+        let until = Budget::until(deadline);
+        assert!(matches!(
+            until.not_waited(start),
+            NotWaited::Expired { timeout: None, .. }
+        ));
+        // Too large to add to the clock: no deadline, started or not.
+        let huge = Budget::timeout(Duration::MAX);
+        assert_eq!(huge.deadline(), None);
+        assert_eq!(huge.started().deadline(), None);
+        assert_eq!(Budget::unlimited().started().remaining(), None);
     }
 }

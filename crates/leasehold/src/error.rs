@@ -13,27 +13,32 @@ use crate::kind::FileKind;
 #[non_exhaustive]
 pub enum Error {
     /// Another holder has the lease (another process, or another lease in this process),
-    /// and the budget allowed no wait ([`Budget::no_wait`](crate::Budget::no_wait), or a
-    /// `try_` method).
-    #[error(
-        "{path}: lock is held by {}; not waited for (to wait, acquire with a Budget that has a timeout)", holders.who()
-    )]
+    /// and the acquisition made a single try: the budget asked for one
+    /// ([`Budget::no_wait`](crate::Budget::no_wait), a zero timeout, a `try_` method) or its
+    /// deadline had already passed when the acquisition began (`why` tells which).
+    ///
+    /// The fields are the facts; the message words them for a Rust caller (what to change
+    /// in the [`Budget`](crate::Budget)). A program that shows errors to its own users (a CLI
+    /// with a `--timeout` flag, a binding with a `timeout` argument) words them in its own
+    /// terms from these fields instead.
+    #[error("{}; {}", self.situation().unwrap_or_default(), library_terms::not_waited(why))]
     Contended {
         /// The lock file.
         path: PathBuf,
         /// Holder pids where the OS reveals them (looked up when first asked for).
         holders: HolderInfo,
+        /// Why the acquisition did not wait.
+        why: NotWaited,
     },
-    /// The wait budget's deadline passed before the lease could be had.
-    #[error(
-        "{path}: lock is held by {}; gave up after {waited:.1?}; allow a longer wait with a larger Budget timeout", holders.who()
-    )]
+    /// The wait budget's deadline passed before the lease could be had. The fields are the
+    /// facts (see [`Error::Contended`] on wording them for other users).
+    #[error("{}; {}", self.situation().unwrap_or_default(), library_terms::gave_up(*waited))]
     TimedOut {
         /// The lock file.
         path: PathBuf,
         /// Holder pids where the OS reveals them (looked up when first asked for).
         holders: HolderInfo,
-        /// How long the waiter waited.
+        /// How long this acquisition waited.
         waited: Duration,
     },
     /// The lease could not be had within the budget (a try-once budget: right now) because
@@ -350,6 +355,28 @@ impl Error {
         matches!(self, Error::Expired { .. })
     }
 
+    /// What held a contended acquisition up, without advice: "PATH: lock is held by
+    /// another process (pid N)", or for [`Error::GateHeld`] the lock's state and the gate's
+    /// holders; `None` for an error that is not contention. The library's message is this and
+    /// what to change in the [`Budget`](crate::Budget); a program that shows errors to its own
+    /// users (a CLI, a binding) adds its own advice to this (its flag, its `timeout`
+    /// argument) from the variant's facts (`why`, `waited`), so that the situation is worded
+    /// once. Looks the holders up, as the message does.
+    pub fn situation(&self) -> Option<String> {
+        match self {
+            Error::Contended { path, holders, .. } | Error::TimedOut { path, holders, .. } => Some(
+                format!("{}: lock is held by {}", path.display(), holders.who()),
+            ),
+            Error::GateHeld {
+                path,
+                gate,
+                holders,
+                ..
+            } => Some(gate_held_situation(path, gate, holders)),
+            _ => None,
+        }
+    }
+
     /// The holders recorded in a contention error: the lock's (for [`Error::GateHeld`] too;
     /// the gate's are [`gate_holders`](Self::gate_holders)).
     pub fn holders(&self) -> Option<&HolderInfo> {
@@ -386,38 +413,104 @@ impl From<Error> for io::Error {
     }
 }
 
-/// [`Error::GateHeld`]'s message: the lock's state (free, held by whom, or unknown), the gate
-/// and who holds it, and how the wait ended.
+/// [`Error::GateHeld`]'s message: its [situation](gate_held_situation), and how the wait
+/// ended in the library's terms.
 fn gate_held(
     path: &std::path::Path,
     gate: &std::path::Path,
     holders: &HolderInfo,
     waited: &Option<Duration>,
 ) -> String {
+    let tail = match waited {
+        None => library_terms::not_waited_at_gate(),
+        Some(w) => library_terms::gave_up(*w),
+    };
+    format!("{}; {tail}", gate_held_situation(path, gate, holders))
+}
+
+/// What held up an acquisition at a gate: the lock's state (free, held by whom, or unknown),
+/// the gate and who holds it.
+fn gate_held_situation(
+    path: &std::path::Path,
+    gate: &std::path::Path,
+    holders: &HolderInfo,
+) -> String {
     let by = HolderInfo::of_path(gate).who();
     let (path, gate) = (path.display(), gate.display());
-    let tail = match waited {
-        None => "not waited for (to wait, acquire with a Budget that has a timeout)".to_string(),
-        Some(w) => {
-            format!("gave up after {w:.1?}; allow a longer wait with a larger Budget timeout")
-        }
-    };
     match holders.get().is_held() {
         Some(true) => format!(
-            "{path}: lock is held by {}, and its gate {gate} by {by} (an exclusive waiter ahead in line); {tail}",
+            "{path}: lock is held by {}, and its gate {gate} by {by} (an exclusive waiter ahead in line)",
             holders.who()
         ),
         Some(false) => format!(
-            "{path}: lock is free, but its gate {gate} is held by {by}, which keeps acquirers out: a waiter ahead in line that is stopped or stuck (resume or end it); {tail}"
+            "{path}: lock is free, but its gate {gate} is held by {by}, which keeps acquirers out: a waiter ahead in line that is stopped or stuck (resume or end it)"
         ),
         None => format!(
-            "{path}: its gate {gate} is held by {by} (an exclusive waiter ahead in line, or one that is stopped or stuck); {tail}"
+            "{path}: its gate {gate} is held by {by} (an exclusive waiter ahead in line, or one that is stopped or stuck)"
         ),
     }
 }
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why an acquisition that found the lease held did not wait for it ([`Error::Contended`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotWaited {
+    /// A single try was asked for: [`Budget::no_wait`](crate::Budget::no_wait), a zero
+    /// [`Budget::timeout`](crate::Budget::timeout), or a `try_` method.
+    SingleTry,
+    /// The budget's deadline had already passed when the acquisition began, by `late`: a
+    /// [`Budget::until`](crate::Budget::until) deadline (`timeout: None`), or a timeout
+    /// [started](crate::Budget::started) earlier and spent by the steps before this one.
+    Expired {
+        /// How long before the acquisition began the deadline passed.
+        late: Duration,
+        /// The timeout the deadline was started from, if it was.
+        timeout: Option<Duration>,
+    },
+}
+
+/// The library's face: contention worded for a Rust caller, whose setting is the
+/// [`Budget`](crate::Budget). The one place these messages are worded; the CLI and the
+/// bindings word the same facts in their own terms (a flag, a `timeout` argument).
+mod library_terms {
+    use super::NotWaited;
+    use std::time::Duration;
+
+    pub(super) fn not_waited(why: &NotWaited) -> String {
+        match why {
+            NotWaited::SingleTry => {
+                "not waited for (a single try; to wait, acquire with a Budget::timeout)".into()
+            }
+            NotWaited::Expired {
+                late,
+                timeout: Some(t),
+            } => format!(
+                "not waited for: the {t:.1?} budget had already run out {late:.1?} before this acquisition began (give it a Budget::timeout of its own: each acquisition gets a timeout's whole duration)"
+            ),
+            NotWaited::Expired {
+                late,
+                timeout: None,
+            } => format!(
+                "not waited for: the Budget::until deadline had passed {late:.1?} before this acquisition began (set a later deadline, or give it a Budget::timeout: each acquisition gets a timeout's whole duration)"
+            ),
+        }
+    }
+
+    /// A wait held up at a gate that did not wait: a single try, or a budget spent before
+    /// the acquisition began (the error does not tell which; both are mended the same way).
+    pub(super) fn not_waited_at_gate() -> String {
+        "not waited for (a single try, or a budget already spent when this acquisition began; to wait, give it a Budget::timeout of its own)".into()
+    }
+
+    pub(super) fn gave_up(waited: Duration) -> String {
+        format!(
+            "gave up after {waited:.1?}; allow a longer wait with a larger Budget::timeout (or a later Budget::until deadline)"
+        )
+    }
+}
 
 /// An error that says how a caller should treat it: its [`ErrorClass`].
 ///
@@ -544,6 +637,7 @@ mod tests {
                 Error::Contended {
                     path: path.clone(),
                     holders: holders(),
+                    why: NotWaited::SingleTry,
                 },
                 ErrorClass::Contended,
             ),
@@ -606,14 +700,85 @@ mod tests {
         .to_string();
         assert_eq!(
             timed_out,
-            "/var/lib/app/store.lock: lock is held by another process (pid 42); gave up after 2.0s; allow a longer wait with a larger Budget timeout"
+            "/var/lib/app/store.lock: lock is held by another process (pid 42); gave up after 2.0s; allow a longer wait with a larger Budget::timeout (or a later Budget::until deadline)"
         );
-        let contended = Error::Contended { path, holders }.to_string();
+        let contended = |why| {
+            Error::Contended {
+                path: path.clone(),
+                holders: holders.clone(),
+                why,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            contended(NotWaited::SingleTry),
+            "/var/lib/app/store.lock: lock is held by another process (pid 42); not waited for (a single try; to wait, acquire with a Budget::timeout)"
+        );
+        // A budget that had a timeout is not told to get one (issue 23 item 6): it is told
+        // that it was spent before this acquisition began.
+        let spent = contended(NotWaited::Expired {
+            late: Duration::from_millis(500),
+            timeout: Some(Duration::from_secs(2)),
+        });
         assert!(
-            contended
-                .starts_with("/var/lib/app/store.lock: lock is held by another process (pid 42); "),
-            "{contended}"
+            spent.ends_with(
+                "not waited for: the 2.0s budget had already run out 500.0ms before this acquisition began (give it a Budget::timeout of its own: each acquisition gets a timeout's whole duration)"
+            ),
+            "{spent}"
         );
-        assert!(contended.contains("Budget"), "{contended}");
+        let passed = contended(NotWaited::Expired {
+            late: Duration::from_millis(500),
+            timeout: None,
+        });
+        assert!(
+            passed.contains("the Budget::until deadline had passed 500.0ms before"),
+            "{passed}"
+        );
+    }
+
+    /// A wait held up at a gate is told what is true of it in the Budget's terms, never to
+    /// "acquire with a Budget that has a timeout" when it had one (issue 23 item 6); the
+    /// situation alone, for the other faces, is the message without the advice.
+    #[test]
+    fn a_wait_held_up_at_a_gate_is_worded_in_the_budgets_terms_and_its_situation_has_no_advice() {
+        let path = PathBuf::from("/var/lib/app/store.lock");
+        let gated = |waited| Error::GateHeld {
+            path: path.clone(),
+            gate: std::path::Path::new("/var/lib/app/.store.lock.leasehold-gate").into(),
+            holders: HolderInfo::known(Holders::Held { pids: vec![42] }),
+            waited,
+        };
+        let once = gated(None);
+        let situation = once.situation().expect("contention has a situation");
+        assert!(
+            situation.starts_with("/var/lib/app/store.lock: lock is held by another process (pid 42), and its gate /var/lib/app/.store.lock.leasehold-gate by "),
+            "{situation}"
+        );
+        assert!(!situation.contains("Budget"), "{situation}");
+        let message = once.to_string();
+        assert!(
+            message.starts_with(&format!("{situation}; not waited for")),
+            "{message}"
+        );
+        assert!(
+            message.contains("give it a Budget::timeout of its own")
+                && !message.contains("Budget that has a timeout"),
+            "{message}"
+        );
+        let timed_out = gated(Some(Duration::from_secs(2))).to_string();
+        assert!(
+            timed_out.ends_with("; gave up after 2.0s; allow a longer wait with a larger Budget::timeout (or a later Budget::until deadline)"),
+            "{timed_out}"
+        );
+        let contended = Error::Contended {
+            path: path.clone(),
+            holders: HolderInfo::known(Holders::Held { pids: vec![42] }),
+            why: NotWaited::SingleTry,
+        };
+        assert_eq!(
+            contended.situation().as_deref(),
+            Some("/var/lib/app/store.lock: lock is held by another process (pid 42)")
+        );
+        assert_eq!(Error::Cancelled { path }.situation(), None);
     }
 }

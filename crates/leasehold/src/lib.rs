@@ -197,9 +197,10 @@
 //!
 //! Each uses only those below it: the platform boundary (`sys`, the only code that makes
 //! system calls); the primitive — [`Lease`], [`SharedLease`], [`LeaseHandle`] (a kept-open
-//! lock file for cheap re-acquisition), [`LockDir`], [`holders`] — with its options
-//! ([`LeaseOptions`]), budgets ([`Budget`], [`CancelToken`]) and typed errors ([`Error`];
-//! [`Classify::class`] tells contention, bad input, cancellation and failure apart); the
+//! lock file for cheap re-acquisition, whose lease is a [`HandleGuard`]), [`LockDir`],
+//! [`holders`] — with its options ([`LeaseOptions`]), budgets ([`Budget`], [`CancelToken`])
+//! and typed errors ([`Error`]; [`Classify::class`] tells contention, bad input,
+//! cancellation and failure apart); the
 //! [`patterns`] built on it; and the etcd arbiter (`arbiters`, feature `etcd`), which plugs
 //! into the authority.
 //!
@@ -264,13 +265,15 @@ pub mod patterns;
 mod sys;
 
 pub use budget::{Budget, CancelToken};
-pub use error::{Classify, Error, ErrorClass, Result};
+pub use error::{Classify, Error, ErrorClass, NotWaited, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
+#[allow(deprecated)] // the former name, kept for one release
+pub use lease::HandleLease;
 #[cfg(unix)]
 pub use lease::unlock_descriptor;
 pub use lease::{
-    HandleLease, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS, SharedLease,
+    HandleGuard, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS, SharedLease,
     check_trusted, holders,
 };
 

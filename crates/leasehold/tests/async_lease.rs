@@ -63,7 +63,7 @@ async fn dropping_the_future_cancels_and_leaves_nothing_held() {
     );
     holder.release();
     testkit::assert_free(&path);
-    Lease::try_acquire(&path).unwrap();
+    drop(Lease::try_acquire(&path).unwrap());
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -65,9 +65,11 @@ async fn keyed_waiters_take_turns(flavor_key: &str) {
         t.await.unwrap();
     }
     assert_eq!(done.load(Ordering::SeqCst), 16);
-    leases
-        .try_acquire(flavor_key, |_| false)
-        .expect("free again");
+    drop(
+        leases
+            .try_acquire(flavor_key, |_| false)
+            .expect("free again"),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,9 +109,11 @@ async fn keyed_drop_cancels_and_leaves_the_key_free() {
         "still held, so the wait was abandoned by drop"
     );
     held.release();
-    leases
-        .try_acquire("r1", |_| false)
-        .expect("the abandoned waiter holds nothing");
+    drop(
+        leases
+            .try_acquire("r1", |_| false)
+            .expect("the abandoned waiter holds nothing"),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +167,7 @@ async fn keyed_cancelled_budget_is_refused_admission_and_leaves_the_key_free() {
         matches!(r, Err(KeyError::Lease(Error::Cancelled { .. }))),
         "{r:?}"
     );
-    leases.try_acquire("r2", |_| true).expect("key left free");
+    drop(leases.try_acquire("r2", |_| true).expect("key left free"));
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -336,7 +340,7 @@ async fn authority_takes_over_after_teardown() {
     assert_eq!(second.scope().get("a"), Some(&2));
     second.mutate_async(set("b", 3)).await.unwrap();
     second.teardown_async().await;
-    Lease::try_acquire(&fx.lock).expect("released at teardown");
+    drop(Lease::try_acquire(&fx.lock).expect("released at teardown"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,7 +376,7 @@ async fn authority_drop_cancels_the_wait() {
     let ev = fx.events("second");
     assert!(!ev.contains(&Event::LeaseAcquired), "{ev:?}");
     assert_eq!(second.state(), State::Contended);
-    Lease::try_acquire(&fx.lock).expect("the abandoned waiter holds nothing");
+    drop(Lease::try_acquire(&fx.lock).expect("the abandoned waiter holds nothing"));
 }
 
 /// `teardown_async` drains a `mutate_async` that is in flight before it closes the store and

@@ -92,9 +92,11 @@ fn cancellation_ends_a_wait_at_once_and_leaves_nothing() {
     assert!(cancelled.elapsed() < Duration::from_secs(1));
     drop(held);
     let again = arbiter(&server, "c");
-    again
-        .acquire(&Budget::no_wait())
-        .expect("nothing left behind by the cancelled waiter");
+    drop(
+        again
+            .acquire(&Budget::no_wait())
+            .expect("nothing left behind by the cancelled waiter"),
+    );
 }
 
 #[test]

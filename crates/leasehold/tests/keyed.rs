@@ -81,7 +81,7 @@ fn unknown_keys_allocate_no_lock_files_fuzzed() {
     // Once with no namespace at all, once with a namespace holding another key's lock.
     for round in 0..2 {
         if round == 1 {
-            leases.try_acquire("known", |_| true).unwrap();
+            drop(leases.try_acquire("known", |_| true).unwrap());
         }
         let before = tree(root.path());
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 + round);
@@ -320,9 +320,11 @@ fn a_cancelled_budget_is_refused_admission_and_leaves_the_key_free() {
         matches!(r, Err(KeyError::Lease(Error::Cancelled { .. }))),
         "{r:?}"
     );
-    leases
-        .try_acquire("r2", |_| true)
-        .expect("nothing holds the key after the refused admission");
+    drop(
+        leases
+            .try_acquire("r2", |_| true)
+            .expect("nothing holds the key after the refused admission"),
+    );
 }
 
 /// The key lock files in the namespace (the collector lock and foreign names left out).

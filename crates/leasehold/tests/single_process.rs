@@ -134,7 +134,7 @@ fn with_the_opt_in_a_second_lease_in_this_process_is_contended_until_the_first_i
         .try_acquire_at(&ld, "store.lock")
         .expect("free after release");
     drop(again);
-    single().try_acquire(&path).expect("free after drop");
+    drop(single().try_acquire(&path).expect("free after drop"));
 }
 
 #[test]
@@ -170,9 +170,11 @@ fn a_bounded_wait_for_a_held_lease_times_out_and_a_cancelled_one_stops_leaving_i
     // The abandoned waiters left nothing queued: the holder still holds, then hands over.
     holder.verify().unwrap();
     drop(holder);
-    single()
-        .acquire(&path, &Budget::timeout(Duration::from_secs(5)))
-        .expect("free at once");
+    drop(
+        single()
+            .acquire(&path, &Budget::timeout(Duration::from_secs(5)))
+            .expect("free at once"),
+    );
 }
 
 #[test]
@@ -286,8 +288,10 @@ fn keyed_leases_exclude_per_key_and_unknown_keys_allocate_nothing() {
     ));
     assert!(!keys.lock_path("gamma").exists());
     drop((a, b));
-    keys.try_acquire("alpha", |_| true)
-        .expect("free after release");
+    drop(
+        keys.try_acquire("alpha", |_| true)
+            .expect("free after release"),
+    );
 }
 
 /// A waiter in this process is handed the lease by the claim table when the holder releases
@@ -323,9 +327,11 @@ async fn a_queued_async_waiter_is_handed_the_lease_when_the_holder_releases() {
         .expect("the waiter got the lease");
     lease.verify().unwrap();
     drop(lease);
-    single()
-        .try_acquire(&path)
-        .expect("free after the waiter released");
+    drop(
+        single()
+            .try_acquire(&path)
+            .expect("free after the waiter released"),
+    );
 }
 
 /// Native targets ignore nothing: with the option set the kernel lock is still taken, so a

@@ -661,7 +661,7 @@ fn for_number(e: Error, n: i32) -> Error {
         Error::LockingUnsupported { source, .. } => Error::LockingUnsupported { path, source },
         Error::TooManyOpenFiles { limit, .. } => Error::TooManyOpenFiles { path, limit },
         Error::NotRegularFile { kind, .. } => Error::NotRegularFile { path, kind },
-        Error::Contended { holders, .. } => Error::Contended { path, holders },
+        Error::Contended { holders, why, .. } => Error::Contended { path, holders, why },
         Error::TimedOut {
             holders, waited, ..
         } => Error::TimedOut {

@@ -54,7 +54,9 @@ impl ResultStore {
 /// if the future is dropped, so a result is never left half-applied by a dropped future. The
 /// budget's cancellation token, though, is obeyed at every file as in the blocking
 /// operations ([`ResultError::Stopped`](super::ResultError::Stopped)). The admission rules,
-/// errors and results are those of the blocking operations.
+/// errors and results are those of the blocking operations. Each future owns its budget
+/// (pass it by value, or `&budget` to keep yours), and a timeout covers the whole operation,
+/// as in the blocking ones.
 #[cfg(feature = "tokio")]
 impl ResultStore {
     /// [`stage`](Self::stage) without blocking the executor (the source is walked on the
@@ -63,8 +65,9 @@ impl ResultStore {
         &self,
         id: &str,
         source: impl Into<PathBuf>,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<Entry> {
+        let budget = &budget.into().started();
         let source = source.into();
         let id = SafeId::trimmed(id)?;
         let id = id.as_str();
@@ -80,7 +83,8 @@ impl ResultStore {
     }
 
     /// [`paths`](Self::paths) without blocking the executor.
-    pub async fn paths_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+    pub async fn paths_async(&self, id: &str, budget: impl Into<Budget>) -> Result<Vec<String>> {
+        let budget = &budget.into().started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.paths_admitted(id, lease, &waits)
@@ -89,7 +93,8 @@ impl ResultStore {
     }
 
     /// [`finish`](Self::finish) without blocking the executor.
-    pub async fn finish_async(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+    pub async fn finish_async(&self, id: &str, budget: impl Into<Budget>) -> Result<Vec<String>> {
+        let budget = &budget.into().started();
         let id = SafeId::trimmed(id)?;
         let id = id.as_str();
         let lease = self
@@ -105,8 +110,9 @@ impl ResultStore {
         &self,
         id: &str,
         target: impl Into<PathBuf>,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<Vec<String>> {
+        let budget = &budget.into().started();
         let (target, waits) = (target.into(), budget.clone());
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.apply_admitted(id, &target, lease, &waits)
@@ -115,7 +121,8 @@ impl ResultStore {
     }
 
     /// [`discard`](Self::discard) without blocking the executor.
-    pub async fn discard_async(&self, id: &str, budget: &Budget) -> Result<()> {
+    pub async fn discard_async(&self, id: &str, budget: impl Into<Budget>) -> Result<()> {
+        let budget = &budget.into().started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.remove_existing(id, lease, "discard", &waits)
@@ -124,7 +131,8 @@ impl ResultStore {
     }
 
     /// [`abort`](Self::abort) without blocking the executor.
-    pub async fn abort_async(&self, id: &str, budget: &Budget) -> Result<()> {
+    pub async fn abort_async(&self, id: &str, budget: impl Into<Budget>) -> Result<()> {
+        let budget = &budget.into().started();
         let waits = budget.clone();
         self.admitted_async(id, budget, false, move |store, id, lease| {
             store.remove_existing(id, lease, "abort", &waits)

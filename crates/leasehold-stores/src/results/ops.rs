@@ -27,6 +27,7 @@ impl ResultStore {
     /// cancelled stage removes its partial copy and is [`ResultError::Stopped`] (nothing
     /// staged).
     pub fn stage(&self, id: &str, source: &Path, budget: &Budget) -> Result<Entry> {
+        let budget = &budget.started();
         let id = SafeId::trimmed(id)?;
         let id = id.as_str();
         let files = self.stage_files(source)?;
@@ -137,6 +138,7 @@ impl ResultStore {
     /// Inspects `id` under its lease: the relative paths the result would change. An empty
     /// result (no files) is removed and reported as an empty list.
     pub fn paths(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        let budget = &budget.started();
         let id = SafeId::trimmed(id)?;
         let id = id.as_str();
         let lease = self.admit(id, budget, false)?;
@@ -182,6 +184,7 @@ impl ResultStore {
     /// error is [`ResultError::NotPublished`]: durability is unavailable, and the caller may
     /// retry with the same ID.
     pub fn finish(&self, id: &str, budget: &Budget) -> Result<Vec<String>> {
+        let budget = &budget.started();
         let id = SafeId::trimmed(id)?;
         let id = id.as_str();
         let lease = self
@@ -231,6 +234,7 @@ impl ResultStore {
     /// cancelled apply stops there, keeping candidate and publication (apply again to
     /// finish), and is [`ResultError::Stopped`], saying what it wrote.
     pub fn apply(&self, id: &str, target: &Path, budget: &Budget) -> Result<Vec<String>> {
+        let budget = &budget.started();
         let id = SafeId::trimmed(id)?;
         let id = id.as_str();
         let lease = self.admit(id, budget, false)?;
@@ -370,6 +374,7 @@ impl ResultStore {
         budget: &Budget,
         op: &'static str,
     ) -> Result<()> {
+        let budget = &budget.started();
         let id = SafeId::trimmed(id)?;
         let id = id.as_str();
         let lease = self.admit(id, budget, false)?;

@@ -558,7 +558,17 @@ impl LockDir {
 /// same lock. The lease never expires: a holder that stalls keeps it until it releases or its
 /// process exits, because handing a stalled writer's store to someone else lets its resumed
 /// writes tear the store.
+///
+/// It is `#[must_use]`: a lease that is not bound is released at once, which is never what
+/// taking it meant (bind it, `let _lease = ...`, for as long as the lock must be held):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let dir = tempfile::tempdir().unwrap();
+/// leasehold::Lease::try_acquire(dir.path().join("a.lock")).unwrap(); // error: unused `Lease`
+/// ```
 #[derive(Debug)]
+#[must_use = "a lease is released when dropped: bind it (`let _lease = ...`) for as long as the lock must be held"]
 pub struct Lease {
     held: Option<imp::Held>,
     target: imp::Target,
@@ -595,12 +605,33 @@ impl Lease {
     }
 
     /// [`Lease::acquire`] for async code: the wait never blocks an executor thread, costs no
-    /// thread of its own, and is cancelled by dropping the future.
+    /// thread of its own, and is cancelled by dropping the future. The future owns the
+    /// budget (pass it by value, or `&budget` to keep yours), so it can be built inside
+    /// `tokio::select!` from a temporary budget:
+    ///
+    /// ```
+    /// # #[cfg(feature = "tokio")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use leasehold::{Budget, Lease};
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("job.lock");
+    /// let _holder = Lease::try_acquire(&path).unwrap();
+    /// tokio::select! {
+    ///     lease = Lease::acquire_async(&path, Budget::unlimited()) => panic!("held: {lease:?}"),
+    ///     () = tokio::time::sleep(Duration::from_millis(10)) => {} // gave up: nothing is held
+    /// }
+    /// # }
+    /// # #[cfg(not(feature = "tokio"))]
+    /// # fn main() {}
+    /// ```
     ///
     /// # Errors
     /// As [`LeaseOptions::acquire`].
     #[cfg(feature = "tokio")]
-    pub async fn acquire_async(path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
+    pub async fn acquire_async(path: impl AsRef<Path>, budget: impl Into<Budget>) -> Result<Lease> {
         LeaseOptions::default().acquire_async(path, budget).await
     }
 
@@ -714,7 +745,20 @@ impl Lease {
 /// waiters mark themselves (a POSIX read lock, which flock ignores), and a handle whose
 /// release sees such a mark (one `F_GETLK`) closes its file instead of unlocking it, so its
 /// next `lock` reopens and waiters get the chance a closing releaser gives them.
+///
+/// The lease taken through it is a [`HandleGuard`], which borrows the handle: one clear name
+/// for each, the handle that stays open and the guard that holds the lock for a while.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let mut handle = leasehold::LeaseHandle::open(dir.path().join("hot.lock")).unwrap();
+/// for _ in 0..3 {
+///     let guard: leasehold::HandleGuard<'_> = handle.try_lock().unwrap();
+///     guard.verify().unwrap();
+/// } // each guard unlocks as it is dropped; the file stays open for the next
+/// ```
 #[derive(Debug)]
+#[must_use = "a handle that is dropped closes its lock file: keep it to take its lease cheaply"]
 pub struct LeaseHandle {
     opts: LeaseOptions,
     target: imp::Target,
@@ -737,7 +781,7 @@ impl LeaseHandle {
     ///
     /// # Errors
     /// As [`LeaseOptions::try_acquire`].
-    pub fn try_lock(&mut self) -> Result<HandleLease<'_>> {
+    pub fn try_lock(&mut self) -> Result<HandleGuard<'_>> {
         self.lock(&Budget::no_wait())
     }
 
@@ -745,7 +789,7 @@ impl LeaseHandle {
     ///
     /// # Errors
     /// As [`LeaseOptions::acquire`].
-    pub fn lock(&mut self, budget: &Budget) -> Result<HandleLease<'_>> {
+    pub fn lock(&mut self, budget: &Budget) -> Result<HandleGuard<'_>> {
         let acq = Acquisition::new(
             self.opts,
             &self.target,
@@ -754,7 +798,7 @@ impl LeaseHandle {
             self.opened.take(),
         );
         let held = blocking::run(acq)?;
-        Ok(HandleLease {
+        Ok(HandleGuard {
             handle: self,
             held: Some(held),
         })
@@ -766,14 +810,36 @@ impl LeaseHandle {
     }
 }
 
-/// A lease taken through a [`LeaseHandle`]; released (`LOCK_UN`, file kept open) on drop.
+/// The lease taken through a [`LeaseHandle`] ([`LeaseHandle::lock`]), held until
+/// [`release`](Self::release) or drop, which unlock (`LOCK_UN`) and keep the file open in the
+/// handle for the next lock. It borrows the handle mutably, so a handle holds at most one.
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let dir = tempfile::tempdir().unwrap();
+/// let mut handle = leasehold::LeaseHandle::open(dir.path().join("a.lock")).unwrap();
+/// handle.try_lock().unwrap(); // error: unused `HandleGuard`, unlocked at once
+/// ```
 #[derive(Debug)]
-pub struct HandleLease<'a> {
+#[must_use = "the guard unlocks when dropped: bind it (`let _guard = ...`) for as long as the lock must be held"]
+pub struct HandleGuard<'a> {
     handle: &'a mut LeaseHandle,
     held: Option<imp::Held>,
 }
 
-impl HandleLease<'_> {
+/// The former name of [`HandleGuard`], too close to [`LeaseHandle`] to tell apart; code
+/// written against it still compiles (with a deprecation warning) for one release:
+///
+/// ```
+/// #![allow(deprecated)]
+/// fn lock(handle: &mut leasehold::LeaseHandle) -> leasehold::Result<leasehold::HandleLease<'_>> {
+///     handle.try_lock()
+/// }
+/// ```
+#[deprecated(note = "renamed `HandleGuard` (the lease taken through a `LeaseHandle`)")]
+pub type HandleLease<'a> = HandleGuard<'a>;
+
+impl HandleGuard<'_> {
     /// Checks that the locked inode is still the file at the path (see [`Lease::verify`]).
     ///
     /// # Errors
@@ -806,7 +872,7 @@ impl HandleLease<'_> {
     }
 }
 
-impl Drop for HandleLease<'_> {
+impl Drop for HandleGuard<'_> {
     fn drop(&mut self) {
         self.unlock();
     }
@@ -979,7 +1045,7 @@ pub(crate) mod tests {
             other => panic!("expected contention, got {other:?}"),
         }
         drop(first);
-        Lease::try_acquire(&path).unwrap();
+        drop(Lease::try_acquire(&path).unwrap());
     }
 
     #[test]
@@ -1038,10 +1104,12 @@ pub(crate) mod tests {
             0o620,
             "untouched"
         );
-        LeaseOptions::new()
-            .allow_shared_state(true)
-            .try_acquire(&path)
-            .expect("opted in");
+        drop(
+            LeaseOptions::new()
+                .allow_shared_state(true)
+                .try_acquire(&path)
+                .expect("opted in"),
+        );
         // Directories: world-writable is refused, unless sticky and root-owned (as /tmp).
         let open = dir.path().join("open");
         std::fs::create_dir(&open).unwrap();
@@ -1077,7 +1145,7 @@ pub(crate) mod tests {
         assert!(matches!(lease.verify(), Err(Error::Released { .. })));
         let again = Lease::try_acquire(&path).unwrap();
         drop(again);
-        Lease::try_acquire(&path).unwrap();
+        drop(Lease::try_acquire(&path).unwrap());
         assert!(path.exists(), "a lock file is never removed");
     }
 
@@ -1223,7 +1291,7 @@ pub(crate) mod tests {
         holder.release();
         // Nothing of the abandoned waiter holds the lease: it is free at once.
         assert_free(&path);
-        Lease::try_acquire(&path).unwrap();
+        drop(Lease::try_acquire(&path).unwrap());
     }
 
     #[test]
@@ -1242,7 +1310,7 @@ pub(crate) mod tests {
         }
         holder.release();
         assert_free(&path);
-        Lease::try_acquire(&path).unwrap();
+        drop(Lease::try_acquire(&path).unwrap());
     }
 
     #[test]

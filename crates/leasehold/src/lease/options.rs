@@ -62,6 +62,7 @@ impl LeaseOptions {
     /// may allocate a lock file. With `true` (the default) a missing file is created with mode
     /// 0600 on POSIX; on Windows it is never created, because there the lease is a named
     /// kernel object, not the file.
+    #[must_use]
     pub fn create(mut self, create: bool) -> LeaseOptions {
         self.create = create;
         self
@@ -69,6 +70,7 @@ impl LeaseOptions {
 
     /// Whether missing parent directories of a path are created (mode 0700 on POSIX). On
     /// Windows the parent must exist before locking: its real path is part of the lock's name.
+    #[must_use]
     pub fn create_parents(mut self, create: bool) -> LeaseOptions {
         self.create_parents = create;
         self
@@ -85,6 +87,7 @@ impl LeaseOptions {
     /// of the lock goes through the merged path, as the processes inside one container do
     /// (a container's root file system is an overlay). The CLI opts in with
     /// `LEASEHOLD_ALLOW_NETWORK_FS=1`.
+    #[must_use]
     pub fn allow_network_filesystem(mut self, allow: bool) -> LeaseOptions {
         self.allow_network_fs = allow;
         self
@@ -102,6 +105,7 @@ impl LeaseOptions {
     /// this option says, and one that fails it is ignored rather than refused (it costs
     /// fairness only; see [`SharedLease`]). POSIX only; the CLI opts in with
     /// `LEASEHOLD_ALLOW_SHARED=1`.
+    #[must_use]
     pub fn allow_shared_state(mut self, allow: bool) -> LeaseOptions {
         self.allow_shared_state = allow;
         self
@@ -122,6 +126,7 @@ impl LeaseOptions {
     /// On Linux, macOS, the BSDs and Windows the option changes nothing: the kernel lock is
     /// always taken, so a second process is still excluded with it set (tested). It exists
     /// everywhere so that portable code can set it once.
+    #[must_use]
     pub fn single_process(mut self, only: bool) -> LeaseOptions {
         self.single_process = only;
         self
@@ -232,29 +237,56 @@ impl LeaseOptions {
     /// Takes the lease on `path`, waiting within `budget` without blocking the executor.
     /// Dropping the future abandons the wait and leaves nothing held.
     ///
+    /// The future owns the options (they are `Copy`) and the budget — pass it by value, or
+    /// `&budget` to keep your own — so it can be built from temporaries, as inside
+    /// `tokio::select!`:
+    ///
+    /// ```
+    /// # #[cfg(feature = "tokio")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use leasehold::{Budget, LeaseOptions};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("job.lock");
+    /// tokio::select! {
+    ///     lease = LeaseOptions::new().acquire_async(&path, Budget::unlimited()) => drop(lease.unwrap()),
+    ///     () = tokio::time::sleep(std::time::Duration::from_secs(60)) => panic!("the lock is free"),
+    /// }
+    /// # }
+    /// # #[cfg(not(feature = "tokio"))]
+    /// # fn main() {}
+    /// ```
+    ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
     #[cfg(feature = "tokio")]
-    pub async fn acquire_async(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::path(self, path.as_ref())?;
-        self.acquire_target_async(target, budget, Mode::Exclusive)
+    pub async fn acquire_async(
+        self,
+        path: impl AsRef<Path>,
+        budget: impl Into<Budget>,
+    ) -> Result<Lease> {
+        let budget = budget.into();
+        let target = imp::Target::path(&self, path.as_ref())?;
+        self.acquire_target_async(target, &budget, Mode::Exclusive)
             .await
     }
 
     /// Takes the lease on `name` inside `dir`, waiting within `budget` without blocking the
-    /// executor (see [`LeaseOptions::acquire_at`]).
+    /// executor (see [`LeaseOptions::acquire_at`]; the budget as for
+    /// [`acquire_async`](Self::acquire_async)).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
     #[cfg(feature = "tokio")]
     pub async fn acquire_at_async(
-        &self,
+        self,
         dir: &LockDir,
         name: &str,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<Lease> {
-        let target = imp::Target::at(self, &dir.0, name)?;
-        self.acquire_target_async(target, budget, Mode::Exclusive)
+        let budget = budget.into();
+        let target = imp::Target::at(&self, &dir.0, name)?;
+        self.acquire_target_async(target, &budget, Mode::Exclusive)
             .await
     }
 
@@ -341,18 +373,20 @@ impl LeaseOptions {
     }
 
     /// Takes a shared lease on `path` without blocking the executor; dropping the future
-    /// abandons the wait and leaves nothing held.
+    /// abandons the wait and leaves nothing held (the budget as for
+    /// [`acquire_async`](Self::acquire_async)).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
     #[cfg(feature = "tokio")]
     pub async fn acquire_shared_async(
-        &self,
+        self,
         path: impl AsRef<Path>,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> Result<SharedLease> {
-        let target = imp::Target::path(self, path.as_ref())?;
-        let acq = Acquisition::new(*self, &target, budget, Mode::Shared, None);
+        let budget = budget.into();
+        let target = imp::Target::path(&self, path.as_ref())?;
+        let acq = Acquisition::new(self, &target, &budget, Mode::Shared, None);
         let held = super::asynchronous::run(acq).await?;
         Ok(SharedLease {
             held: Some(held),

@@ -91,7 +91,17 @@ impl From<LockMode> for Mode {
 /// let shared = leasehold::SharedLease::try_acquire("cache.lock").unwrap();
 /// let exclusive: leasehold::Lease = shared.into();
 /// ```
+///
+/// Like [`Lease`](super::Lease) it is `#[must_use]`: a shared lease that is not bound is
+/// released at once.
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let dir = tempfile::tempdir().unwrap();
+/// leasehold::SharedLease::try_acquire(dir.path().join("a.lock")).unwrap(); // error: unused
+/// ```
 #[derive(Debug)]
+#[must_use = "a lease is released when dropped: bind it (`let _lease = ...`) for as long as the lock must be held"]
 pub struct SharedLease {
     pub(super) held: Option<imp::Held>,
     pub(super) target: imp::Target,
@@ -120,7 +130,10 @@ impl SharedLease {
     /// # Errors
     /// As [`LeaseOptions::acquire`].
     #[cfg(feature = "tokio")]
-    pub async fn acquire_async(path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
+    pub async fn acquire_async(
+        path: impl AsRef<Path>,
+        budget: impl Into<Budget>,
+    ) -> Result<SharedLease> {
         LeaseOptions::default()
             .acquire_shared_async(path, budget)
             .await

@@ -98,6 +98,9 @@ pub(crate) struct Acquisition<'a> {
     opts: LeaseOptions,
     target: &'a Target,
     budget: &'a Budget,
+    /// The budget's deadline for this acquisition, resolved once as it starts: a timeout is
+    /// measured from here (see [`Budget`]).
+    deadline: Option<Instant>,
     mode: Mode,
     started: Instant,
     reopens: u32,
@@ -127,6 +130,7 @@ impl<'a> Acquisition<'a> {
             opts,
             target,
             budget,
+            deadline: budget.deadline_from(started),
             mode,
             started,
             reopens: 0,
@@ -170,7 +174,7 @@ impl<'a> Acquisition<'a> {
     }
 
     fn try_once(&self) -> bool {
-        self.budget.deadline().is_some_and(|d| d <= self.started)
+        self.deadline.is_some_and(|d| d <= self.started)
     }
 
     /// The lock path (for messages).
@@ -320,7 +324,7 @@ impl<'a> Acquisition<'a> {
                 self.judge_budget(opened.file_id(), at)?;
                 if self.may_block
                     && Imp::NOTIFIES
-                    && self.budget.deadline().is_none()
+                    && self.deadline.is_none()
                     && self.budget.cancel_token().is_none()
                 {
                     self.state = State::Inline(opened, claim);
@@ -383,8 +387,8 @@ impl<'a> Acquisition<'a> {
             }
             nap = nap.min(self.poll);
         }
-        Next::Wait(Some(match self.budget.remaining() {
-            Some(left) => left.min(nap),
+        Next::Wait(Some(match self.deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(nap),
             None => nap,
         }))
     }
@@ -392,7 +396,7 @@ impl<'a> Acquisition<'a> {
     /// Ends a wait whose budget ran out: cancellation first, then the deadline. `at`: the
     /// gate the wait is held up at, if it is not at the lock (asked only when it ends).
     fn judge_budget(&self, id: Option<FileId>, at: impl FnOnce() -> Option<PathBuf>) -> Result<()> {
-        match self.budget.exhausted() {
+        match self.budget.exhausted(self.deadline) {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended_at(id, at())),
             None => Ok(()),
@@ -402,7 +406,7 @@ impl<'a> Acquisition<'a> {
     /// [`judge_budget`](Self::judge_budget) for a waiter queued behind another lease of this
     /// process: a passed deadline names this process as the holder.
     fn judge_budget_here(&self, id: Option<FileId>) -> Result<()> {
-        match self.budget.exhausted() {
+        match self.budget.exhausted(self.deadline) {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended_with(HolderInfo::held_here(id))),
             None => Ok(()),
@@ -447,6 +451,7 @@ impl<'a> Acquisition<'a> {
             return Error::Contended {
                 path: self.path().to_path_buf(),
                 holders,
+                why: self.budget.not_waited(self.started),
             };
         }
         Error::TimedOut {

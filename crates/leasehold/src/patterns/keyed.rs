@@ -328,6 +328,7 @@ impl KeyedLeases {
     /// Caps every wait at `max` (`None`: only the caller's budget bounds it). Defaults to
     /// [`DEFAULT_MAX_WAIT`], so that a forgotten unlimited budget cannot park an operation
     /// forever behind a wedged holder.
+    #[must_use]
     pub fn max_wait(mut self, max: Option<Duration>) -> KeyedLeases {
         self.max_wait = max;
         self
@@ -339,6 +340,7 @@ impl KeyedLeases {
     /// as lock files then may; without it (the default) such a root or namespace is refused
     /// with [`Error::Untrusted`]: whoever may write it can remove or replace lock files under
     /// their holders (issue 18).
+    #[must_use]
     pub fn with_options(mut self, options: LeaseOptions) -> KeyedLeases {
         self.options = options;
         // What was opened under the old options is not reused under the new ones.
@@ -409,15 +411,16 @@ impl KeyedLeases {
     /// executor thread and costs no thread of its own (see
     /// [`LeaseOptions::acquire_at_async`]). Dropping the future abandons the wait and leaves
     /// the key free. `known` and the directory opens run inline: they are a few local,
-    /// non-blocking metadata calls.
+    /// non-blocking metadata calls. The future owns the budget (pass it by value, or
+    /// `&budget`), as for [`LeaseOptions::acquire_async`].
     #[cfg(feature = "tokio")]
     pub async fn acquire_async(
         &self,
         key: &str,
-        budget: &Budget,
+        budget: impl Into<Budget>,
         known: impl FnOnce(&str) -> bool,
     ) -> Result<KeyLease, KeyError> {
-        let mut admission = Admission::new(self, key, budget, known)?;
+        let mut admission = Admission::new(self, key, &budget.into(), known)?;
         loop {
             match admission.next()? {
                 Next::Admitted(lease) => return Ok(lease),
@@ -516,19 +519,12 @@ impl KeyedLeases {
         })
     }
 
-    fn capped(&self, budget: &Budget, now: Instant) -> Budget {
-        let cap = self.max_wait.and_then(|m| now.checked_add(m));
-        let deadline = match (budget.deadline(), cap) {
-            (Some(d), Some(c)) => Some(d.min(c)),
-            (d, c) => d.or(c),
-        };
-        let capped = match deadline {
-            Some(d) => Budget::until(d),
-            None => Budget::unlimited(),
-        };
-        match budget.cancel_token() {
-            Some(t) => capped.with_cancel(t.clone()),
-            None => capped,
+    /// The caller's budget, started now (its steps — the collector lock, the try, the wait
+    /// in the key's queue — share it), cut to [`max_wait`](Self::max_wait).
+    fn capped(&self, budget: &Budget) -> Budget {
+        match self.max_wait {
+            Some(cap) => budget.at_most(cap),
+            None => budget.started(),
         }
     }
 
@@ -814,8 +810,9 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
             leases,
             key,
             name,
-            budget: leases.capped(budget, now),
-            once: Budget::until(now),
+            budget: leases.capped(budget),
+            // Started here, so that a busy try reads as a single try (not a passed deadline).
+            once: Budget::no_wait().started(),
             grace: None,
             vouch,
             dirs,
@@ -974,16 +971,7 @@ impl<F> Drop for Admission<'_, '_, F> {
 /// The budget of the wait for the collector lock: the caller's, but at least
 /// [`COLLECTOR_GRACE`] (a cancellation still ends it at once).
 fn graced(budget: &Budget) -> Budget {
-    let floor = Instant::now().checked_add(COLLECTOR_GRACE);
-    let graced = match (budget.deadline(), floor) {
-        (Some(d), Some(f)) => Budget::until(d.max(f)),
-        (None, _) => Budget::unlimited(),
-        (Some(d), None) => Budget::until(d),
-    };
-    match budget.cancel_token() {
-        Some(t) => graced.with_cancel(t.clone()),
-        None => graced,
-    }
+    budget.at_least(COLLECTOR_GRACE)
 }
 
 /// The caller's `known`, asked at most once (a key may be found missing twice: before its
@@ -1028,8 +1016,16 @@ pub struct Collection {
 }
 
 /// The lease of one key: the holder is the key's only operation owner until it releases (or
-/// drops this, or its process dies).
+/// drops this, or its process dies). A `KeyLease` that is not bound is released at once:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// let root = tempfile::tempdir().unwrap();
+/// let jobs = leasehold::patterns::keyed::KeyedLeases::new(root.path(), ".job-locks-v1");
+/// jobs.try_acquire("job-7", |_| true).unwrap(); // error: unused `KeyLease`
+/// ```
 #[derive(Debug)]
+#[must_use = "a key's lease is released when dropped: bind it (`let _lease = ...`) for as long as the operation runs"]
 pub struct KeyLease {
     key: String,
     lease: Lease,

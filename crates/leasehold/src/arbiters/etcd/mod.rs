@@ -538,19 +538,24 @@ impl Arbiter for EtcdArbiter {
     /// an abandoned wait revokes its lease before returning, so it leaves nothing behind.
     fn acquire(&self, budget: &Budget) -> Result<EtcdGrant> {
         let ctx = self.shared.ctx.clone();
-        let held = self.shared.block(acquire(ctx, budget.clone()))?;
+        // Started now: the round trips before the wait count against a timeout too.
+        let held = self.shared.block(acquire(ctx, budget.started()))?;
         Ok(self.grant(held))
     }
 }
 
 #[cfg(feature = "tokio")]
 impl crate::patterns::authority::AsyncArbiter for EtcdArbiter {
-    fn acquire_async(&self, budget: &Budget) -> impl Future<Output = Result<EtcdGrant>> + Send {
+    fn acquire_async(
+        &self,
+        budget: impl Into<Budget>,
+    ) -> impl Future<Output = Result<EtcdGrant>> + Send {
+        let budget = budget.into().started();
         let task = AbortOnDrop(
             self.shared
                 .ctx
                 .handle
-                .spawn(acquire(self.shared.ctx.clone(), budget.clone())),
+                .spawn(acquire(self.shared.ctx.clone(), budget)),
         );
         let this = self.clone();
         async move {
@@ -701,6 +706,7 @@ async fn take(ctx: &Ctx, key: &str, id: i64, budget: &Budget, live: &Liveness) -
     let contended = || Error::Contended {
         path: ctx.prefix.trim_end_matches('/').into(),
         holders: crate::HolderInfo::default(),
+        why: budget.not_waited(std::time::Instant::now()),
     };
     if budget.remaining().is_some_and(|r| r.is_zero()) {
         return Err(contended());
@@ -1275,6 +1281,7 @@ impl Liveness {
 }
 
 /// A held etcd lock (see [`EtcdArbiter`]). Dropping it releases it.
+#[must_use = "an etcd grant is released (its lease revoked) when dropped: bind it for as long as the lock must be held"]
 pub struct EtcdGrant {
     shared: Arc<Shared>,
     held: Held,

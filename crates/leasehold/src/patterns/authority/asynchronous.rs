@@ -29,16 +29,21 @@ use crate::{Budget, Lease};
 /// An [`Arbiter`] that can also wait for its grant without blocking an executor thread.
 pub trait AsyncArbiter: Arbiter {
     /// [`Arbiter::acquire`] as a future that never blocks an executor thread. Dropping it
-    /// must abandon the wait and leave nothing held.
+    /// must abandon the wait and leave nothing held. The budget becomes the future's own
+    /// (a caller passes it by value, or `&budget` to keep its own), and a timeout counts
+    /// from the start of the acquisition (see [`Budget`]).
     fn acquire_async(
         &self,
-        budget: &Budget,
+        budget: impl Into<Budget>,
     ) -> impl Future<Output = crate::Result<Self::Grant>> + Send;
 }
 
 impl AsyncArbiter for KernelArbiter {
-    fn acquire_async(&self, budget: &Budget) -> impl Future<Output = crate::Result<Lease>> + Send {
-        self.options.acquire_async(&self.path, budget)
+    fn acquire_async(
+        &self,
+        budget: impl Into<Budget>,
+    ) -> impl Future<Output = crate::Result<Lease>> + Send {
+        self.options.acquire_async(&self.path, budget.into())
     }
 }
 
@@ -59,10 +64,18 @@ where
     /// If a blocking [`acquire`](Self::acquire) of this same authority succeeds while this one
     /// waits, the wait cannot be granted (the lease is then held by this authority already);
     /// it ends with `budget` and then reports the authority active. Use one of the two.
-    pub async fn acquire_async(self: &Arc<Self>, budget: &Budget) -> Result<(), AuthorityError> {
+    ///
+    /// The future owns the budget (pass it by value, or `&budget` to keep yours), so it can
+    /// be built inside `tokio::select!` from a temporary one.
+    pub async fn acquire_async(
+        self: &Arc<Self>,
+        budget: impl Into<Budget>,
+    ) -> Result<(), AuthorityError> {
+        // Started here: the first try and the wait share the caller's timeout.
+        let budget = budget.into().started();
         let this = self.clone();
         match offload(move || this.acquire(&Budget::no_wait())).await {
-            Err(AuthorityError::Contended { .. }) if !self.is_disposed() && has_time(budget) => {}
+            Err(AuthorityError::Contended { .. }) if !self.is_disposed() && has_time(&budget) => {}
             done => return done,
         }
         let grant = self.arbiter.acquire_async(budget).await;

@@ -23,8 +23,9 @@
 //! that teardown to release.
 //!
 //! The authority is generic over *what* arbitrates ([`Arbiter`], [`Grant`]) — the kernel
-//! [`Lease`] through [`KernelArbiter`] today, a distributed lease with a fencing token later
-//! ([`Grant::fencing_token`] is handed to every [`Store::commit`]) — and over the store.
+//! [`Lease`] through [`KernelArbiter`], or a distributed lease with a fencing token (the etcd
+//! arbiter, feature `etcd`; [`Grant::fencing_token`] is handed to every [`Store::commit`]) —
+//! and over the store.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,21 @@ mod asynchronous;
 pub use asynchronous::AsyncArbiter;
 
 /// A held right to be the single writer, as handed out by an [`Arbiter`].
+///
+/// Every method is required, [`fencing_token`](Self::fencing_token) and
+/// [`is_lost`](Self::is_lost) included: each arbiter states what it can say about them, so
+/// that a new arbiter cannot inherit "never lost" by omission — for a lease with a TTL that
+/// default would fail open. An arbiter that has nothing to say states why (see the kernel
+/// [`Lease`]'s implementation).
+///
+/// ```compile_fail
+/// use leasehold::patterns::authority::Grant;
+/// struct Mine;
+/// impl Grant for Mine { // error: `fencing_token` and `is_lost` not given
+///     fn verify(&self) -> leasehold::Result<()> { Ok(()) }
+///     fn release(&mut self) {}
+/// }
+/// ```
 pub trait Grant: Send {
     /// Whether the right is still held. Called before every durable write; an error makes
     /// the authority fail closed with `StorageFailed("lease lost")`.
@@ -45,19 +61,14 @@ pub trait Grant: Send {
     /// Gives the right up. Idempotent.
     fn release(&mut self);
     /// A number that grows with every grant (an etcd revision, for example), which a store
-    /// can write next to its data so that a deposed writer's late write is refused. The
-    /// kernel lease needs none: the kernel never grants the lock twice at once.
-    fn fencing_token(&self) -> Option<u64> {
-        None
-    }
+    /// can write next to its data so that a deposed writer's late write is refused; `None`
+    /// where the arbiter has none to give.
+    fn fencing_token(&self) -> Option<u64>;
     /// Whether the right is known to be gone, decided without any I/O: a distributed lease
     /// past the deadline its last acknowledged keep-alive bought, or one its server reported
     /// gone. The authority asks this whenever its state or scope is read, so it withdraws
-    /// the scope as soon as the lease may have run out, not only at the next write. The
-    /// kernel lease never runs out on its own.
-    fn is_lost(&self) -> bool {
-        false
-    }
+    /// the scope as soon as the lease may have run out, not only at the next write.
+    fn is_lost(&self) -> bool;
 }
 
 /// Whatever decides which process is the authority.
@@ -69,12 +80,26 @@ pub trait Arbiter: Send + Sync {
     fn acquire(&self, budget: &Budget) -> crate::Result<Self::Grant>;
 }
 
+/// The kernel lease as a grant ([`KernelArbiter`]). It has nothing to say about fencing or
+/// expiry, and its answers say so always, for the reasons below.
 impl Grant for Lease {
     fn verify(&self) -> crate::Result<()> {
         Lease::verify(self)
     }
     fn release(&mut self) {
         Lease::release(self)
+    }
+    /// Always `None`: the kernel never grants one lock twice at once, and a holder keeps it
+    /// until it releases or its process dies (no TTL), so there is never a deposed holder
+    /// still writing that a token would have to fence out.
+    fn fencing_token(&self) -> Option<u64> {
+        None
+    }
+    /// Always `false`: a kernel lease never runs out on its own. What can go wrong — the
+    /// lock file removed or replaced under the holder — takes a look at the file system,
+    /// and [`verify`](Grant::verify) does it ([`Error::LeaseLost`]) before every write.
+    fn is_lost(&self) -> bool {
+        false
     }
 }
 
@@ -96,6 +121,7 @@ impl KernelArbiter {
 
     /// The same arbiter taking its lease with `options` (for example to accept a shared lock
     /// file, or a network file system).
+    #[must_use]
     pub fn with_options(mut self, options: LeaseOptions) -> KernelArbiter {
         self.options = options;
         self
@@ -349,6 +375,7 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
     }
 
     /// Reports every lifecycle [`Event`] to `observer` (tests assert on the order).
+    #[must_use]
     pub fn with_observer(mut self, observer: Observer) -> Self {
         self.observer = Some(observer);
         self
@@ -945,7 +972,7 @@ mod tests {
         let ev = fx.events("first");
         assert!(!ev.contains(&Event::StoreOpened), "{ev:?}");
         assert!(ev.contains(&Event::LeaseReleased), "{ev:?}");
-        Lease::try_acquire(&fx.lock).expect("nothing leaked: a successor gets the lease");
+        drop(Lease::try_acquire(&fx.lock).expect("nothing leaked: a successor gets the lease"));
     }
 
     #[test]
