@@ -626,3 +626,22 @@ fn a_waiter_woken_on_a_collected_file_tries_again_under_the_collector_lock() {
         .verify()
         .expect("the key's file that stands at the path");
 }
+
+#[test]
+fn a_busy_key_tried_once_says_it_was_a_single_try() {
+    // The admission's non-blocking try reports why it did not wait as a single try, as a
+    // plain lease's try_acquire does, not as a deadline that had passed (main's Budget
+    // tells the two apart).
+    let root = tempfile::tempdir().unwrap();
+    let holder = keys(root.path());
+    let _held = holder.try_acquire("job-1", |_| true).unwrap();
+    let other = keys(root.path());
+    for budget in [Budget::no_wait(), Budget::timeout(Duration::ZERO)] {
+        match other.acquire("job-1", &budget, |_| true) {
+            Err(KeyError::Lease(Error::Contended { why, .. })) => {
+                assert_eq!(why, leasehold::NotWaited::SingleTry, "{budget:?}");
+            }
+            other => panic!("a busy key tried once: {other:?}"),
+        }
+    }
+}
