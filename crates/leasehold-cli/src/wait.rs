@@ -70,9 +70,30 @@ impl Wait {
         .with_cancel(self.token.clone())
     }
 
+    /// The whole wait's budget for one lease's acquisition, which says the notice itself
+    /// ([`Budget::with_notice`]) and goes on: `waiting_for` tells from the contention what
+    /// is waited for and who holds it, as for [`run`](Self::run). A waiting `run` uses it
+    /// (issue 22 item 4): a second acquisition after the notice would open the path again,
+    /// and so lock a lock file replaced meanwhile beside the old file's holder.
+    pub fn lease_budget(
+        &self,
+        waiting_for: impl Fn(&leasehold::Error) -> Option<String> + Send + 'static,
+    ) -> Budget {
+        let budget = self.budget(self.deadline);
+        let notice_at = self.started + NOTICE_AFTER;
+        if self.deadline.is_some_and(|d| d <= notice_at) {
+            return budget;
+        }
+        budget.with_notice(notice_at, move |e| {
+            if let Some(what) = waiting_for(e) {
+                crate::out::error_line(&format!("waiting for {what}"));
+            }
+        })
+    }
+
     /// Runs `attempt` within this wait. `attempt` must change nothing when it fails for
     /// contention (it is called a second time, with the rest of the budget, after the
-    /// notice). `waiting_for` tells from an error whether it is contention and, if so, what
+    /// notice); a lease's acquisition takes [`lease_budget`](Self::lease_budget) instead. `waiting_for` tells from an error whether it is contention and, if so, what
     /// is waited for and who holds it ("the registry, held by another process (pid 7)"); it
     /// answers `None` for any other error, which ends the wait at once.
     pub fn run<T, E>(

@@ -524,6 +524,312 @@ mod with_etcd {
         assert_eq!(out.stdout, "free\n", "released: {out:?}");
     }
 
+    /// The pids of `pid`'s children (Linux: from every `/proc/PID/stat`).
+    fn children_of(pid: u32) -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .ok()
+                    .and_then(|st| {
+                        let (_, rest) = st.rsplit_once(')')?;
+                        rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                    })
+                    == Some(pid)
+            })
+            .collect()
+    }
+
+    fn cmdline(pid: u32) -> String {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default()
+    }
+
+    /// A waiting `run`'s supervisor and COMMAND's process (the exec helper, not yet COMMAND),
+    /// once both are up: looked for in /proc until they are.
+    fn standby_of(run: u32) -> (u32, u32) {
+        let mut found = None;
+        testkit::until(
+            "the waiting run's supervisor has started COMMAND's process",
+            || {
+                let Some(&supervisor) = children_of(run).first() else {
+                    return false;
+                };
+                found = children_of(supervisor)
+                    .first()
+                    .map(|&helper| (supervisor, helper));
+                found.is_some()
+            },
+        );
+        let (supervisor, helper) = found.unwrap();
+        assert!(
+            cmdline(supervisor).contains("etcd-supervisor"),
+            "{}",
+            cmdline(supervisor)
+        );
+        (supervisor, helper)
+    }
+
+    /// Issue 26 item 6: the supervisor and COMMAND's process start before the wait, so the
+    /// grant costs messages rather than process starts — and a wait that ends without a
+    /// grant dismisses both, COMMAND never running: when `run` is SIGKILLed while waiting,
+    /// when its `--timeout` runs out, and on SIGINT.
+    #[test]
+    fn a_waiting_run_has_command_ready_and_never_runs_it_without_the_grant() {
+        let Some(server) = EtcdServer::start("etcd run standby") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let mut a = holder(e, "sb", HOLD, &[]);
+        locked(&mut a);
+        let mut b = holder(e, "sb", "echo ran", &["--timeout", "30"]);
+        server.queued("leasehold/lock/sb/", 2);
+        let (supervisor, helper) = standby_of(b.pid());
+        assert!(
+            cmdline(helper).contains("_exec-with-parent-death-signal"),
+            "COMMAND's process became COMMAND without the grant: {}",
+            cmdline(helper)
+        );
+        assert_eq!(
+            std::fs::read_to_string(format!("/proc/{helper}/stat"))
+                .unwrap()
+                .rsplit_once(')')
+                .unwrap()
+                .1
+                .split_whitespace()
+                .nth(2),
+            Some(helper.to_string().as_str()),
+            "COMMAND's process leads a process group of its own"
+        );
+        b.kill(); // run alone: its supervisor sees the socket close
+        testkit::until(
+            "the killed run's supervisor and COMMAND's process exit",
+            || !alive(supervisor) && !alive(helper),
+        );
+        assert_eq!(b.line(), "", "COMMAND ran without the grant");
+
+        // A timed-out wait: exit 75, and both are gone when run exits (its stdout, which
+        // they share, reaches EOF: `run` returns).
+        let out = run(leasehold().args([
+            "run",
+            "--etcd",
+            e,
+            "--ttl",
+            "2",
+            "--timeout",
+            "0.3",
+            "sb",
+            "--",
+            "echo",
+            "ran",
+        ]));
+        assert_eq!(out.code, 75, "{out:?}");
+        assert_eq!(out.stdout, "", "{out:?}");
+
+        // SIGINT while waiting: 130, COMMAND never runs.
+        let mut c = holder(e, "sb", "echo ran", &["--timeout", "30"]);
+        let (supervisor, helper) = standby_of(c.pid());
+        c.signal(Signal::INT);
+        let status = c.wait_timeout(Duration::from_secs(10)).expect("run exits");
+        assert_eq!(status.code(), Some(130), "{status:?}");
+        assert!(!alive(supervisor) && !alive(helper), "left behind");
+        assert_eq!(c.line(), "", "COMMAND ran without the grant");
+        a.send("go");
+        assert_eq!(a.line(), "done");
+        assert!(a.wait().success());
+    }
+
+    /// A pseudo-terminal whose far side is the controlling terminal of a new session
+    /// (`setsid --ctty`), running `argv` as that session's leader: what a user's terminal
+    /// is to `leasehold run` typed at a prompt. The test types into the master side and
+    /// reads what the session writes (echo included).
+    struct Pty {
+        master: std::fs::File,
+        child: std::process::Child,
+        seen: String,
+    }
+
+    impl Pty {
+        /// `None` (after a SKIP line) where there is no pty or no util-linux `setsid`.
+        fn spawn(test: &str, argv: &[&str]) -> Option<Pty> {
+            use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+            use std::os::unix::fs::OpenOptionsExt;
+            let master = match openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("SKIP: {test}: no pseudo-terminal: {e}");
+                    return None;
+                }
+            };
+            grantpt(&master).expect("grantpt");
+            unlockpt(&master).expect("unlockpt");
+            let name = ptsname(&master, Vec::new()).expect("ptsname");
+            let slave = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NOCTTY.bits() as i32)
+                .open(name.to_str().unwrap())
+                .expect("open the pty's terminal side");
+            let io = |f: &std::fs::File| std::process::Stdio::from(f.try_clone().unwrap());
+            // --fork: a new session even if the child would lead a group; --wait: its
+            // status is the session leader's; --ctty: stdin becomes the controlling terminal.
+            let child = std::process::Command::new("setsid")
+                .args(["--fork", "--wait", "--ctty"])
+                .args(argv)
+                .stdin(io(&slave))
+                .stdout(io(&slave))
+                .stderr(io(&slave))
+                .spawn();
+            let child = match child {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("SKIP: {test}: util-linux setsid: {e}");
+                    return None;
+                }
+            };
+            drop(slave);
+            Some(Pty {
+                master: std::fs::File::from(master),
+                child,
+                seen: String::new(),
+            })
+        }
+
+        /// Reads what the session writes until `needle` has appeared (after what earlier
+        /// calls consumed); panics after 20 s (a stopped COMMAND never writes).
+        fn expect(&mut self, needle: &str) {
+            while !self.seen.contains(needle) {
+                assert!(
+                    self.read_some(),
+                    "the session ended before {needle:?} appeared; it showed {:?}",
+                    self.seen
+                );
+            }
+            let at = self.seen.find(needle).unwrap();
+            self.seen.drain(..at + needle.len());
+        }
+
+        /// Reads what is there (waiting at most 20 s for it); `false` at the end (EIO: every
+        /// process that had the terminal open is gone).
+        fn read_some(&mut self) -> bool {
+            use std::io::Read;
+            let mut fds = [rustix::event::PollFd::new(
+                &self.master,
+                rustix::event::PollFlags::IN,
+            )];
+            let spec = rustix::time::Timespec {
+                tv_sec: 20,
+                tv_nsec: 0,
+            };
+            let _ = rustix::event::poll(&mut fds, Some(&spec));
+            assert!(
+                !fds[0].revents().is_empty(),
+                "the terminal stayed silent for 20 s; it showed {:?}",
+                self.seen
+            );
+            let mut buf = [0u8; 1024];
+            match self.master.read(&mut buf) {
+                Ok(n) if n > 0 => {
+                    self.seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    true
+                }
+                _ => false,
+            }
+        }
+
+        /// Types `text` (the line discipline turns ^C into SIGINT for the foreground group).
+        fn type_in(&mut self, text: &str) {
+            use std::io::Write;
+            self.master
+                .write_all(text.as_bytes())
+                .expect("type into the pty");
+        }
+
+        /// Reads until the session has closed the terminal (the handshake that everything in
+        /// it ended), then reaps `setsid`.
+        fn wait(&mut self) -> std::process::ExitStatus {
+            while self.read_some() {}
+            self.child.wait().expect("wait for setsid")
+        }
+    }
+
+    impl Drop for Pty {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// COMMAND runs in a process group of its own; with the terminal `run` has, it is the
+    /// terminal's foreground group while it runs: a COMMAND that reads the terminal gets the
+    /// line typed (it used to be stopped by SIGTTIN), and the terminal is given back when it
+    /// ends — the shell that started `run` reads the next line (it used to get EIO).
+    #[test]
+    fn a_command_reads_the_terminal_and_the_shell_gets_it_back() {
+        let Some(server) = EtcdServer::start("etcd run terminal") else {
+            return;
+        };
+        let exe = super::common::bin();
+        let script = format!(
+            "'{}' run --etcd {} --ttl 2 tty -- sh -c 'echo ready; read line; echo got $line'; \
+             echo status $?; read again; echo after $again",
+            exe.display(),
+            server.endpoint
+        );
+        let Some(mut tty) = Pty::spawn("etcd run terminal", &["sh", "-c", &script]) else {
+            return;
+        };
+        tty.expect("ready");
+        tty.type_in("hello\n");
+        tty.expect("got hello");
+        tty.expect("status 0");
+        tty.type_in("second\n");
+        tty.expect("after second");
+        assert!(tty.wait().success());
+    }
+
+    /// Ctrl-C at the terminal reaches COMMAND's group: a COMMAND waiting for a line ends by
+    /// SIGINT, and `run` exits 130 (a reading COMMAND in the background was stopped by
+    /// SIGTTIN, where a forwarded SIGINT only waits).
+    #[test]
+    fn ctrl_c_at_the_terminal_ends_a_reading_command() {
+        let Some(server) = EtcdServer::start("etcd run ctrl-c") else {
+            return;
+        };
+        let exe = super::common::bin();
+        let exe = exe.to_str().unwrap();
+        let argv = [
+            exe,
+            "run",
+            "--etcd",
+            &server.endpoint,
+            "--ttl",
+            "2",
+            "cc",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; read line; echo never",
+        ];
+        let Some(mut tty) = Pty::spawn("etcd run ctrl-c", &argv) else {
+            return;
+        };
+        tty.expect("ready");
+        tty.type_in("\x03");
+        let status = tty.wait();
+        assert_eq!(
+            status.code(),
+            Some(130),
+            "{status:?}; it showed {:?}",
+            tty.seen
+        );
+        assert!(!tty.seen.contains("never"), "{:?}", tty.seen);
+        let out = run(leasehold().args(["status", "--etcd", &server.endpoint, "cc"]));
+        assert_eq!(out.stdout, "free\n", "released: {out:?}");
+    }
+
     #[test]
     fn etcd_restarted_on_its_data_never_gives_two_holders() {
         let Some(mut server) = EtcdServer::start("etcd restart") else {

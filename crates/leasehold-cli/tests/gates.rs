@@ -431,10 +431,23 @@ impl Drop for Overlay {
     }
 }
 
+/// `mount -o` options of an overlay of `lower` + `upper` (with `work`).
+fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> std::ffi::OsString {
+    let mut opts = std::ffi::OsString::from("lowerdir=");
+    opts.push(lower);
+    opts.push(",upperdir=");
+    opts.push(upper);
+    opts.push(",workdir=");
+    opts.push(work);
+    opts
+}
+
 /// Item 10(c): a lock taken through an overlay's merged path does not exclude one taken
 /// through its upper directory (shown with util-linux flock(1) first), so a lock file on
-/// overlayfs is refused, like FUSE, unless opted into — and nothing is created on the mount
-/// (neither the lock file nor missing parents) before the refusal.
+/// an overlay whose layer directories are reachable here is refused, like FUSE, unless
+/// opted into — and nothing is created on the mount (neither the lock file nor missing
+/// parents) before the refusal. The layer names hold a space, which mountinfo prints
+/// escaped (`\040`): read unescaped, they are found.
 #[test]
 fn a_lock_file_on_overlayfs_is_refused_before_anything_is_created_unless_opted_in() {
     if !is_root() {
@@ -443,19 +456,13 @@ fn a_lock_file_on_overlayfs_is_refused_before_anything_is_created_unless_opted_i
     }
     let tmp = tempfile::tempdir().unwrap();
     let [lower, upper, work, merged] =
-        ["lower", "upper", "work", "merged"].map(|d| tmp.path().join(d));
+        ["low er", "up per", "work", "merged"].map(|d| tmp.path().join(d));
     for d in [&lower, &upper, &work, &merged] {
         std::fs::create_dir(d).unwrap();
     }
-    let mut opts = std::ffi::OsString::from("lowerdir=");
-    opts.push(&lower);
-    opts.push(",upperdir=");
-    opts.push(&upper);
-    opts.push(",workdir=");
-    opts.push(&work);
     let mounted = Command::new("mount")
         .args(["-t", "overlay", "overlay", "-o"])
-        .arg(&opts)
+        .arg(overlay_options(&lower, &upper, &work))
         .arg(&merged)
         .output();
     match mounted {
@@ -482,7 +489,10 @@ fn a_lock_file_on_overlayfs_is_refused_before_anything_is_created_unless_opted_i
         .args(["--", "echo", "ran"]));
     assert_eq!(out.code, 2, "{out:?}");
     assert_eq!(out.stdout, "");
-    assert_one_line_error(&out, "network, FUSE or overlay file system (overlay)");
+    assert_one_line_error(
+        &out,
+        "network, FUSE or overlay file system (overlay, an upper or lower directory of which is reachable here)",
+    );
     assert_one_line_error(&out, "LEASEHOLD_ALLOW_NETWORK_FS=1");
     drop(holder);
     refused_before_anything_is_created(&merged, &upper);
@@ -492,6 +502,58 @@ fn a_lock_file_on_overlayfs_is_refused_before_anything_is_created_unless_opted_i
         .arg(merged.join("new.lock"))
         .args(["--", "echo", "ran"]));
     assert_eq!((out.code, out.stdout.as_str()), (0, "ran\n"), "{out:?}");
+}
+
+/// Issue 22 item 10(c), narrowed: an overlay is refused only where its upper or lower
+/// directory can be reached — a container's root overlay, whose layers only the host sees,
+/// is not. In a private mount namespace (`unshare -m`) the test mounts an overlay, then
+/// covers the upper directory's parent with a tmpfs: the lower is still reachable, so a lock
+/// file on the overlay is refused; with the lower's parent covered too, nothing of the
+/// layers is reachable and `run` runs its command on the overlay (exclusion through the
+/// merged path, shown by a second `run` meanwhile).
+#[test]
+fn an_overlay_whose_layers_cannot_be_reached_here_is_accepted() {
+    if !is_root() {
+        eprintln!("SKIP: overlay in a private mount namespace: needs root to mount");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let [lo, up, merged] = ["lo", "up", "merged"].map(|d| t.join(d));
+    let [lower, upper, work] = [lo.join("lower"), up.join("upper"), up.join("work")];
+    for d in [&lower, &upper, &work, &merged] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // Each step prints one line the test reads; an exit of 90 means a mount was refused.
+    let script = r#"
+        mount -t overlay overlay -o "$1" "$2" || exit 90
+        mount -t tmpfs none "$3" || exit 90
+        "$5" run --no-wait "$2/a.lock" -- echo ran-a; echo "a=$?"
+        mount -t tmpfs none "$4" || exit 90
+        "$5" run --no-wait "$2/b.lock" -- sh -c '"$0" run --no-wait "$1" -- echo inner; echo "inner=$?"' "$5" "$2/b.lock"
+        echo "b=$?"
+    "#;
+    let out = run(Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script, "sh"])
+        .arg(overlay_options(&lower, &upper, &work))
+        .args([&merged, &up, &lo])
+        .arg(common::bin())
+        .stdin(Stdio::null()));
+    if out.code == 90 || out.code == 1 && out.stdout.is_empty() {
+        eprintln!(
+            "SKIP: overlay in a private mount namespace: the kernel or container refused the mounts: {out:?}"
+        );
+        return;
+    }
+    // Upper covered, lower reachable: refused, and nothing was run.
+    assert!(out.stdout.starts_with("a=2\n"), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("(overlay, an upper or lower directory of which is reachable here)"),
+        "{out:?}"
+    );
+    // Both covered: accepted; the lease holds through the merged path (75 for the second).
+    assert_eq!(out.stdout, "a=2\ninner=75\nb=0\n", "{out:?}");
 }
 
 /// Refused lock paths under `mnt` (a new file, a file under missing parents; exclusive,
@@ -552,4 +614,57 @@ fn a_lock_path_on_fuse_is_refused_before_anything_is_created_on_the_mount() {
     }
     let _mount = Bindfs(mnt.clone());
     refused_before_anything_is_created(&mnt, &backing);
+}
+
+/// `leasehold flock` honours `LEASEHOLD_ALLOW_NETWORK_FS=1` as `run` does: without it a
+/// lock file on FUSE (bindfs) is refused (66, one line naming the opt-in), with it the lock
+/// is taken there, exclusive and shared (it used `LeaseOptions::new()`, and a user had no
+/// way past the refusal).
+#[test]
+fn flock_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
+    if Command::new("bindfs").arg("--version").output().is_err() {
+        eprintln!("SKIP: FUSE test: bindfs is not installed (apt-get install bindfs)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (tmp.path().join("backing"), tmp.path().join("mnt"));
+    std::fs::create_dir_all(&backing).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("bindfs").arg(&backing).arg(&mnt).output();
+    match mounted {
+        Ok(o) if o.status.success() => {}
+        other => {
+            eprintln!("SKIP: FUSE test: bindfs could not mount here: {other:?}");
+            return;
+        }
+    }
+    let _mount = Bindfs(mnt.clone());
+    let lock = mnt.join("f.lock");
+    for extra in [&[][..], &["-s"]] {
+        let out = run(leasehold()
+            .arg("flock")
+            .args(extra)
+            .arg(&lock)
+            .args(["echo", "ran"]));
+        assert_eq!((out.code, out.stdout.as_str()), (66, ""), "{out:?}");
+        assert_one_line_error(&out, "network, FUSE or overlay file system (fuse)");
+        assert_one_line_error(&out, "LEASEHOLD_ALLOW_NETWORK_FS=1");
+        let out = run(leasehold()
+            .env("LEASEHOLD_ALLOW_NETWORK_FS", "1")
+            .arg("flock")
+            .args(extra)
+            .arg(&lock)
+            .args(["echo", "ran"]));
+        assert_eq!((out.code, out.stdout.as_str()), (0, "ran\n"), "{out:?}");
+    }
+    // Opted in, the lock is held there: a second flock -n through the mount is refused.
+    let out = run(leasehold()
+        .env("LEASEHOLD_ALLOW_NETWORK_FS", "1")
+        .arg("flock")
+        .arg(&lock)
+        .arg(common::bin())
+        .args(["flock", "-n"])
+        .arg(&lock)
+        .args(["echo", "inner"]));
+    assert_eq!((out.code, out.stdout.as_str()), (1, ""), "{out:?}");
 }

@@ -231,6 +231,54 @@ fn a_long_wait_gives_notice_once_and_reports_the_whole_wait_when_it_gives_up() {
     release(holder);
 }
 
+/// The notice does not restart the wait (issue 22 item 4): a waiting `run` whose lock file
+/// is replaced (by rename, as a backup restore would) stays in line behind the old file's
+/// holder after it says it waits, rather than opening the path again and taking the free
+/// new file beside that holder. It waits until its deadline, and COMMAND never runs.
+#[test]
+fn the_notice_does_not_restart_the_wait_on_a_replaced_lock_file() {
+    if !testkit::reveals_holders() {
+        eprintln!(
+            "SKIP: the_notice_does_not_restart_the_wait_on_a_replaced_lock_file: needs /proc/locks to see the waiter blocked (off in the portable build)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("r.lock");
+    let link = dir.path().join("r.link");
+    let marker = dir.path().join("ran");
+    let holder = hold(&lock);
+    // A second name for the held inode, which the replacement leaves in place.
+    std::fs::hard_link(&lock, &link).unwrap();
+    let mut cmd = leasehold();
+    cmd.args(["run", "--timeout", "2.5"])
+        .arg(&lock)
+        .args(["--", "touch"])
+        .arg(&marker)
+        .stderr(Stdio::piped());
+    let mut waiter = Proc::spawn(&mut cmd);
+    testkit::until("the waiter waits in the kernel for the held file", || {
+        testkit::blocked_on(waiter.pid(), &link)
+    });
+    let fresh = dir.path().join("r.fresh");
+    std::fs::write(&fresh, b"").unwrap();
+    std::fs::rename(&fresh, &lock).unwrap();
+    let mut err = BufReader::new(waiter.child.stderr.take().expect("stderr"));
+    let mut notice = String::new();
+    err.read_line(&mut notice).expect("notice");
+    assert!(notice.starts_with("leasehold: waiting for "), "{notice:?}");
+    let status = waiter.wait();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(
+        !marker.exists(),
+        "took the replaced lock file beside the holder it waited for ({status:?}, {rest:?})"
+    );
+    assert_eq!(status.code(), Some(75), "{rest:?}");
+    assert!(rest.contains("gave up after"), "{rest:?}");
+    release(holder);
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let dir = tempfile::tempdir().unwrap();

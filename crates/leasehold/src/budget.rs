@@ -119,6 +119,12 @@ impl CancelToken {
     }
 }
 
+/// Locks a mutex whose data stays whole even if a holder panicked (it is only taken or
+/// read).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// A wait's place in its token's list of waiters (see [`CancelToken::subscribe`]); dropping
 /// it leaves the list.
 pub(crate) struct Subscription {
@@ -181,6 +187,23 @@ impl Drop for Subscription {
 pub struct Budget {
     limit: Limit,
     cancel: Option<CancelToken>,
+    notice: Option<Notice>,
+}
+
+/// What a wait says once when it is still waiting at `at` (see [`Budget::with_notice`]).
+/// Clones of a budget share it: it is said once in all.
+#[derive(Clone)]
+struct Notice {
+    at: Instant,
+    say: Arc<Mutex<Option<NoticeFn>>>,
+}
+
+type NoticeFn = Box<dyn FnOnce(&crate::Error) + Send>;
+
+impl fmt::Debug for Notice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Notice").field("at", &self.at).finish()
+    }
 }
 
 /// What limits a wait.
@@ -227,6 +250,7 @@ impl Budget {
         Budget {
             limit: Limit::Timeout(timeout),
             cancel: None,
+            notice: None,
         }
     }
 
@@ -237,6 +261,7 @@ impl Budget {
         Budget {
             limit: Limit::Until { deadline, of: None },
             cancel: None,
+            notice: None,
         }
     }
 
@@ -244,6 +269,32 @@ impl Budget {
     #[must_use]
     pub fn with_cancel(mut self, token: CancelToken) -> Budget {
         self.cancel = Some(token);
+        self
+    }
+
+    /// Also say once, at `at`, what the wait is still waiting for: if a lock-file wait
+    /// (an `acquire` of [`LeaseOptions`](crate::LeaseOptions), a [`LeaseHandle`]
+    /// (crate::LeaseHandle) lock, their async forms) has not ended by then, it calls `say`
+    /// with the error a deadline at `at` would have ended it with ([`Error::TimedOut`]
+    /// (crate::Error::TimedOut) or [`Error::GateHeld`](crate::Error::GateHeld), naming the
+    /// holders) and goes on waiting within the rest of the budget. Other waits (etcd,
+    /// single-process) do not say it.
+    ///
+    /// Why not end the wait at `at` and start another: a new wait opens the path again, and
+    /// if the lock file was replaced meanwhile it locks the new file while the old one's
+    /// holder still holds the old, which a waiter queued behind that holder must not do
+    /// (`tests/replaced.rs`). The wait said on stays on the file it opened, in its place in
+    /// the queue. `say` runs on the waiting thread (or task), between two steps of the wait:
+    /// keep it short.
+    pub fn with_notice(
+        mut self,
+        at: Instant,
+        say: impl FnOnce(&crate::Error) + Send + 'static,
+    ) -> Budget {
+        self.notice = Some(Notice {
+            at,
+            say: Arc::new(Mutex::new(Some(Box::new(say)))),
+        });
         self
     }
 
@@ -268,6 +319,7 @@ impl Budget {
         Budget {
             limit,
             cancel: self.cancel.clone(),
+            notice: self.notice.clone(),
         }
     }
 
@@ -292,6 +344,31 @@ impl Budget {
             Limit::Until { deadline, .. } => {
                 Some(deadline.saturating_duration_since(Instant::now()))
             }
+        }
+    }
+
+    /// How long a waiter whose acquisition resolved `deadline` from this budget may sleep
+    /// before the budget asks something of it: the deadline or a notice not yet said,
+    /// whichever comes first (`None`: neither).
+    pub(crate) fn wake_in(&self, deadline: Option<Instant>) -> Option<Duration> {
+        let pending = self.notice.as_ref().filter(|n| lock(&n.say).is_some());
+        let next = match (deadline, pending.map(|n| n.at)) {
+            (Some(d), Some(n)) => Some(d.min(n)),
+            (d, n) => d.or(n),
+        };
+        next.map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
+    /// Says the notice if it is due and not yet said, with the error `contention` makes.
+    pub(crate) fn notice_due(&self, contention: impl FnOnce() -> crate::Error) {
+        let Some(notice) = &self.notice else { return };
+        if Instant::now() < notice.at {
+            return;
+        }
+        // Taken out first: `say` runs without the lock held.
+        let say = lock(&notice.say).take();
+        if let Some(say) = say {
+            say(&contention());
         }
     }
 
@@ -368,6 +445,31 @@ impl Budget {
 #[cfg(all(test, not(target_os = "wasi")))]
 mod tests {
     use super::*;
+
+    /// A notice wakes the waiter before its deadline, is said once (by any clone of the
+    /// budget), and then leaves the deadline as the only timer.
+    #[test]
+    fn a_notice_is_said_once_and_then_the_deadline_is_the_timer() {
+        let said = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let now = Instant::now();
+        let counter = said.clone();
+        let budget = Budget::until(now + Duration::from_secs(60)).with_notice(now, move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(budget.wake_in(budget.deadline()), Some(Duration::ZERO));
+        let path = || crate::Error::Cancelled {
+            path: "x.lock".into(),
+        };
+        budget.clone().notice_due(path);
+        budget.notice_due(path);
+        assert_eq!(said.load(Ordering::SeqCst), 1);
+        assert!(
+            budget
+                .wake_in(budget.deadline())
+                .is_some_and(|d| d > Duration::from_secs(50))
+        );
+        assert_eq!(Budget::unlimited().wake_in(None), None);
+    }
 
     #[test]
     fn a_token_is_cheap_to_share_across_threads() {

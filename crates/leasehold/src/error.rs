@@ -118,7 +118,9 @@ pub enum Error {
     /// The lock file lives on a network, FUSE or overlay file system, where flock may block
     /// forever even with LOCK_NB, or silently fail to exclude other machines or other paths
     /// (an overlay's merged path and its upper directory, a FUSE mount and its backing path).
-    /// Refused before anything was created there.
+    /// Refused before anything was created there. An overlay only where one of its layer
+    /// directories can be reached, or that cannot be told (see
+    /// [`LeaseOptions::allow_network_filesystem`](crate::LeaseOptions::allow_network_filesystem)).
     #[error(
         "{path}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)"
     )]

@@ -25,6 +25,34 @@ fn arbiter(server: &EtcdServer, name: &str) -> EtcdArbiter {
     EtcdArbiter::connect(&server.endpoint, &format!("test/{name}"), TTL).expect("connect")
 }
 
+/// Two test servers never share one (issue 22 item 3 of the etcd work: a stores test once
+/// failed at `acquire(no_wait)` because two tests' servers were one): a server whose port
+/// another already has starts again on fresh ports, and is ready only once its own process
+/// listens — another server's `/health` on that port is not its.
+#[test]
+fn a_test_server_whose_port_is_taken_is_never_another_servers() {
+    let Some(first) = EtcdServer::start("etcd port collision") else {
+        return;
+    };
+    let port: u16 = first
+        .endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port in the endpoint");
+    let second = EtcdServer::start_colliding("etcd port collision", port).expect("etcd");
+    assert_ne!(second.endpoint, first.endpoint, "one server for two tests");
+    let a = arbiter(&first, "shared");
+    let b = arbiter(&second, "shared");
+    let held = a
+        .acquire(&Budget::no_wait())
+        .expect("free on the first server");
+    let other = b
+        .acquire(&Budget::no_wait())
+        .expect("free on the second server: its keys are its own");
+    drop((held, other));
+}
+
 #[test]
 fn contention_timeout_and_hand_over_with_growing_tokens() {
     let Some(server) = EtcdServer::start("etcd contention") else {

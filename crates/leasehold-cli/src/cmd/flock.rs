@@ -26,7 +26,8 @@
 //!   or opened (flock(1) follows links and hangs on a FIFO); a new FILE is created 0600 (not
 //!   0666 minus umask); missing parents are not created, as in flock(1). A regular FILE gets
 //!   leasehold's lease: the inode is verified after locking, network, FUSE and overlay file
-//!   systems are refused (before anything is created there), and shared holders never
+//!   systems are refused (before anything is created there) unless
+//!   `LEASEHOLD_ALLOW_NETWORK_FS=1`, as for `run`, and shared holders never
 //!   starve an exclusive waiter of ours (the lock's gate: see the library's `SharedLease`;
 //!   a gate another user could have prepared is ignored, whatever this verb accepts of lock
 //!   files).
@@ -567,9 +568,11 @@ fn lock_path(path: &Path, op: Op, budget: &Budget) -> Result<Held, Failed> {
         rustix::fs::statat(CWD, path, AtFlags::SYMLINK_NOFOLLOW),
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory
     );
-    // A FILE another user owns or may write is locked, as flock(1) locks it (issue 22 item
-    // 11): see the module docs, "Deliberate differences".
-    let opts = LeaseOptions::new()
+    // The environment's opt-ins, as for every verb (`LEASEHOLD_ALLOW_NETWORK_FS=1` is the
+    // only way past a network, FUSE or overlay refusal); then a FILE another user owns or
+    // may write is locked, as flock(1) locks it (issue 22 item 11): see the module docs,
+    // "Deliberate differences".
+    let opts = crate::env::lease_options()
         .create_parents(false)
         .allow_shared_state(true);
     match (op, is_dir) {

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{Budget, Error, ErrorClass, Lease, SharedLease};
+use leasehold::{Error, ErrorClass, Lease, SharedLease};
 #[cfg(unix)]
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
@@ -182,15 +182,20 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
         }
         _ => None,
     };
-    let held_by = |e: &Error| holders(e).map(|(path, held)| format!("{path} {held}"));
+    let held_by = move |e: &Error| holders(e).map(|(path, held)| format!("{path} {held}"));
     let options = crate::env::lease_options();
-    let attempt = |budget: &Budget| match args.shared {
+    // One acquisition for the whole wait, which says the notice and goes on waiting on the
+    // file it opened (see `Wait::lease_budget`).
+    let budget = wait.lease_budget(held_by);
+    let acquired = match args.shared {
         true => options
-            .acquire_shared(&args.lockfile, budget)
+            .acquire_shared(&args.lockfile, &budget)
             .map(Held::Shared),
-        false => options.acquire(&args.lockfile, budget).map(Held::Exclusive),
+        false => options
+            .acquire(&args.lockfile, &budget)
+            .map(Held::Exclusive),
     };
-    wait.run(attempt, held_by).map_err(|e| {
+    acquired.map_err(|e| {
         // How long it waited, before the holders are looked up (that takes a moment).
         let tail = wait.gave_up();
         match holders(&e) {

@@ -82,10 +82,16 @@ impl LeaseOptions {
     /// other clients or other paths (a bindfs mount and its backing path do not exclude
     /// each other, nor do an overlay's merged path and its upper or lower directory), and a
     /// Windows kernel object excludes only processes on this machine. The refusal comes
-    /// before anything is created on the mount (the lock file, missing parents). Opting in
-    /// is your statement that your mount's locking is sound — for overlayfs, that every user
-    /// of the lock goes through the merged path, as the processes inside one container do
-    /// (a container's root file system is an overlay). The CLI opts in with
+    /// before anything is created on the mount (the lock file, missing parents).
+    ///
+    /// An overlay (Linux) is refused only where this mount namespace can reach one of its
+    /// upper or lower directories (as its line in `/proc/self/mountinfo` names them), or
+    /// cannot tell (no mountinfo; layer paths relative to the mounter's working
+    /// directory): a Docker or Podman container's root file system is an overlay whose
+    /// layers only the host sees, so every process that can take the lock goes through the
+    /// merged path, and it is accepted without opting in. Opting in is your statement that
+    /// your mount's locking is sound — for an overlay whose layers are reachable, that
+    /// every user of the lock goes through the merged path. The CLI opts in with
     /// `LEASEHOLD_ALLOW_NETWORK_FS=1`.
     #[must_use]
     pub fn allow_network_filesystem(mut self, allow: bool) -> LeaseOptions {

@@ -38,8 +38,9 @@
 //! lease beside that holder, which a waiter queued behind it must not do
 //! (`tests/replaced.rs`). A blocking wait that only a grant can end (`lock_inline`) never
 //! re-checked; now no POSIX waiter does, and a wait costs no CPU until it ends. (A new
-//! acquisition opens the path afresh, as every newcomer does: the CLI's second attempt
-//! after its one-second notice is one.)
+//! acquisition opens the path afresh, as every newcomer does; so a program that says after
+//! a while what it waits for does so through its budget's notice, which the wait says on
+//! its next step without leaving its file: the CLI's one-second notice.)
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -65,6 +66,28 @@ const CHECK_MAX: Duration = Duration::from_millis(100);
 /// Back-off where no kernel queue exists (Windows): a release is noticed within this.
 const POLL_MIN: Duration = Duration::from_millis(1);
 const POLL_MAX: Duration = Duration::from_millis(16);
+
+/// A polling waiter's next back-off after `poll` (zero before its first): [`POLL_MIN`],
+/// doubling up to [`POLL_MAX`].
+fn backoff(poll: Duration) -> Duration {
+    (poll * 2).clamp(POLL_MIN, POLL_MAX)
+}
+
+/// How long a waiter that no notifier wakes sleeps, with back-off `poll` and the next
+/// "still the file at the path?" check `until_check` away.
+///
+/// A polling waiter (no kernel queue: Windows) sleeps its whole back-off: each of its polls
+/// is a try whose lock is checked against the path, so it has no check to schedule. (Its
+/// nap was cut by a `next_check` that nothing advances in that state — 100 µs — instead of
+/// the documented 1 → 16 ms back-off, so it tried about ten thousand times a second.) A
+/// waiter queued in this process's claim table (WASI; Windows behind another lease here)
+/// sleeps until its next check, at least 100 µs and at most its back-off.
+fn nap(polling: bool, poll: Duration, until_check: Duration) -> Duration {
+    match polling {
+        true => poll,
+        false => until_check.max(Duration::from_micros(100)).min(poll),
+    }
+}
 
 /// What the driver should do next.
 pub(crate) enum Next {
@@ -324,7 +347,7 @@ impl<'a> Acquisition<'a> {
                 self.judge_budget(opened.file_id(), at)?;
                 if self.may_block
                     && Imp::NOTIFIES
-                    && self.deadline.is_none()
+                    && self.budget.wake_in(self.deadline).is_none()
                     && self.budget.cancel_token().is_none()
                 {
                     self.state = State::Inline(opened, claim);
@@ -340,7 +363,7 @@ impl<'a> Acquisition<'a> {
                     }
                     Err(opened) => {
                         self.state = State::Polling(opened, claim);
-                        self.poll = (self.poll * 2).clamp(POLL_MIN, POLL_MAX);
+                        self.poll = backoff(self.poll);
                     }
                 }
                 Ok(Some(self.sleep()))
@@ -371,24 +394,20 @@ impl<'a> Acquisition<'a> {
         true
     }
 
-    /// How long the driver may sleep: until the deadline where a notifier wakes the waiter;
-    /// else until the next check (or poll), cut by the deadline.
+    /// How long the driver may sleep: until the deadline (or the budget's notice) where a
+    /// notifier wakes the waiter; else the [`nap`] of its schedule, cut by them.
     fn sleep(&mut self) -> Next {
-        if Imp::NOTIFIES && !matches!(self.state, State::Polling(..)) {
-            return Next::Wait(self.budget.remaining());
+        let polling = matches!(self.state, State::Polling(..));
+        if Imp::NOTIFIES && !polling {
+            return Next::Wait(self.budget.wake_in(self.deadline));
         }
-        let mut nap = self
-            .next_check
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_micros(100));
-        if !Imp::NOTIFIES || matches!(self.state, State::Polling(..)) {
-            if !matches!(self.state, State::Polling(..)) {
-                self.poll = (self.poll * 2).clamp(POLL_MIN, POLL_MAX);
-            }
-            nap = nap.min(self.poll);
+        if !polling {
+            self.poll = backoff(self.poll);
         }
-        Next::Wait(Some(match self.deadline {
-            Some(d) => d.saturating_duration_since(Instant::now()).min(nap),
+        let until_check = self.next_check.saturating_duration_since(Instant::now());
+        let nap = nap(polling, self.poll, until_check);
+        Next::Wait(Some(match self.budget.wake_in(self.deadline) {
+            Some(left) => left.min(nap),
             None => nap,
         }))
     }
@@ -399,7 +418,10 @@ impl<'a> Acquisition<'a> {
         match self.budget.exhausted(self.deadline) {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended_at(id, at())),
-            None => Ok(()),
+            None => {
+                self.budget.notice_due(|| self.contended_at(id, at()));
+                Ok(())
+            }
         }
     }
 
@@ -409,7 +431,11 @@ impl<'a> Acquisition<'a> {
         match self.budget.exhausted(self.deadline) {
             Some(Exhausted::Cancelled) => Err(self.cancelled()),
             Some(Exhausted::Deadline) => Err(self.contended_with(HolderInfo::held_here(id))),
-            None => Ok(()),
+            None => {
+                let here = || self.contended_with(HolderInfo::held_here(id));
+                self.budget.notice_due(here);
+                Ok(())
+            }
         }
     }
 
@@ -459,5 +485,39 @@ impl<'a> Acquisition<'a> {
             holders,
             waited: self.started.elapsed(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schedule a polling waiter keeps while the lock stays busy: each busy try moves
+    /// the back-off on ([`Acquisition::locked_try`]), and the driver sleeps the [`nap`].
+    #[test]
+    fn a_polling_waiter_backs_off_from_one_to_sixteen_milliseconds() {
+        let mut poll = Duration::ZERO;
+        let naps: Vec<u64> = (0..7)
+            .map(|_| {
+                poll = backoff(poll);
+                // The next path check is long due (it is never scheduled while polling).
+                nap(true, poll, Duration::ZERO).as_millis() as u64
+            })
+            .collect();
+        assert_eq!(naps, [1, 2, 4, 8, 16, 16, 16]);
+        // A waiter queued in the claim table still wakes for its next check, within its
+        // back-off.
+        assert_eq!(
+            nap(false, POLL_MAX, Duration::from_millis(3)),
+            Duration::from_millis(3)
+        );
+        assert_eq!(
+            nap(false, POLL_MIN, Duration::from_millis(3)),
+            Duration::from_millis(1)
+        );
+        assert_eq!(
+            nap(false, POLL_MAX, Duration::ZERO),
+            Duration::from_micros(100)
+        );
     }
 }

@@ -13,6 +13,10 @@
 //! (`lease/single.rs`). A waiter's wake-up (`wake.rs`) is the same everywhere: a flag with a
 //! thread to unpark or a task to wake.
 
+/// Whether an overlay's layer directories are reachable here (Linux; see `unix.rs`'s
+/// `overlay_judged`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod overlay;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]

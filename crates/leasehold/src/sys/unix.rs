@@ -431,15 +431,57 @@ pub(crate) fn nofile_limit() -> u64 {
 /// with byte-range locks through the lock manager; when that daemon is missing or slow,
 /// `flock(LOCK_NB)` can block forever, and between two clients it may not exclude at all. SMB
 /// mounts have similar gaps. A lock that silently fails to exclude is worse than none.
+///
+/// An overlay is named only where this mount namespace can reach one of its layer
+/// directories, or cannot tell (see [`overlay_judged`]).
 pub(crate) fn network_fs(fd: BorrowedFd<'_>) -> Result<Option<&'static str>, Errno> {
-    rustix::fs::fstatfs(fd).map(|st| network_fs_of(&st))
+    let fs = rustix::fs::fstatfs(fd).map(|st| network_fs_of(&st))?;
+    Ok(overlay_judged(fs, fd, Path::new("")))
 }
 
 /// [`network_fs`] of the file system the directory at `path` lives on (the lock file's
 /// directory, looked at before anything is created in it).
 pub(crate) fn network_fs_path(path: &Path) -> Result<Option<&'static str>, Errno> {
-    rustix::fs::statfs(path).map(|st| network_fs_of(&st))
+    let fs = rustix::fs::statfs(path).map(|st| network_fs_of(&st))?;
+    Ok(overlay_judged(fs, cwd(), path))
 }
+
+/// `fs` as [`network_fs`] reports it, once an overlay's layers were looked at (Linux):
+/// refused only where a lock could be taken beside the merged path's, through a layer
+/// directory this mount namespace reaches (`sys/overlay.rs`). A container's root overlay,
+/// whose layers only the host sees, is a local file system; where nothing can be told (no
+/// `/proc/self/mountinfo`, relative layer paths) it stays refused.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn overlay_judged(
+    fs: Option<&'static str>,
+    at: BorrowedFd<'_>,
+    path: &Path,
+) -> Option<&'static str> {
+    use super::overlay::{Layers, layers_of};
+    if fs != Some(OVERLAY) {
+        return fs;
+    }
+    match layers_of(at, path) {
+        Layers::Unreachable => None,
+        Layers::Reachable => {
+            Some("overlay, an upper or lower directory of which is reachable here")
+        }
+        Layers::Unknown => Some("overlay, whose layer directories could not be looked up"),
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn overlay_judged(
+    fs: Option<&'static str>,
+    _at: BorrowedFd<'_>,
+    _path: &Path,
+) -> Option<&'static str> {
+    fs
+}
+
+/// What [`network_fs_magic`] names overlayfs.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const OVERLAY: &str = "overlay";
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn network_fs_of(st: &rustix::fs::StatFs) -> Option<&'static str> {
@@ -465,9 +507,10 @@ pub(crate) fn network_fs_magic(magic: u64) -> Option<&'static str> {
         // overlayfs: a lock taken through the merged path is the overlay inode's, one taken
         // through the upper (or lower) directory the underlying inode's, and the two do not
         // exclude each other (issue 22 item 10(c); tried with util-linux `flock -n`
-        // through both paths). Refused like FUSE: that a lock's every user goes through the
-        // merged path (as the processes inside one container do) is the opt-in's statement.
-        0x794c_7630 => Some("overlay"),
+        // through both paths). Refused like FUSE where a layer directory can be reached
+        // ([`overlay_judged`] looks): otherwise every user of a lock goes through the
+        // merged path, as the processes inside one container do.
+        0x794c_7630 => Some(OVERLAY),
         _ => None,
     }
 }

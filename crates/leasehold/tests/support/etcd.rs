@@ -3,7 +3,15 @@
 //!
 //! Shared by the library, store and CLI test suites (`#[path]`-included, so there is one
 //! copy). Readiness is a handshake: the server's `/health` endpoint is asked until it answers
-//! healthy, within a deadline.
+//! healthy, within a deadline — and, where `/proc` tells, the socket listening on the port
+//! asked must be this server's own.
+//!
+//! Ports: etcd 3.4 cannot be told to bind port 0, so a free port is found by binding one
+//! and letting it go, and another test's server (on this machine: other suites, other
+//! checkouts) can take it before this etcd binds it. Then this etcd exits at start ("address
+//! already in use") and is started again on fresh ports; and since a `/health` answered on
+//! the port could be the other server's (two tests once shared one server and its keys), a
+//! server is ready only once its own process listens there.
 //!
 //! [`EtcdServer::start_tls`] serves the client URL over TLS instead (`https://`), with a
 //! throwaway CA and server certificate made by the test (rcgen): the CA's PEM file is what a
@@ -104,6 +112,47 @@ fn free_port() -> u16 {
     l.local_addr().expect("local address").port()
 }
 
+/// How many times a server is started on fresh ports when another took one first.
+const PORT_TRIES: usize = 8;
+
+/// Why etcd did not come up.
+enum StartFailure {
+    /// One of its ports was taken before it bound it (its log says so).
+    PortTaken,
+}
+
+/// Whether process `pid` holds a socket listening on TCP `port` (any local address) — read
+/// from the kernel: `/proc/net/tcp{,6}` for the listening sockets' inodes, then `pid`'s
+/// descriptors. `true` where `/proc` does not tell (not Linux): health alone decides there.
+fn listens(pid: u32, port: u16) -> bool {
+    let tables: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t).ok())
+        .collect();
+    if tables.is_empty() {
+        return true;
+    }
+    let suffix = format!(":{port:04X}");
+    // Columns: sl local_address rem_address st ... inode (the tenth); 0A is LISTEN.
+    let sockets: Vec<String> = tables
+        .iter()
+        .flat_map(|t| t.lines().skip(1))
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let listening = f.get(1)?.ends_with(&suffix) && *f.get(3)? == "0A";
+            let inode = f.get(9)?;
+            listening.then(|| format!("socket:[{inode}]"))
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|l| sockets.iter().any(|s| l.as_os_str() == s.as_str()))
+    })
+}
+
 impl EtcdServer {
     /// Starts etcd and waits until it is healthy; `None` (after a SKIP line) when etcd is not
     /// installed.
@@ -133,20 +182,54 @@ impl EtcdServer {
         if !available(test) {
             return None;
         }
+        Some(Self::start_on(tls, None))
+    }
+
+    /// Starts a plain etcd whose first try is on `client_port` — a port another server
+    /// already has, to show that a taken port is never mistaken for this server's.
+    pub fn start_colliding(test: &str, client_port: u16) -> Option<EtcdServer> {
+        if !available(test) {
+            return None;
+        }
+        Some(Self::start_on(|_| None, Some(client_port)))
+    }
+
+    /// Starts etcd on fresh ports (the first try's client port `first`, if given), again on
+    /// others while one was taken before etcd bound it.
+    fn start_on(tls: impl FnOnce(&Path) -> Option<Tls>, first: Option<u16>) -> EtcdServer {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let (client_port, peer_port) = (free_port(), free_port());
         let tls = tls(dir.path());
         let scheme = if tls.is_some() { "https" } else { "http" };
         let mut server = EtcdServer {
             child: None,
             dir,
-            client_port,
-            peer_port,
-            endpoint: format!("{scheme}://127.0.0.1:{client_port}"),
+            client_port: 0,
+            peer_port: 0,
+            endpoint: String::new(),
             tls,
         };
-        server.spawn();
-        Some(server)
+        for attempt in 0..PORT_TRIES {
+            server.client_port = match (attempt, first) {
+                (0, Some(port)) => port,
+                _ => free_port(),
+            };
+            server.peer_port = free_port();
+            if let Some(tls) = &mut server.tls
+                && attempt > 0
+            {
+                tls.metrics_port = free_port();
+            }
+            server.endpoint = format!("{scheme}://127.0.0.1:{}", server.client_port);
+            match server.spawn() {
+                Ok(()) => return server,
+                // A fresh start: nothing of the failed one's log or data is left.
+                Err(StartFailure::PortTaken) => {
+                    let _ = std::fs::remove_file(server.dir.path().join("etcd.log"));
+                    let _ = std::fs::remove_dir_all(server.dir.path().join("data"));
+                }
+            }
+        }
+        panic!("etcd found one of its ports taken {PORT_TRIES} times in a row");
     }
 
     /// The PEM file of the CA that signed a TLS server's certificate (what `SSL_CERT_FILE`
@@ -155,7 +238,9 @@ impl EtcdServer {
         self.tls.as_ref().map(|t| t.ca.as_path())
     }
 
-    fn spawn(&mut self) {
+    /// Starts etcd on this server's data directory and ports and waits until it is
+    /// healthy; `Err` when a port was taken first (etcd exited saying so).
+    fn spawn(&mut self) -> Result<(), StartFailure> {
         let data = self.dir.path().join("data");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -188,22 +273,38 @@ impl EtcdServer {
             .spawn()
             .expect("start etcd");
         self.child = Some(child);
-        self.wait_healthy();
+        self.wait_healthy()
     }
 
-    /// Asks `/health` until it answers healthy (a readiness handshake, bounded by 30 s).
-    fn wait_healthy(&mut self) {
+    /// Asks `/health` until it answers healthy and this server's own process listens on
+    /// the port asked (a readiness handshake, bounded by 30 s): another server's answer on
+    /// a port taken before this one bound it is not this server's health.
+    fn wait_healthy(&mut self) -> Result<(), StartFailure> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("etcd exited at start ({status}); log: {}", self.log());
+                self.child = None;
+                let log = self.log();
+                if log.contains("address already in use") {
+                    return Err(StartFailure::PortTaken);
+                }
+                panic!("etcd exited at start ({status}); log: {log}");
             }
-            if self.healthy() {
-                return;
+            let ours = |port| self.child.as_ref().is_some_and(|c| listens(c.id(), port));
+            if self.healthy() && ours(self.client_port) && ours(self.http_port()) {
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("etcd not healthy within 30 s; log: {}", self.log());
+    }
+
+    /// The port `/health` and `/metrics` are asked on: the client port, or a TLS server's
+    /// plain-HTTP metrics port.
+    fn http_port(&self) -> u16 {
+        self.tls
+            .as_ref()
+            .map_or(self.client_port, |t| t.metrics_port)
     }
 
     fn healthy(&self) -> bool {
@@ -214,11 +315,7 @@ impl EtcdServer {
     /// GETs `path` in plain HTTP (a TLS server answers /health and /metrics on its metrics
     /// URL); `None` when etcd does not answer.
     fn http_get(&self, path: &str) -> Option<String> {
-        let port = self
-            .tls
-            .as_ref()
-            .map_or(self.client_port, |t| t.metrics_port);
-        let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        let mut s = TcpStream::connect(("127.0.0.1", self.http_port())).ok()?;
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
         s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
             .ok()?;
@@ -254,7 +351,14 @@ impl EtcdServer {
     /// SIGKILLs etcd and starts it again on the same data directory and ports.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        if self.spawn().is_err() {
+            panic!(
+                "etcd could not restart: another process took its port {} or {} while it was down; log: {}",
+                self.client_port,
+                self.peer_port,
+                self.log()
+            );
+        }
     }
 
     fn kill(&mut self) {

@@ -5,7 +5,11 @@
 //! see `leasehold::arbiters::etcd`) and runs COMMAND with `LEASEHOLD_FENCING_TOKEN` set to
 //! the grant's token. Neither COMMAND nor anything it starts may outlive the lease, so
 //! COMMAND runs in a process group of its own under a supervisor (`etcd/supervisor.rs`, a
-//! hidden re-execution of this binary) that owns the whole tree and stops it by itself:
+//! hidden re-execution of this binary) that owns the whole tree and stops it by itself.
+//! The supervisor and COMMAND's process start before the wait and wait for the word, so the
+//! grant costs two messages and COMMAND's `exec`, not two process starts (issue 26 item 6);
+//! a wait that ends without a grant dismisses them and COMMAND never runs. The terminal, if
+//! `run` has it, goes to COMMAND's group while COMMAND runs (`etcd/terminal.rs`).
 //!
 //! * **deadline**: every acknowledged keep-alive moves the instant at which the grant counts
 //!   itself lost (send time + TTL − margin, margin = max(TTL/10, 0.2 s)); `run` passes each
@@ -129,7 +133,7 @@ pub fn exec(_: ExecArgs) -> crate::exit::Outcome {
 /// The hidden verb `run --etcd` starts COMMAND through.
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {
-    /// The pid of the `run` that must stay alive for COMMAND to live.
+    /// The pid of the supervisor that must stay alive for COMMAND to live.
     parent: i32,
     /// COMMAND and its arguments.
     #[arg(last = true, required = true)]
@@ -143,9 +147,12 @@ pub use imp::{PrivateEtcd, exec, registry, run, status};
 pub mod supervisor;
 
 #[cfg(all(feature = "etcd", unix))]
+mod terminal;
+
+#[cfg(all(feature = "etcd", unix))]
 mod imp {
     use std::io::{BufRead, BufReader, Write};
-    use std::os::fd::OwnedFd;
+    use std::os::fd::{AsFd, OwnedFd};
     use std::os::unix::net::UnixStream;
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
@@ -184,6 +191,11 @@ mod imp {
             return Err(Failure::usage("run: COMMAND is required after --"));
         };
         let interrupts = Interrupts::install()?;
+        // Orphans of a supervisor that is killed become ours, and are killed below.
+        supervisor::become_subreaper()?;
+        // Before the wait, so that it is ready when the grant comes (issue 26 item 6); every
+        // return without a grant dismisses it (drop), and COMMAND never starts.
+        let standby = Standby::start(&args)?;
         let arbiter = connect(&args.endpoints, &args.name, args.ttl)?;
         // Waits within the user's budget, saying once after a second whom it waits for (the
         // CLI's one notice-then-wait, `wait.rs`).
@@ -192,7 +204,7 @@ mod imp {
             e.is_contended()
                 .then(|| format!("{} held by another process{}", args.name, holder(&arbiter)))
         };
-        let mut grant = match wait.run(|budget| arbiter.acquire(budget), held_by) {
+        let grant = match wait.run(|budget| arbiter.acquire(budget), held_by) {
             Ok(g) => g,
             Err(Error::Cancelled { .. }) => return Ok(interrupts.exit_code()),
             Err(e) if e.is_contended() => {
@@ -209,18 +221,110 @@ mod imp {
             }
             Err(e) => return Err(Failure::of(&e)),
         };
-        if interrupts.signal().is_some() {
-            // Interrupted in the instant the lock arrived: COMMAND must not start.
-            grant.release();
-            return Ok(interrupts.exit_code());
+        supervised(&args, grant, standby, &interrupts)
+    }
+
+    /// COMMAND's supervisor (`supervisor.rs`), started before the wait: it prepares and
+    /// starts COMMAND's process, which waits for the word that the lease is granted.
+    /// Dropped without [`go`](Self::go) (no grant), it closes the socket: the supervisor
+    /// and COMMAND's process exit without running COMMAND, and this waits for that.
+    struct Standby {
+        child: std::process::Child,
+        sock: UnixStream,
+        /// The socket COMMAND's process waits on for the word.
+        word: UnixStream,
+        /// The user's stdin, if open: COMMAND's, passed with the word.
+        stdin: Option<std::os::fd::BorrowedFd<'static>>,
+        /// The supervisor's reports (`pid N`, `exit STATUS WHY`), read through one buffer.
+        reports: std::io::Lines<BufReader<UnixStream>>,
+    }
+
+    impl Standby {
+        fn start(args: &RunEtcd) -> Result<Standby, Failure> {
+            let (ours, theirs) = UnixStream::pair()
+                .map_err(|e| Failure::failed(format!("cannot create a socket pair: {e}")))?;
+            let exe = std::env::current_exe()
+                .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+            let mut child = Command::new(exe)
+                .args(crate::cmd::worker::ARGS)
+                .arg("etcd-supervisor")
+                .arg("--grace")
+                .arg(supervisor::nanos(args.grace).to_string())
+                .arg("--caller-group")
+                .arg(rustix::process::getpgrp().as_raw_nonzero().to_string())
+                .arg("--")
+                .args(&args.command)
+                .stdin(Stdio::from(OwnedFd::from(theirs)))
+                // Out of the caller's group: a SIGKILL of that group (a CI runner ending a
+                // job) must leave the supervisor alive to stop COMMAND's tree.
+                .process_group(0)
+                .spawn()
+                .map_err(|e| Failure::failed(format!("cannot start COMMAND's supervisor: {e}")))?;
+            let stdin = rustix::stdio::stdin();
+            let stdin = rustix::io::fcntl_getfd(stdin).is_ok().then_some(stdin);
+            let handed = UnixStream::pair().and_then(|(word, theirs)| {
+                supervisor::send_handles(&ours, theirs.as_fd(), stdin)?;
+                Ok((word, ours.try_clone()?))
+            });
+            let (word, reader) = match handed {
+                Ok(handles) => handles,
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(Failure::failed(format!(
+                        "cannot hand COMMAND's socket and stdin to its supervisor: {e}"
+                    )));
+                }
+            };
+            Ok(Standby {
+                child,
+                sock: ours,
+                word,
+                stdin,
+                reports: BufReader::new(reader).lines(),
+            })
         }
-        supervised(&args, grant)
+
+        /// The supervisor's first report: COMMAND's process group, waiting for the word.
+        /// `None` if the supervisor ended first.
+        fn ready(&mut self) -> Option<Pid> {
+            for line in self.reports.by_ref() {
+                let Ok(line) = line else { break };
+                if let Some(pid) = line.strip_prefix("pid ") {
+                    return pid.parse::<i32>().ok().and_then(Pid::from_raw);
+                }
+            }
+            None
+        }
+
+        /// The word: the supervisor learns the grant — `deadline` is the first one
+        /// ([`supervisor::now`]'s nanoseconds), `terminal` whether COMMAND's group has the
+        /// terminal, to be given back — and then COMMAND's process gets `token` and the
+        /// user's stdin, and becomes COMMAND. In that order: COMMAND never runs unless its
+        /// supervisor knows the deadline.
+        fn go(&self, token: u64, deadline: u64, terminal: bool) -> std::io::Result<()> {
+            let line = format!("go {deadline} {}\n", u8::from(terminal));
+            (&self.sock).write_all(line.as_bytes())?;
+            supervisor::send_go(&self.word, token, self.stdin)
+        }
+    }
+
+    impl Drop for Standby {
+        fn drop(&mut self) {
+            let _ = self.sock.shutdown(std::net::Shutdown::Both);
+            let _ = self.child.wait();
+        }
     }
 
     /// Runs COMMAND under its supervisor (`supervisor.rs`) while this process keeps the lease
     /// alive and tells the supervisor every deadline a keep-alive bought; releases the lease
     /// once the supervisor reports COMMAND's whole tree gone.
-    fn supervised(args: &RunEtcd, mut grant: EtcdGrant) -> Outcome {
+    fn supervised(
+        args: &RunEtcd,
+        mut grant: EtcdGrant,
+        mut standby: Standby,
+        interrupts: &Interrupts,
+    ) -> Outcome {
         let watch = grant.watch();
         let lost = |why: String| {
             Failure::failed(format!(
@@ -228,47 +332,48 @@ mod imp {
                 args.name
             ))
         };
+        let Some(group) = standby.ready() else {
+            // The supervisor ended before COMMAND's process was ready: by itself, after
+            // saying why on stderr, or killed (then what it started is ours, and goes).
+            grant.release();
+            let status = standby.child.wait();
+            supervisor::kill_all(None);
+            return match status {
+                Ok(s) if s.code().is_some() => Ok(s.code().map_or(1, |c| c as u8)),
+                Ok(s) => Err(Failure::failed(format!(
+                    "{}: COMMAND's supervisor ended ({s}) before COMMAND started",
+                    args.name
+                ))),
+                Err(e) => Err(Failure::failed(format!(
+                    "waiting for COMMAND's supervisor: {e}"
+                ))),
+            };
+        };
+        // From now on termination signals go to the supervisor, which passes them on to
+        // COMMAND's group (it queues what comes before COMMAND runs).
+        super::super::run::forward_signals(standby.child.id());
+        if interrupts.signal().is_some() {
+            // Interrupted in the instant the lock arrived: COMMAND must not start.
+            grant.release();
+            return Ok(interrupts.exit_code());
+        }
         // The clock first, then what is left: the sum is never later than the deadline.
         let t0 = supervisor::now();
         let Some(left) = watch.remaining() else {
             return Err(lost("it expired before COMMAND could start".into()));
         };
-        // Orphans of a supervisor that is killed become ours, and are killed below.
-        supervisor::become_subreaper()?;
-        let (ours, theirs) = UnixStream::pair()
-            .map_err(|e| Failure::failed(format!("cannot create a socket pair: {e}")))?;
-        let exe = std::env::current_exe()
-            .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
-        let mut child = Command::new(exe)
-            .args(crate::cmd::worker::ARGS)
-            .arg("etcd-supervisor")
-            .arg("--deadline")
-            .arg(t0.saturating_add(supervisor::nanos(left)).to_string())
-            .arg("--grace")
-            .arg(supervisor::nanos(args.grace).to_string())
-            .arg("--")
-            .args(&args.command)
-            .env("LEASEHOLD_FENCING_TOKEN", grant.token().to_string())
-            .stdin(Stdio::from(OwnedFd::from(theirs)))
-            // Out of the caller's group: a SIGKILL of that group (a CI runner ending a job)
-            // must leave the supervisor alive to stop COMMAND's tree.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| Failure::failed(format!("cannot start COMMAND's supervisor: {e}")))?;
-        let stdin = rustix::stdio::stdin();
-        let open = rustix::io::fcntl_getfd(stdin).is_ok();
-        if let Err(e) = supervisor::send_stdin(&ours, open.then_some(stdin)) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Failure::failed(format!(
-                "cannot hand stdin to COMMAND's supervisor: {e}"
-            )));
-        }
-        super::super::run::forward_signals(child.id());
+        let terminal = super::terminal::hand_to(group);
+        // If the supervisor is gone, its reports end at once (EOF): handled below.
+        let _ = standby.go(
+            grant.token(),
+            t0.saturating_add(supervisor::nanos(left)),
+            terminal,
+        );
         let finished = Arc::new(AtomicBool::new(false));
         let renewer = {
             let (watch, finished) = (watch.clone(), finished.clone());
-            let sock = ours
+            let sock = standby
+                .sock
                 .try_clone()
                 .map_err(|e| Failure::failed(format!("cannot clone a socket: {e}")))?;
             // Every acknowledgement, and every TTL/6 at least (a renewal that landed between
@@ -293,35 +398,36 @@ mod imp {
                 }
             })
         };
-        // The supervisor's reports, until it exits (EOF).
-        let mut group = None;
+        // The supervisor's report (sent once COMMAND's whole tree is gone), or EOF when it
+        // died without one.
         let mut report = None;
-        for line in BufReader::new(&ours).lines() {
+        for line in standby.reports.by_ref() {
             let Ok(line) = line else { break };
             let words: Vec<&str> = line.split(' ').collect();
-            match words.as_slice() {
-                ["pid", pid] => group = pid.parse::<i32>().ok().and_then(Pid::from_raw),
-                ["exit", status, why] => {
-                    if let (Ok(status), Some(why)) = (status.parse::<u8>(), Why::parse(why)) {
-                        report = Some((status, why));
-                    }
-                }
-                _ => {}
+            if let ["exit", status, why] = words.as_slice()
+                && let (Ok(status), Some(why)) = (status.parse::<u8>(), Why::parse(why))
+            {
+                report = Some((status, why));
+                break; // the release must not wait for the supervisor's own exit
             }
         }
-        let status = child.wait();
-        let killed = status.as_ref().is_ok_and(|s| s.code().is_none());
-        if report.is_none() && killed {
+        if report.is_none()
+            && standby
+                .child
+                .wait()
+                .is_ok_and(|status| status.code().is_none())
+        {
             // The supervisor was killed, perhaps with COMMAND started (even before it said
             // so): whatever is left of the tree goes — COMMAND dies of its parent-death
             // signal, its orphans are ours (and so are all our descendants on Linux).
-            supervisor::kill_all(group);
+            supervisor::kill_all(Some(group));
         }
         finished.store(true, Ordering::SeqCst);
         let why_lost = watch.wait_lost(Some(Duration::ZERO));
         grant.release(); // wakes the renewer, which then sees the run finished
         let _ = renewer.join();
-        drop(ours);
+        let status = standby.child.wait();
+        drop(standby);
         match report {
             Some((status, Why::Command)) => Ok(status),
             Some((_, _)) => Err(lost(why_lost.unwrap_or_else(|| {
@@ -334,10 +440,10 @@ mod imp {
                 let status = status.map_err(|e| {
                     Failure::failed(format!("waiting for COMMAND's supervisor: {e}"))
                 })?;
-                match (status.code(), group) {
-                    // It ended by itself before COMMAND ran, after saying why on stderr.
-                    (Some(code), _) => Ok(code as u8),
-                    _ => Err(Failure::failed(format!(
+                match status.code() {
+                    // It ended by itself, after saying why on stderr.
+                    Some(code) => Ok(code as u8),
+                    None => Err(Failure::failed(format!(
                         "{}: COMMAND's supervisor ended ({status}); COMMAND and every process it started were killed",
                         args.name
                     ))),
@@ -374,8 +480,10 @@ mod imp {
         })
     }
 
-    /// The hidden verb: arm the parent-death signal, make sure the parent is still the `run`
-    /// that started us (it may have died before the signal was armed), and become COMMAND.
+    /// The hidden verb, COMMAND's process: arm the parent-death signal, make sure the parent
+    /// is still the supervisor that started us (it may have died before the signal was
+    /// armed), wait on stdin (a socket from the supervisor) for the grant's token and the
+    /// user's stdin, and become COMMAND. Without the word (EOF: no grant) it exits, silent.
     pub fn exec(args: ExecArgs) -> Outcome {
         #[cfg(target_os = "linux")]
         rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
@@ -383,13 +491,26 @@ mod imp {
         let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
         if parent != args.parent {
             return Err(Failure::failed(
-                "the leasehold run that started COMMAND is gone; not running it",
+                "the supervisor that started COMMAND is gone; not running it",
             ));
         }
         let Some((program, rest)) = args.command.split_first() else {
             return Err(Failure::usage("COMMAND is required after --"));
         };
-        let e = Command::new(program).args(rest).exec();
+        let word = rustix::stdio::stdin()
+            .try_clone_to_owned()
+            .map(UnixStream::from)
+            .map_err(|e| Failure::failed(format!("COMMAND's process: stdin: {e}")))?;
+        let (token, stdin) = match supervisor::receive_go(&word) {
+            Ok(Some(go)) => go,
+            Ok(None) | Err(_) => return Ok(0),
+        };
+        drop(word);
+        let e = Command::new(program)
+            .args(rest)
+            .env("LEASEHOLD_FENCING_TOKEN", token)
+            .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
+            .exec();
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             127
         } else {

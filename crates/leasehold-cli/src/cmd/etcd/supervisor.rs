@@ -3,21 +3,33 @@
 //! lease, and does not depend on `run` being scheduled to do so.
 //!
 //! ```text
-//! leasehold run --etcd      (caller's process group; keeps the lease alive)
+//! leasehold run --etcd      (caller's process group G; keeps the lease alive)
 //!   └─ supervisor           (`leasehold worker etcd-supervisor`; its own group; subreaper)
 //!        └─ COMMAND         (its own process group C; parent-death signal: SIGKILL)
 //!             └─ …          (its descendants: in C unless they left it)
 //! ```
 //!
+//! Both processes below `run` start *before* the wait (issue 26 item 6): each is a
+//! re-execution of this binary (a few milliseconds), and started after the grant they made
+//! the hand-over 1.5–1.9× `etcdctl lock`'s. So the supervisor starts with `run`, starts
+//! COMMAND's process — the exec helper (`_exec-with-parent-death-signal`), which arms the
+//! parent-death signal and then waits — and both wait for the word. The grant then costs two
+//! messages and one `exec`; a wait that ends without a grant closes the socket and both exit
+//! without running COMMAND (as they do when `run` dies while waiting).
+//!
 //! `run` talks to the supervisor over a Unix socket pair that is the supervisor's stdin
 //! (the user's stdin reaches COMMAND as a descriptor passed over it, `SCM_RIGHTS`):
 //!
-//! * `run` → supervisor: `deadline NS` each time a keep-alive is acknowledged (and every
-//!   TTL/6 at least) — the instant, on a clock both processes read alike ([`now`]), at which
-//!   the grant counts itself lost, which is [`margin`] before etcd can expire the lease;
-//!   `lost` when etcd says the lease is gone. EOF: `run` died.
-//! * supervisor → `run`: `pid N` once COMMAND runs; `exit STATUS WHY` at the end, WHY one
-//!   of [`Why`]'s names.
+//! * `run` → supervisor: `go TOKEN NS TTY` once the lease is granted — the fencing token,
+//!   the first deadline and whether `run` made group C the terminal's foreground group
+//!   (`1`/`0`); then `deadline NS` each time a keep-alive is acknowledged (and every TTL/6 at
+//!   least) — the instant, on a clock both processes read alike ([`now`]), at which the
+//!   grant counts itself lost, which is [`margin`] before etcd can expire the lease; `lost`
+//!   when etcd says the lease is gone. EOF: `run` died, or (before `go`) gave up waiting.
+//! * supervisor → `run`: `pid N` once COMMAND's process (group C) waits for the word; `exit
+//!   STATUS WHY` at the end, WHY one of [`Why`]'s names.
+//! * supervisor → exec helper: one line, the token, with the user's stdin attached; the
+//!   helper then becomes COMMAND with `LEASEHOLD_FENCING_TOKEN` set. EOF: no grant, exit.
 //!
 //! The supervisor stops the tree — SIGTERM to group C and to every descendant, then SIGKILL
 //! of all of them, repeated until none is left — when
@@ -38,6 +50,10 @@
 //! and is orphaned escapes. The supervisor's own death (SIGKILL) is noticed by `run`, which
 //! is a subreaper too and kills group C and every descendant it then has; COMMAND dies of
 //! its parent-death signal.
+//!
+//! The terminal: when `run` had it (its group G in the foreground), group C gets it for
+//! COMMAND's lifetime ([`super::terminal`]), and the supervisor hands it back to G once the
+//! tree is gone — also when `run` died meanwhile.
 //!
 //! [`margin`]: leasehold::arbiters::etcd::margin
 
@@ -81,16 +97,16 @@ pub fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The hidden role's arguments: `leasehold worker etcd-supervisor --deadline NS --grace NS
-/// -- COMMAND...`, stdin a Unix socket to `run`.
+/// The hidden role's arguments: `leasehold worker etcd-supervisor --grace NS --caller-group
+/// G -- COMMAND...`, stdin a Unix socket to `run`.
 #[derive(clap::Args, Debug)]
 pub struct SupervisorArgs {
-    /// The first deadline ([`now`]'s nanoseconds).
-    #[arg(long, value_name = "NS")]
-    deadline: u64,
     /// How long before the deadline COMMAND's tree gets SIGTERM (nanoseconds).
     #[arg(long, value_name = "NS")]
     grace: u64,
+    /// `run`'s process group, to which the terminal goes back when `run` gave it to COMMAND.
+    #[arg(long, value_name = "PGID")]
+    caller_group: i32,
     /// COMMAND and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -144,6 +160,7 @@ fn tree(group: Option<Pid>) -> Vec<Pid> {
     let group = group.map(|g| g.as_raw_nonzero().get());
     // (pid, ppid, pgrp) of every process.
     let mut all: Vec<(i32, i32, i32)> = Vec::new();
+    let mut buf = [0u8; 4096];
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -157,9 +174,14 @@ fn tree(group: Option<Pid>) -> Vec<Pid> {
         };
         // "PID (comm) S PPID PGRP ...": the comm may hold anything; the fields follow the
         // last ')'.
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        // One read of a buffer that holds any stat line (a `read_to_string` of a file whose
+        // size reads 0 takes five): the scan runs while a successor waits.
+        let Ok(n) =
+            std::fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read(&mut buf))
+        else {
             continue;
         };
+        let stat = String::from_utf8_lossy(&buf[..n]);
         let Some((_, rest)) = stat.rsplit_once(')') else {
             continue;
         };
@@ -251,54 +273,160 @@ pub fn kill_all(group: Option<Pid>) {
     }
 }
 
-/// Passes `fd` (the user's stdin) to the supervisor over `sock`, or says there is none.
-pub fn send_stdin(
+/// Sends `message` over `sock` with `fds` attached (`SCM_RIGHTS`, at most [`MAX_FDS`]).
+fn send_with_fds(
     sock: &UnixStream,
-    fd: Option<std::os::fd::BorrowedFd<'_>>,
+    message: &[u8],
+    fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> std::io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds;
-    let tag: &[u8] = match fd {
-        Some(fd) => {
-            fds = [fd];
-            control.push(SendAncillaryMessage::ScmRights(&fds));
-            b"s"
+    if !fds.is_empty() {
+        control.push(SendAncillaryMessage::ScmRights(fds));
+    }
+    let sent = loop {
+        match sendmsg(
+            sock,
+            &[IoSlice::new(message)],
+            &mut control,
+            SendFlags::empty(),
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other?,
         }
-        None => b"n",
     };
-    sendmsg(sock, &[IoSlice::new(tag)], &mut control, SendFlags::empty())?;
-    Ok(())
+    // The descriptors went with the first byte; the rest (if the socket took less) follows.
+    (&*sock).write_all(&message[sent..])
 }
 
-/// Receives what [`send_stdin`] sent: the user's stdin, if it was open.
-fn receive_stdin(sock: &UnixStream) -> Result<Option<OwnedFd>, Failure> {
-    let fail =
-        |e: &dyn std::fmt::Display| Failure::failed(format!("supervisor: stdin from run: {e}"));
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+/// Receives up to `buf.len()` bytes and the descriptors (at most [`MAX_FDS`]) sent with
+/// them, close-on-exec, as [`send_with_fds`] sent them; the count is 0 at EOF. The kernel
+/// ends a read at a message that carries descriptors, so what follows it is left for later
+/// reads.
+fn receive_with_fds(sock: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
-    let mut tag = [0u8; 1];
     #[cfg(target_os = "linux")]
     let flags = RecvFlags::CMSG_CLOEXEC;
     #[cfg(not(target_os = "linux"))]
     let flags = RecvFlags::empty();
-    let got = recvmsg(sock, &mut [IoSliceMut::new(&mut tag)], &mut control, flags)
-        .map_err(|e| fail(&e))?;
-    if got.bytes != 1 {
-        return Err(fail(&"run is gone"));
-    }
-    let mut fd = None;
+    let got = loop {
+        match recvmsg(sock, &mut [IoSliceMut::new(buf)], &mut control, flags) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other?,
+        }
+    };
+    let mut fds = Vec::new();
     for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(fds) = message {
-            for f in fds {
-                fd.get_or_insert(f);
-            }
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
         }
     }
-    if let Some(fd) = &fd {
-        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).map_err(|e| fail(&e))?;
+    for fd in &fds {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)?;
     }
-    Ok(fd)
+    Ok((got.bytes, fds))
+}
+
+/// The most descriptors one message carries: COMMAND's socket and the user's stdin.
+const MAX_FDS: usize = 2;
+
+/// What `run` hands the supervisor before anything else: the socket on which COMMAND's
+/// process will wait for the word (`run` gives it the word directly: one hop, not two),
+/// and the user's stdin if it is open — one byte, `s` (stdin attached) or `n`, so that the
+/// supervisor reads exactly it.
+pub fn send_handles(
+    sock: &UnixStream,
+    word: std::os::fd::BorrowedFd<'_>,
+    stdin: Option<std::os::fd::BorrowedFd<'_>>,
+) -> std::io::Result<()> {
+    match stdin {
+        Some(stdin) => send_with_fds(sock, b"s", &[word, stdin]),
+        None => send_with_fds(sock, b"n", &[word]),
+    }
+}
+
+/// Receives what [`send_handles`] sent: COMMAND's socket, and the user's stdin if it was open.
+fn receive_handles(sock: &UnixStream) -> Result<(OwnedFd, Option<OwnedFd>), Failure> {
+    let fail = |e: &dyn std::fmt::Display| Failure::failed(format!("supervisor: from run: {e}"));
+    let mut tag = [0u8; 1];
+    let (n, fds) = receive_with_fds(sock, &mut tag).map_err(|e| fail(&e))?;
+    let mut fds = fds.into_iter();
+    match (n, tag[0], fds.next(), fds.next()) {
+        (1, b's', Some(word), Some(stdin)) => Ok((word, Some(stdin))),
+        (1, b'n', Some(word), None) => Ok((word, None)),
+        (0, ..) => Err(fail(&"run is gone")),
+        _ => Err(fail(&"an unexpected message")),
+    }
+}
+
+/// The word `run` gives COMMAND's process: the fencing token, with the user's stdin
+/// attached if it is open.
+pub fn send_go(
+    word: &UnixStream,
+    token: u64,
+    stdin: Option<std::os::fd::BorrowedFd<'_>>,
+) -> std::io::Result<()> {
+    let tag = if stdin.is_some() { "s" } else { "n" };
+    let fds: Vec<_> = stdin.into_iter().collect();
+    send_with_fds(word, format!("{tag}{token}\n").as_bytes(), &fds)
+}
+
+/// What COMMAND's process (the exec helper) waits for ([`send_go`]): the grant's fencing
+/// token and the user's stdin. `None` when the socket closed without a grant.
+pub fn receive_go(sock: &UnixStream) -> std::io::Result<Option<(String, Option<OwnedFd>)>> {
+    let mut line = Vec::new();
+    let mut stdin = None;
+    let mut buf = [0u8; 64];
+    loop {
+        let (n, fds) = receive_with_fds(sock, &mut buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        stdin = fds.into_iter().next().or(stdin);
+        line.extend_from_slice(&buf[..n]);
+        if let Some(end) = line.iter().position(|b| *b == b'\n') {
+            // `s` or `n` (stdin attached or not), then the token.
+            let text = String::from_utf8_lossy(&line[..end]).into_owned();
+            let token = text.get(1..).unwrap_or_default().to_string();
+            return Ok(Some((token, stdin)));
+        }
+    }
+}
+
+/// What `run` says when the lease is granted: `go NS TTY`.
+struct Go {
+    /// The first deadline ([`now`]'s nanoseconds).
+    deadline: u64,
+    /// Whether `run` gave the terminal to COMMAND's group (`1`), which then goes back.
+    terminal: bool,
+}
+
+/// Reads `run`'s lines (blocking) until `go`; `None` at EOF (or a failed read): no grant.
+/// What follows `go` stays in `pending`.
+fn wait_for_go(sock: &UnixStream, pending: &mut Vec<u8>) -> Option<Go> {
+    let mut buf = [0u8; 256];
+    loop {
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]).into_owned();
+            let words: Vec<&str> = line.split(' ').collect();
+            if let ["go", deadline, tty] = words.as_slice()
+                && let Ok(deadline) = deadline.parse::<u64>()
+            {
+                return Some(Go {
+                    deadline,
+                    terminal: *tty == "1",
+                });
+            }
+        }
+        match (&*sock).read(&mut buf) {
+            Ok(0) => return None,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
 }
 
 /// A stop under way: why, and when the tree gets SIGKILL.
@@ -408,7 +536,7 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
             forward.push((sig, flag));
         }
     }
-    let stdin = receive_stdin(&sock)?;
+    let (word, stdin) = receive_handles(&sock)?;
     if args.command.is_empty() {
         return Err(Failure::usage("supervisor: COMMAND is required after --"));
     }
@@ -416,18 +544,19 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
     // Everything that can fail comes before COMMAND starts: from then on nothing returns
     // early with COMMAND unsupervised.
-    sock.set_nonblocking(true).map_err(|e| fail("socket", &e))?;
     #[cfg(target_os = "linux")]
     let timer = Timer::new().map_err(|e| fail("timer", &e))?;
     let me = std::process::id();
-    // COMMAND through the exec helper: it arms the parent-death signal (our death kills it)
-    // and checks we are still its parent, then becomes COMMAND; in a process group of its own.
+    // COMMAND's process, started now: the exec helper arms the parent-death signal (our
+    // death kills it) and checks we are still its parent, then waits on `word` for `run`'s
+    // word (the grant's token and the user's stdin) and becomes COMMAND. In a process group
+    // of its own.
     let child = Command::new(exe)
         .arg("_exec-with-parent-death-signal")
         .arg(me.to_string())
         .arg("--")
         .args(&args.command)
-        .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
+        .stdin(Stdio::from(word))
         .process_group(0)
         .spawn()
         .map_err(|e| Failure::failed(format!("cannot start COMMAND: {e}")))?;
@@ -436,13 +565,32 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
     drop(child); // reaped below, with every other child (`wait`), never through std
     // One write (the socket is empty: it cannot be short).
     let _ = (&sock).write_all(format!("pid {}\n", command.as_raw_nonzero()).as_bytes());
+    let mut pending = Vec::new();
+    // `run` says `go` here before it gives COMMAND's process the word, so COMMAND never
+    // runs unless we know the deadline (or, `run` dead after `go`, stop it at once).
+    let Some(go) = wait_for_go(&sock, &mut pending) else {
+        // No grant (`run` gave up or died): COMMAND's process goes without having run.
+        let _ = kill_process_group(command, Signal::KILL);
+        while !matches!(
+            rustix::process::wait(WaitOptions::empty()),
+            Err(e) if e != rustix::io::Errno::INTR
+        ) {}
+        return Ok(0);
+    };
+    // The terminal goes back through the user's stdin if it is the terminal, else stdout.
+    let terminal = match stdin {
+        _ if !go.terminal => None,
+        Some(fd) if rustix::termios::isatty(&fd) => Some(fd),
+        _ => rustix::stdio::stdout().try_clone_to_owned().ok(),
+    };
+    let _ = sock.set_nonblocking(true);
     let mut s = Supervisor {
         sock,
-        pending: Vec::new(),
+        pending,
         orphaned: false,
         command,
         status: None,
-        deadline: args.deadline,
+        deadline: go.deadline,
         grace: args.grace,
         stop: None,
         killed: false,
@@ -462,7 +610,12 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         }
         let t = now();
         if s.stop.is_none() {
-            if s.status.is_some() {
+            if s.status.is_some() && !children && !group_alive(s.group()) {
+                // COMMAND ended and left nothing behind (no child — with a subreaper, no
+                // descendant — and nobody in its group): nothing to stop, and no scan of
+                // every process on the machine while a successor waits (issue 26 item 6).
+                break;
+            } else if s.status.is_some() {
                 s.begin(Why::Command, t);
             } else if s.orphaned {
                 s.begin(Why::Parent, t);
@@ -512,6 +665,9 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         if readable && !s.orphaned {
             s.read_socket();
         }
+    }
+    if let Some(tty) = &terminal {
+        super::terminal::take_back(tty, command, args.caller_group);
     }
     let status = s.status.unwrap_or(1);
     let why = s.stop.as_ref().map_or(Why::Command, |stop| stop.why);

@@ -445,7 +445,10 @@ pub(crate) struct Granted {
 type Attempt = super::Attempt<Posix>;
 
 /// File systems already classified, by device: `fstatfs` on every acquisition measured as a
-/// tenth of the uncontended cost, and a mounted device's file system does not change.
+/// tenth of the uncontended cost, and a mounted device's file system does not change. (An
+/// overlay's verdict, whether its layer directories can be reached here, is kept for the
+/// process too: it reads `/proc/self/mountinfo`, and a mount namespace that later comes to
+/// show a layer is a change of the machine's set-up, not of a lock's.)
 static NETWORK_FS: Mutex<Option<HashMap<u64, Option<&'static str>>>> = Mutex::new(None);
 
 /// The device last found local, plus one (0: none yet). Most processes lock files on one
