@@ -59,6 +59,8 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "session_append_batched",
         "keyed_10_ids",
         "keyed_many_ids",
+        "keyed_many_ids_same_files",
+        "gc_beside_verbs",
         "uncontended_floor",
         "uncontended_floor_verify",
         "uncontended_acquire",
@@ -77,6 +79,7 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "lease-budget",
         "handle",
         "async",
+        "keyed",
     ];
     for workers in [2, 4] {
         for method in methods {
@@ -99,14 +102,15 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
             let floor = method.starts_with("floor");
             assert_eq!(line["met"].is_null(), floor, "{line}");
             // Each group of runs measures its futex wake; the faces that hand over through
-            // a helper thread have it added to their handoff base.
+            // a helper thread (a keyed wait is the lease's cancellable one) have it added to
+            // their handoff base.
             let wake = line["futex_wake"]["p50"].as_f64().expect("futex wake");
             let verify = lines
                 .iter()
                 .find(|l| l["workers"] == workers && l["method"] == "floor-verify")
                 .and_then(|l| l["handoff"]["p50"].as_f64());
             if let (Some(base), Some(verify)) = (line["handoff_base"].as_f64(), verify) {
-                if method == "lease-budget" || method == "async" {
+                if ["lease-budget", "async", "keyed"].contains(&method) {
                     assert!((base - (verify + wake)).abs() < 1e-6, "{line}");
                 } else if !floor {
                     assert!((base - verify).abs() < 1e-6, "{line}");

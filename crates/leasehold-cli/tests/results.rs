@@ -485,6 +485,52 @@ fn gc_removes_only_unheld_lock_files_of_ids_without_records() {
     );
 }
 
+/// Whether process `pid` holds a `flock` lock on anything (a granted line of `/proc/locks`).
+fn holds_a_lock(pid: u32) -> bool {
+    let pid = pid.to_string();
+    fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| !l.contains("->") && l.split_whitespace().nth(4) == Some(pid.as_str()))
+}
+
+/// Issue 22 item 6: `results gc` held the collector lock for its whole run (and listed every
+/// record again every 256 lock files), so at 100,000 lock files an unrelated `paths ID
+/// --timeout 0.2` failed with 75. Now it collects in batches and releases the collector lock
+/// between them: during a collection of 100,000 lock files (with 5,000 records to list),
+/// `paths` of a live ID is admitted, and the collection goes on and removes them all. The
+/// collection is known to be under way by the locks it holds (`/proc/locks`), and still to
+/// be under way once `paths` is done (it has not exited).
+#[test]
+fn a_gc_of_a_large_namespace_never_holds_up_another_id() {
+    const LOCK_FILES: usize = 100_000;
+    let home = tempfile::tempdir().unwrap();
+    let root = home.path().join("r");
+    stage(&root, "live", &[("a.txt", "a")]);
+    let ns = root.join(".result-locks-v1");
+    for i in 0..LOCK_FILES {
+        fs::File::create(ns.join(lock_name(&format!("gone-{i}")))).unwrap();
+    }
+    // Records are listed by name: directories are enough to make each listing cost.
+    for i in 0..5_000 {
+        fs::create_dir(root.join("results").join(format!("listed-{i}"))).unwrap();
+    }
+    let mut gc = Proc::spawn(results(&root).args(["--json", "gc"]));
+    testkit::until("gc is collecting", || holds_a_lock(gc.pid()));
+    let started = Instant::now();
+    let out = run(results(&root).args(["--timeout", "0.2", "paths", "live"]));
+    assert_eq!((out.code, out.stdout.as_str()), (0, "a.txt\n"), "{out:?}");
+    assert!(
+        gc.child.try_wait().unwrap().is_none(),
+        "the collection ended before `paths` did ({:?}): it showed nothing",
+        started.elapsed()
+    );
+    let report: serde_json::Value = serde_json::from_str(&gc.line()).unwrap();
+    assert_eq!(report["removed"], LOCK_FILES, "{report}");
+    assert!(gc.wait().success());
+    assert_eq!(lock_files(&root), [lock_name("live")]);
+}
+
 #[test]
 fn apply_refuses_a_symlinked_directory_inside_target_and_writes_nothing_outside() {
     let home = tempfile::tempdir().unwrap();

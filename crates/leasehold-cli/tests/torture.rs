@@ -187,3 +187,23 @@ fn a_short_gc_torture_run_collects_lock_files_and_finds_no_overlap() {
     let bad = run(leasehold().args(["torture", "--gc", "--workers", "1"]));
     assert_eq!(bad.code, 2, "{}", bad.stderr);
 }
+
+/// The collector mode's self-check: a collector that unlinks lock files without taking their
+/// locks (hidden `--break-exclusion` with `--gc`) lets a newcomer lock a new file beside a
+/// holder, and the run must fail, naming a key, with the evidence kept.
+#[test]
+fn a_gc_torture_run_with_a_broken_collector_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = "--gc --break-exclusion --workers 4 --kills 20 --seconds 60 --json --dir";
+    let out = run(leasehold()
+        .arg("torture")
+        .args(flags.split(' '))
+        .arg(dir.path()));
+    assert_eq!(out.code, 1, "stdout {} stderr {}", out.stdout, out.stderr);
+    testkit::assert_one_line_error(&out, "violation(s) found");
+    let details = testkit::violation_details(&out.stdout);
+    let about_a_key = |d: &String| d.starts_with("key-") || d.contains("lease lost while held");
+    assert!(details.iter().any(about_a_key), "{details:?}");
+    let kept = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(kept, 1, "the evidence is kept");
+}

@@ -636,6 +636,7 @@ fn bench_quick_prints_the_windows_table_and_the_figures_it_cannot_measure() {
         "crowd_waiting_cpu",
         "waiting_cpu",
         "shared_try_acquire",
+        "gc_beside_verbs",
         "uncued floors",
     ] {
         assert!(
@@ -649,6 +650,7 @@ fn bench_quick_prints_the_windows_table_and_the_figures_it_cannot_measure() {
         "Lease::acquire, deadline + CancelToken",
         "LeaseHandle::lock (warm)",
         "Lease::acquire_async, current-thread runtime",
+        "KeyedLeases::acquire, deadline + CancelToken",
     ] {
         for w in ["2", "4"] {
             assert!(

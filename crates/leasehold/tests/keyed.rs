@@ -477,3 +477,171 @@ fn collect_never_waits_for_a_busy_namespace_and_an_acquisition_waits_out_a_colle
     holder.kill();
     waiter.join().unwrap().unwrap();
 }
+
+/// How many of this process's descriptors are open on `path` (Linux: `/proc/self/fd`).
+fn open_descriptors_on(path: &Path) -> usize {
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target == path)
+        .count()
+}
+
+/// Issue 26 item 5: every acquisition opened, locked and closed the namespace's collector
+/// lock. A `KeyedLeases` keeps one descriptor of it open and takes `LOCK_SH` on it: after
+/// many acquisitions exactly one descriptor is open on it, and it is not locked between
+/// acquisitions (a collection can run).
+#[test]
+fn acquisitions_keep_one_collector_lock_descriptor_open_and_unlocked() {
+    if !cfg!(target_os = "linux") {
+        eprintln!(
+            "SKIP: acquisitions_keep_one_collector_lock_descriptor_open_and_unlocked: reads /proc/self/fd (Linux)"
+        );
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    for k in ["a", "b", "c", "a", "b", "c"] {
+        drop(leases.try_acquire(k, |_| true).unwrap());
+    }
+    let collector = root.path().join(NAMESPACE).join(COLLECTOR_LOCK);
+    assert_eq!(open_descriptors_on(&collector), 1, "one kept descriptor");
+    let report = leases.collect(Duration::ZERO, || Ok(Vec::new())).unwrap();
+    assert_eq!((report.removed, report.busy), (3, false), "{report:?}");
+    // Clones share it.
+    let clone = leases.clone();
+    drop(clone.try_acquire("a", |_| true).unwrap());
+    assert_eq!(open_descriptors_on(&collector), 1);
+}
+
+/// The kept root and namespace follow the path: a lease taken in a namespace that was
+/// renamed away fails its `verify`, and from then on the same `KeyedLeases` acquires in the
+/// namespace that now stands at the path (where a newcomer holds the key), not in the old
+/// one.
+#[test]
+fn a_failed_verify_makes_the_next_acquisition_open_the_namespace_again() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    let lease = leases.try_acquire("r1", |_| true).unwrap();
+    let ns = root.path().join(NAMESPACE);
+    fs::rename(&ns, root.path().join("old-locks")).unwrap();
+    fs::create_dir(&ns).unwrap();
+    assert!(matches!(lease.verify(), Err(Error::LeaseLost { .. })));
+    drop(lease);
+    let newcomer = keys(root.path()).try_acquire("r1", |_| true).unwrap();
+    assert!(contended(leases.try_acquire("r1", |_| true)));
+    drop(newcomer);
+    let again = leases.try_acquire("r1", |_| false).unwrap();
+    again.verify().expect("taken in the namespace at the path");
+}
+
+/// Without any failed `verify`, the kept directories are still checked again (at least every
+/// 100 ms): a namespace replaced behind the `KeyedLeases` is followed, and a root others may
+/// now write is refused. Looked at again and again until it happens, never slept for.
+#[test]
+fn the_kept_root_and_namespace_are_checked_again() {
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path());
+    drop(leases.try_acquire("r1", |_| true).unwrap());
+    let ns = root.path().join(NAMESPACE);
+    fs::rename(&ns, root.path().join("old-locks")).unwrap();
+    fs::create_dir(&ns).unwrap();
+    let newcomer = keys(root.path()).try_acquire("r1", |_| true).unwrap();
+    testkit::until("the kept namespace is opened again", || {
+        contended(leases.try_acquire("r1", |_| true))
+    });
+    drop(newcomer);
+    fs::set_permissions(root.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    testkit::until("a root others may write is refused", || {
+        matches!(
+            leases.try_acquire("r1", |_| true),
+            Err(KeyError::Lease(Error::Untrusted { .. }))
+        )
+    });
+    fs::set_permissions(root.path(), fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// Whether some thread of this process waits in the kernel's lock queue for `path`'s inode.
+fn queued_on(path: &Path) -> bool {
+    let ino = fs::metadata(path).unwrap().ino();
+    let pid = std::process::id().to_string();
+    fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            l.contains("->")
+                && l.split_whitespace().nth(5) == Some(pid.as_str())
+                && l.contains(&format!(":{ino} "))
+        })
+}
+
+/// A waiter that wakes on a lock file the collector removed (and a newcomer made again) must
+/// try again under the collector lock, not reopen the path on its own: outside it, it could
+/// be woken on a collected file again and again (the gc torture with 8 workers saw waiters
+/// give up as "replaced 3 times while locking"), and it would take the key while a collection
+/// holds the namespace. Here a process holds the collector lock (as a collection does) when
+/// the waiter wakes on the removed file: the waiter waits for the collector lock, and takes the
+/// key's new file once it is free. Every step is looked at in `/proc/locks`, never timed.
+#[test]
+fn a_waiter_woken_on_a_collected_file_tries_again_under_the_collector_lock() {
+    if !cfg!(target_os = "linux") {
+        eprintln!(
+            "SKIP: a_waiter_woken_on_a_collected_file_tries_again_under_the_collector_lock: reads /proc/locks (Linux)"
+        );
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let leases = keys(root.path()).max_wait(None);
+    drop(leases.try_acquire("k", |_| true).unwrap());
+    let path = leases.lock_path("k");
+    let collector = root.path().join(NAMESPACE).join(COLLECTOR_LOCK);
+    let holder = testkit::FlockHolder::hold(&path);
+    let waiter = {
+        let leases = leases.clone();
+        std::thread::spawn(move || {
+            leases.acquire("k", &Budget::timeout(Duration::from_secs(60)), |_| true)
+        })
+    };
+    testkit::until("the waiter is queued on the key's file", || {
+        queued_on(&path)
+    });
+    // A collection holds the namespace, has removed the file, and a newcomer made it again.
+    let collection = testkit::FlockHolder::hold(&collector);
+    fs::remove_file(&path).unwrap();
+    fs::File::create(&path).unwrap();
+    holder.kill(); // the waiter is granted the removed file
+    testkit::until("the waiter waits for the collector lock", || {
+        queued_on(&collector)
+    });
+    assert!(
+        !waiter.is_finished(),
+        "taken while a collection held the namespace"
+    );
+    collection.kill();
+    let lease = waiter
+        .join()
+        .unwrap()
+        .expect("the key, once the collection is over");
+    lease
+        .verify()
+        .expect("the key's file that stands at the path");
+}
+
+#[test]
+fn a_busy_key_tried_once_says_it_was_a_single_try() {
+    // The admission's non-blocking try reports why it did not wait as a single try, as a
+    // plain lease's try_acquire does, not as a deadline that had passed (main's Budget
+    // tells the two apart).
+    let root = tempfile::tempdir().unwrap();
+    let holder = keys(root.path());
+    let _held = holder.try_acquire("job-1", |_| true).unwrap();
+    let other = keys(root.path());
+    for budget in [Budget::no_wait(), Budget::timeout(Duration::ZERO)] {
+        match other.acquire("job-1", &budget, |_| true) {
+            Err(KeyError::Lease(Error::Contended { why, .. })) => {
+                assert_eq!(why, leasehold::NotWaited::SingleTry, "{budget:?}");
+            }
+            other => panic!("a busy key tried once: {other:?}"),
+        }
+    }
+}

@@ -47,4 +47,4 @@ pub use process::{
 };
 pub use recorder::Recorder;
 pub use spawns::quiet;
-pub use torture::assert_broken_exclusion_found;
+pub use torture::{assert_broken_exclusion_found, violation_details};

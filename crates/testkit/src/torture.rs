@@ -12,16 +12,25 @@ use serde_json::Value;
 ///
 /// When `stdout` is not one JSON report or names no violation about the counter.
 pub fn assert_broken_exclusion_found(stdout: &str) {
-    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
-    assert!(v["violations"].as_u64().unwrap_or(0) > 0, "{v}");
-    let details: Vec<&str> = v["violation_details"]
-        .as_array()
-        .expect("a list of violations")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let details = violation_details(stdout);
     assert!(
         details.iter().any(|d| d.starts_with("counter")),
         "{details:?}"
     );
+}
+
+/// The violations `leasehold torture --json` printed (`stdout`), at least one.
+///
+/// # Panics
+///
+/// When `stdout` is not one JSON report or names no violation.
+pub fn violation_details(stdout: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert!(v["violations"].as_u64().unwrap_or(0) > 0, "{v}");
+    v["violation_details"]
+        .as_array()
+        .expect("a list of violations")
+        .iter()
+        .filter_map(|d| d.as_str().map(String::from))
+        .collect()
 }

@@ -138,7 +138,7 @@ pub fn main(args: ResultsArgs) -> Outcome {
             stdout.print(&text);
             if report.busy {
                 crate::out::error_line(
-                    "gc: another process was taking a result's lease at that instant; nothing was collected (run gc again)",
+                    "gc: another collection kept the lock namespace, so this one stopped part-way; what it did not examine was kept (run gc again)",
                 );
             }
         }),

@@ -39,8 +39,8 @@ pub struct GcReport {
     /// Lock files kept: the ID has a candidate or publication, or the file is held, young or
     /// unusable (or a collection could not run now: see [`busy`](Self::busy)).
     pub kept: usize,
-    /// Another process was acquiring an ID's lease or collecting at that instant, so nothing
-    /// was examined; run it again.
+    /// Another collection kept the collector lock, so this one stopped part-way (what it had
+    /// not examined is counted as kept); run it again.
     #[serde(skip)]
     pub busy: bool,
 }
@@ -48,9 +48,9 @@ pub struct GcReport {
 impl ResultStore {
     /// Removes the operation lock files of IDs that have no candidate and no publication,
     /// that no process holds, and whose lock file is older than `older_than`. Never waits.
-    /// Safe against every concurrent operation: see [`KeyedLeases::collect`], whose protocol
-    /// this is; the IDs with records are listed once before and once after each batch of
-    /// lock files is locked.
+    /// Safe against every concurrent operation, and never holds one up for more than a
+    /// batch: see [`KeyedLeases::collect`], whose protocol this is; the IDs with records are
+    /// listed once before the first batch and once per batch of lock files.
     ///
     /// [`KeyedLeases::collect`]: leasehold::patterns::keyed::KeyedLeases::collect
     pub fn gc(&self, older_than: Duration) -> Result<GcReport> {

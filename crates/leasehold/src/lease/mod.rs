@@ -279,8 +279,12 @@ pub(crate) trait PlatformTarget: Sized + Clone + Debug {
     /// The lock file `name` in `dir`; a `name` that is not one plain component is refused.
     fn at(opts: &LeaseOptions, dir: &Self::Dir, name: &str) -> Result<Self>;
     /// The same lock without the shared leases' gate (for an internal lock whose exclusive
-    /// holder never waits: the keyed namespace's collector lock).
+    /// holder waits only a moment: the keyed namespace's collector lock).
     fn without_gate(self) -> Self;
+    /// The same lock, not checked against its path once locked: only for the keyed
+    /// namespace's collector lock as its kept descriptors take it (see
+    /// [`LeaseOptions::handle_at_mode`]).
+    fn unchecked(self) -> Self;
     /// How messages name the lock.
     fn display(&self) -> &Path;
 }
@@ -759,6 +763,9 @@ pub struct LeaseHandle {
     opts: LeaseOptions,
     target: imp::Target,
     opened: Option<imp::Opened>,
+    /// Exclusive for every public handle; shared only for the keyed pattern's collector-lock
+    /// handles ([`LeaseOptions::handle_at_mode`]).
+    mode: Mode,
 }
 
 impl LeaseHandle {
@@ -787,7 +794,7 @@ impl LeaseHandle {
             self.opts,
             &self.target,
             budget,
-            Mode::Exclusive,
+            self.mode,
             self.opened.take(),
         );
         let held = blocking::run(acq)?;
@@ -854,7 +861,10 @@ impl HandleGuard<'_> {
 
     fn unlock(&mut self) {
         if let Some(held) = self.held.take() {
-            self.handle.opened = match held.others_waiting() {
+            // Shared holders do not exclude each other, so a shared handle that re-locks at
+            // once takes nothing from a waiter: it unlocks without asking.
+            let shared = self.handle.mode == Mode::Shared;
+            self.handle.opened = match !shared && held.others_waiting() {
                 true => None, // dropping `held` closes the file
                 false => held.unlock_keep(),
             };

@@ -33,6 +33,9 @@ pub struct LeaseOptions {
     pub(crate) allow_network_fs: bool,
     pub(crate) allow_shared_state: bool,
     pub(crate) single_process: bool,
+    /// Whether a lock file replaced under a try or a wait is followed (reopened, up to
+    /// `MAX_REOPENS` times); see [`follow_replaced`](Self::follow_replaced).
+    pub(crate) follow_replaced: bool,
 }
 
 impl Default for LeaseOptions {
@@ -43,6 +46,7 @@ impl Default for LeaseOptions {
             allow_network_fs: false,
             allow_shared_state: false,
             single_process: false,
+            follow_replaced: true,
         }
     }
 }
@@ -131,6 +135,16 @@ impl LeaseOptions {
     #[must_use]
     pub fn single_process(mut self, only: bool) -> LeaseOptions {
         self.single_process = only;
+        self
+    }
+
+    /// With `false`, an acquisition whose lock file is replaced (or removed) while it tries or
+    /// waits gives up at once with [`Error::Unstable`] instead of reopening the path: for the
+    /// keyed pattern's waits, which wait outside their namespace's collector lock and must
+    /// try again under it after the collector removed the file they waited on (see
+    /// `patterns::keyed`). Nothing is held afterwards.
+    pub(crate) fn follow_replaced(mut self, follow: bool) -> LeaseOptions {
+        self.follow_replaced = follow;
         self
     }
 
@@ -309,6 +323,33 @@ impl LeaseOptions {
             opts: *self,
             target,
             opened: Some(opened),
+            mode: Mode::Exclusive,
+        })
+    }
+
+    /// A [`LeaseHandle`] on `name` inside `dir` that takes the lease in `mode`, without the
+    /// shared leases' gate (as [`acquire_at_mode`](Self::acquire_at_mode)) and without the
+    /// post-lock check that the path still names the locked inode; the file is opened by the
+    /// first lock. Only for the keyed pattern's collector lock, which every keyed
+    /// acquisition takes shared: a kept descriptor saves an open and a close each time, and
+    /// the skipped `fstatat` another tenth of a keyed acquisition. Nothing ever removes that
+    /// file, the handles are reopened whenever the namespace is checked again (see
+    /// `patterns::keyed`), and no key's exclusion rests on it: each key's lease makes its
+    /// own post-lock check, and the collector unlinks only under the lock of the inode it
+    /// removes.
+    pub(crate) fn handle_at_mode(
+        &self,
+        dir: &LockDir,
+        name: &str,
+        mode: Mode,
+    ) -> Result<LeaseHandle> {
+        Ok(LeaseHandle {
+            opts: *self,
+            target: imp::Target::at(self, &dir.0, name)?
+                .without_gate()
+                .unchecked(),
+            opened: None,
+            mode,
         })
     }
 }

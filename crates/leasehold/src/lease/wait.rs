@@ -373,7 +373,7 @@ impl<'a> Acquisition<'a> {
 
     fn reopen(&mut self) -> Result<()> {
         self.reopens += 1;
-        if self.reopens >= MAX_REOPENS {
+        if self.reopens >= MAX_REOPENS || !self.opts.follow_replaced {
             return Err(Error::Unstable {
                 path: self.path().to_path_buf(),
                 attempts: self.reopens,

@@ -6,7 +6,10 @@
 //! * **Session append** ([`SessionWriter::append_json`](leasehold_stores::session::SessionWriter::append_json)), fsync per record and batched, next
 //!   to raw `write` + `fdatasync` on an `O_APPEND` descriptor with records of the same size.
 //! * **Keyed lease cost** ([`KeyedLeases::try_acquire`] + release) with 10 and with 100,000
-//!   lock files in the namespace directory, keys drawn pseudo-randomly among them.
+//!   lock files in the namespace directory, keys drawn pseudo-randomly among them, next to a
+//!   plain lease on one path and (100,000) to a plain lease on the same files.
+//! * **A collection beside the other verbs** (POSIX): the longest wait of `paths`, looped by
+//!   another process, during a `gc` of 100,000 lock files.
 //!
 //! Each durable unit (a mutation; a record and its fsync; a batch and its sync) is timed
 //! alone, interleaved one by one with its floor (see `micro::measure_batches`), so a noisy
@@ -45,6 +48,9 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let mut rows = vec![registry(dir, plan)?];
     rows.extend(session(dir, plan)?);
     rows.extend(keyed(dir, plan)?);
+    // Windows keyed leases keep no lock files: nothing for a collection to remove.
+    #[cfg(unix)]
+    rows.extend(gc_beside_verbs(dir, plan)?);
     Ok(rows)
 }
 
@@ -400,7 +406,9 @@ fn populate(root: &Path, count: usize) -> Result<usize, Failure> {
 }
 
 /// Keyed try_acquire + release with keys drawn among 10 IDs and among many (100,000; fewer
-/// with `--quick`), plus a plain cold cycle for reference.
+/// with `--quick`), each next to a plain cold cycle on one path; and the many-IDs figure next
+/// to a plain cold cycle on the same files, drawn the same way (what the large directory
+/// costs any lease: a lookup among 100,000 names and a cold inode each time).
 fn keyed(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let few_root = dir.join("keys-10");
     let many_root = dir.join("keys-many");
@@ -408,17 +416,21 @@ fn keyed(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let many = populate(&many_root, plan.keyed_ids)?;
     let few_keys: Vec<String> = (0..few).map(key).collect();
     let many_keys: Vec<String> = (0..many).map(key).collect();
+    let many_paths: Vec<PathBuf> = many_keys
+        .iter()
+        .map(|k| many_root.join(NAMESPACE).join(lock_name(k)))
+        .collect();
     let few_leases = KeyedLeases::new(&few_root, NAMESPACE);
     let many_leases = KeyedLeases::new(&many_root, NAMESPACE);
     let plain = dir.join("keys-plain.lock");
-    // The same pseudo-random sequence (an LCG) picks keys in both sets.
+    // The same pseudo-random sequence (an LCG) picks keys in every set.
     let pick = |state: &mut u64, n: usize| {
         *state = state
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         ((*state >> 33) as usize) % n
     };
-    let (mut s_few, mut s_many) = (1u64, 1u64);
+    let (mut s_few, mut s_many, mut s_paths) = (1u64, 1u64, 1u64);
     let mut ops: Vec<Op<'_>> = vec![
         Box::new(|| {
             let k = &few_keys[pick(&mut s_few, few_keys.len())];
@@ -434,23 +446,30 @@ fn keyed(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             drop(Lease::try_acquire(&plain).map_err(|e| Failure::of(&e))?);
             Ok(())
         }),
+        Box::new(|| {
+            let p = &many_paths[pick(&mut s_paths, many_paths.len())];
+            drop(Lease::try_acquire(p).map_err(|e| Failure::of(&e))?);
+            Ok(())
+        }),
     ];
     let t = measure_batches(&mut ops, plan.repeats, plan.batch)?;
     drop(ops);
     let m: Vec<f64> = t.iter().map(|v| median(v)).collect();
     let samples = plan.repeats * plan.batch;
-    let few_row = Row {
-        key: "keyed_10_ids",
-        name: "keyed lease try_acquire + release, 10 IDs".into(),
-        unit: Unit::Nanos,
-        median: m[0],
-        dist: None,
-        floor: Some((m[2], "Lease::try_acquire, one path")),
-        floor_dist: None,
-        target: None,
-        samples,
+    let row = |key, name: String, i: usize, floor: (usize, &'static str), target: Option<f64>| {
+        let ratio = m[i] / m[floor.0].max(1.0);
+        Row {
+            key,
+            name,
+            unit: Unit::Nanos,
+            median: m[i],
+            dist: None,
+            floor: Some((m[floor.0], floor.1)),
+            floor_dist: None,
+            target: target.map(|t| (format!("≤ {t}× floor"), ratio <= t)),
+            samples,
+        }
     };
-    let ratio = m[1] / m[0].max(1.0);
     let note = if plan.quick {
         " (--quick; full run: 100,000)"
     } else if many < plan.keyed_ids {
@@ -458,22 +477,140 @@ fn keyed(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     } else {
         ""
     };
-    let many_row = Row {
-        key: "keyed_many_ids",
+    let ids = thousands(many);
+    // Issue 26 item 5: a keyed lease at a plain lease's cost, at 10 and at 100,000 IDs.
+    let one_path = "Lease::try_acquire, one path";
+    Ok(vec![
+        row(
+            "keyed_10_ids",
+            "keyed lease try_acquire + release, 10 IDs".into(),
+            0,
+            (2, one_path),
+            Some(1.3),
+        ),
+        row(
+            "keyed_many_ids",
+            format!("keyed lease try_acquire + release, {ids} IDs{note}"),
+            1,
+            (2, one_path),
+            Some(1.3),
+        ),
+        row(
+            "keyed_many_ids_same_files",
+            format!("keyed lease, {ids} IDs, next to a plain lease on the same files{note}"),
+            1,
+            (3, "Lease::try_acquire, a random one of the same files"),
+            None,
+        ),
+    ])
+}
+
+// ---------------------------------------------------------------------------------------
+// A collection beside the other verbs
+// ---------------------------------------------------------------------------------------
+
+/// `results gc` of a large namespace (100,000 lock files of IDs without records, and a
+/// twentieth as many records to list; fewer with `--quick`) while another process loops
+/// `paths` of a live ID (a `verbs` worker, see `worker.rs`): the longest wait that verb saw
+/// during the collection, next to its longest in as many calls without one (issue 22 item 6:
+/// a collection held every verb up for its whole run, and `paths --timeout 0.2` failed).
+#[cfg(unix)]
+fn gc_beside_verbs(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
+    use super::crew::Crew;
+    use super::mono_ns;
+    use leasehold_stores::results::ResultStore;
+    let root = dir.join("gc-root");
+    let store = ResultStore::new(&root);
+    let src = dir.join("gc-src");
+    std::fs::create_dir_all(&src).map_err(io_fail("create the gc source"))?;
+    std::fs::write(src.join("a.txt"), b"a").map_err(io_fail("write the gc source"))?;
+    let now = Budget::no_wait();
+    store
+        .stage(GC_LIVE, &src, &now)
+        .map_err(|e| Failure::failed(format!("bench: stage: {e}")))?;
+    let lock_files = plan.keyed_ids;
+    let ns = store
+        .lock_path(GC_LIVE)
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| Failure::failed("bench: the lock namespace has no parent"))?;
+    let nsfd = rustix::fs::openat(
+        CWD,
+        &ns,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno_fail("open the lock namespace"))?;
+    for i in 0..lock_files {
+        rustix::fs::openat(
+            &nsfd,
+            lock_name(&format!("gone-{i}")),
+            OFlags::RDONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(errno_fail("create a lock file"))?;
+    }
+    // Records are listed by name: directories are enough to make each listing cost.
+    for i in 0..lock_files / 20 {
+        std::fs::create_dir(root.join("results").join(format!("listed-{i}")))
+            .map_err(io_fail("create a record"))?;
+    }
+    let mut crew = Crew::new();
+    let verb = crew.spawn_args("verbs", &root, None, &[])?;
+    crew.expect(verb, "R")?;
+    crew.send(verb, &format!("base {GC_BASE_CALLS}"))?;
+    let base = crew.expect(verb, "B")?;
+    crew.send(verb, "loop")?;
+    crew.expect(verb, "L")?;
+    let from = mono_ns();
+    let done = store
+        .gc(Duration::ZERO)
+        .map_err(|e| Failure::failed(format!("bench: gc: {e}")))?;
+    let to = mono_ns();
+    crew.send(verb, &format!("stop {from} {to}"))?;
+    let during = crew.expect(verb, "G")?;
+    crew.finish(verb);
+    if done.removed != lock_files || done.busy {
+        return Err(Failure::failed(format!(
+            "bench: the gc removed {} of {lock_files} lock files (busy: {})",
+            done.removed, done.busy
+        )));
+    }
+    let (calls, longest) = match during.as_slice() {
+        [calls, longest, ..] => (*calls, *longest as f64),
+        _ => return Err(Failure::failed("bench: malformed verbs report")),
+    };
+    let base_longest = base.first().copied().unwrap_or(0) as f64;
+    let limit = 200e6;
+    let note = if plan.quick { " (--quick)" } else { "" };
+    Ok(vec![Row {
+        key: "gc_beside_verbs",
         name: format!(
-            "keyed lease try_acquire + release, {} IDs{note}",
-            thousands(many)
+            "longest wait of `paths` looped by another process during a gc of {} lock files and {} records ({:.1} s, {calls} calls){note}",
+            thousands(lock_files),
+            thousands(lock_files / 20),
+            (to - from) as f64 / 1e9,
         ),
         unit: Unit::Nanos,
-        median: m[1],
+        median: longest,
         dist: None,
-        floor: Some((m[0], "same, 10 IDs")),
+        floor: Some((base_longest, "longest of as many calls without a gc")),
         floor_dist: None,
-        target: Some(("≤ 1.2× 10 IDs".into(), ratio <= 1.2)),
-        samples,
-    };
-    Ok(vec![few_row, many_row])
+        target: Some((
+            "< 200 ms (`--timeout 0.2` is admitted)".into(),
+            longest < limit,
+        )),
+        samples: calls as usize,
+    }])
 }
+
+/// The live result the `verbs` worker inspects during the gc figure.
+#[cfg(unix)]
+pub(super) const GC_LIVE: &str = "live";
+
+/// Calls of the `verbs` worker's baseline.
+#[cfg(unix)]
+const GC_BASE_CALLS: usize = 2000;
 
 /// `100000` → `100,000`.
 fn thousands(n: usize) -> String {

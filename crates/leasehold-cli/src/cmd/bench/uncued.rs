@@ -240,7 +240,7 @@ pub(crate) struct Line {
 }
 
 /// The targets of issue 12, as text for the report.
-pub(crate) const TARGETS: &str = "owner changed ≥ 0.8× floor; contended wait p99 and max ≤ 1.5× floor; handoff p50 ≤ 1.3× floor + verify (deadline + CancelToken and async: floor + verify + one futex wake)";
+pub(crate) const TARGETS: &str = "owner changed ≥ 0.8× floor; contended wait p99 and max ≤ 1.5× floor; handoff p50 ≤ 1.3× floor + verify (deadline + CancelToken, async and keyed: floor + verify + one futex wake)";
 
 /// The same targets for the mixed runs (issue 15: "the same fairness targets as exclusive
 /// waits apply"), as text for the report.

@@ -38,6 +38,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use clap::Args;
+use leasehold::patterns::keyed::KeyedLeases;
 use leasehold::{Budget, Lease, SharedLease};
 #[cfg(unix)]
 use rustix::fs::{CWD, FlockOperation, Mode, OFlags};
@@ -109,6 +110,11 @@ pub(crate) enum Method {
     Handle,
     /// `Lease::acquire_async` (unlimited budget) on a current-thread tokio runtime.
     Async,
+    /// `KeyedLeases::acquire` of one key with a deadline and a `CancelToken`, as every result
+    /// store operation (and every `results` verb) takes it; the lock file is the key's in a
+    /// namespace beside the lock path (`Keyed::root`), the collector lock held shared across
+    /// each try.
+    Keyed,
 }
 
 impl Method {
@@ -121,6 +127,7 @@ impl Method {
         Method::LeaseBudget,
         Method::Handle,
         Method::Async,
+        Method::Keyed,
     ];
     /// Every method of this platform: Windows has no kernel wait for a named object to
     /// compare with (waiters poll), so no floors.
@@ -130,6 +137,7 @@ impl Method {
         Method::LeaseBudget,
         Method::Handle,
         Method::Async,
+        Method::Keyed,
     ];
 
     /// Whether this is a kernel floor rather than leasehold.
@@ -138,10 +146,11 @@ impl Method {
     }
 
     /// Whether a helper thread waits in the kernel for this method's waiter and hands the
-    /// grant over with one more thread wake-up (a deadline or token, or an async waiter):
-    /// the uncued table adds one futex wake to its handoff floor.
+    /// grant over with one more thread wake-up (a deadline or token, or an async waiter;
+    /// a keyed wait is the lease's cancellable one): the uncued table adds one futex wake to
+    /// its handoff floor.
     pub(super) fn hands_over(self) -> bool {
-        matches!(self, Method::LeaseBudget | Method::Async)
+        matches!(self, Method::LeaseBudget | Method::Async | Method::Keyed)
     }
 
     /// Its `--method` value.
@@ -153,6 +162,7 @@ impl Method {
             Method::LeaseBudget => "lease-budget",
             Method::Handle => "handle",
             Method::Async => "async",
+            Method::Keyed => "keyed",
         }
     }
 
@@ -175,6 +185,7 @@ impl Method {
             Method::LeaseBudget => "SharedLease / Lease::acquire, deadline + CancelToken",
             Method::Handle => "LeaseHandle::lock (warm; exclusive only)",
             Method::Async => "acquire_shared_async / acquire_async, current-thread runtime",
+            Method::Keyed => "KeyedLeases::acquire (exclusive only)",
         }
     }
 
@@ -187,9 +198,39 @@ impl Method {
             Method::LeaseBudget => "Lease::acquire, deadline + CancelToken",
             Method::Handle => "LeaseHandle::lock (warm)",
             Method::Async => "Lease::acquire_async, current-thread runtime",
+            Method::Keyed => "KeyedLeases::acquire, deadline + CancelToken",
         }
     }
 }
+
+/// The keyed leases of a [`Method::Keyed`] loop: one key in a namespace under
+/// [`root`](Self::root) of the loop's lock path.
+struct Keyed {
+    leases: KeyedLeases,
+}
+
+impl Keyed {
+    const KEY: &str = "bench";
+
+    /// The managed root for the loop on `lock`: beside it, named after it.
+    fn root(lock: &Path) -> PathBuf {
+        lock.with_extension("keyed")
+    }
+
+    /// The key's leases, its lock file created (every worker of the loop vouches for it).
+    fn prepare(lock: &Path) -> Result<Keyed, Failure> {
+        let root = Keyed::root(lock);
+        std::fs::create_dir_all(&root).map_err(io_fail("create the keyed root"))?;
+        let leases = KeyedLeases::new(root, ".bench-locks-v1");
+        let ready = leases.acquire(Keyed::KEY, &Budget::timeout(PREPARE_WAIT), |_| true);
+        drop(ready.map_err(|e| Failure::failed(format!("bench: keyed lease: {e}")))?);
+        Ok(Keyed { leases })
+    }
+}
+
+/// How long a keyed loop worker waits for its key while it prepares (another worker may hold
+/// it for a moment, preparing too).
+const PREPARE_WAIT: Duration = Duration::from_secs(20);
 
 /// One acquisition of a `loop` worker: started to acquire, had the lease, released (ns).
 type Turn = (u64, u64, u64);
@@ -212,6 +253,13 @@ fn back_to_back(
     };
     let mut handle = match method {
         Method::Handle => Some(leasehold::LeaseHandle::open(lock).map_err(|e| Failure::of(&e))?),
+        _ => None,
+    };
+    if shared && method == Method::Keyed {
+        return Err(Failure::usage("bench: keyed leases have no shared mode"));
+    }
+    let keyed = match method {
+        Method::Keyed => Some(Keyed::prepare(lock)?),
         _ => None,
     };
     let mut out = std::io::stdout().lock();
@@ -278,6 +326,23 @@ fn back_to_back(
                     (None, true) => SharedLease::acquire(lock, &budget).map(Held::Shared),
                 }
                 .map_err(lease_err)?;
+                let t1 = mono_ns();
+                std::thread::sleep(hold);
+                let t2 = mono_ns();
+                drop(lease);
+                (t0, t1, t2)
+            }
+            Method::Keyed => {
+                let Some(keyed) = keyed.as_ref() else {
+                    return Err(Failure::failed("bench: no keyed leases"));
+                };
+                let t0 = mono_ns();
+                // Far beyond the run, as for `LeaseBudget` (the store caps it at 30 s).
+                let budget = Budget::timeout(Duration::from_secs(600)).with_cancel(token.clone());
+                let lease = keyed
+                    .leases
+                    .acquire(Keyed::KEY, &budget, |_| true)
+                    .map_err(|e| Failure::failed(format!("bench: keyed lease: {e}")))?;
                 let t1 = mono_ns();
                 std::thread::sleep(hold);
                 let t2 = mono_ns();
@@ -606,6 +671,8 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
                 .map_err(io_fail("report"))?;
         }
         #[cfg(unix)]
+        "verbs" => verbs(lock, &mut lines, &mut out)?,
+        #[cfg(unix)]
         "share" => {
             super::shared::share_loop(lock, args.method, args.index, &mut lines)?;
         }
@@ -644,6 +711,88 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
         }
     }
     Ok(OK)
+}
+
+/// The `verbs` role (the gc figure, `stores.rs`): `ResultStore::paths` of the live result in
+/// the managed root `root`, timed call by call. `base N`: N calls, answered `B <longest ns>`.
+/// `loop`: answered `L`, then calls until the next line, `stop <from> <to>`, answered
+/// `G <calls> <longest ns>` for the calls that overlapped `from..to` (monotonic ns).
+#[cfg(unix)]
+fn verbs(
+    root: &Path,
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    use leasehold_stores::results::ResultStore;
+    let store = ResultStore::new(root);
+    let call = || -> Result<(u64, u64), Failure> {
+        let t0 = mono_ns();
+        store
+            .paths(
+                super::stores::GC_LIVE,
+                &Budget::timeout(Duration::from_secs(30)),
+            )
+            .map_err(|e| Failure::failed(format!("bench: paths: {e}")))?;
+        Ok((t0, mono_ns()))
+    };
+    let mut say = |line: String| {
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .map_err(io_fail("report"))
+    };
+    say("R".into())?;
+    while let Some(Ok(line)) = lines.next() {
+        let mut words = line.split_whitespace();
+        match (
+            words.next(),
+            words.next().and_then(|n| n.parse::<usize>().ok()),
+        ) {
+            (Some("base"), Some(n)) => {
+                let mut longest = 0;
+                for _ in 0..n {
+                    let (t0, t1) = call()?;
+                    longest = longest.max(t1 - t0);
+                }
+                say(format!("B {longest}"))?;
+            }
+            (Some("loop"), _) => {
+                say("L".into())?;
+                let mut calls = Vec::with_capacity(1 << 16);
+                // The parent's next line ends the loop: looked for between calls (the
+                // buffer is empty, every earlier line having been answered).
+                let stdin = std::io::stdin();
+                let mut ready = [rustix::event::PollFd::new(
+                    &stdin,
+                    rustix::event::PollFlags::IN,
+                )];
+                let zero = rustix::event::Timespec::default();
+                while rustix::event::poll(&mut ready, Some(&zero)).map_err(errno_fail("poll"))? == 0
+                {
+                    calls.push(call()?);
+                }
+                let Some(Ok(stop)) = lines.next() else {
+                    return Ok(());
+                };
+                let window: Vec<u64> = stop
+                    .split_whitespace()
+                    .skip(1)
+                    .filter_map(|n| n.parse().ok())
+                    .collect();
+                let [from, to] = window[..] else {
+                    return Err(Failure::failed(format!("bench: bad cue {stop:?}")));
+                };
+                let during: Vec<u64> = calls
+                    .iter()
+                    .filter(|(t0, t1)| *t1 >= from && *t0 <= to)
+                    .map(|(t0, t1)| t1 - t0)
+                    .collect();
+                let longest = during.iter().copied().max().unwrap_or(0);
+                say(format!("G {} {longest}", during.len()))?;
+            }
+            _ => return Err(Failure::failed(format!("bench: bad cue {line:?}"))),
+        }
+    }
+    Ok(())
 }
 
 /// The release stamp: when the last holder released (0: nobody yet), and which worker it was.

@@ -95,8 +95,10 @@ pub struct TortureArgs {
     #[arg(long)]
     gc: bool,
     /// Self-check of the checker (hidden): every worker takes the counter's lease on a
-    /// lock file of its own, so increments overlap and get lost; the run must fail.
-    #[arg(long, hide = true, conflicts_with = "gc")]
+    /// lock file of its own, so increments overlap and get lost; with --gc, the collector
+    /// unlinks lock files without taking their locks, so a newcomer locks a new file beside
+    /// a holder. The run must fail.
+    #[arg(long, hide = true)]
     break_exclusion: bool,
     /// COMMAND of each counter `run` leaves the increment to a background descendant and
     /// exits at once, so the lease must outlive `run` (it lasts until the last process
@@ -121,7 +123,8 @@ pub struct WorkerArgs {
     /// A `--gc` run: keyed operations, or (slot 0) the collector.
     #[arg(long)]
     gc: bool,
-    /// The checker's self-check: the counter's lease on a lock file of this worker's own.
+    /// The checker's self-check: the counter's lease on a lock file of this worker's own
+    /// (with `--gc`: a collector that unlinks lock files without taking their locks).
     #[arg(long)]
     break_exclusion: bool,
     /// A `--descendants` run: counter increments in a background descendant of COMMAND,
@@ -163,6 +166,11 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 pub fn main(args: TortureArgs) -> Outcome {
     if args.etcd.is_some() || args.etcd_server || args.etcd_worker.is_some() {
         return etcd_mode(&args);
+    }
+    if args.gc && args.break_exclusion && cfg!(windows) {
+        return Err(Failure::usage(
+            "torture --gc --break-exclusion: Windows keyed leases keep no lock files for a broken collector to unlink",
+        ));
     }
     if args.descendants && cfg!(windows) {
         return Err(Failure::usage(
@@ -239,7 +247,8 @@ fn parse_id(id: &str) -> Result<(u32, u32), Failure> {
 #[derive(Debug, Clone)]
 pub struct Layout {
     dir: PathBuf,
-    /// `--break-exclusion`: each worker slot locks a counter lock file of its own.
+    /// `--break-exclusion`: each worker slot locks a counter lock file of its own (with
+    /// `--gc`: the collector unlinks lock files without their locks).
     broken: bool,
     /// `--descendants`: increments in background descendants of COMMAND, and shared reads.
     descendants: bool,
@@ -310,7 +319,14 @@ impl Layout {
     }
     /// The managed root of the keyed leases (`--gc`).
     fn keyed(&self) -> leasehold::patterns::keyed::KeyedLeases {
-        leasehold::patterns::keyed::KeyedLeases::new(self.dir.join("keyed"), KEY_NAMESPACE)
+        leasehold::patterns::keyed::KeyedLeases::new(self.keyed_root(), KEY_NAMESPACE)
+    }
+    fn keyed_root(&self) -> PathBuf {
+        self.dir.join("keyed")
+    }
+    /// The keyed leases' lock files (`--gc`), for the broken collector of the self-check.
+    fn keyed_namespace(&self) -> PathBuf {
+        self.keyed_root().join(KEY_NAMESPACE)
     }
     /// What the collector removed: one line per collection, the count.
     fn collected(&self) -> PathBuf {

@@ -344,7 +344,8 @@ pub fn keyed(layout: &Layout, slot: u32, generation: u32) -> Outcome {
 }
 
 /// The collector of `--gc`: removes every lock file nobody holds (no ID has a record), once
-/// per phase, and records how many it removed.
+/// per phase, and records how many it removed. With `--break-exclusion` it is the broken
+/// collector of the checker's self-check instead ([`unlink_without_locks`]).
 pub fn collect(layout: &Layout, slot: u32, generation: u32) -> Outcome {
     let logs = Logs::open(layout, slot, generation)?;
     let collected = AppendLog::open(&layout.collected())
@@ -352,11 +353,37 @@ pub fn collect(layout: &Layout, slot: u32, generation: u32) -> Outcome {
     let leases = layout.keyed();
     loop {
         phase("collect");
-        match leases.collect(Duration::ZERO, || Ok(Vec::new())) {
+        let done = match layout.broken {
+            true => unlink_without_locks(&layout.keyed_namespace()),
+            false => leases.collect(Duration::ZERO, || Ok(Vec::new())),
+        };
+        match done {
             Ok(done) => collected
                 .record(&format!("{} {}", done.removed, u8::from(done.busy)))
                 .map_err(|e| Failure::failed(format!("collected log: {e}")))?,
             Err(e) => logs.op("violation", &format!("collect: {e}"))?,
         }
     }
+}
+
+/// A collector that skips the protocol (the checker's self-check): it unlinks every key's
+/// lock file it finds without taking the file's lock or the collector lock, so a holder's
+/// file can go while it is held and a newcomer then locks a new one beside it.
+fn unlink_without_locks(
+    ns: &std::path::Path,
+) -> Result<leasehold::patterns::keyed::Collection, KeyError> {
+    let mut done = leasehold::patterns::keyed::Collection::default();
+    let Ok(entries) = std::fs::read_dir(ns) else {
+        return Ok(done);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let key_file = name
+            .to_str()
+            .is_some_and(|n| n.len() == 69 && n.ends_with(".lock"));
+        if key_file && std::fs::remove_file(entry.path()).is_ok() {
+            done.removed += 1;
+        }
+    }
+    Ok(done)
 }

@@ -227,11 +227,17 @@ impl PlatformTarget for Target {
         })
     }
 
-    /// The same lock without a gate: for an internal lock whose exclusive holder never waits
-    /// (the keyed namespace's collector lock), where a turnstile protects nobody and its
-    /// gate file would only be one more file in the namespace.
+    /// The same lock without a gate: for an internal lock whose exclusive holder waits only
+    /// a moment (the keyed namespace's collector lock), where a turnstile protects nobody and
+    /// its gate file would only be one more file in the namespace.
     fn without_gate(mut self) -> Target {
         self.gated = false;
+        self
+    }
+
+    /// The same lock without the post-lock inode check (as for a caller's descriptor).
+    fn unchecked(mut self) -> Target {
+        self.checked = false;
         self
     }
 
