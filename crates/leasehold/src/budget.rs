@@ -290,7 +290,10 @@ impl Budget {
     ///   the same lock, which would queue behind the very wait that asks.
     /// * A signal that lands before the thread is blocked in `flock` interrupts nothing
     ///   (as for Python's own `fcntl.flock`): the hook is asked at the next interruption,
-    ///   and the wait otherwise ends with the grant.
+    ///   and the wait otherwise ends with the grant. Nor does one end a wait queued behind
+    ///   another lease of this very process on the same lock (the in-process claim queue,
+    ///   where the thread is parked, not in `flock`): that wait goes on until the other
+    ///   lease is released, then blocks in `flock` and asks the hook from there on.
     ///
     /// [`Lease::acquire`]: crate::Lease::acquire
     /// [`Error::Cancelled`]: crate::Error::Cancelled
