@@ -153,7 +153,13 @@ pub(crate) fn acquire(
 ) -> PyResult<Lease> {
     let budget = budget(timeout)?;
     let opts = options(allow_network_fs, allow_shared_state);
-    let waited = if shared {
+    let waited = if budget.remaining().is_none() {
+        // No limit: the library's blocking wait, inline in the kernel's queue (`wait.rs`).
+        wait::block_inline(py, |budget| match shared {
+            true => opts.acquire_shared(&path, budget).map(Held::Shared),
+            false => opts.acquire(&path, budget).map(Held::Exclusive),
+        })
+    } else if shared {
         wait::block(py, async {
             opts.acquire_shared_async(&path, &budget)
                 .await

@@ -1,9 +1,20 @@
-//! How a Python call waits for a lease: always through the library's tokio driver (its
+//! How a Python call waits for a lease: always through one of the library's drivers (its
 //! decisions, its kernel-queue wait), never a loop of ours around tries.
 //!
-//! * **Blocking** (`acquire`): the calling thread releases the GIL and drives the library's
-//!   future on a current-thread runtime of its own (one per Python thread, made on its
-//!   first wait), so a grant wakes it directly. Python runs signal handlers only on the
+//! * **Blocking without a limit** (`acquire(path)`, `timeout=None`; [`block_inline`]): the
+//!   library's blocking acquisition with the GIL released, which blocks this very thread in
+//!   the kernel's `flock` queue — one thread wake-up per hand-over, as `fcntl.flock` — with
+//!   a [`Budget::on_interrupt`](leasehold::Budget::on_interrupt) hook. CPython installs its
+//!   signal handlers without `SA_RESTART`, so a signal delivered to the waiting thread (the
+//!   kernel prefers the main thread for a process-wide signal such as Ctrl-C's) ends the
+//!   `flock` with `EINTR`; the hook then takes the GIL and asks Python to run its handlers
+//!   (`PyErr_CheckSignals`, as `fcntl.flock` does under PEP 475): one that raises
+//!   (`KeyboardInterrupt`) stops the wait, which the library ends with nothing held, and the
+//!   exception propagates; otherwise the wait goes on in the same place in line. On other
+//!   threads Python runs no handlers, and the wait goes on.
+//! * **Blocking with a timeout** ([`block`]): the calling thread releases the GIL and drives
+//!   the library's future on a current-thread runtime of its own (one per Python thread,
+//!   made on its first wait), so a grant wakes it directly. Python runs signal handlers only on the
 //!   main thread, and only when that thread asks (`PyErr_CheckSignals`); a main thread
 //!   that waits therefore wakes every [`SIGNAL_CHECK`] to ask, with the GIL taken just for
 //!   that. A handler that raises (SIGINT's `KeyboardInterrupt`) ends the wait: the future is
@@ -18,11 +29,13 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::pin;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
 
+use leasehold::Budget;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -43,6 +56,34 @@ pub(crate) enum Waited<T> {
     Done(leasehold::Result<T>),
     /// A signal handler raised (the wait was abandoned).
     Interrupted(PyErr),
+}
+
+/// Runs `acquire` (a blocking acquisition of the library) with the GIL released, its budget
+/// unlimited but for signals: a signal handler that raises ends the wait (module
+/// documentation).
+pub(crate) fn block_inline<T, F>(py: Python<'_>, acquire: F) -> Waited<T>
+where
+    F: FnOnce(&Budget) -> leasehold::Result<T> + Send,
+    T: Send,
+{
+    let raised: Arc<Mutex<Option<PyErr>>> = Arc::default();
+    let budget = Budget::unlimited().on_interrupt({
+        let raised = raised.clone();
+        move || match Python::attach(|py| py.check_signals()) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                *raised.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    });
+    let res = py.detach(|| acquire(&budget));
+    let raised = raised.lock().unwrap_or_else(PoisonError::into_inner).take();
+    match (res, raised) {
+        // The hook stopped the wait: the library's `Cancelled` is the handler's exception.
+        (Err(_), Some(raised)) => Waited::Interrupted(raised),
+        (res, _) => Waited::Done(res),
+    }
 }
 
 /// Runs `fut` (a wait of the library's tokio driver) to completion on this thread with the

@@ -4,6 +4,7 @@ abandoned wait never ends up holding the lease."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -116,6 +117,18 @@ def test_other_threads_run_while_one_thread_waits(spawn, lock_path):
     child.expect("joined")
 
 
+def helper_threads(pid: int) -> int:
+    """How many of the library's kernel-wait helper threads (``leasehold-wait``) ``pid`` has."""
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:
+            pass  # the thread exited meanwhile
+    return names.count("leasehold-wait")
+
+
 @pytest.mark.parametrize("timeout", ["none", "30"])
 def test_sigint_ends_a_blocking_wait_with_keyboardinterrupt_within_100_ms(spawn, lock_path, timeout):
     holder = spawn(HOLD, lock_path, "exclusive")
@@ -123,6 +136,10 @@ def test_sigint_ends_a_blocking_wait_with_keyboardinterrupt_within_100_ms(spawn,
     child = spawn(SIGINT, lock_path, timeout)
     child.expect("waiting")
     until("the child is queued in the kernel", lambda: blocked_on(child.pid, lock_path))
+    if timeout == "none":
+        # No limit: the main thread itself is what waits in the kernel's queue (one wake-up
+        # per hand-over), and SIGINT's EINTR is what ends it; a timeout's wait has a helper.
+        assert helper_threads(child.pid) == 0, "an unlimited wait waits inline"
     sent = time.monotonic_ns()
     child.signal(signal.SIGINT)
     fields = child.expect("interrupted", limit=5)

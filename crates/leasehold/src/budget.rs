@@ -6,6 +6,7 @@
 //! an unlock, and nothing of ours holds the lease afterwards.
 
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -188,6 +189,7 @@ pub struct Budget {
     limit: Limit,
     cancel: Option<CancelToken>,
     notice: Option<Notice>,
+    interrupt: Option<Interrupt>,
 }
 
 /// What a wait says once when it is still waiting at `at` (see [`Budget::with_notice`]).
@@ -203,6 +205,16 @@ type NoticeFn = Box<dyn FnOnce(&crate::Error) + Send>;
 impl fmt::Debug for Notice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Notice").field("at", &self.at).finish()
+    }
+}
+
+/// What an inline wait asks after a signal interrupted it (see [`Budget::on_interrupt`]).
+#[derive(Clone)]
+struct Interrupt(Arc<dyn Fn() -> ControlFlow<()> + Send + Sync>);
+
+impl fmt::Debug for Interrupt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Interrupt(..)")
     }
 }
 
@@ -251,6 +263,7 @@ impl Budget {
             limit: Limit::Timeout(timeout),
             cancel: None,
             notice: None,
+            interrupt: None,
         }
     }
 
@@ -262,6 +275,7 @@ impl Budget {
             limit: Limit::Until { deadline, of: None },
             cancel: None,
             notice: None,
+            interrupt: None,
         }
     }
 
@@ -298,6 +312,60 @@ impl Budget {
         self
     }
 
+    /// Lets a signal end a wait that blocks this very thread in the kernel's lock queue:
+    /// after each `EINTR` of that wait, `hook` is called, on the waiting thread, and
+    /// answers whether to stop. The library installs no signal handler and claims no
+    /// signal: the program's own handler, installed without `SA_RESTART` (CPython installs
+    /// its SIGINT handler so), is what makes the kernel end a blocked `flock` with `EINTR`
+    /// when the signal is delivered to the waiting thread. This is how Python's
+    /// `fcntl.flock` treats `EINTR` (PEP 475: retried after the signal handlers ran, unless
+    /// one raised) and util-linux `flock --timeout` (a `SIGALRM` handler without
+    /// `SA_RESTART`; `EINTR` ends the wait once its timer fired, else it is retried).
+    ///
+    /// * **Which waits ask it.** Only a blocking acquisition ([`Lease::acquire`] and the
+    ///   other synchronous `acquire*` calls) on POSIX whose wait nothing else can end: this
+    ///   budget has no limit and no [`CancelToken`]. Such a wait blocks the calling thread
+    ///   itself in `flock` — one thread wake-up per hand-over, as a plain `flock(LOCK_EX)`
+    ///   — instead of a helper thread that then wakes it. Every other wait (a deadline, a
+    ///   token, an async acquisition, Windows and WASI) is ended by its deadline or token
+    ///   as before and never calls `hook`.
+    /// * **`ControlFlow::Break(())`** ends the acquisition with [`Error::Cancelled`]
+    ///   naming the path, nothing held: the lock was not granted, the wait's descriptor
+    ///   and every gate it took (see the shared-mode turnstile) are closed, and the next
+    ///   acquirer of this process queued behind it goes on.
+    /// * **`ControlFlow::Continue(())`** blocks again in the same place in line (the same
+    ///   gate, or the lock), keeping what it already passed — which is also what happens
+    ///   to an `EINTR` of an inline wait without a hook.
+    /// * `hook` runs outside any signal handler (it may lock, allocate, call into an
+    ///   interpreter) while this process's claim on the lock is held: it must not acquire
+    ///   the same lock, which would queue behind the very wait that asks.
+    /// * A signal that lands before the thread is blocked in `flock` interrupts nothing
+    ///   (as for Python's own `fcntl.flock`): the hook is asked at the next interruption,
+    ///   and the wait otherwise ends with the grant. Nor does one end a wait queued behind
+    ///   another lease of this very process on the same lock (the in-process claim queue,
+    ///   where the thread is parked, not in `flock`): that wait goes on until the other
+    ///   lease is released, then blocks in `flock` and asks the hook from there on.
+    ///
+    /// [`Lease::acquire`]: crate::Lease::acquire
+    /// [`Error::Cancelled`]: crate::Error::Cancelled
+    #[must_use]
+    pub fn on_interrupt<F>(mut self, hook: F) -> Budget
+    where
+        F: Fn() -> ControlFlow<()> + Send + Sync + 'static,
+    {
+        self.interrupt = Some(Interrupt(Arc::new(hook)));
+        self
+    }
+
+    /// What an inline wait interrupted by a signal does next: the
+    /// [`on_interrupt`](Self::on_interrupt) hook's answer, else go on waiting.
+    pub(crate) fn interrupted(&self) -> ControlFlow<()> {
+        match &self.interrupt {
+            Some(Interrupt(hook)) => hook(),
+            None => ControlFlow::Continue(()),
+        }
+    }
+
     /// This budget with its timeout started now: the deadline `now + timeout`, shared by
     /// every acquisition that uses the result, so that several steps (a store operation that
     /// takes two locks, say) wait at most the timeout in all. A step that begins after that
@@ -320,6 +388,7 @@ impl Budget {
             limit,
             cancel: self.cancel.clone(),
             notice: self.notice.clone(),
+            interrupt: self.interrupt.clone(),
         }
     }
 

@@ -155,13 +155,17 @@ pub(crate) trait Platform: Sized {
 
     /// Blocks this thread in the kernel's queue: only for a wait that nothing but the grant
     /// can end (no deadline, no cancellation token), and only where [`NOTIFIES`] holds.
+    /// When a signal handler interrupts it (`EINTR`), `interrupted` is asked on this thread:
+    /// `Continue` blocks again in the same place in line, `Break` ends the wait with
+    /// `Ok(None)` — nothing held, no gate held, the lock not granted.
     ///
     /// [`NOTIFIES`]: Self::NOTIFIES
     fn lock_inline(
         target: &Self::Target,
         opened: Self::Opened,
         mode: Mode,
-    ) -> Result<Self::Granted>;
+        interrupted: &dyn Fn() -> std::ops::ControlFlow<()>,
+    ) -> Result<Option<Self::Granted>>;
 
     /// Starts (or adopts) a wait in the kernel's queue that `notifier` announces the end of;
     /// `Err` gives the file back where the platform has no such queue (the waiter polls).

@@ -459,7 +459,7 @@ fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<He
 }
 
 /// Never called here (no kernel queue to block in: `NOTIFIES` is false).
-fn lock_inline(target: &Target, _opened: Opened, _mode: Mode) -> Result<Granted> {
+fn lock_inline(target: &Target, _opened: Opened, _mode: Mode) -> Result<Option<Granted>> {
     Err(Error::Io {
         op: "lock",
         path: target.display().to_path_buf(),
@@ -629,7 +629,12 @@ impl Platform for Single {
     fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
         accept(target, granted, claim)
     }
-    fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result<Granted> {
+    fn lock_inline(
+        target: &Target,
+        opened: Opened,
+        mode: Mode,
+        _interrupted: &dyn Fn() -> std::ops::ControlFlow<()>,
+    ) -> Result<Option<Granted>> {
         lock_inline(target, opened, mode)
     }
     fn start_wait(

@@ -97,7 +97,8 @@ pub(crate) enum Next {
     /// this long passes (`None`: no limit).
     Wait(Option<Duration>),
     /// Block this thread in the kernel's lock queue ([`Acquisition::block`]): nothing but a
-    /// grant can end this wait, and only the blocking driver is ever told to.
+    /// grant — or a signal the budget's interrupt hook stops at — can end this wait, and
+    /// only the blocking driver is ever told to.
     Block,
 }
 
@@ -175,12 +176,19 @@ impl<'a> Acquisition<'a> {
     }
 
     /// Blocks in the kernel's queue as [`Next::Block`] asked; `Ok(Some)` is the lease,
-    /// `Ok(None)` means go on with [`next`](Self::next) (the file was replaced).
+    /// `Ok(None)` means go on with [`next`](Self::next) (the file was replaced). A signal
+    /// that interrupts the wait asks the budget's hook ([`Budget::on_interrupt`]); one it
+    /// stops at is a cancellation, and the claim leaves with this acquisition.
     pub(crate) fn block(&mut self) -> Result<Option<Held>> {
         let State::Inline(opened, claim) = std::mem::replace(&mut self.state, State::Done) else {
             return Ok(None);
         };
-        let granted = Imp::lock_inline(self.target, opened, self.mode)?;
+        let budget = self.budget;
+        let Some(granted) =
+            Imp::lock_inline(self.target, opened, self.mode, &|| budget.interrupted())?
+        else {
+            return Err(self.cancelled());
+        };
         match Imp::accept(self.target, granted, claim)? {
             Some(held) => Ok(Some(held)),
             None => {

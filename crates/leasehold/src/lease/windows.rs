@@ -516,7 +516,7 @@ fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<He
 }
 
 /// Never called on Windows (its waits poll).
-fn lock_inline(_target: &Target, opened: Opened, _mode: Mode) -> Result<Granted> {
+fn lock_inline(_target: &Target, opened: Opened, _mode: Mode) -> Result<Option<Granted>> {
     Err(Error::Io {
         op: "lock",
         path: PathBuf::from(opened.name),
@@ -691,7 +691,12 @@ impl Platform for Windows {
     fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
         accept(target, granted, claim)
     }
-    fn lock_inline(target: &Target, opened: Opened, mode: Mode) -> Result<Granted> {
+    fn lock_inline(
+        target: &Target,
+        opened: Opened,
+        mode: Mode,
+        _interrupted: &dyn Fn() -> std::ops::ControlFlow<()>,
+    ) -> Result<Option<Granted>> {
         lock_inline(target, opened, mode)
     }
     fn start_wait(

@@ -52,6 +52,13 @@ pub(crate) use wasi::{
 
 pub(crate) mod naming;
 
+/// Tests only: a signal handler without `SA_RESTART` and a signal sent to one thread, which
+/// make a blocked `flock` fail with `EINTR` (the inline wait's interrupt hook is tested with
+/// them); raw libc calls, for which no safe wrapper exists.
+#[cfg(all(test, unix))]
+#[allow(unsafe_code)]
+pub(crate) mod test_signal;
+
 /// A waiter's wake-up, the same on every platform (a parked thread or a task's waker).
 mod wake;
 pub(crate) use wake::Notifier;

@@ -2,6 +2,7 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::ops::ControlFlow;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -356,8 +357,16 @@ pub(crate) fn try_lock(fd: BorrowedFd<'_>, shared: bool) -> Result<bool, Errno> 
 }
 
 /// `flock(LOCK_EX)` (or `LOCK_SH`): sleeps in the kernel's queue until the lock is granted.
-/// Only the kernel-wait helper threads call this (see `lease/posix/kernel_wait.rs`); `EINTR` is retried.
-pub(crate) fn lock_blocking(fd: BorrowedFd<'_>, shared: bool) -> Result<(), Errno> {
+/// The kernel-wait helper threads (`lease/posix/kernel_wait.rs`) and inline waits call this.
+///
+/// A signal handler installed without `SA_RESTART` makes `flock` fail with `EINTR`, the lock
+/// not granted; `interrupted` is then asked, on this thread: `Continue` blocks again in the
+/// same queue, `Break` returns `Err(EINTR)` — the only way this returns `EINTR`.
+pub(crate) fn lock_blocking(
+    fd: BorrowedFd<'_>,
+    shared: bool,
+    interrupted: &dyn Fn() -> ControlFlow<()>,
+) -> Result<(), Errno> {
     let op = if shared {
         FlockOperation::LockShared
     } else {
@@ -365,7 +374,10 @@ pub(crate) fn lock_blocking(fd: BorrowedFd<'_>, shared: bool) -> Result<(), Errn
     };
     loop {
         match rustix::fs::flock(fd, op) {
-            Err(Errno::INTR) => continue,
+            Err(Errno::INTR) => match interrupted() {
+                ControlFlow::Continue(()) => continue,
+                ControlFlow::Break(()) => return Err(Errno::INTR),
+            },
             other => return other,
         }
     }

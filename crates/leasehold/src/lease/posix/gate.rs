@@ -124,6 +124,7 @@
 //! collide with, and on the BSDs and macOS record locks and `flock` share one lock list.
 
 use std::ffi::OsStr;
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -242,10 +243,17 @@ const AT_WRITERS: u8 = 2;
 const AT_GATE: u8 = 3;
 
 impl Place {
-    /// Blocks in `flock` on `fd` (the file `at` names) and records that it does.
-    fn wait(&self, at: u8, fd: BorrowedFd<'_>, shared: bool) -> std::result::Result<(), Errno> {
+    /// Blocks in `flock` on `fd` (the file `at` names) and records that it does;
+    /// `interrupted` is asked after each `EINTR` (see `sys::lock_blocking`).
+    fn wait(
+        &self,
+        at: u8,
+        fd: BorrowedFd<'_>,
+        shared: bool,
+        interrupted: Ask<'_>,
+    ) -> std::result::Result<(), Errno> {
         self.at.store(at, Ordering::Relaxed);
-        sys::lock_blocking(fd, shared)
+        sys::lock_blocking(fd, shared, interrupted)
     }
 
     /// The gate file the wait is blocked on, as messages name it (beside the lock path);
@@ -258,6 +266,24 @@ impl Place {
             _ => return None,
         };
         held_up_at(target, suffix)
+    }
+}
+
+/// What a wait asks when a signal interrupts one of its `flock`s (`EINTR`): `Break` ends the
+/// whole wait with `Err(EINTR)`, every gate it holds closed and the lock not granted;
+/// `Continue` blocks again where it was. Only an inline wait asks anyone
+/// ([`Budget::on_interrupt`](crate::Budget::on_interrupt)); [`GO_ON`] for every other.
+pub(crate) type Ask<'a> = &'a dyn Fn() -> ControlFlow<()>;
+
+/// Never stops a wait: `EINTR` is retried (helper threads, and inline waits without a hook).
+pub(crate) const GO_ON: Ask<'static> = &|| ControlFlow::Continue(());
+
+/// A wait at a gate: its failure costs fairness only and is ignored, but a wait the caller
+/// stopped (`EINTR`, see [`Ask`]) ends there.
+fn at_gate(res: std::result::Result<(), Errno>) -> std::result::Result<(), Errno> {
+    match res {
+        Err(Errno::INTR) => Err(Errno::INTR),
+        _ => Ok(()),
     }
 }
 
@@ -343,16 +369,19 @@ pub(crate) fn pass_now(gate: &OwnedFd) -> bool {
 /// Blocks until the lock on `fd` is granted in `shared` or exclusive mode, through the
 /// gates there are (see the module documentation for the protocol), and answers what the
 /// lease keeps of them; `place` tells the waiter where it is blocked meanwhile. A gate that
-/// cannot be locked costs fairness only: the wait goes on to the lock.
+/// cannot be locked costs fairness only: the wait goes on to the lock. `interrupted` is
+/// asked after each `EINTR` ([`Ask`]); a wait it stops returns `Err(EINTR)` having closed
+/// or unlocked every gate it took (they are dropped here), the lock not granted.
 pub(crate) fn block(
     fd: BorrowedFd<'_>,
     gates: Gates,
     shared: bool,
     place: &Place,
+    interrupted: Ask<'_>,
 ) -> std::result::Result<Passed, Errno> {
     match shared {
-        true => block_shared(fd, gates, place),
-        false => block_exclusive(fd, gates, place),
+        true => block_shared(fd, gates, place, interrupted),
+        false => block_exclusive(fd, gates, place, interrupted),
     }
 }
 
@@ -360,6 +389,7 @@ fn block_exclusive(
     fd: BorrowedFd<'_>,
     gates: Gates,
     place: &Place,
+    ask: Ask<'_>,
 ) -> std::result::Result<Passed, Errno> {
     let Gates {
         gate,
@@ -369,17 +399,20 @@ fn block_exclusive(
     if let Some(r) = readers {
         // Wait until the readers already waiting have the lock, then let the readers'
         // gate go (it closes here, before this wait is in line: off every hand-over).
-        let _ = place.wait(AT_READERS, r.as_fd(), false);
+        at_gate(place.wait(AT_READERS, r.as_fd(), false, ask))?;
     }
     let Some(gate) = gate else {
-        return place.wait(AT_LOCK, fd, false).map(|()| Passed::default());
+        return place
+            .wait(AT_LOCK, fd, false, ask)
+            .map(|()| Passed::default());
     };
+    // Stopped from here on, the gates held so far close as this returns (unlocking them).
     if let Some(w) = &writers {
         // Behind the writer ahead of us, on a file no reader queues on.
-        let _ = place.wait(AT_WRITERS, w.as_fd(), false);
+        at_gate(place.wait(AT_WRITERS, w.as_fd(), false, ask))?;
     }
-    let _ = place.wait(AT_GATE, gate.as_fd(), false);
-    place.wait(AT_LOCK, fd, false)?;
+    at_gate(place.wait(AT_GATE, gate.as_fd(), false, ask))?;
+    place.wait(AT_LOCK, fd, false, ask)?;
     // The lock is ours: the gate stays held with the lease (see the module
     // documentation), and the readers behind it pass when the lease is released.
     Ok(Passed {
@@ -392,15 +425,16 @@ fn block_shared(
     fd: BorrowedFd<'_>,
     gates: Gates,
     place: &Place,
+    ask: Ask<'_>,
 ) -> std::result::Result<Passed, Errno> {
     let Gates { gate, readers, .. } = gates;
     if let Some(r) = &readers {
         // Reserve this reader's turn for the whole wait.
-        let _ = place.wait(AT_READERS, r.as_fd(), true);
+        at_gate(place.wait(AT_READERS, r.as_fd(), true, ask))?;
     }
     let res = match &gate {
-        Some(g) => pass_then_lock(fd, g, place),
-        None => place.wait(AT_LOCK, fd, true),
+        Some(g) => pass_then_lock(fd, g, place, ask),
+        None => place.wait(AT_LOCK, fd, true, ask),
     };
     // The lock is ours (or the wait failed): writers behind us may queue. Unlocked, not
     // closed: the descriptors close with the lease (see `Spare`).
@@ -420,6 +454,7 @@ fn pass_then_lock(
     fd: BorrowedFd<'_>,
     gate: &OwnedFd,
     place: &Place,
+    ask: Ask<'_>,
 ) -> std::result::Result<(), Errno> {
     if !pass_now(gate) {
         // A writer has the gate. Holding the lock, it lets the readers queued on the
@@ -429,10 +464,10 @@ fn pass_then_lock(
         // readers that hold the lock, it must not be overtaken: let our probe go and
         // queue on the gate behind it.
         if !sys::try_lock(fd, true)? {
-            return place.wait(AT_LOCK, fd, true);
+            return place.wait(AT_LOCK, fd, true, ask);
         }
         let _ = sys::unlock(fd);
-        let _ = place.wait(AT_GATE, gate.as_fd(), true);
+        at_gate(place.wait(AT_GATE, gate.as_fd(), true, ask))?;
     }
     // Through the gate (held shared): try the lock and let the gate go before waiting
     // for the lock, so that no writer waits for the gate behind a reader's wait.
@@ -440,6 +475,6 @@ fn pass_then_lock(
     let _ = sys::unlock(gate.as_fd());
     match now? {
         true => Ok(()),
-        false => place.wait(AT_LOCK, fd, true),
+        false => place.wait(AT_LOCK, fd, true, ask),
     }
 }

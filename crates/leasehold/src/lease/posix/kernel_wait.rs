@@ -45,7 +45,9 @@ use crate::sys::Notifier;
 /// run. The alternative — the waiting thread itself blocked in `flock`, a signal to end the
 /// wait — needs a handler installed without `SA_RESTART`, and a library must not claim a
 /// process-wide signal. Waits nothing but a grant can end (no deadline, no token) block the
-/// calling thread inline (`lock_inline`) and pay one wake-up, as `flock` does.
+/// calling thread inline (`lock_inline`) and pay one wake-up, as `flock` does; a caller whose
+/// own handler already interrupts `flock` (an interpreter's SIGINT) ends such a wait through
+/// [`Budget::on_interrupt`](crate::Budget::on_interrupt).
 ///
 /// Abandoning (dropping) the wait leaves the helper blocked; when the kernel grants it the
 /// lock nobody wants any more, it closes the descriptor at once, so the lease is held by
@@ -112,7 +114,7 @@ impl KernelWait {
             #[cfg(all(target_os = "linux", not(leasehold_portable)))]
             sys::mark_waiting(fd.as_fd());
             // The mark stays with the lease (see `lock_inline`).
-            let res = gate::block(fd.as_fd(), gates, shared, &job_slot.place);
+            let res = gate::block(fd.as_fd(), gates, shared, &job_slot.place, gate::GO_ON);
             let mut res = Some(res.map(|passed| (fd, passed)));
             // The waiter first: hand it the grant and wake it, then tidy the pending list
             // (off the hand-over's path). A slot it waits on cannot be adopted meanwhile
