@@ -341,10 +341,11 @@ impl Budget {
     ///   the same lock, which would queue behind the very wait that asks.
     /// * A signal that lands before the thread is blocked in `flock` interrupts nothing
     ///   (as for Python's own `fcntl.flock`): the hook is asked at the next interruption,
-    ///   and the wait otherwise ends with the grant. Nor does one end a wait queued behind
-    ///   another lease of this very process on the same lock (the in-process claim queue,
-    ///   where the thread is parked, not in `flock`): that wait goes on until the other
-    ///   lease is released, then blocks in `flock` and asks the hook from there on.
+    ///   and the wait otherwise ends with the grant.
+    /// * A wait queued behind another lease of this very process on the same lock (the
+    ///   in-process claim queue, where the thread is parked, not in `flock`, so no signal
+    ///   interrupts it) asks the hook every 20 ms instead, with the same answers: a
+    ///   program's signal is then noticed within that period.
     ///
     /// [`Lease::acquire`]: crate::Lease::acquire
     /// [`Error::Cancelled`]: crate::Error::Cancelled
@@ -364,6 +365,11 @@ impl Budget {
             Some(Interrupt(hook)) => hook(),
             None => ControlFlow::Continue(()),
         }
+    }
+
+    /// Whether an [`on_interrupt`](Self::on_interrupt) hook is set.
+    pub(crate) fn asks_on_interrupt(&self) -> bool {
+        self.interrupt.is_some()
     }
 
     /// This budget with its timeout started now: the deadline `now + timeout`, shared by

@@ -115,3 +115,50 @@ fn a_single_try_is_told_it_was_one() {
         );
     }
 }
+
+/// A blocking wait parked behind another lease of this very process is in no `flock` that a
+/// signal could interrupt, so it asks its [`Budget::on_interrupt`] hook every 20 ms instead,
+/// and stops when told: the Python package's Ctrl-C there took effect only when the other
+/// lease was released (3.0 s measured). Nothing is held afterwards.
+#[cfg(not(target_os = "wasi"))]
+#[test]
+fn a_wait_parked_behind_a_lease_of_this_process_asks_its_interrupt_hook() {
+    use std::ops::ControlFlow;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("parked.lock");
+    let held = Lease::try_acquire(&path).unwrap();
+    let (stop, asked) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    let budget = Budget::unlimited().on_interrupt({
+        let (stop, asked) = (stop.clone(), asked.clone());
+        move || {
+            asked.fetch_add(1, Ordering::SeqCst);
+            match stop.load(Ordering::SeqCst) {
+                true => ControlFlow::Break(()),
+                false => ControlFlow::Continue(()),
+            }
+        }
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiting = path.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(Lease::acquire(&waiting, &budget));
+    });
+    let end = Instant::now() + Duration::from_secs(20);
+    while asked.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < end, "the parked wait never asked its hook");
+        std::thread::yield_now();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let res = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the wait ended while the other lease was still held");
+    assert!(matches!(res, Err(Error::Cancelled { .. })), "{res:?}");
+    drop(held);
+    Lease::try_acquire(&path).expect("nothing of the stopped wait holds the lock");
+}

@@ -66,6 +66,10 @@ const CHECK_MAX: Duration = Duration::from_millis(100);
 /// Back-off where no kernel queue exists (Windows): a release is noticed within this.
 const POLL_MIN: Duration = Duration::from_millis(1);
 const POLL_MAX: Duration = Duration::from_millis(16);
+/// How often a blocking wait parked in the claim queue asks its budget's interrupt hook
+/// ([`Budget::on_interrupt`](crate::Budget::on_interrupt)): no signal interrupts a park,
+/// and a program that stops on Ctrl-C expects to within a tenth of a second.
+const INTERRUPT_CHECK: Duration = Duration::from_millis(20);
 
 /// A polling waiter's next back-off after `poll` (zero before its first): [`POLL_MIN`],
 /// doubling up to [`POLL_MAX`].
@@ -276,6 +280,9 @@ impl<'a> Acquisition<'a> {
                         // Queued behind another lease of this process: it holds the lease,
                         // whatever the OS reveals of holders.
                         self.judge_budget_here(opened.file_id())?;
+                        if self.asks_on_interrupt() && self.budget.interrupted().is_break() {
+                            return Err(self.cancelled());
+                        }
                         if !Imp::NOTIFIES
                             && self.check_due()
                             && !Imp::still_at_path(self.target, opened.file_id())
@@ -379,6 +386,12 @@ impl<'a> Acquisition<'a> {
         }
     }
 
+    /// Whether this wait asks its budget's interrupt hook while parked (a blocking driver
+    /// only: see [`Budget::on_interrupt`](crate::Budget::on_interrupt)).
+    fn asks_on_interrupt(&self) -> bool {
+        self.may_block && self.budget.asks_on_interrupt()
+    }
+
     fn reopen(&mut self) -> Result<()> {
         self.reopens += 1;
         if self.reopens >= MAX_REOPENS || !self.opts.follow_replaced {
@@ -406,6 +419,13 @@ impl<'a> Acquisition<'a> {
     /// notifier wakes the waiter; else the [`nap`] of its schedule, cut by them.
     fn sleep(&mut self) -> Next {
         let polling = matches!(self.state, State::Polling(..));
+        if self.asks_on_interrupt() && matches!(self.state, State::Queued(..)) {
+            let check = self
+                .budget
+                .wake_in(self.deadline)
+                .map_or(INTERRUPT_CHECK, |w| w.min(INTERRUPT_CHECK));
+            return Next::Wait(Some(check));
+        }
         if Imp::NOTIFIES && !polling {
             return Next::Wait(self.budget.wake_in(self.deadline));
         }
