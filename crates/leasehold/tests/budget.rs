@@ -160,5 +160,5 @@ fn a_wait_parked_behind_a_lease_of_this_process_asks_its_interrupt_hook() {
         .expect("the wait ended while the other lease was still held");
     assert!(matches!(res, Err(Error::Cancelled { .. })), "{res:?}");
     drop(held);
-    Lease::try_acquire(&path).expect("nothing of the stopped wait holds the lock");
+    let _free = Lease::try_acquire(&path).expect("nothing of the stopped wait holds the lock");
 }
