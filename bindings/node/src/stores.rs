@@ -181,16 +181,21 @@ pub fn open_session_log(dir: String, id: String) -> Either<NativeSessionLog, Fai
 /// Every whole record of session `id` in `dir`, as JSON texts; never takes the lock.
 #[napi]
 pub fn read_session(dir: String, id: String) -> Either<Vec<String>, Failure> {
-    let read = || -> Result<Vec<String>, SessionError> {
-        let id = SessionId::new(id)?;
-        SessionStore::new(dir)
-            .reader(&id)?
-            .map(|r| r.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
-            .collect()
+    // The error is worded at once (on Windows a `SessionError` is large enough for clippy's
+    // `result_large_err` in a closure that returns it).
+    let read = || -> Result<Vec<String>, Failure> {
+        let failed = |e: SessionError| errors::session(&e);
+        let id = SessionId::new(id).map_err(|e| failed(e.into()))?;
+        let reader = SessionStore::new(dir).reader(&id).map_err(failed)?;
+        let mut records = Vec::new();
+        for r in reader {
+            records.push(String::from_utf8_lossy(&r.map_err(failed)?).into_owned());
+        }
+        Ok(records)
     };
     match read() {
         Ok(records) => Either::A(records),
-        Err(e) => Either::B(errors::session(&e)),
+        Err(f) => Either::B(f),
     }
 }
 

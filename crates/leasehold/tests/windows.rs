@@ -244,7 +244,7 @@ fn same_process_leases_exclude_and_release_is_idempotent() {
     first.release();
     assert!(!first.is_held());
     assert!(matches!(first.verify(), Err(Error::Released { .. })));
-    Lease::try_acquire(&path).unwrap();
+    let _again = Lease::try_acquire(&path).unwrap();
 }
 
 #[test]
@@ -265,7 +265,7 @@ fn cancellation_and_deadline_end_a_wait_promptly_and_leave_nothing_held() {
     assert!(started.elapsed() >= Duration::from_millis(150));
     assert!(matches!(err, Error::TimedOut { .. }), "{err:?}");
     holder.release();
-    Lease::try_acquire(&path).expect("the abandoned waiters hold nothing");
+    let _lease = Lease::try_acquire(&path).expect("the abandoned waiters hold nothing");
 }
 
 #[test]
@@ -283,7 +283,7 @@ fn nothing_is_created_or_pinned_and_holders_is_unknown() {
     assert!(Lease::try_acquire(&path).unwrap_err().is_contended());
     lease.verify().unwrap();
     drop(lease);
-    Lease::try_acquire(&path).unwrap();
+    let _lease = Lease::try_acquire(&path).unwrap();
     // A missing lock file must exist when creation is off.
     let err = LeaseOptions::new()
         .create(false)
