@@ -55,7 +55,7 @@ pub(crate) mod naming;
 /// Tests only: a signal handler without `SA_RESTART` and a signal sent to one thread, which
 /// make a blocked `flock` fail with `EINTR` (the inline wait's interrupt hook is tested with
 /// them); raw libc calls, for which no safe wrapper exists.
-#[cfg(all(test, unix))]
+#[cfg(all(test, target_os = "linux"))]
 #[allow(unsafe_code)]
 pub(crate) mod test_signal;
 
