@@ -4,7 +4,7 @@
 //! The native side never throws for a library error: it returns a [`Failure`] and the
 //! JavaScript wrapper (`index.js`, `fail`) turns it into the thrown or rejected `Error`, with
 //! `code`, the message (the library's, which names the path, ID or key and says what to do;
-//! a contention's facts worded in this surface's terms, see [`lease`]) and `pids` where the OS
+//! a contention's facts worded in this surface's terms, see `lease.rs`) and `pids` where the OS
 //! revealed the holder. That keeps `pids` structured (a napi error carries a code and a
 //! message only) and the mapping here, once.
 //!

@@ -9,7 +9,7 @@
 //! * [`errors`]: the one table from the library's errors to the surface's `code`s.
 //!
 //! Async calls never take a thread of libuv's pool (no `AsyncTask`): `Lease.acquire`'s wait
-//! is the library's future polled on the JS thread itself ([`drive`](crate::drive)), so a
+//! is the library's future polled on the JS thread itself (`drive.rs`), so a
 //! grant wakes the event loop directly; the stores' calls are `#[napi] async fn`s on napi's
 //! tokio runtime.
 //!

@@ -24,7 +24,7 @@ use crate::sys::Notifier;
 /// A signal handler cannot call [`cancel`](Self::cancel) (it takes a mutex): a program that
 /// cancels on a signal does so from a thread that receives it (for example
 /// `signal_hook::iterator::Signals`, as the `leasehold` CLI does). On Windows and WASI a
-/// handler may set the token's [`flag`](Self::flag) instead, which the polling waiters there
+/// handler may set the token's `flag()` instead, which the polling waiters there
 /// check at least every 16 ms.
 #[derive(Clone, Default)]
 pub struct CancelToken {
@@ -34,7 +34,7 @@ pub struct CancelToken {
 #[derive(Default)]
 struct CancelInner {
     /// The flag. An `Arc` of its own, so that it can be handed to a signal handler on
-    /// Windows and WASI (see [`CancelToken::flag`]).
+    /// Windows and WASI (see `CancelToken::flag`).
     cancelled: Arc<AtomicBool>,
     /// The waits using this token now, each by its waiter's notifier (see [`Subscription`]).
     waiters: Mutex<Vec<Arc<Notifier>>>,
@@ -64,7 +64,7 @@ impl CancelToken {
     }
 
     /// Whether [`cancel`](Self::cancel) was called (or, on Windows and WASI, the
-    /// [`flag`](Self::flag) raised). No system call: a load of the flag.
+    /// `flag()` raised). No system call: a load of the flag.
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancelled.load(Ordering::SeqCst)
     }
@@ -287,11 +287,11 @@ impl Budget {
     }
 
     /// Also say once, at `at`, what the wait is still waiting for: if a lock-file wait
-    /// (an `acquire` of [`LeaseOptions`](crate::LeaseOptions), a [`LeaseHandle`]
-    /// (crate::LeaseHandle) lock, their async forms) has not ended by then, it calls `say`
-    /// with the error a deadline at `at` would have ended it with ([`Error::TimedOut`]
-    /// (crate::Error::TimedOut) or [`Error::GateHeld`](crate::Error::GateHeld), naming the
-    /// holders) and goes on waiting within the rest of the budget. Other waits (etcd,
+    /// (an `acquire` of [`LeaseOptions`](crate::LeaseOptions), a
+    /// [`LeaseHandle`](crate::LeaseHandle) lock, their async forms) has not ended by then, it
+    /// calls `say` with the error a deadline at `at` would have ended it with
+    /// ([`Error::TimedOut`](crate::Error::TimedOut) or
+    /// [`Error::GateHeld`](crate::Error::GateHeld), naming the holders) and goes on waiting within the rest of the budget. Other waits (etcd,
     /// single-process) do not say it.
     ///
     /// Why not end the wait at `at` and start another: a new wait opens the path again, and
