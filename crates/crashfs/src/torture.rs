@@ -214,14 +214,17 @@ pub fn run(config: &Config) -> io::Result<Report> {
         t("mount");
         // Power on: mount what is on the disk. After a cut this is the reboot, and the
         // check comes first, before any worker runs again.
-        let mounted = Mounted::mount(&layout.backing, &layout.mnt, config.faults)?;
+        let mounted = Mounted::mount(&layout.backing, &layout.mnt, config.faults)
+            .map_err(|e| step(e, "mount", report.cuts))?;
         if report.cuts > 0 {
             t("check");
             world.check(config, &layout, &mut report);
         }
         if report.cuts >= config.cuts || Instant::now() >= deadline || report.violations.len() > 50
         {
-            mounted.unmount()?;
+            mounted
+                .unmount()
+                .map_err(|e| step(e, "final unmount", report.cuts))?;
             break;
         }
         let moment = Duration::from_millis(
@@ -231,12 +234,17 @@ pub fn run(config: &Config) -> io::Result<Report> {
         t("round");
         world.round(config, &layout, moment, round_seed);
         t("cut");
-        let cut = mounted.handle().cut(config.policy, rng.next_u64())?;
+        let cut = mounted
+            .handle()
+            .cut(config.policy, rng.next_u64())
+            .map_err(|e| step(e, "power cut", report.cuts))?;
         report.ops_kept += cut.kept;
         report.ops_dropped += cut.dropped;
         report.writes_torn += cut.torn;
         t("unmount");
-        mounted.unmount()?;
+        mounted
+            .unmount()
+            .map_err(|e| step(e, "unmount after the cut", report.cuts))?;
         report.cuts += 1;
     }
     report.registry_oneshot = world.acks_oneshot;
@@ -244,6 +252,13 @@ pub fn run(config: &Config) -> io::Result<Report> {
     report.in_flight = world.in_flight;
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// A harness error with the step it happened at (after how many cuts), so that a failure
+/// seen once in CI can be placed: `Software caused connection abort` alone, as CI printed
+/// once, names no step.
+fn step(e: io::Error, what: &str, cuts: u32) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} (after {cuts} power cuts): {e}"))
 }
 
 /// Where everything lives. Only `dirs/` (the registry's primaries and roots, user data the

@@ -35,7 +35,10 @@ fn torture(args: &[&str]) -> Option<Output> {
         println!("SKIP: crashfs: {why}");
         return None;
     }
+    // Traced: the steps (mount, round, cut, unmount, check) with their times go to stderr,
+    // which a failing test prints, so that a harness error can be placed.
     let out = Command::new(env!("CARGO_BIN_EXE_crashfs"))
+        .env("CRASHFS_TRACE", "1")
         .arg("torture")
         .arg("--leasehold")
         .arg(leasehold())
