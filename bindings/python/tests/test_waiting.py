@@ -51,8 +51,13 @@ def refused_by(path):
 """
 
 SIGINT = """
-import sys, time, leasehold
+import signal, sys, time, leasehold
 """ + REFUSED_BY + """
+# Python raises KeyboardInterrupt only where it installed its handler at start-up, which it
+# does not do when SIGINT came in ignored: a non-interactive shell starts background jobs
+# so, and CI's suite started under one failed both cases here. Install it as an
+# interactive program has it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 print("waiting", flush=True)
 try:
     leasehold.acquire(sys.argv[1], None if sys.argv[2] == "none" else float(sys.argv[2]))
