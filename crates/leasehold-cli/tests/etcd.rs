@@ -1094,15 +1094,22 @@ mod with_etcd {
 
     /// `torture --etcd-run` on `leasehold run --etcd` itself, paused (SIGSTOP past the TTL,
     /// then SIGCONT) and SIGKILLed, with COMMANDs that leave background children: no two
-    /// COMMANDs' trees ever act at once, and the run cleans up after itself.
+    /// COMMANDs' trees ever act at once, and the run cleans up after itself. On the run's own
+    /// private etcd (`--etcd-server`, as CI runs it), whose server lives in the run directory
+    /// until the end: the check that no process of the run is left must not count it.
     #[test]
     fn the_run_torture_pauses_and_kills_run_and_finds_no_violation() {
-        let Some(server) = EtcdServer::start("etcd run torture") else {
+        if std::process::Command::new("etcd")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("SKIP: etcd run torture: etcd is not installed (Debian: etcd-server)");
             return;
-        };
+        }
         let dir = tempfile::tempdir().unwrap();
         let out = run(leasehold()
-            .args(["torture", "--etcd", &server.endpoint, "--etcd-run"])
+            .args(["torture", "--etcd-server", "--etcd-run"])
             .args([
                 "--workers",
                 "3",

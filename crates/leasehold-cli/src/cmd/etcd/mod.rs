@@ -529,6 +529,11 @@ mod imp {
     }
 
     impl PrivateEtcd {
+        /// The server's process ID.
+        pub fn pid(&self) -> u32 {
+            self.child.id()
+        }
+
         /// Starts etcd with its data under `dir` and waits until it answers.
         pub fn start(dir: &std::path::Path) -> Result<PrivateEtcd, Failure> {
             let port = || {

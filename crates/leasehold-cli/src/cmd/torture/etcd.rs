@@ -225,7 +225,8 @@ pub fn run(settings: &Settings) -> Outcome {
     };
     let prefix = format!("leasehold-torture/{}-{}", std::process::id(), now_ns());
     if settings.run {
-        let report = run_mode(settings, &layout, &endpoints, &prefix);
+        let etcd_pid = private.as_ref().map(PrivateEtcd::pid);
+        let report = run_mode(settings, &layout, &endpoints, &prefix, etcd_pid);
         drop(private);
         return finish_run(settings, &layout, report?);
     }
@@ -783,10 +784,13 @@ fn spans(text: &str) -> Spans {
 }
 
 /// Waits (at most 30 s) until no process of this run is left — every process the run
-/// started names its directory in its arguments — and reaps what fell to us.
-fn wait_quiet(layout: &Layout) -> Option<String> {
+/// started names its directory in its arguments — and reaps what fell to us. `etcd`, the
+/// private server (`--etcd-server`, its data in that directory), is not one: it runs until
+/// the run ends (counting it made every `--etcd-server` run fail after 30 s).
+fn wait_quiet(layout: &Layout, etcd: Option<u32>) -> Option<String> {
     let needle = layout.dir.to_string_lossy().into_owned();
     let me = std::process::id().to_string();
+    let etcd = etcd.map(|pid| pid.to_string());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let left = std::fs::read_dir("/proc").ok().and_then(|dir| {
@@ -794,7 +798,9 @@ fn wait_quiet(layout: &Layout) -> Option<String> {
                 .filter(|e| {
                     let name = e.file_name();
                     let name = name.to_string_lossy();
-                    name.bytes().all(|b| b.is_ascii_digit()) && name != me.as_str()
+                    name.bytes().all(|b| b.is_ascii_digit())
+                        && name != me.as_str()
+                        && etcd.as_deref() != Some(&*name)
                 })
                 .find(|e| {
                     std::fs::read(e.path().join("cmdline"))
@@ -818,6 +824,7 @@ fn run_mode(
     layout: &Layout,
     endpoints: &str,
     prefix: &str,
+    etcd_pid: Option<u32>,
 ) -> Result<Value, Failure> {
     let started = Instant::now();
     std::fs::write(layout.counter(), "0\n")
@@ -850,7 +857,7 @@ fn run_mode(
         }
     }
     let mut violations: Vec<String> = shared.lock().violations.clone();
-    violations.extend(wait_quiet(layout));
+    violations.extend(wait_quiet(layout, etcd_pid));
     // Supervisors of killed runs fell to us (or to init): reap what is ours.
     while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
     let audit = layout
