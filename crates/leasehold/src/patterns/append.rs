@@ -843,6 +843,10 @@ mod tests {
         assert_eq!(read(b"ab\n", 4), [(Whole, s("ab")), (End, s(""))]);
     }
 
+    // Not on WASI: a guest memory grown past 64 MiB makes Node 20's WASI crash (SIGSEGV) in
+    // most runs after the tests passed (v20.20.2: 8 and 10 of 10 runs of these two alone, 0 of
+    // 10 for every other test of the module); the limit's logic is the same on every target.
+    #[cfg(not(target_os = "wasi"))]
     #[test]
     fn a_record_over_the_limit_is_refused_and_nothing_is_written() {
         let f = fixture();
@@ -863,6 +867,7 @@ mod tests {
     /// longer than the limit (sparse: no disk is spent on it) is skipped and reported; a
     /// whole line longer than the limit, which no writer writes, stops reading with an error
     /// after the records before it.
+    #[cfg(not(target_os = "wasi"))] // Node 20's WASI and a grown memory: see above
     #[test]
     fn the_reader_skips_a_torn_tail_over_the_limit_and_refuses_a_line_over_it() {
         let f = fixture();
