@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{hold, leasehold, release, with_pid};
+use common::{Bindfs, hold, leasehold, release, with_pid};
 use rustix::process::Signal;
 use testkit::{FlockHolder, Proc, assert_one_line_error, run};
 
@@ -580,40 +580,15 @@ fn refused_before_anything_is_created(mnt: &Path, backing: &Path) {
     }
 }
 
-/// A bindfs (FUSE) mount of `backing` at `mnt`, unmounted on drop.
-struct Bindfs(PathBuf);
-
-impl Drop for Bindfs {
-    fn drop(&mut self) {
-        let ok = Command::new("fusermount3").arg("-u").arg(&self.0).status();
-        if !ok.is_ok_and(|s| s.success()) {
-            let _ = Command::new("fusermount").arg("-u").arg(&self.0).status();
-        }
-    }
-}
-
 /// Item 10(c): a FUSE refusal came after the lock file had been created on the mount; now it
 /// comes first, for a missing lock file and for missing parents.
 #[test]
 fn a_lock_path_on_fuse_is_refused_before_anything_is_created_on_the_mount() {
-    if Command::new("bindfs").arg("--version").output().is_err() {
-        eprintln!("SKIP: FUSE test: bindfs is not installed (apt-get install bindfs)");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
-    let (backing, mnt) = (tmp.path().join("backing"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&backing).unwrap();
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("bindfs").arg(&backing).arg(&mnt).output();
-    match mounted {
-        Ok(o) if o.status.success() => {}
-        other => {
-            eprintln!("SKIP: FUSE test: bindfs could not mount here: {other:?}");
-            return;
-        }
-    }
-    let _mount = Bindfs(mnt.clone());
-    refused_before_anything_is_created(&mnt, &backing);
+    let Some(mount) = Bindfs::mount(tmp.path()) else {
+        return;
+    };
+    refused_before_anything_is_created(&mount.mnt, &mount.backing);
 }
 
 /// `leasehold flock` honours `LEASEHOLD_ALLOW_NETWORK_FS=1` as `run` does: without it a
@@ -622,24 +597,11 @@ fn a_lock_path_on_fuse_is_refused_before_anything_is_created_on_the_mount() {
 /// way past the refusal).
 #[test]
 fn flock_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
-    if Command::new("bindfs").arg("--version").output().is_err() {
-        eprintln!("SKIP: FUSE test: bindfs is not installed (apt-get install bindfs)");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
-    let (backing, mnt) = (tmp.path().join("backing"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&backing).unwrap();
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("bindfs").arg(&backing).arg(&mnt).output();
-    match mounted {
-        Ok(o) if o.status.success() => {}
-        other => {
-            eprintln!("SKIP: FUSE test: bindfs could not mount here: {other:?}");
-            return;
-        }
-    }
-    let _mount = Bindfs(mnt.clone());
-    let lock = mnt.join("f.lock");
+    let Some(mount) = Bindfs::mount(tmp.path()) else {
+        return;
+    };
+    let lock = mount.mnt.join("f.lock");
     for extra in [&[][..], &["-s"]] {
         let out = run(leasehold()
             .arg("flock")

@@ -11,11 +11,11 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{closed_stdout, leasehold};
+use common::{Bindfs, closed_stdout, leasehold};
 use rustix::process::Signal;
 use serde_json::{Value, json};
 use testkit::{FlockHolder, Proc, assert_one_line_error, run};
@@ -308,38 +308,13 @@ fn a_deposed_serve_stops_answering_active_as_soon_as_its_lock_file_is_replaced()
 // 10. FUSE mounts
 // ---------------------------------------------------------------------------------------
 
-/// A bindfs (FUSE) mount of `backing` at `mnt`, unmounted on drop.
-struct Bindfs(PathBuf);
-
-impl Drop for Bindfs {
-    fn drop(&mut self) {
-        let ok = Command::new("fusermount3").arg("-u").arg(&self.0).status();
-        if !ok.is_ok_and(|s| s.success()) {
-            let _ = Command::new("fusermount").arg("-u").arg(&self.0).status();
-        }
-    }
-}
-
 #[test]
 fn a_lock_file_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
-    if Command::new("bindfs").arg("--version").output().is_err() {
-        eprintln!("SKIP: FUSE test: bindfs is not installed (apt-get install bindfs)");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
-    let (backing, mnt) = (tmp.path().join("backing"), tmp.path().join("mnt"));
-    std::fs::create_dir_all(&backing).unwrap();
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("bindfs").arg(&backing).arg(&mnt).output();
-    match mounted {
-        Ok(o) if o.status.success() => {}
-        other => {
-            eprintln!("SKIP: FUSE test: bindfs could not mount here: {other:?}");
-            return;
-        }
-    }
-    let _mount = Bindfs(mnt.clone());
-    let lock = mnt.join("app.lock");
+    let Some(mount) = Bindfs::mount(tmp.path()) else {
+        return;
+    };
+    let (backing, lock) = (&mount.backing, mount.mnt.join("app.lock"));
     // The reason to refuse: through FUSE and through the backing path, nobody excludes.
     let holder = FlockHolder::hold(&backing.join("app.lock"));
     let out = run(leasehold()

@@ -155,3 +155,45 @@ pub fn full_stdout(cmd: &mut Command) -> Option<testkit::Out> {
         .ok()?;
     Some(with_stdout(cmd, full.into()))
 }
+
+/// A bindfs (FUSE) mount of a fresh `backing` directory at a fresh `mnt` directory under
+/// `dir`, unmounted on drop.
+pub struct Bindfs {
+    /// The directory the mount shows.
+    pub backing: PathBuf,
+    /// Where it is mounted.
+    pub mnt: PathBuf,
+}
+
+impl Bindfs {
+    /// Mounts it; `None` (after printing `SKIP: FUSE test: <why>`) where bindfs is missing
+    /// or cannot mount here.
+    pub fn mount(dir: &Path) -> Option<Bindfs> {
+        if Command::new("bindfs").arg("--version").output().is_err() {
+            eprintln!("SKIP: FUSE test: bindfs is not installed (apt-get install bindfs)");
+            return None;
+        }
+        let (backing, mnt) = (dir.join("backing"), dir.join("mnt"));
+        std::fs::create_dir_all(&backing).unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        match Command::new("bindfs").arg(&backing).arg(&mnt).output() {
+            Ok(o) if o.status.success() => Some(Bindfs { backing, mnt }),
+            other => {
+                eprintln!("SKIP: FUSE test: bindfs could not mount here: {other:?}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Bindfs {
+    fn drop(&mut self) {
+        let ok = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status();
+        if !ok.is_ok_and(|s| s.success()) {
+            let _ = Command::new("fusermount").arg("-u").arg(&self.mnt).status();
+        }
+    }
+}
