@@ -1,5 +1,5 @@
 'use strict'
-// The npm package `leasehold`: the loader of the native addon (napi-rs's per-platform
+// The npm package `leasehold-lock`: the loader of the native addon (napi-rs's per-platform
 // pattern: `leasehold.<platform>-<arch>[-<abi>].node` next to this file) and the thin
 // JavaScript face over it. Every decision — opening, locking, verifying, waiting, the
 // stores' rules — is the Rust library's; this file only adds what JavaScript must: the

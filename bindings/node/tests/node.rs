@@ -182,7 +182,7 @@ fn the_package_version_follows_the_crate() {
     let text = std::fs::read_to_string(source().join("package.json")).expect("package.json");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("package.json is JSON");
     assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
-    assert_eq!(doc["name"], "leasehold");
+    assert_eq!(doc["name"], "leasehold-lock");
 }
 
 #[test]
@@ -210,7 +210,7 @@ fn npm_pack_yields_a_package_whose_main_loads_the_addon() {
     let tarball = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(
         tarball,
-        format!("leasehold-{}.tgz", env!("CARGO_PKG_VERSION"))
+        format!("leasehold-lock-{}.tgz", env!("CARGO_PKG_VERSION"))
     );
     let out = Command::new("tar")
         .arg("xzf")
@@ -219,15 +219,15 @@ fn npm_pack_yields_a_package_whose_main_loads_the_addon() {
         .output()
         .expect("run tar");
     check("unpacking the tarball", &out);
-    // Installed as a dependency, `require('leasehold')` resolves main and loads the addon.
+    // Installed as a dependency, `require('leasehold-lock')` resolves main and loads the addon.
     let app = packed.path().join("app");
     std::fs::create_dir_all(app.join("node_modules")).expect("mkdir");
     std::fs::rename(
         packed.path().join("package"),
-        app.join("node_modules/leasehold"),
+        app.join("node_modules/leasehold-lock"),
     )
     .expect("install the unpacked package");
-    let script = "const { Lease, holders } = require('leasehold'); \
+    let script = "const { Lease, holders } = require('leasehold-lock'); \
         const l = Lease.tryAcquire('packed.lock'); \
         if (!l || holders('packed.lock').state !== 'held') throw new Error('no lease'); \
         l.release(); console.log('ok');";

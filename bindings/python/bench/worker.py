@@ -2,7 +2,7 @@
 uncued back-to-back table (role ``loop``) or of the uncontended row (role ``cycle``), taking
 the lock with one of Python's lockers, each with its defaults and waiting:
 
-* ``leasehold``: ``leasehold.acquire(path)`` (no timeout), then ``Lease.release()``;
+* ``leasehold``: ``leasehold_lock.acquire(path)`` (no timeout), then ``Lease.release()``;
 * ``filelock``: one ``filelock.FileLock(path)``, ``acquire()`` / ``release()`` (it polls every
   50 ms while contended);
 * ``portalocker``: one ``portalocker.Lock(path)``, ``acquire()`` / ``release()`` (it polls every
@@ -36,9 +36,9 @@ BATCH = 100
 def lockers(name: str, path: str) -> Tuple[Callable[[], object], Callable[[object], None]]:
     """(acquire, release) for the named locker, set up once as its users do."""
     if name == "leasehold":
-        import leasehold
+        import leasehold_lock
 
-        acquire = leasehold.acquire
+        acquire = leasehold_lock.acquire
         return (lambda: acquire(path)), (lambda lease: lease.release())  # type: ignore[attr-defined]
     if name == "filelock":
         import filelock

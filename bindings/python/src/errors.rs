@@ -58,7 +58,7 @@ pub(crate) fn classify(e: &Error) -> (&'static str, Option<&Path>) {
 /// holder, and looking holders up reads `/proc/locks`, which stalls every `flock` on the
 /// machine for a moment — so a failed try (a `FileLock` polled with `blocking=False`) must
 /// not pay for it unless its message or `pids` is read.
-#[pyclass(module = "leasehold._native", name = "_Cause", frozen)]
+#[pyclass(module = "leasehold_lock._native", name = "_Cause", frozen)]
 pub(crate) struct Cause {
     error: Error,
     message: OnceLock<String>,
@@ -131,7 +131,7 @@ fn message(e: &Error) -> String {
 
 static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
-/// The Python exception for `e`: `leasehold.Timeout` for contention, `leasehold.LeaseError`
+/// The Python exception for `e`: `leasehold_lock.Timeout` for contention, `leasehold_lock.LeaseError`
 /// with its code otherwise.
 pub(crate) fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
     match build(py, e) {
@@ -142,7 +142,7 @@ pub(crate) fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
 
 fn build(py: Python<'_>, e: Error) -> PyResult<PyErr> {
     let module = ERRORS.get_or_try_init(py, || {
-        PyModule::import(py, "leasehold._errors").map(Bound::unbind)
+        PyModule::import(py, "leasehold_lock._errors").map(Bound::unbind)
     })?;
     let module = module.bind(py);
     let (code, path) = classify(&e);

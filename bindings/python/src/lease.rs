@@ -39,7 +39,7 @@ impl Held {
 /// `release()`, by leaving its `with` block, when it is garbage-collected (the library
 /// lease's drop closes the descriptor), and by the kernel when the process exits. It never
 /// expires.
-#[pyclass(module = "leasehold", name = "Lease", frozen)]
+#[pyclass(module = "leasehold_lock", name = "Lease", frozen)]
 pub(crate) struct Lease {
     held: Mutex<Held>,
     shared: bool,
@@ -109,7 +109,7 @@ impl Lease {
     fn __repr__(&self) -> String {
         let held = self.held();
         format!(
-            "<leasehold.Lease {:?} {}, {}>",
+            "<leasehold_lock.Lease {:?} {}, {}>",
             held.path(),
             if self.shared { "shared" } else { "exclusive" },
             if held.is_held() { "held" } else { "released" }
@@ -139,7 +139,7 @@ fn budget(timeout: Option<f64>) -> PyResult<Budget> {
 }
 
 /// Takes the lease on `path`, waiting at most `timeout` seconds (`None`: without limit;
-/// `0`: try once). Raises `leasehold.Timeout` when it could not be had in time. The GIL is
+/// `0`: try once). Raises `leasehold_lock.Timeout` when it could not be had in time. The GIL is
 /// released while waiting, and Ctrl-C ends the wait with `KeyboardInterrupt`.
 #[pyfunction]
 #[pyo3(signature = (path, timeout=None, *, shared=false, allow_network_fs=false, allow_shared_state=false))]
@@ -210,8 +210,8 @@ fn outcome(py: Python<'_>, res: leasehold::Result<Held>) -> PyResult<Py<PyAny>> 
     }
 }
 
-/// An async acquisition in progress (see `leasehold.acquire_async`, which drives it).
-#[pyclass(module = "leasehold._native", name = "_AsyncWait", frozen)]
+/// An async acquisition in progress (see `leasehold_lock.acquire_async`, which drives it).
+#[pyclass(module = "leasehold_lock._native", name = "_AsyncWait", frozen)]
 pub(crate) struct AsyncWait {
     cancel: CancelToken,
 }
@@ -228,7 +228,7 @@ impl AsyncWait {
 /// Starts `acquire` on the library's tokio driver (the binding's runtime) and returns at
 /// once; when the acquisition has ended — and its wait with it — `finish(outcome)` is
 /// called on `event_loop` (`call_soon_threadsafe`) with a `Lease` or an exception.
-/// `leasehold.acquire_async` wraps this in a coroutine.
+/// `leasehold_lock.acquire_async` wraps this in a coroutine.
 #[pyfunction]
 #[pyo3(signature = (path, timeout, shared, allow_network_fs, allow_shared_state, event_loop, finish))]
 #[allow(clippy::too_many_arguments)] // the surface's keywords, then the loop's two ends

@@ -1,8 +1,8 @@
-//! `leasehold._native`: the Python face of the `leasehold` crate (PyO3, abi3, CPython 3.9+).
+//! `leasehold_lock._native`: the Python face of the `leasehold` crate (PyO3, abi3, CPython 3.9+).
 //!
 //! A binding translates, it never decides: leases, waits and errors are the library's. This
 //! module holds the native half — `acquire`, `try_acquire`, `acquire_async`, `Lease`,
-//! `holders` — and `leasehold/__init__.py` re-exports it beside the pure-Python pieces
+//! `holders` — and `leasehold_lock/__init__.py` re-exports it beside the pure-Python pieces
 //! (`FileLock`, the exception classes). The files:
 //!
 //! * `lease.rs`: the functions and the `Lease` class;
@@ -17,7 +17,7 @@ mod wait;
 
 use pyo3::prelude::*;
 
-/// The extension module `leasehold._native`.
+/// The extension module `leasehold_lock._native`.
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -192,8 +192,8 @@ def linux():
 
 #: Holds a lease (argv: path, "shared"|"exclusive") until told, then releases and idles.
 HOLD = """
-import sys, leasehold
-lease = leasehold.acquire(sys.argv[1], shared=sys.argv[2] == "shared")
+import sys, leasehold_lock
+lease = leasehold_lock.acquire(sys.argv[1], shared=sys.argv[2] == "shared")
 print("held", flush=True)
 sys.stdin.readline()
 lease.release()
@@ -204,12 +204,12 @@ sys.stdin.readline()
 #: Waits for a lease (argv: path, timeout|"none", "shared"|"exclusive"), says when it has
 #: it (with CLOCK_MONOTONIC), holds it until told, then idles.
 WAIT = """
-import sys, time, leasehold
+import sys, time, leasehold_lock
 timeout = None if sys.argv[2] == "none" else float(sys.argv[2])
 print("waiting", flush=True)
 try:
-    lease = leasehold.acquire(sys.argv[1], timeout, shared=sys.argv[3] == "shared")
-except leasehold.Timeout as e:
+    lease = leasehold_lock.acquire(sys.argv[1], timeout, shared=sys.argv[3] == "shared")
+except leasehold_lock.Timeout as e:
     print("timeout", time.monotonic_ns(), e.code, flush=True)
     sys.stdin.readline()
     raise SystemExit(0)

@@ -4,7 +4,7 @@
 //!
 //! How the suite gets the extension without linking it (a test binary that links a pyo3
 //! extension module fails to link): cargo builds this crate's cdylib before running this
-//! test, so it is copied from the target dir as `leasehold/_native.abi3.so` next to a copy of
+//! test, so it is copied from the target dir as `leasehold_lock/_native.abi3.so` next to a copy of
 //! the Python sources, and pytest runs with that directory on `PYTHONPATH`. pytest (and
 //! filelock and portalocker, which the suite compares against) live in a virtual environment
 //! under the target dir, made once and reused.
@@ -129,10 +129,10 @@ fn staged_package() -> PathBuf {
         .find(|p| p.exists())
         .expect("cargo builds the leasehold-python cdylib before this test");
     let root = scratch().join("python-pkg");
-    let pkg = root.join("leasehold");
+    let pkg = root.join("leasehold_lock");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&pkg).expect("make the staging dir");
-    for entry in std::fs::read_dir(crate_dir().join("python/leasehold")).expect("python sources") {
+    for entry in std::fs::read_dir(crate_dir().join("python/leasehold_lock")).expect("python sources") {
         let entry = entry.expect("a source entry");
         let name = entry.file_name();
         let keep = Path::new(&name)
@@ -197,13 +197,13 @@ fn pip_installs_the_package_from_source_into_a_fresh_venv() {
     );
     let check = r#"
 import importlib.metadata, os, sys
-import leasehold
-here = os.path.dirname(leasehold.__file__)
-assert leasehold.__version__ == sys.argv[1], (leasehold.__version__, sys.argv[1])
-assert importlib.metadata.version("leasehold") == sys.argv[1], importlib.metadata.version("leasehold")
+import leasehold_lock
+here = os.path.dirname(leasehold_lock.__file__)
+assert leasehold_lock.__version__ == sys.argv[1], (leasehold_lock.__version__, sys.argv[1])
+assert importlib.metadata.version("leasehold-lock") == sys.argv[1], importlib.metadata.version("leasehold-lock")
 for name in ("py.typed", "_native.pyi"):
     assert os.path.exists(os.path.join(here, name)), name + " is not in the wheel"
-with leasehold.acquire(os.path.join(sys.argv[2], "x.lock"), 5) as lease:
+with leasehold_lock.acquire(os.path.join(sys.argv[2], "x.lock"), 5) as lease:
     lease.verify()
 print("ok")
 "#;

@@ -1,4 +1,4 @@
-"""``leasehold.FileLock``: the behaviours filelock's users rely on, checked against
+"""``leasehold_lock.FileLock``: the behaviours filelock's users rely on, checked against
 filelock itself where both must agree (the ``Lock`` fixture runs a test with each), and the
 deliberate differences (kernel waits, unsafe paths refused, the lock file kept)."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-import leasehold
+import leasehold_lock
 from conftest import HOLD, blocked_on, until
 
 filelock = pytest.importorskip("filelock")
@@ -20,15 +20,15 @@ filelock = pytest.importorskip("filelock")
 def impl(request):
     """(FileLock, Timeout) of leasehold, and of filelock for comparison."""
     if request.param == "leasehold":
-        return leasehold.FileLock, leasehold.Timeout
+        return leasehold_lock.FileLock, leasehold_lock.Timeout
     return filelock.FileLock, filelock.Timeout
 
 
 def test_the_names_replace_filelocks():
-    from leasehold import FileLock, Timeout  # noqa: F401  (the drop-in import)
+    from leasehold_lock import FileLock, Timeout  # noqa: F401  (the drop-in import)
 
-    assert issubclass(leasehold.Timeout, TimeoutError)
-    t = leasehold.Timeout("/x.lock")
+    assert issubclass(leasehold_lock.Timeout, TimeoutError)
+    t = leasehold_lock.Timeout("/x.lock")
     assert t.lock_file == "/x.lock" and str(t) == "The file lock '/x.lock' could not be acquired."
 
 
@@ -77,9 +77,9 @@ def test_reentrant_acquires_count_levels_and_the_last_release_unlocks(impl, lock
                 assert lock.lock_counter == 3
             assert lock.lock_counter == 2
         assert lock.is_locked and lock.lock_counter == 1
-        assert leasehold.try_acquire(lock_path) is None
+        assert leasehold_lock.try_acquire(lock_path) is None
     assert not lock.is_locked and lock.lock_counter == 0
-    with leasehold.try_acquire(lock_path) as free:
+    with leasehold_lock.try_acquire(lock_path) as free:
         assert free is not None
 
 
@@ -92,7 +92,7 @@ def test_release_force_drops_every_level_and_extra_releases_do_nothing(impl, loc
     assert not lock.is_locked and lock.lock_counter == 0
     lock.release()
     assert lock.lock_counter == 0
-    with leasehold.try_acquire(lock_path) as free:
+    with leasehold_lock.try_acquire(lock_path) as free:
         assert free is not None
 
 
@@ -144,7 +144,7 @@ def test_shared_locks_keep_one_count_for_all_threads(impl, lock_path):
 def test_a_shared_lock_is_waited_for_by_one_thread_while_others_count_on_it(lock_path, spawn):
     holder = spawn(HOLD, lock_path, "exclusive")
     holder.expect("held")
-    lock = leasehold.FileLock(lock_path, thread_local=False)
+    lock = leasehold_lock.FileLock(lock_path, thread_local=False)
     results = []
 
     def take():
@@ -183,7 +183,7 @@ def test_timeout_is_settable_and_negative_waits_without_limit(impl, lock_path, s
     t = threading.Thread(target=wait)
     t.start()
     started.wait()
-    if FileLock is leasehold.FileLock:  # filelock polls: only leasehold's wait is visible
+    if FileLock is leasehold_lock.FileLock:  # filelock polls: only leasehold's wait is visible
         until("the waiter queues in the kernel", lambda: blocked_on(os.getpid(), lock_path))
     assert not got.is_set()
     holder.send()
@@ -216,14 +216,14 @@ def test_a_lock_is_a_decorator(impl, lock_path):
 
 
 def test_lock_file_and_mode_are_reported(lock_path):
-    lock = leasehold.FileLock(lock_path)
+    lock = leasehold_lock.FileLock(lock_path)
     assert lock.lock_file == lock_path and lock.mode == 0o600 and lock.blocking
     lock.blocking = False
     assert not lock.blocking
 
 
 def test_pathlike_lock_files_are_accepted(tmp_path):
-    lock = leasehold.FileLock(tmp_path / "p.lock")
+    lock = leasehold_lock.FileLock(tmp_path / "p.lock")
     with lock:
         assert lock.lock_file == str(tmp_path / "p.lock")
 
@@ -231,7 +231,7 @@ def test_pathlike_lock_files_are_accepted(tmp_path):
 # --- deliberate differences --------------------------------------------------------------
 
 def test_the_lock_file_is_never_deleted_and_is_created_0600(lock_path):
-    with leasehold.FileLock(lock_path):
+    with leasehold_lock.FileLock(lock_path):
         pass
     assert os.path.isfile(lock_path)
     assert os.stat(lock_path).st_mode & 0o777 == 0o600
@@ -240,7 +240,7 @@ def test_the_lock_file_is_never_deleted_and_is_created_0600(lock_path):
 def test_a_waiter_is_woken_at_the_release_not_at_a_poll(spawn, lock_path):
     child = spawn(HOLD, lock_path, "exclusive")
     child.expect("held")
-    lock = leasehold.FileLock(lock_path)
+    lock = leasehold_lock.FileLock(lock_path)
     got = []
     t = threading.Thread(target=lambda: got.append(lock.acquire(timeout=20, poll_interval=5)))
     t.start()
@@ -255,9 +255,9 @@ def test_a_waiter_is_woken_at_the_release_not_at_a_poll(spawn, lock_path):
 def test_filelock_and_leasehold_filelock_exclude_each_other(lock_path, spawn):
     theirs = filelock.FileLock(lock_path)
     with theirs:
-        with pytest.raises(leasehold.Timeout):
-            leasehold.FileLock(lock_path).acquire(timeout=0)
-    mine = leasehold.FileLock(lock_path)
+        with pytest.raises(leasehold_lock.Timeout):
+            leasehold_lock.FileLock(lock_path).acquire(timeout=0)
+    mine = leasehold_lock.FileLock(lock_path)
     with mine:
         with pytest.raises(filelock.Timeout):
             filelock.FileLock(lock_path).acquire(timeout=0)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-import leasehold
+import leasehold_lock
 from conftest import FCNTL_HOLD, HOLD, WAIT, blocked_on, holds, until
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.usefixtures("linux")
 def test_two_python_processes_exclude_each_other_and_hand_over(spawn, lock_path):
     holder = spawn(HOLD, lock_path, "exclusive")
     holder.expect("held")
-    assert leasehold.try_acquire(lock_path) is None
-    assert leasehold.holders(lock_path) == [holder.pid]
+    assert leasehold_lock.try_acquire(lock_path) is None
+    assert leasehold_lock.holders(lock_path) == [holder.pid]
     waiter = spawn(WAIT, lock_path, "none", "exclusive")
     waiter.expect("waiting")
     until("the waiter is queued in the kernel", lambda: blocked_on(waiter.pid, lock_path))
@@ -30,10 +30,10 @@ def test_two_python_processes_exclude_each_other_and_hand_over(spawn, lock_path)
     waiter.expect("acquired")
     assert holds(waiter.pid, lock_path) and not holds(holder.pid, lock_path)
     # The new holder excludes the old one, and the lease moves back once it is released.
-    assert leasehold.try_acquire(lock_path) is None
+    assert leasehold_lock.try_acquire(lock_path) is None
     waiter.send()
     waiter.expect("released")
-    lease = leasehold.try_acquire(lock_path)
+    lease = leasehold_lock.try_acquire(lock_path)
     assert lease is not None
     lease.release()
 
@@ -42,8 +42,8 @@ def test_shared_leases_coexist_across_processes_and_exclude_a_writer(spawn, lock
     readers = [spawn(HOLD, lock_path, "shared") for _ in range(2)]
     for r in readers:
         r.expect("held")
-    assert leasehold.try_acquire(lock_path) is None
-    with leasehold.try_acquire(lock_path, shared=True) as mine:
+    assert leasehold_lock.try_acquire(lock_path) is None
+    with leasehold_lock.try_acquire(lock_path, shared=True) as mine:
         assert mine.shared
     writer = spawn(WAIT, lock_path, "none", "exclusive")
     writer.expect("waiting")
@@ -52,7 +52,7 @@ def test_shared_leases_coexist_across_processes_and_exclude_a_writer(spawn, lock
         r.send()
         r.expect("released")
     writer.expect("acquired")
-    assert leasehold.try_acquire(lock_path, shared=True) is None
+    assert leasehold_lock.try_acquire(lock_path, shared=True) is None
 
 
 def test_a_timed_out_waiter_gives_up_and_never_takes_the_lease(spawn, lock_path):
@@ -64,7 +64,7 @@ def test_a_timed_out_waiter_gives_up_and_never_takes_the_lease(spawn, lock_path)
     holder.send()
     holder.expect("released")
     # The abandoned waiter is alive and idle: it must hold nothing now.
-    lease = leasehold.acquire(lock_path, 5)
+    lease = leasehold_lock.acquire(lock_path, 5)
     assert not holds(waiter.pid, lock_path)
     lease.release()
 
@@ -88,7 +88,7 @@ def test_python_and_the_cli_exclude_each_other_both_ways(spawn, spawn_argv, cli,
     # The CLI holds; Python waits and takes over when the CLI's command ends.
     run = spawn_argv([cli, "run", lock_path, "--", "sh", "-c", "echo held; read x"])
     run.expect("held")
-    assert leasehold.try_acquire(lock_path) is None
+    assert leasehold_lock.try_acquire(lock_path) is None
     waiter = spawn(WAIT, lock_path, "none", "exclusive")
     waiter.expect("waiting")
     until("the Python waiter queues", lambda: blocked_on(waiter.pid, lock_path))
@@ -111,16 +111,16 @@ def test_python_and_the_cli_exclude_each_other_both_ways(spawn, spawn_argv, cli,
 def test_shared_python_and_shared_cli_coexist_and_exclude_exclusive(spawn_argv, cli, lock_path):
     run = spawn_argv([cli, "run", "--shared", lock_path, "--", "sh", "-c", "echo held; read x"])
     run.expect("held")
-    with leasehold.try_acquire(lock_path, shared=True) as shared:
+    with leasehold_lock.try_acquire(lock_path, shared=True) as shared:
         assert shared is not None
         out = subprocess.run([cli, "run", "--no-wait", lock_path, "--", "true"], capture_output=True)
         assert out.returncode == 75
         out = subprocess.run([cli, "run", "--shared", "--no-wait", lock_path, "--", "true"], capture_output=True)
         assert out.returncode == 0
-    assert leasehold.try_acquire(lock_path) is None  # the CLI still holds its shared lease
+    assert leasehold_lock.try_acquire(lock_path) is None  # the CLI still holds its shared lease
     run.send()
     assert run.wait() == 0
-    with leasehold.try_acquire(lock_path) as lease:
+    with leasehold_lock.try_acquire(lock_path) as lease:
         assert lease is not None
 
 
@@ -132,8 +132,8 @@ def test_fcntl_flock_holders_and_leasehold_exclude_each_other(spawn, lock_path, 
 
     holder = spawn(FCNTL_HOLD, lock_path, mode)
     holder.expect("held")
-    assert leasehold.try_acquire(lock_path) is None
-    shared = leasehold.try_acquire(lock_path, shared=True)
+    assert leasehold_lock.try_acquire(lock_path) is None
+    shared = leasehold_lock.try_acquire(lock_path, shared=True)
     assert (shared is not None) == (mode == "shared")
     if shared is not None:
         shared.release()
@@ -158,7 +158,7 @@ def test_fcntl_flock_holders_and_leasehold_exclude_each_other(spawn, lock_path, 
 def test_leasehold_shared_lease_admits_fcntl_readers_only(lock_path):
     import fcntl
 
-    with leasehold.acquire(lock_path, 0, shared=True):
+    with leasehold_lock.acquire(lock_path, 0, shared=True):
         fd = os.open(lock_path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -175,8 +175,8 @@ def test_util_linux_flock_and_leasehold_exclude_each_other_both_ways(spawn, spaw
     # flock(1) holds.
     held = spawn_argv([flock_bin, flag, lock_path, "sh", "-c", "echo held; read x"])
     held.expect("held")
-    assert leasehold.try_acquire(lock_path) is None
-    shared = leasehold.try_acquire(lock_path, shared=True)
+    assert leasehold_lock.try_acquire(lock_path) is None
+    shared = leasehold_lock.try_acquire(lock_path, shared=True)
     assert (shared is not None) == (mode == "shared")
     if shared is not None:
         shared.release()

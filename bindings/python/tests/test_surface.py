@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-import leasehold
+import leasehold_lock
 from conftest import HOLD
 
 
@@ -42,13 +42,13 @@ def snapshot(tmp_path):
 
 
 CALLS = {
-    "acquire": lambda p: leasehold.acquire(p),
-    "acquire(timeout=5)": lambda p: leasehold.acquire(p, 5),
-    "acquire(shared)": lambda p: leasehold.acquire(p, shared=True),
-    "try_acquire": lambda p: leasehold.try_acquire(p),
-    "acquire_async": lambda p: asyncio.run(leasehold.acquire_async(p, 5)),
-    "FileLock": lambda p: leasehold.FileLock(p).acquire(),
-    "holders": lambda p: leasehold.holders(p),
+    "acquire": lambda p: leasehold_lock.acquire(p),
+    "acquire(timeout=5)": lambda p: leasehold_lock.acquire(p, 5),
+    "acquire(shared)": lambda p: leasehold_lock.acquire(p, shared=True),
+    "try_acquire": lambda p: leasehold_lock.try_acquire(p),
+    "acquire_async": lambda p: asyncio.run(leasehold_lock.acquire_async(p, 5)),
+    "FileLock": lambda p: leasehold_lock.FileLock(p).acquire(),
+    "holders": lambda p: leasehold_lock.holders(p),
 }
 
 
@@ -58,13 +58,13 @@ def test_unusable_lock_paths_are_refused_promptly_and_changed_in_nothing(tmp_pat
     before = snapshot(tmp_path)
     for what, path in paths.items():
         started = time.monotonic()
-        with pytest.raises(leasehold.LeaseError) as err:
+        with pytest.raises(leasehold_lock.LeaseError) as err:
             CALLS[call](str(path))
         assert time.monotonic() - started < 1.0, f"{what}: not refused promptly"
         e = err.value
         assert e.code == "INVALID_INPUT", (what, e.code, str(e))
         assert e.path == str(path) and str(path) in str(e), (what, str(e))
-        assert not isinstance(e, leasehold.Timeout)
+        assert not isinstance(e, leasehold_lock.Timeout)
     assert snapshot(tmp_path) == before, "something was changed"
     assert not (tmp_path / "nothing").exists(), "a dangling symlink was followed"
 
@@ -75,8 +75,8 @@ def test_a_socket_and_a_device_are_refused_too(tmp_path):
     sock.bind(sock_path)
     try:
         for path in (sock_path, "/dev/null"):
-            with pytest.raises(leasehold.LeaseError) as err:
-                leasehold.try_acquire(path)
+            with pytest.raises(leasehold_lock.LeaseError) as err:
+                leasehold_lock.try_acquire(path)
             assert err.value.code == "INVALID_INPUT"
     finally:
         sock.close()
@@ -84,8 +84,8 @@ def test_a_socket_and_a_device_are_refused_too(tmp_path):
 
 def test_a_parent_that_is_a_file_is_invalid_input(tmp_path):
     (tmp_path / "file").write_bytes(b"x")
-    with pytest.raises(leasehold.LeaseError) as err:
-        leasehold.acquire(str(tmp_path / "file" / "x.lock"), 0)
+    with pytest.raises(leasehold_lock.LeaseError) as err:
+        leasehold_lock.acquire(str(tmp_path / "file" / "x.lock"), 0)
     assert err.value.code == "INVALID_INPUT"
     assert (tmp_path / "file").read_bytes() == b"x"
 
@@ -93,82 +93,82 @@ def test_a_parent_that_is_a_file_is_invalid_input(tmp_path):
 def test_a_lock_file_others_may_write_is_untrusted_unless_allowed(lock_path):
     open(lock_path, "w").close()
     os.chmod(lock_path, 0o666)
-    with pytest.raises(leasehold.LeaseError) as err:
-        leasehold.try_acquire(lock_path)
+    with pytest.raises(leasehold_lock.LeaseError) as err:
+        leasehold_lock.try_acquire(lock_path)
     assert err.value.code == "UNTRUSTED" and "allow_shared_state=True" in str(err.value)
     assert os.stat(lock_path).st_mode & 0o777 == 0o666
-    with leasehold.try_acquire(lock_path, allow_shared_state=True) as lease:
+    with leasehold_lock.try_acquire(lock_path, allow_shared_state=True) as lease:
         assert lease is not None
 
 
 def test_verify_reports_a_removed_or_replaced_lock_file_as_lost(lock_path):
-    lease = leasehold.acquire(lock_path)
+    lease = leasehold_lock.acquire(lock_path)
     lease.verify()
     os.unlink(lock_path)
-    with pytest.raises(leasehold.LeaseError) as err:
+    with pytest.raises(leasehold_lock.LeaseError) as err:
         lease.verify()
     assert err.value.code == "LOST" and err.value.path == lock_path
     open(lock_path, "w").close()
-    with pytest.raises(leasehold.LeaseError):
+    with pytest.raises(leasehold_lock.LeaseError):
         lease.verify()
     lease.release()
-    with pytest.raises(leasehold.LeaseError) as err:
+    with pytest.raises(leasehold_lock.LeaseError) as err:
         lease.verify()
     assert err.value.code == "LOST"
 
 
 def test_a_lease_is_a_context_manager_and_release_is_idempotent(lock_path):
-    with leasehold.acquire(lock_path, 5) as lease:
-        assert isinstance(lease, leasehold.Lease)
+    with leasehold_lock.acquire(lock_path, 5) as lease:
+        assert isinstance(lease, leasehold_lock.Lease)
         assert lease.path == lock_path and lease.shared is False
-        assert leasehold.try_acquire(lock_path) is None
+        assert leasehold_lock.try_acquire(lock_path) is None
         assert "held" in repr(lease)
     assert "released" in repr(lease)
     lease.release()
     lease.release()
-    with leasehold.try_acquire(lock_path) as again:
+    with leasehold_lock.try_acquire(lock_path) as again:
         assert again is not None
 
 
 def test_garbage_collection_releases_a_lease(lock_path):
-    lease = leasehold.acquire(lock_path)
-    assert leasehold.try_acquire(lock_path) is None
+    lease = leasehold_lock.acquire(lock_path)
+    assert leasehold_lock.try_acquire(lock_path) is None
     del lease
     gc.collect()
-    with leasehold.try_acquire(lock_path) as again:
+    with leasehold_lock.try_acquire(lock_path) as again:
         assert again is not None
 
 
 def test_holders_names_the_holding_process_and_creates_nothing(spawn, tmp_path, lock_path):
     missing = str(tmp_path / "missing.lock")
-    assert leasehold.holders(missing) == []
+    assert leasehold_lock.holders(missing) == []
     assert not os.path.exists(missing)
     holder = spawn(HOLD, lock_path, "exclusive")
     holder.expect("held")
-    assert leasehold.holders(lock_path) == [holder.pid]
+    assert leasehold_lock.holders(lock_path) == [holder.pid]
     err = None
     try:
-        leasehold.acquire(lock_path, 0)
-    except leasehold.Timeout as e:
+        leasehold_lock.acquire(lock_path, 0)
+    except leasehold_lock.Timeout as e:
         err = e
     assert err is not None and err.pids == [holder.pid]
     assert f"pid {holder.pid}" in str(err)
     holder.send()
     holder.expect("released")
-    assert leasehold.holders(lock_path) == []
+    assert leasehold_lock.holders(lock_path) == []
     # An error whose holder was never asked about is pickled with what was known.
     import pickle
 
     again = pickle.loads(pickle.dumps(err))
-    assert type(again) is leasehold.Timeout and again.lock_file == lock_path and again.pids == [holder.pid]
+    assert type(again) is leasehold_lock.Timeout and again.lock_file == lock_path and again.pids == [holder.pid]
 
 
 def test_contention_messages_name_the_timeout_argument_not_the_rust_budget(lock_path):
     # The facts are the library's; the setting to change is named as Python writes it.
-    with leasehold.acquire(lock_path):
+    with leasehold_lock.acquire(lock_path):
         for timeout, said in ((0, "not waited for"), (0.05, "gave up after")):
-            with pytest.raises(leasehold.Timeout) as caught:
-                leasehold.acquire(lock_path, timeout)
+            with pytest.raises(leasehold_lock.Timeout) as caught:
+                leasehold_lock.acquire(lock_path, timeout)
             message = str(caught.value)
             assert message.startswith(f"{lock_path}: lock is held by "), message
             assert said in message and "timeout" in message, message
@@ -178,21 +178,21 @@ def test_contention_messages_name_the_timeout_argument_not_the_rust_budget(lock_
 def test_bad_timeouts_are_value_errors(lock_path):
     for bad in (-1, float("nan")):
         with pytest.raises(ValueError):
-            leasehold.acquire(lock_path, bad)
+            leasehold_lock.acquire(lock_path, bad)
 
 
 def test_the_version_is_the_crates():
     want = os.environ.get("LEASEHOLD_CRATE_VERSION")
     if not want:
         pytest.skip("LEASEHOLD_CRATE_VERSION is set by tests/python.rs")
-    assert leasehold.__version__ == want
+    assert leasehold_lock.__version__ == want
 
 
 def test_the_stubs_name_every_public_name():
-    here = os.path.dirname(leasehold.__file__)
+    here = os.path.dirname(leasehold_lock.__file__)
     assert os.path.exists(os.path.join(here, "py.typed"))
     stub = open(os.path.join(here, "_native.pyi")).read()
     for name in ("class Lease", "def acquire(", "def try_acquire(", "def start_acquire(", "def holders("):
         assert name in stub, name
-    for name in leasehold.__all__:
-        assert hasattr(leasehold, name), name
+    for name in leasehold_lock.__all__:
+        assert hasattr(leasehold_lock, name), name

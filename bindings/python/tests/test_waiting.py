@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-import leasehold
+import leasehold_lock
 from conftest import HOLD, blocked_on, holds, until
 
 pytestmark = pytest.mark.usefixtures("linux")
@@ -18,11 +18,11 @@ pytestmark = pytest.mark.usefixtures("linux")
 #: A thread waits for the lease while the main thread keeps computing; says how far the
 #: main thread got while the other one waited.
 GIL = """
-import sys, threading, leasehold
+import sys, threading, leasehold_lock
 path = sys.argv[1]
 got = threading.Event()
 def wait():
-    lease = leasehold.acquire(path)
+    lease = leasehold_lock.acquire(path)
     got.set()
     lease.release()
 t = threading.Thread(target=wait)
@@ -44,14 +44,14 @@ print("joined", flush=True)
 REFUSED_BY = """
 def refused_by(path):
     try:
-        leasehold.acquire(path, 0).release()
+        leasehold_lock.acquire(path, 0).release()
         return "nobody"
-    except leasehold.Timeout as e:
+    except leasehold_lock.Timeout as e:
         return "self" if "this process" in str(e) else "other"
 """
 
 SIGINT = """
-import signal, sys, time, leasehold
+import signal, sys, time, leasehold_lock
 """ + REFUSED_BY + """
 # Python raises KeyboardInterrupt only where it installed its handler at start-up, which it
 # does not do when SIGINT came in ignored: a non-interactive shell starts background jobs
@@ -60,7 +60,7 @@ import signal, sys, time, leasehold
 signal.signal(signal.SIGINT, signal.default_int_handler)
 print("waiting", flush=True)
 try:
-    leasehold.acquire(sys.argv[1], None if sys.argv[2] == "none" else float(sys.argv[2]))
+    leasehold_lock.acquire(sys.argv[1], None if sys.argv[2] == "none" else float(sys.argv[2]))
     print("acquired", flush=True)
 except KeyboardInterrupt:
     print("interrupted", time.monotonic_ns(), flush=True)
@@ -72,7 +72,7 @@ sys.stdin.readline()
 
 #: An asyncio task waits while a ticker keeps running; the parent cancels it through stdin.
 ASYNC = """
-import asyncio, sys, time, leasehold
+import asyncio, sys, time, leasehold_lock
 """ + REFUSED_BY + """
 
 async def main():
@@ -83,7 +83,7 @@ async def main():
             await asyncio.sleep(0.005)
             ticks += 1
     tick = asyncio.ensure_future(ticker())
-    task = asyncio.ensure_future(leasehold.acquire_async(sys.argv[1]))
+    task = asyncio.ensure_future(leasehold_lock.acquire_async(sys.argv[1]))
     print("waiting", flush=True)
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.readline)   # the parent saw us queued
@@ -155,7 +155,7 @@ def test_sigint_ends_a_blocking_wait_with_keyboardinterrupt_within_100_ms(spawn,
     # lease at once while the interrupted child is still alive.
     holder.send()
     holder.expect("released")
-    lease = leasehold.acquire(lock_path, 5)
+    lease = leasehold_lock.acquire(lock_path, 5)
     child.send()
     child.expect("alive")
     assert not holds(child.pid, lock_path)
@@ -178,7 +178,7 @@ def test_cancelling_an_acquire_async_task_ends_its_wait_and_leaves_nothing_held(
     holder.expect("released")
     # Another process takes the lease at once, while the cancelled child is still alive.
     started = time.monotonic()
-    lease = leasehold.acquire(lock_path, 5)
+    lease = leasehold_lock.acquire(lock_path, 5)
     assert time.monotonic() - started < 1.0
     child.send()
     child.expect("alive")
@@ -190,15 +190,15 @@ def test_acquire_async_returns_a_lease_and_times_out_with_timeout(lock_path):
     import asyncio
 
     async def main():
-        first = await leasehold.acquire_async(lock_path)
-        with pytest.raises(leasehold.Timeout) as err:
-            await leasehold.acquire_async(lock_path, 0.1)
+        first = await leasehold_lock.acquire_async(lock_path)
+        with pytest.raises(leasehold_lock.Timeout) as err:
+            await leasehold_lock.acquire_async(lock_path, 0.1)
         assert err.value.code == "CONTENDED" and err.value.lock_file == lock_path
-        second = asyncio.ensure_future(leasehold.acquire_async(lock_path, 10))
+        second = asyncio.ensure_future(leasehold_lock.acquire_async(lock_path, 10))
         await asyncio.sleep(0)
         first.release()
         lease = await second
-        assert isinstance(lease, leasehold.Lease) and lease.path == lock_path
+        assert isinstance(lease, leasehold_lock.Lease) and lease.path == lock_path
         lease.release()
 
     asyncio.run(main())
@@ -208,14 +208,14 @@ def test_a_deadline_ends_a_blocking_wait_with_timeout_naming_the_holder(spawn, l
     holder = spawn(HOLD, lock_path, "exclusive")
     holder.expect("held")
     started = time.monotonic()
-    with pytest.raises(leasehold.Timeout) as err:
-        leasehold.acquire(lock_path, 0.2)
+    with pytest.raises(leasehold_lock.Timeout) as err:
+        leasehold_lock.acquire(lock_path, 0.2)
     waited = time.monotonic() - started
     assert 0.2 <= waited < 2.0
     e = err.value
-    assert isinstance(e, TimeoutError) and isinstance(e, leasehold.LeaseError)
+    assert isinstance(e, TimeoutError) and isinstance(e, leasehold_lock.LeaseError)
     assert e.code == "CONTENDED" and e.lock_file == lock_path and e.path == lock_path
     assert e.pids == [holder.pid]
     assert lock_path in str(e) and f"pid {holder.pid}" in str(e) and "timeout" in str(e)
-    with pytest.raises(leasehold.Timeout):
-        leasehold.acquire(lock_path, 0)
+    with pytest.raises(leasehold_lock.Timeout):
+        leasehold_lock.acquire(lock_path, 0)

@@ -1,4 +1,4 @@
-"""Type stubs of the native module ``leasehold._native`` (Rust, PyO3)."""
+"""Type stubs of the native module ``leasehold_lock._native`` (Rust, PyO3)."""
 
 import os
 from types import TracebackType

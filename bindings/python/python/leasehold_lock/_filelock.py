@@ -1,12 +1,12 @@
 """``FileLock``: filelock's interface over leasehold's kernel leases.
 
-``from leasehold import FileLock, Timeout`` replaces ``from filelock import FileLock,
+``from leasehold_lock import FileLock, Timeout`` replaces ``from filelock import FileLock,
 Timeout``. What is kept from filelock, in its documented meaning: the constructor, the
 timeout rules (negative: no limit, ``0``: one try, ``blocking=False``: one try whatever the
 timeout), re-entrancy by a counter, ``acquire()`` returning a proxy for ``with
 lock.acquire(...)``, ``release(force=...)``, the ``is_locked``, ``lock_counter``,
 ``lock_file``, ``timeout`` and ``blocking`` attributes, per-thread holds (``thread_local``),
-``is_singleton``, use as a decorator, and :class:`~leasehold.Timeout` with ``lock_file``.
+``is_singleton``, use as a decorator, and :class:`~leasehold_lock.Timeout` with ``lock_file``.
 
 What differs, on purpose: a wait is a kernel wait (no polling, so ``poll_interval`` is
 accepted and ignored, and waiters are served fairly and at once); a symbolic link, FIFO or
@@ -14,7 +14,7 @@ directory at the lock path is refused with ``LeaseError(code='INVALID_INPUT')``;
 is never deleted; and the lock file is created with mode 0600 whatever ``mode`` says (the
 library's rule: a file others may write could be replaced under a holder).
 
-Only the counters live here; taking and releasing the lease is ``leasehold.acquire`` and
+Only the counters live here; taking and releasing the lease is ``leasehold_lock.acquire`` and
 ``Lease.release``.
 """
 
@@ -78,7 +78,7 @@ def _seconds(name: str, value: Any) -> float:
 
 
 def _budget(timeout: float, blocking: bool) -> Optional[float]:
-    """filelock's timeout rules in leasehold.acquire's terms (None: no limit, 0: one try)."""
+    """filelock's timeout rules in leasehold_lock.acquire's terms (None: no limit, 0: one try)."""
     if not blocking:
         return 0.0
     if timeout < 0 or math.isinf(timeout):
@@ -311,4 +311,4 @@ class FileLock(contextlib.ContextDecorator):
 
     def __repr__(self) -> str:
         state = f"locked x{self.lock_counter}" if self.is_locked else "unlocked"
-        return f"<leasehold.FileLock {self._lock_file!r} {state}>"
+        return f"<leasehold_lock.FileLock {self._lock_file!r} {state}>"
