@@ -1,4 +1,4 @@
-// Types of the npm package `leasehold` (surface v1: node-api.md). Semantics are the Rust
+// Types of the npm package `leasehold-lock` (its contract: README.md). Semantics are the Rust
 // library's and the CLI contract's: the same lock files, safe open, inode verification,
 // fairness, ownership rule and fail-closed authority; a Node process and a `leasehold` CLI
 // process exclude each other on the same path.

@@ -1,5 +1,5 @@
 //! The one table from the library's and the stores' errors to the stable `code`s of the
-//! JavaScript surface (`node-api.md`).
+//! JavaScript surface (the package README, bindings/node/README.md).
 //!
 //! The native side never throws for a library error: it returns a [`Failure`] and the
 //! JavaScript wrapper (`index.js`, `fail`) turns it into the thrown or rejected `Error`, with

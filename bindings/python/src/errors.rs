@@ -1,9 +1,9 @@
 //! The one table from the library's errors to the Python surface's exceptions and stable codes
-//! (`python-api.md`: the Node surface's codes). Nothing else in the binding decides what an
+//! (bindings/python/README.md: the Node surface's codes). Nothing else in the binding decides what an
 //! error means.
 //!
 //! The exception classes themselves (`LeaseError`, `Timeout`) are Python classes in
-//! `leasehold/_errors.py`, so that `Timeout` can derive from both `LeaseError` and the
+//! `leasehold_lock/_errors.py`, so that `Timeout` can derive from both `LeaseError` and the
 //! built-in `TimeoutError`, as `filelock.Timeout` does; they are looked up once.
 
 use std::path::Path;

@@ -25,7 +25,7 @@
 //!   (`call_soon_threadsafe`) once it has ended. Cancelling the awaiting task cancels the
 //!   token and then waits for that report, so that when `CancelledError` reaches the
 //!   caller the wait has ended and nothing of it is in line; a lease granted at that very
-//!   moment is released before the cancellation completes (`leasehold/__init__.py`).
+//!   moment is released before the cancellation completes (`leasehold_lock/__init__.py`).
 
 use std::cell::RefCell;
 use std::future::Future;

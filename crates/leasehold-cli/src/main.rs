@@ -1,7 +1,7 @@
 //! The `leasehold` command-line tool: leasehold's kernel leases and stores for shell scripts
 //! and operators.
 //!
-//! Its surface is the black-box contract in `cli-contract.md`, which the tests under `tests/`
+//! Its surface is the black-box contract in `docs/cli.md`, which the tests under `tests/`
 //! drive through the real binary. Every error is one line on stderr starting with
 //! `leasehold: ` that names the path or ID and says what to do, and the exit statuses are the
 //! contract's: 0 success, 1 failure, 2 usage error or unusable path/input, 75 (EX_TEMPFAIL)

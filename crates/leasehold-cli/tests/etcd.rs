@@ -1,4 +1,4 @@
-//! `--etcd` (cli-contract v1.3, "etcd") through the real binary, against a real single-node
+//! `--etcd` (docs/cli.md, "etcd") through the real binary, against a real single-node
 //! etcd that each test starts on loopback (free ports, temporary data directory) and stops.
 //!
 //! Every scenario uses real processes: holders and waiters are `leasehold run` / `registry

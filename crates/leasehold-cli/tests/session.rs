@@ -1,4 +1,4 @@
-//! Black-box tests of `leasehold session` (cli-contract.md, "session"), with real processes.
+//! Black-box tests of `leasehold session` (docs/cli.md, "session"), with real processes.
 //! Synchronisation is by observation, never by sleeping: a test that needs an appender to have
 //! written a record runs `session read` until the record is there.
 #![cfg(unix)] // POSIX processes, signals and lock files; Windows: crates/leasehold/tests/windows.rs

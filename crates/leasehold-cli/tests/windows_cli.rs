@@ -1,4 +1,4 @@
-//! Black-box tests of the Windows `leasehold` binary (cli-contract.md), run under Wine by
+//! Black-box tests of the Windows `leasehold` binary (docs/cli.md), run under Wine by
 //! `.ci/run` (`cargo test -p leasehold-cli --target x86_64-pc-windows-gnu --test windows_cli`).
 //!
 //! Every test drives real processes of the binary under test. A lease holder that is not a

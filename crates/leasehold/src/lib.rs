@@ -253,8 +253,8 @@
 // kind (FileId, FileKind, Holders: nothing) → sys (the platform boundary: kind) →
 // holders (HolderInfo, look-ups: kind, sys) → error (kind, holders) → budget (sys, error) →
 // lease (the primitive and its options: all of these) → patterns (built on the primitive) →
-// arbiters (the etcd arbiter, behind the authority's `Arbiter`/`AsyncArbiter`). Checked with
-// `modgraph.py crates/leasehold/src` (no cycle).
+// arbiters (the etcd arbiter, behind the authority's `Arbiter`/`AsyncArbiter`). CONTRIBUTING.md
+// says how the layering is checked (no import cycle between modules).
 #[cfg(all(feature = "etcd", unix))]
 pub mod arbiters;
 mod budget;

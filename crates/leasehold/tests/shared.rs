@@ -653,7 +653,7 @@ fn a_writer_that_acquires_again_at_once_lets_a_waiting_reader_go_first() {
     drop(again.join().unwrap().expect("then the writer"));
 }
 
-/// A hand-over takes one wake-up (BENCHMARKS.md, "Shared mode — one wake-up per hand-over"):
+/// A hand-over takes one wake-up (BENCHMARKS.md, "Shared mode": one wake-up per hand-over):
 /// a writer that waited keeps the gate and the writers' queue with its lease; a reader that
 /// comes while it holds waits on the lock itself (not on the gate, which took a second
 /// wake-up after the release) and goes in at the release before a writer queued after it;

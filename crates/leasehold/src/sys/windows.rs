@@ -8,7 +8,7 @@
 //! destroys a named object when its last handle closes — on `CloseHandle`, and on process
 //! death, `TerminateProcess` included — so a crashed holder never blocks a successor.
 //!
-//! This module has `unsafe` code (allowed here alone, with `reactor.rs` on POSIX; see the
+//! This module has `unsafe` code (allowed here and in the Linux test-only `test_signal.rs`; see the
 //! crate's `unsafe` policy in `lib.rs`): `windows-sys` exposes the raw Win32 calls, and there
 //! is no safe wrapper crate (like `rustix` on POSIX) for named semaphores. Each block states
 //! why it is sound.

@@ -1,5 +1,5 @@
 //! `--etcd ENDPOINTS`: `run`, `status` and `registry` with etcd v3 as the arbiter
-//! (cli-contract v1.3, "etcd"), for processes spread over several machines.
+//! (docs/cli.md, "etcd"), for processes spread over several machines.
 //!
 //! `run --etcd E NAME -- COMMAND` takes the lock `leasehold/lock/NAME/` (etcd's mutex recipe,
 //! see `leasehold::arbiters::etcd`) and runs COMMAND with `LEASEHOLD_FENCING_TOKEN` set to
