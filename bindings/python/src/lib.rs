@@ -10,6 +10,8 @@
 //! * `errors.rs`: the one table from the library's errors to the surface's codes.
 
 #![deny(missing_docs)]
+// No unsafe of ours: the FFI is PyO3's (its generated glue allows its own).
+#![deny(unsafe_code)]
 
 mod errors;
 mod lease;

@@ -132,7 +132,9 @@ fn staged_package() -> PathBuf {
     let pkg = root.join("leasehold_lock");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&pkg).expect("make the staging dir");
-    for entry in std::fs::read_dir(crate_dir().join("python/leasehold_lock")).expect("python sources") {
+    for entry in
+        std::fs::read_dir(crate_dir().join("python/leasehold_lock")).expect("python sources")
+    {
         let entry = entry.expect("a source entry");
         let name = entry.file_name();
         let keep = Path::new(&name)
