@@ -2,7 +2,7 @@
 """Every repository path the docs and the code comments cite exists.
 
 Scans the Markdown files and the comments of the Rust, JavaScript, TypeScript and Python
-sources of the repository (what `git ls-files` lists) for paths — `crates/x/src/y.rs`,
+sources of the repository (what `git ls-files` lists) for paths — `crates/NAME/src/lib.rs`,
 `docs/cli.md`, a bare `gate.rs` — and for Markdown links with an anchor
 (`BENCHMARKS.md#a-heading`), and fails naming each one that does not resolve:
 

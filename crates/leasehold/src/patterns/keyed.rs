@@ -19,31 +19,31 @@
 //! * **Unlinked only by the collector's protocol.** Recreating a lock pathname while an older
 //!   holder still owns the first inode would create a second mutex, so nothing but
 //!   [`KeyedLeases::collect`] ever removes a lock file, and it does so only like this:
-//!   1. every acquisition holds the namespace's collector lock (`<namespace>/.collector.lock`,
-//!      never removed) *shared* across open → lock → verify of a key's lock file; the
-//!      collector holds it *exclusive* while it unlinks, so no acquisition is ever between
-//!      opening and verifying a file the collector removes;
-//!   2. a collection goes through the lock files in bounded batches (`COLLECT_BATCH`),
-//!      each under the collector lock, which it releases before the next batch: it takes
-//!      each file's `LOCK_EX|LOCK_NB` (a held file is kept), lists the live keys *once* for
-//!      the batch (every earlier holder of those files has released, so a record it created
-//!      is now visible), checks that each path still names the inode it locked, and unlinks
-//!      while it holds that lock. So acquisitions go on between batches, and a collection
-//!      of any size holds the namespace up for one batch at a time (issue 22 item 6: one
-//!      exclusive hold for the whole run made an unrelated `paths ID --timeout 0.2` fail
-//!      with 75 during a collection of 100,000 lock files). The collector lock is taken
-//!      before the batch's files, not after: an acquisition that came in between would
-//!      find a file the batch holds busy and wait in its queue, only to wake on an unlinked
-//!      inode (measured: the gc torture's workers then gave up after three such reopens);
-//!   3. an acquisition that waited in a key's queue (it waits without the collector lock, so
-//!      a collection is never held up by a wait) may wake on an unlinked inode: the post-lock
-//!      inode check every lease makes sees the path no longer names it, and the acquisition
-//!      tries again from the collector lock (the wait never reopens the path by itself,
-//!      `LeaseOptions::follow_replaced`) — a key without a record is then unknown, as if it
-//!      had never been seen.
+//!   1. a collection unlinks a lock file only while it holds that file's own lock
+//!      (`LOCK_EX|LOCK_NB`: a held file is kept), after checking that the path still names
+//!      the inode it locked, and after listing the live keys *once* for its batch (every
+//!      earlier holder of those files has released, so a record it created is visible);
+//!   2. an acquisition relies on the post-lock check every lease makes: it opens the key's
+//!      lock file, locks it, and checks that the path still names the inode it locked. One
+//!      that opened a file the collector then removed gets the lock of an unlinked inode,
+//!      sees that the path no longer names it, and tries again (a key without a record is
+//!      then unknown, as if it had never been seen); a wait in a key's queue never reopens
+//!      the path by itself (`LeaseOptions::follow_replaced`) but goes back to the admission;
+//!   3. collections exclude each other through the namespace's collector lock
+//!      (`<namespace>/.collector.lock`, never removed), held exclusive for one batch of
+//!      `COLLECT_BATCH` files at a time and released before the next, so acquisitions go on
+//!      between batches and a collection of any size holds a key up for one batch at most.
+//!      Acquisitions do not take it on their way in. Only one that found its key busy looks
+//!      at it, so that "busy" means a holder has the key and not that a collection was
+//!      passing by: it tries the key once more under the collector lock held shared,
+//!      waiting for a collection's batch to end first (at least `COLLECTOR_GRACE`,
+//!      whatever the budget).
 //!
-//!   Two holders of one key would need two inodes both named by the path while held, and the
-//!   only unlink happens under the lock of the inode it removes.
+//!   Two holders of one key would need two inodes both named by the path while held: each
+//!   holder checked after locking that the path named its inode, and the only unlink
+//!   happens under the lock of the inode it removes, so no path ever names an inode other
+//!   than the one its holder locked. docs/design.md gives the argument in full, and
+//!   `leasehold torture --gc` checks it with workers SIGKILLed during collections.
 //! * **Rooted opens.** The root directory is opened, the namespace is opened as a real child
 //!   directory of that handle (a symlink is refused), and the lock file is opened relative to
 //!   the namespace handle (`openat`, `O_NOFOLLOW`) — never by joining path strings. A
@@ -53,13 +53,11 @@
 //!   resolve the path elsewhere: [`KeyLease::verify`] checks the whole chain from the root
 //!   path and fails closed.
 //! * **At a plain lease's cost.** A [`KeyedLeases`] (and its clones) keeps the root and the
-//!   namespace open, and descriptors of the namespace's collector lock, each its own open
-//!   file description, so that an acquisition takes `LOCK_SH` and `LOCK_UN` on a kept
-//!   descriptor instead of opening, locking and closing the collector lock, and opens
-//!   nothing but the key's lock file (issue 26 item 5: those opens and closes, and the path
-//!   walks to the root and the namespace, made a keyed lease 4× a plain one). Concurrent
-//!   acquisitions through one `KeyedLeases` each take a descriptor of their own (`flock` on
-//!   one description does not count its holders). The kept directories are checked again —
+//!   namespace open, so that an acquisition opens nothing but the key's lock file (the path
+//!   walks to the root and the namespace cost more than the rest of an acquisition). The
+//!   busy path keeps descriptors of the collector lock, each its own open file description
+//!   (`flock` on one description does not count its holders, so concurrent acquisitions
+//!   each take their own). The kept directories are checked again —
 //!   trusted ([`check_dirs`](KeyedLeases::check_dirs)), and still what the root path and the
 //!   namespace name lead to, as [`KeyLease::verify`] checks them — at least every
 //!   `RECHECK` (100 ms) and as soon as a lease they gave fails its
@@ -93,9 +91,9 @@ use crate::{Budget, Classify, Error, ErrorClass, Lease, LeaseHandle, LeaseOption
 /// How long an acquisition waits at most unless [`KeyedLeases::max_wait`] says otherwise.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
 
-/// The namespace's collector lock (see the module documentation): held shared by every
-/// acquisition across open → lock → verify, exclusive by a collection while it unlinks.
-/// Hidden, so it is never mistaken for a key's lock file; never removed.
+/// The namespace's collector lock (see the module documentation): held exclusive by a
+/// collection for one batch, shared by an acquisition that found its key busy and tries it
+/// once more. Hidden, so it is never mistaken for a key's lock file; never removed.
 pub const COLLECTOR_LOCK: &str = ".collector.lock";
 
 /// However short the caller's budget (even "try once"), an acquisition waits this long for a
@@ -105,8 +103,8 @@ pub const COLLECTOR_LOCK: &str = ".collector.lock";
 const COLLECTOR_GRACE: Duration = Duration::from_secs(1);
 
 /// How long a collection waits for the collector lock before each batch: acquisitions hold
-/// it shared only across one open → lock → verify (microseconds), so this passes only when
-/// another collection keeps it; the collection then stops and reports itself busy.
+/// it shared only across one more try of a busy key (microseconds), so this passes only
+/// when another collection keeps it; the collection then stops and reports itself busy.
 const COLLECTOR_PATIENCE: Duration = Duration::from_millis(100);
 
 /// How many lock files a collection takes per batch: one exclusive hold of the collector
@@ -587,9 +585,9 @@ impl KeyedLeases {
             if batch.is_empty() {
                 continue;
             }
-            // The collector lock first: an acquisition that comes meanwhile waits for it,
-            // not in the queue of a file this batch is about to unlink (it would wake on an
-            // unlinked inode and try again outside the collector lock).
+            // The collector lock first: an acquisition that finds one of this batch's files
+            // busy waits for it (see `Admission::confirm_busy`), not in the queue of a file
+            // the batch is about to unlink.
             let exclusive = self.options.create(true).acquire_at_mode(
                 &ns,
                 COLLECTOR_LOCK,
@@ -652,15 +650,15 @@ impl KeyedLeases {
 ///    [`KeyedLeases::max_wait`], the root and namespace (kept or opened afresh; nothing is
 ///    created); a namespace that does not exist yet is created only for a key `known`
 ///    vouches for.
-/// 2. Enter the collector lock, shared, on a kept descriptor, without waiting. Held by a
-///    collection: wait for it (at least [`COLLECTOR_GRACE`], whatever the budget), then go on
-///    with the lock that wait got.
-/// 3. Under it, one non-blocking try of the key's lock file (created only where allowed); a
-///    missing file makes the key allocated now (if `known` vouches) and tried again; leave
-///    the collector lock.
-/// 4. Busy: wait in the key's queue, outside the collector lock. A wait that woke on a file
-///    the collector removed meanwhile goes back to 2 (it never reopens the path outside the
-///    collector lock); a key whose file is gone is allocated again only if `known` vouches.
+/// 2. One non-blocking try of the key's lock file (created only where allowed), safe by the
+///    lease's post-lock check alone; a missing file makes the key allocated now (if `known`
+///    vouches) and tried again.
+/// 3. Busy: was it a collection passing by? Enter the collector lock, shared, on a kept
+///    descriptor, without waiting; held by a collection: wait for it (at least
+///    [`COLLECTOR_GRACE`], whatever the budget). Under it, try the key once more, and leave.
+/// 4. Still busy: wait in the key's queue, outside the collector lock. A wait that woke on a
+///    file the collector removed meanwhile goes back to 2 (it never reopens the path by
+///    itself); a key whose file is gone is allocated again only if `known` vouches.
 /// 5. Held: admitted, unless the budget was cancelled meanwhile.
 struct Admission<'a, 'k, F> {
     leases: &'a KeyedLeases,
@@ -831,7 +829,7 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
                     let _entered = entered?;
                     self.try_key()?
                 }
-                None => self.enter_and_try()?,
+                None => self.first_try()?,
             };
             match tried {
                 Try::Held(lease) => return self.admit(lease).map(Next::Admitted),
@@ -864,13 +862,21 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
         self.got = Some(waited);
     }
 
-    /// Enters the collector lock on a kept descriptor (never waiting), tries the key once
-    /// under it, and leaves.
-    fn enter_and_try(&mut self) -> Result<Try, KeyError> {
-        // Windows keeps no lock files to collect, and its named objects have no shared mode.
-        if cfg!(windows) {
-            return self.try_key();
+    /// The try of steps 2 and 3: the key once, and if it is busy, once more under the
+    /// collector lock.
+    fn first_try(&mut self) -> Result<Try, KeyError> {
+        match self.try_key()? {
+            // Windows keeps no lock files to collect, and its named objects have no shared
+            // mode.
+            Try::Busy(_) if !cfg!(windows) => self.confirm_busy(),
+            tried => Ok(tried),
         }
+    }
+
+    /// Enters the collector lock on a kept descriptor (never waiting), tries the key once
+    /// more under it, and leaves: a key a collection's batch held a moment ago is then
+    /// either free or gone (and known or not), and one still busy has a holder.
+    fn confirm_busy(&mut self) -> Result<Try, KeyError> {
         let mut door = match self.door.take() {
             Some((ns, door)) if Arc::ptr_eq(&ns, &self.at.ns) => (ns, door),
             other => {
@@ -894,8 +900,8 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
         tried
     }
 
-    /// One non-blocking try of the key's lock file, made while the collector lock is held
-    /// shared. A missing file is created only for a key `known` vouches for.
+    /// One non-blocking try of the key's lock file. A missing file is created only for a
+    /// key `known` vouches for.
     fn try_key(&mut self) -> Result<Try, KeyError> {
         let tried = (self.leases.options).create(self.at.create).acquire_at(
             &self.at.ns.dir,
@@ -911,11 +917,10 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
 
     /// The outcome of a wait in the key's queue. A wait does not follow a lock file replaced
     /// under it (`follow_replaced(false)`): the file it waited on was collected, or a
-    /// newcomer's replaced it — the next try goes through the collector lock again, where no
-    /// collection can remove the file between its open and its check. (Reopened outside it,
-    /// a waiter could be woken on a collected file again and again: three times, and the
-    /// lease gave up as "replaced 3 times while locking" — seen in the gc torture with 8
-    /// workers once collections no longer skipped a busy namespace.)
+    /// newcomer's replaced it — the admission starts again, and a file a collection's batch
+    /// holds sends it to the collector lock (step 3), where the batch ends before the next
+    /// try. (A wait that reopened the path by itself could be woken on a collected file
+    /// again and again, and give up as "replaced 3 times while locking".)
     fn after_wait(&mut self, waited: crate::Result<Lease>) -> Result<Try, KeyError> {
         match waited {
             Ok(lease) => Ok(Try::Held(lease)),

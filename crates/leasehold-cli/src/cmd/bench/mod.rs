@@ -696,9 +696,10 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         "max ×floor",
         "handoff base",
         "handoff ×base",
+        "×helper floor",
         "met",
     ];
-    let mut cells: Vec<[String; 14]> = vec![header.map(String::from)];
+    let mut cells: Vec<[String; 15]> = vec![header.map(String::from)];
     let ns = |v: Option<f64>| v.map_or("—".into(), |v| fmt_value(v, Unit::Nanos));
     let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
     // No verdict: a floor's row, or (Windows) a method without a floor to be read against.
@@ -725,10 +726,11 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
             x(l.wait_max_ratio),
             ns(l.handoff_base),
             x(l.handoff_ratio),
+            x(l.helper_ratio),
             met(l.met, l.method.is_floor()),
         ]);
     }
-    out.push_str(&aligned(&cells, |i| i == 1 || i == 13));
+    out.push_str(&aligned(&cells, |i| i == 1 || i == 14));
     let mixed: Vec<&uncued::Line> = lines.iter().filter(|l| l.shared > 0).collect();
     let Some(first) = mixed.first().copied() else {
         return out;
@@ -888,6 +890,7 @@ fn json_report(
                     "shared_wait_p99_vs_floor": l.shared_p99_ratio,
                     "shared_wait_max_vs_floor": l.shared_max_ratio,
                     "handoff_p50_vs_base": l.handoff_ratio,
+                    "handoff_p50_vs_helper_floor": l.helper_ratio,
                 },
                 "handoff_base": l.handoff_base,
                 "futex_wake": dist(&l.wake),

@@ -100,6 +100,14 @@ pub(crate) enum Method {
     /// The floor plus the inode check a safe lease needs: open, `flock(LOCK_EX)`, `fstat`,
     /// `stat` of the path (same dev and inode), close.
     FloorVerify,
+    /// The floor of a cancellable waiter's design, built the plainest way: open, try
+    /// `LOCK_NB`; when busy, a helper thread (kept, parked between waits) blocks in `flock`
+    /// and unparks the caller, which parks until then; verify as [`Method::FloorVerify`]
+    /// does; close. A waiter that must stay cancellable cannot block in `flock` itself, so
+    /// its hand-over pays the helper's wake-up of the caller, which on an idle CPU costs
+    /// far more than a wake between two busy threads: this is what such waiters are read
+    /// against.
+    HelperFloor,
     /// Cold `Lease::acquire` with an unlimited budget, then drop.
     Lease,
     /// Cold `Lease::acquire` with a deadline and a `CancelToken`: what users with timeouts
@@ -112,8 +120,7 @@ pub(crate) enum Method {
     Async,
     /// `KeyedLeases::acquire` of one key with a deadline and a `CancelToken`, as every result
     /// store operation (and every `results` verb) takes it; the lock file is the key's in a
-    /// namespace beside the lock path (`Keyed::root`), the collector lock held shared across
-    /// each try.
+    /// namespace beside the lock path (`Keyed::root`).
     Keyed,
 }
 
@@ -123,6 +130,7 @@ impl Method {
     pub(super) const ALL: &[Method] = &[
         Method::Floor,
         Method::FloorVerify,
+        Method::HelperFloor,
         Method::Lease,
         Method::LeaseBudget,
         Method::Handle,
@@ -142,13 +150,16 @@ impl Method {
 
     /// Whether this is a kernel floor rather than leasehold.
     pub(super) fn is_floor(self) -> bool {
-        matches!(self, Method::Floor | Method::FloorVerify)
+        matches!(
+            self,
+            Method::Floor | Method::FloorVerify | Method::HelperFloor
+        )
     }
 
     /// Whether a helper thread waits in the kernel for this method's waiter and hands the
     /// grant over with one more thread wake-up (a deadline or token, or an async waiter;
-    /// a keyed wait is the lease's cancellable one): the uncued table adds one futex wake to
-    /// its handoff floor.
+    /// a keyed wait is the lease's cancellable one): the uncued table reads its hand-over
+    /// against [`Method::HelperFloor`]'s.
     pub(super) fn hands_over(self) -> bool {
         matches!(self, Method::LeaseBudget | Method::Async | Method::Keyed)
     }
@@ -158,6 +169,7 @@ impl Method {
         match self {
             Method::Floor => "floor",
             Method::FloorVerify => "floor-verify",
+            Method::HelperFloor => "helper-floor",
             Method::Lease => "lease",
             Method::LeaseBudget => "lease-budget",
             Method::Handle => "handle",
@@ -169,9 +181,10 @@ impl Method {
     /// The methods of the mixed (shared + exclusive workers) runs: those with a shared
     /// form, the floors first.
     #[cfg(unix)] // Windows has no shared leases
-    pub(super) const MIXED: [Method; 4] = [
+    pub(super) const MIXED: [Method; 5] = [
         Method::Floor,
         Method::FloorVerify,
+        Method::HelperFloor,
         Method::Lease,
         Method::LeaseBudget,
     ];
@@ -181,6 +194,7 @@ impl Method {
         match self {
             Method::Floor => "kernel floor: open + flock(LOCK_SH or LOCK_EX) + close",
             Method::FloorVerify => "floor + inode verify (fstat + stat)",
+            Method::HelperFloor => "helper-thread floor: LOCK_NB, else a helper's flock + unpark",
             Method::Lease => "SharedLease / Lease::acquire, unlimited budget",
             Method::LeaseBudget => "SharedLease / Lease::acquire, deadline + CancelToken",
             Method::Handle => "LeaseHandle::lock (warm; exclusive only)",
@@ -194,6 +208,7 @@ impl Method {
         match self {
             Method::Floor => "kernel floor: open + flock(LOCK_EX) + close",
             Method::FloorVerify => "floor + inode verify (fstat + stat)",
+            Method::HelperFloor => "helper-thread floor: LOCK_NB, else a helper's flock + unpark",
             Method::Lease => "Lease::acquire, unlimited budget",
             Method::LeaseBudget => "Lease::acquire, deadline + CancelToken",
             Method::Handle => "LeaseHandle::lock (warm)",
@@ -274,9 +289,17 @@ fn back_to_back(
         _ => return Ok(Vec::new()),
     };
     #[cfg(unix)]
+    let helper = match method {
+        Method::HelperFloor => Some(FlockHelper::start()?),
+        _ => None,
+    };
+    #[cfg(unix)]
     let kernel_turn = |verify: bool| -> Result<Turn, Failure> {
         let t0 = mono_ns();
-        let fd = lock_kernel(lock, shared)?;
+        let fd = match &helper {
+            Some(helper) => helper.lock(open_kernel(lock)?, shared)?,
+            None => lock_kernel(lock, shared)?,
+        };
         if verify {
             let held = rustix::fs::fstat(&fd).map_err(errno_fail("fstat"))?;
             let now = rustix::fs::statat(CWD, lock, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
@@ -298,9 +321,9 @@ fn back_to_back(
             #[cfg(unix)]
             Method::Floor => kernel_turn(false)?,
             #[cfg(unix)]
-            Method::FloorVerify => kernel_turn(true)?,
+            Method::FloorVerify | Method::HelperFloor => kernel_turn(true)?,
             #[cfg(windows)]
-            Method::Floor | Method::FloorVerify => {
+            Method::Floor | Method::FloorVerify | Method::HelperFloor => {
                 return Err(Failure::usage(
                     "bench: the flock floors do not exist on Windows",
                 ));
@@ -365,6 +388,88 @@ fn back_to_back(
         turns.push(turn);
     }
     Ok(turns)
+}
+
+/// The helper thread of [`Method::HelperFloor`]: it blocks in `flock` for the caller and
+/// unparks it, the plainest form of the design a cancellable waiter needs (the library's
+/// waiters add the budget, the notifier and the claim table to it).
+#[cfg(unix)]
+struct FlockHelper {
+    jobs: mpsc::Sender<FlockJob>,
+}
+
+/// One wait handed to the helper: the descriptor, the mode, whom to unpark, and where to
+/// say it is done (`Ok` once locked).
+#[cfg(unix)]
+struct FlockJob {
+    fd: Arc<OwnedFd>,
+    op: FlockOperation,
+    caller: std::thread::Thread,
+    done: Arc<std::sync::Mutex<Option<Result<(), Errno>>>>,
+}
+
+#[cfg(unix)]
+impl FlockHelper {
+    fn start() -> Result<FlockHelper, Failure> {
+        let (jobs, rx) = mpsc::channel::<FlockJob>();
+        std::thread::Builder::new()
+            .name("bench-flock-helper".into())
+            .spawn(move || {
+                for job in rx {
+                    let locked = loop {
+                        match rustix::fs::flock(&*job.fd, job.op) {
+                            Err(Errno::INTR) => continue,
+                            other => break other,
+                        }
+                    };
+                    // Its copy goes before the caller runs: the caller's close releases.
+                    drop(job.fd);
+                    *job.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(locked);
+                    job.caller.unpark();
+                }
+            })
+            .map_err(io_fail("start the flock helper"))?;
+        Ok(FlockHelper { jobs })
+    }
+
+    /// `fd` locked: at once if `LOCK_NB` gets it, else by the helper while this thread parks.
+    fn lock(&self, fd: OwnedFd, shared: bool) -> Result<OwnedFd, Failure> {
+        let (op, try_op) = match shared {
+            true => (
+                FlockOperation::LockShared,
+                FlockOperation::NonBlockingLockShared,
+            ),
+            false => (
+                FlockOperation::LockExclusive,
+                FlockOperation::NonBlockingLockExclusive,
+            ),
+        };
+        match rustix::fs::flock(&fd, try_op) {
+            Ok(()) => return Ok(fd),
+            Err(Errno::WOULDBLOCK | Errno::INTR) => {}
+            Err(e) => return Err(errno_fail("flock")(e)),
+        }
+        let fd = Arc::new(fd);
+        let done = Arc::new(std::sync::Mutex::new(None));
+        let job = FlockJob {
+            fd: fd.clone(),
+            op,
+            caller: std::thread::current(),
+            done: done.clone(),
+        };
+        self.jobs
+            .send(job)
+            .map_err(|_| Failure::failed("bench: the flock helper is gone"))?;
+        loop {
+            if let Some(locked) = done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                locked.map_err(errno_fail("flock"))?;
+                break;
+            }
+            std::thread::park();
+        }
+        Arc::try_unwrap(fd)
+            .map_err(|_| Failure::failed("bench: the flock helper kept the descriptor"))
+    }
 }
 
 /// A lease held either by the library (exclusive or shared) or by a bare descriptor locked
