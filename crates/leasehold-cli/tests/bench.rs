@@ -99,22 +99,32 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
                     "uncued line lacks {field}: {line}"
                 );
             }
-            let floor = method.starts_with("floor");
+            let floor = method.starts_with("floor") || method == "helper-floor";
             assert_eq!(line["met"].is_null(), floor, "{line}");
-            // Each group of runs measures its futex wake; the faces that hand over through
-            // a helper thread (a keyed wait is the lease's cancellable one) have it added to
-            // their handoff base.
-            let wake = line["futex_wake"]["p50"].as_f64().expect("futex wake");
-            let verify = lines
-                .iter()
-                .find(|l| l["workers"] == workers && l["method"] == "floor-verify")
-                .and_then(|l| l["handoff"]["p50"].as_f64());
-            if let (Some(base), Some(verify)) = (line["handoff_base"].as_f64(), verify) {
+            // The faces that hand over through a helper thread (a keyed wait is the lease's
+            // cancellable one) are read against the helper-thread floor of the same runs,
+            // the others against floor + verify; every line has its ratio to the helper floor.
+            let p50_of = |m: &str| {
+                lines
+                    .iter()
+                    .find(|l| l["workers"] == workers && l["method"] == m)
+                    .and_then(|l| l["handoff"]["p50"].as_f64())
+            };
+            let (verify, helper) = (p50_of("floor-verify"), p50_of("helper-floor"));
+            assert!(line["futex_wake"]["p50"].as_f64().is_some(), "{line}");
+            if let Some(base) = line["handoff_base"].as_f64() {
                 if ["lease-budget", "async", "keyed"].contains(&method) {
-                    assert!((base - (verify + wake)).abs() < 1e-6, "{line}");
+                    assert_eq!(Some(base), helper, "{line}");
                 } else if !floor {
-                    assert!((base - verify).abs() < 1e-6, "{line}");
+                    assert_eq!(Some(base), verify, "{line}");
                 }
+            }
+            if let (Some(h), Some(helper)) = (line["handoff"]["p50"].as_f64(), helper) {
+                let ratio = line["ratios"]["handoff_p50_vs_helper_floor"].as_f64();
+                assert!(
+                    ratio.is_some_and(|r| (r - h / helper).abs() < 1e-9),
+                    "{line}"
+                );
             }
         }
     }

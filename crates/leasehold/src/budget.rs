@@ -8,7 +8,7 @@
 use std::fmt;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::NotWaited;
@@ -112,19 +112,11 @@ impl CancelToken {
     }
 
     fn waiters(&self) -> MutexGuard<'_, Vec<Arc<Notifier>>> {
-        // Plain data: a panic elsewhere cannot leave it inconsistent.
-        self.inner
-            .waiters
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner.waiters)
     }
 }
 
-/// Locks a mutex whose data stays whole even if a holder panicked (it is only taken or
-/// read).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::mutex::lock;
 
 /// A wait's place in its token's list of waiters (see [`CancelToken::subscribe`]); dropping
 /// it leaves the list.

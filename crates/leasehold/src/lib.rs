@@ -250,7 +250,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Layers, lowest first; each module imports only from the ones before it:
-// kind (FileId, FileKind, Holders: nothing) → sys (the platform boundary: kind) →
+// mutex (the one mutex lock: nothing) → kind (FileId, FileKind, Holders: nothing) → sys (the platform boundary: kind) →
 // holders (HolderInfo, look-ups: kind, sys) → error (kind, holders) → budget (sys, error) →
 // lease (the primitive and its options: all of these) → patterns (built on the primitive) →
 // arbiters (the etcd arbiter, behind the authority's `Arbiter`/`AsyncArbiter`). CONTRIBUTING.md
@@ -262,6 +262,7 @@ mod error;
 mod holders;
 mod kind;
 mod lease;
+mod mutex;
 pub mod patterns;
 mod sys;
 
@@ -269,8 +270,6 @@ pub use budget::{Budget, CancelToken};
 pub use error::{Classify, Error, ErrorClass, NotWaited, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
-#[allow(deprecated)] // the former name, kept for one release
-pub use lease::HandleLease;
 #[cfg(unix)]
 pub use lease::unlock_descriptor;
 pub use lease::{

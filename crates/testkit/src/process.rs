@@ -200,8 +200,12 @@ impl FlockHolder {
         if !lock.exists() {
             std::fs::File::create(lock).expect("create the lock file");
         }
+        // `-o`: the shell it runs does not inherit the lock's descriptor, so the lock is
+        // `flock`'s alone and is gone once `kill` has reaped it (a shell child still dying
+        // would otherwise hold it a moment longer).
         let mut holder = Proc::spawn(
             Command::new("flock")
+                .arg("-o")
                 .arg(lock)
                 .args(["-c", "echo locked; read _"]),
         );

@@ -17,7 +17,7 @@
 //! claims that keep overlapping (the in-process half of the turnstile).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::sys::Notifier;
 
@@ -97,13 +97,10 @@ type Table = HashMap<Key, Entry, std::hash::BuildHasherDefault<KeyHasher>>;
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 
 fn table() -> MutexGuard<'static, Option<Table>> {
-    // Plain data: a panic elsewhere cannot leave it inconsistent.
-    TABLE.lock().unwrap_or_else(PoisonError::into_inner)
+    lock(&TABLE)
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::mutex::lock;
 
 /// A granted claim; dropping it releases it (and hands it to the next queued waiter).
 #[derive(Debug)]

@@ -831,18 +831,6 @@ pub struct HandleGuard<'a> {
     held: Option<imp::Held>,
 }
 
-/// The former name of [`HandleGuard`], too close to [`LeaseHandle`] to tell apart; code
-/// written against it still compiles (with a deprecation warning) for one release:
-///
-/// ```
-/// #![allow(deprecated)]
-/// fn lock(handle: &mut leasehold::LeaseHandle) -> leasehold::Result<leasehold::HandleLease<'_>> {
-///     handle.try_lock()
-/// }
-/// ```
-#[deprecated(note = "renamed `HandleGuard` (the lease taken through a `LeaseHandle`)")]
-pub type HandleLease<'a> = HandleGuard<'a>;
-
 impl HandleGuard<'_> {
     /// Checks that the locked inode is still the file at the path (see [`Lease::verify`]).
     ///

@@ -82,7 +82,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::lease::{self, claim::Mode};
@@ -303,10 +303,7 @@ impl Namespace {
     }
 }
 
-fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Plain data: a panic elsewhere cannot leave it inconsistent.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::mutex::lock as guard;
 
 impl KeyedLeases {
     /// Leases for keys under `root`, with lock files in `root/namespace/`. The namespace is

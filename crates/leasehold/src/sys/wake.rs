@@ -26,7 +26,7 @@
 //! (`lease/claim.rs`) and a cancelled [`CancelToken`](crate::CancelToken) (`budget.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -126,8 +126,7 @@ impl Notifier {
     }
 
     fn sleeper(&self) -> MutexGuard<'_, Sleeper> {
-        // Plain data: a panic elsewhere cannot leave it inconsistent.
-        self.sleeper.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::mutex::lock(&self.sleeper)
     }
 }
 

@@ -58,7 +58,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::runtime::{Handle, Runtime};
@@ -1400,6 +1400,4 @@ impl Drop for EtcdGrant {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::mutex::lock;

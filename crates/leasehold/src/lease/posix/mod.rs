@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use rustix::io::Errno;
 
@@ -466,9 +466,7 @@ fn network_fs(
     if LAST_LOCAL.load(Ordering::Relaxed) == dev.wrapping_add(1) {
         return Ok(None);
     }
-    if let Some(known) = NETWORK_FS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
+    if let Some(known) = guard(&NETWORK_FS)
         .as_ref()
         .and_then(|m| m.get(&dev).copied())
     {
@@ -481,9 +479,7 @@ fn network_fs(
     if fs.is_none() {
         LAST_LOCAL.store(dev.wrapping_add(1), Ordering::Relaxed);
     }
-    NETWORK_FS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
+    guard(&NETWORK_FS)
         .get_or_insert_with(HashMap::new)
         .insert(dev, fs);
     Ok(fs)
@@ -866,9 +862,7 @@ fn holders_error(path: &Path, u: Unusable) -> Error {
     }
 }
 
-fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::mutex::lock as guard;
 
 /// The POSIX platform (see [`Platform`]): each item names the function of this file (or of
 /// `kernel_wait.rs`) that does it.

@@ -711,11 +711,7 @@ fn state_error<G, R>(core: &Core<G, R>) -> AuthorityError {
     }
 }
 
-/// Locks a mutex whose data stays consistent even if a holder panicked (plain fields,
-/// updated in one step each).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::mutex::lock;
 
 #[cfg(test)]
 mod tests {
