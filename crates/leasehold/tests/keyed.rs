@@ -268,8 +268,12 @@ fn a_renamed_root_or_namespace_fails_verify_but_the_held_lock_stays_held() {
     // The same lock, found at the new place, is still held.
     assert!(contended(keys(&new).try_acquire("r1", |_| false)));
     lease.release();
-    let again = keys(&new).try_acquire("r1", |_| false);
-    assert!(again.is_ok(), "{again:?}");
+    // Free again once released. Looked at until it is: another test of this process that
+    // spawns a child at this moment lends the child a copy of every descriptor until its
+    // exec, the released one included, and the kernel keeps the lock for that copy.
+    testkit::until("the released key is free", || {
+        keys(&new).try_acquire("r1", |_| false).is_ok()
+    });
 }
 
 #[test]
@@ -460,7 +464,9 @@ fn collect_never_waits_for_a_busy_namespace_and_an_acquisition_waits_out_a_colle
     // A "try once" acquisition is not refused because a collection passes by: the batch
     // holds the key's file (as a collection does while it examines it), and the acquisition
     // waits for the collector lock (up to a grace of a second), then takes the key.
-    let batch = testkit::FlockHolder::hold(&leases.lock_path("k"));
+    // The batch's lock of the key's file: a description of its own, released by closing.
+    let batch = fs::File::open(leases.lock_path("k")).unwrap();
+    rustix::fs::flock(&batch, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
     let waiter = {
         let leases = leases.clone();
         std::thread::spawn(move || leases.try_acquire("k", |_| false).map(drop))
@@ -480,8 +486,7 @@ fn collect_never_waits_for_a_busy_namespace_and_an_acquisition_waits_out_a_colle
         std::thread::yield_now();
     }
     assert!(!waiter.is_finished());
-    batch.kill(); // the batch kept the file: the key is free once the batch is over
-    assert!(!waiter.is_finished());
+    drop(batch); // the batch kept the file: the key is free once the batch is over
     holder.kill();
     waiter.join().unwrap().unwrap();
 }
