@@ -27,9 +27,31 @@ use std::io::Write;
 pub fn error_line(line: &str) {
     let mut buf = String::with_capacity(line.len() + 12);
     buf.push_str("leasehold: ");
-    buf.push_str(&line.replace('\n', " "));
+    buf.push_str(&printable(&line.replace('\n', " ")));
     buf.push('\n');
     let _ = std::io::stderr().lock().write_all(buf.as_bytes());
+}
+
+/// `text` with every control character but newline and tab written as its Rust escape
+/// (`\u{1b}`), so nothing printed can drive the terminal: holder records read from etcd, file
+/// names and IDs found on disk, and paths the user passed reach stdout and stderr only
+/// through here ([`error_line`] and [`Stdout::print`]). JSON output is unchanged (serde
+/// escapes control characters already); record payloads (`session read`) are data, written
+/// as they are by their own writer.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let escape = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(escape) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if escape(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// A verb's stdout: the one writer every output of the CLI goes through.
@@ -60,6 +82,7 @@ impl Stdout {
         if self.ended.get() {
             return false;
         }
+        let text = printable(text);
         let mut out = std::io::stdout().lock();
         match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             Ok(()) => return true,

@@ -90,3 +90,48 @@ fn a_key_without_a_lease_never_holds_a_lock() {
     let out = run(leasehold().args(["run", "--etcd", e, "--no-wait", "job", "--", "echo", "ran"]));
     assert_eq!((out.code, out.stdout.as_str()), (0, "ran\n"), "{out:?}");
 }
+
+/// A holder record is whatever its writer put in etcd: its control characters (an escape
+/// sequence, a bell) are printed escaped, never sent to the terminal as they are.
+#[test]
+fn a_holder_record_with_control_characters_is_printed_escaped() {
+    let Some(server) = EtcdServer::start("etcd holder record escaping") else {
+        return;
+    };
+    if support::etcdctl_path().is_none() {
+        eprintln!(
+            "SKIP: etcd holder record escaping: etcdctl is not installed (Debian: etcd-client)"
+        );
+        return;
+    }
+    let e = server.endpoint.as_str();
+    let granted = server.etcdctl(&["lease", "grant", "600"]).unwrap();
+    assert!(granted.status.success(), "{granted:?}");
+    // "lease 694d77aa9e2f5a0b granted with TTL(600s)"
+    let text = String::from_utf8_lossy(&granted.stdout).into_owned();
+    let id = text
+        .split_whitespace()
+        .nth(1)
+        .expect("a lease ID")
+        .to_string();
+    let planted = server
+        .etcdctl(&[
+            "put",
+            &format!("--lease={id}"),
+            "leasehold/lock/esc/planted",
+            "7@host\u{1b}]0;owned\u{7}\u{1b}[2J",
+        ])
+        .unwrap();
+    assert!(planted.status.success(), "{planted:?}");
+    let status = run(leasehold().args(["status", "--etcd", e, "esc"]));
+    let busy = run(leasehold().args(["run", "--etcd", e, "--no-wait", "esc", "--", "true"]));
+    for out in [&status, &busy] {
+        let printed = format!("{}{}", out.stdout, out.stderr);
+        assert!(
+            !printed.contains('\u{1b}') && !printed.contains('\u{7}'),
+            "a control character reached the terminal: {out:?}"
+        );
+        assert!(printed.contains(r"host\u{1b}]0;owned\u{7}"), "{out:?}");
+    }
+    assert_ne!(busy.code, 0, "the planted key holds the lock: {busy:?}");
+}

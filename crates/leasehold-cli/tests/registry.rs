@@ -441,3 +441,33 @@ fn a_waiting_one_shot_says_so_and_takes_over_after_the_holder_exits() {
     assert_eq!(answer, json!({"state": "active", "scope": {&p: [&r]}}));
     assert_eq!(waiter.wait().code(), Some(0));
 }
+
+/// A request line of exactly 1 MiB is read as a request; one byte more is `invalid-request`,
+/// wherever the reads split it (the newline may arrive in the chunk that passed the limit).
+#[test]
+fn serve_reads_a_line_of_1_mib_and_refuses_a_longer_one() {
+    const MIB: usize = 1 << 20;
+    let h = Home::new();
+    let mut a = h.serve();
+    // `{"op":"list","pad":"xx…"}` padded to `len` bytes: a valid request with an unknown key.
+    let padded = |len: usize| {
+        let frame = r#"{"op":"list","pad":""}"#.len();
+        format!(r#"{{"op":"list","pad":"{}"}}"#, "x".repeat(len - frame))
+    };
+    for over in [1, 100, 65_000] {
+        a.0.send(&padded(MIB + over));
+        let answer: Value = serde_json::from_str(&a.0.line()).unwrap();
+        assert_eq!(answer["ok"], false, "{} bytes: {answer}", MIB + over);
+        assert_eq!(answer["error"], "invalid-request", "{answer}");
+        assert!(
+            answer["message"].as_str().unwrap().contains("at most"),
+            "{answer}"
+        );
+    }
+    let exact = padded(MIB);
+    assert_eq!(exact.len(), MIB);
+    a.0.send(&exact);
+    let answer: Value = serde_json::from_str(&a.0.line()).unwrap();
+    assert_eq!(answer["ok"], true, "exactly 1 MiB is a request: {answer}");
+    a.finish();
+}

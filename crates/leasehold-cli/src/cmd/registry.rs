@@ -302,6 +302,10 @@ impl Requests {
                 if std::mem::take(&mut self.skipping) {
                     continue;
                 }
+                // The newline may come in the chunk that took the line past the limit.
+                if line.len() > MAX_REQUEST {
+                    return Ok(Input::TooLong);
+                }
                 return Ok(Input::Line(line));
             }
             self.scanned = self.buf.len();
