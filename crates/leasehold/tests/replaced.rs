@@ -127,3 +127,30 @@ fn a_waiter_follows_a_replaced_lock_file_only_once_its_holder_lets_go() {
         .expect("the lease, once the second holder went");
     lease.verify().expect("it is the file at the path");
 }
+
+/// A lock file unlinked under its holder (by hand, or by a program that knows nothing of
+/// leases) is left by its waiters within about a second: they follow the path, as a newcomer
+/// would, instead of staying queued on a file nobody can name until its holder lets go.
+#[test]
+fn a_waiter_leaves_a_lock_file_unlinked_under_its_holder() {
+    if !testkit::reveals_holders() {
+        eprintln!(
+            "SKIP: a_waiter_leaves_a_lock_file_unlinked_under_its_holder: needs /proc/locks to see a waiter blocked (off in the portable build)"
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("u.lock");
+    let holder = FlockHolder::hold(&lock);
+    let path = lock.clone();
+    // A deadline far beyond the check: the wait ends by following the path, or fails.
+    let budget = Budget::timeout(Duration::from_secs(20)).with_cancel(CancelToken::new());
+    let w = waiting(&lock, move || Lease::acquire(&path, &budget));
+    std::fs::remove_file(&lock).unwrap();
+    let lease = w.join().unwrap().expect(
+        "the lease on the file now at the path, while the old holder keeps the unlinked one",
+    );
+    lease.verify().expect("it is the file at the path");
+    drop(lease);
+    holder.kill();
+}

@@ -198,6 +198,14 @@ pub(crate) trait Platform: Sized {
     /// path).
     fn still_at_path(target: &Self::Target, id: Option<FileId>) -> bool;
 
+    /// Whether the file a kernel wait is queued on has no name left (unlinked, or renamed
+    /// over): its holder may hold it for as long as it likes, while a newcomer locks the
+    /// file now at the path, so a waiter queued on it leaves and follows the path (asked on
+    /// a slow timer: see `wait.rs`). Default: never (no kernel queue).
+    fn orphaned(_wait: &Self::KernelWait) -> bool {
+        false
+    }
+
     /// Checks that a held lease still stands for its path ([`Error::LeaseLost`] if not).
     fn verify(target: &Self::Target, held: &Self::Held) -> Result<()>;
 

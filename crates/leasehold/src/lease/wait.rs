@@ -23,7 +23,10 @@
 //! 5. On every wake-up: cancellation first (an explicit request), then a grant, then the
 //!    deadline. Where a notifier wakes the waiter (POSIX: the kernel-wait helper on a
 //!    grant, a releasing lease of this process for a queued one) the deadline is its only
-//!    timer: nothing polls, neither the lock nor its path. Where nothing can wake it
+//!    fast timer: nothing polls the lock or its path; once a second ([`ORPHAN_CHECK`]) a
+//!    waiter queued in the kernel asks whether its file was unlinked, and if so follows the
+//!    path (a blocking wait that only a grant can end, `lock_inline`, cannot ask: it stays
+//!    queued until the grant). Where nothing can wake it
 //!    (Windows, WASI) it polls with back-off, and on a slow timer also checks that the file
 //!    it waits for is still the one at the path.
 //!
@@ -70,6 +73,14 @@ const POLL_MAX: Duration = Duration::from_millis(16);
 /// ([`Budget::on_interrupt`](crate::Budget::on_interrupt)): no signal interrupts a park,
 /// and a program that stops on Ctrl-C expects to within a tenth of a second.
 const INTERRUPT_CHECK: Duration = Duration::from_millis(20);
+/// How often a waiter queued in the kernel (POSIX) asks whether the file it waits on still
+/// has a name ([`Platform::orphaned`](super::Platform::orphaned): one `fstat`): a lock file
+/// unlinked under its holder — by hand, or by a program that knows nothing of leases —
+/// would keep its waiters queued until that holder lets go, while every newcomer locks the
+/// file now at the path. So this long at most after the unlink they leave and follow the
+/// path, as a newcomer would. One wake-up a second per waiter: for 100 waiters, a few
+/// hundred microseconds of CPU a second.
+const ORPHAN_CHECK: Duration = Duration::from_secs(1);
 
 /// A polling waiter's next back-off after `poll` (zero before its first): [`POLL_MIN`],
 /// doubling up to [`POLL_MAX`].
@@ -142,6 +153,8 @@ pub(crate) struct Acquisition<'a> {
     poll: Duration,
     /// Whether the driver may block its thread in the kernel (the blocking driver).
     may_block: bool,
+    /// When a kernel wait next asks whether its file was unlinked ([`ORPHAN_CHECK`]).
+    orphan_check: Instant,
 }
 
 impl<'a> Acquisition<'a> {
@@ -169,6 +182,7 @@ impl<'a> Acquisition<'a> {
             next_check: started,
             poll: Duration::ZERO,
             may_block: false,
+            orphan_check: started,
         }
     }
 
@@ -315,6 +329,15 @@ impl<'a> Acquisition<'a> {
                         Some(Err(e)) => return Err(e),
                         None => {
                             self.judge_budget(id, || Imp::waiting_at(self.target, &kw))?;
+                            if Instant::now() >= self.orphan_check {
+                                self.orphan_check = Instant::now() + ORPHAN_CHECK;
+                                if Imp::orphaned(&kw) {
+                                    drop(kw);
+                                    drop(claim);
+                                    self.reopen()?;
+                                    continue;
+                                }
+                            }
                             if !Imp::NOTIFIES
                                 && self.check_due()
                                 && !Imp::still_at_path(self.target, id)
@@ -375,6 +398,7 @@ impl<'a> Acquisition<'a> {
                         self.state = State::Kernel(kw, claim, id);
                         self.interval = CHECK_MIN;
                         self.next_check = Instant::now() + CHECK_MIN;
+                        self.orphan_check = Instant::now() + ORPHAN_CHECK;
                     }
                     Err(opened) => {
                         self.state = State::Polling(opened, claim);
@@ -427,7 +451,12 @@ impl<'a> Acquisition<'a> {
             return Next::Wait(Some(check));
         }
         if Imp::NOTIFIES && !polling {
-            return Next::Wait(self.budget.wake_in(self.deadline));
+            let wake = self.budget.wake_in(self.deadline);
+            if matches!(self.state, State::Kernel(..)) {
+                let orphan = self.orphan_check.saturating_duration_since(Instant::now());
+                return Next::Wait(Some(wake.map_or(orphan, |w| w.min(orphan))));
+            }
+            return Next::Wait(wake);
         }
         if !polling {
             self.poll = backoff(self.poll);

@@ -322,6 +322,13 @@ fn judge_owner(st: &rustix::fs::Stat) -> Option<String> {
     None
 }
 
+/// Whether the file `fd` is open on has no name left (its link count is 0: it was unlinked,
+/// or renamed over). One `fstat`.
+#[allow(clippy::unnecessary_cast)] // st_nlink is not u64 on every platform
+pub(crate) fn fd_unlinked(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
+    Ok(rustix::fs::fstat(fd)?.st_nlink as u64 == 0)
+}
+
 /// Identity of an open descriptor and its kind (`None`: a regular file), for a descriptor the
 /// caller opened: unlike [`fd_entry`] it names the identity of directories too.
 pub(crate) fn fd_identity(fd: BorrowedFd<'_>) -> Result<(FileId, Option<FileKind>), Errno> {

@@ -57,6 +57,11 @@ use crate::sys::Notifier;
 pub(crate) struct KernelWait {
     slot: Arc<Slot>,
     id: FileId,
+    /// A descriptor of the file waited on, for [`orphaned`](Self::orphaned) alone: a
+    /// duplicate of the helper's (the same open file description, so closing it releases
+    /// nothing), or an adopter's own. Closed with the wait, before the helper can find it
+    /// abandoned; `None` where it could not be had (then the wait is never judged orphaned).
+    watch: Option<OwnedFd>,
 }
 
 struct Slot {
@@ -96,6 +101,7 @@ impl KernelWait {
                     return Ok(KernelWait {
                         slot: slot.clone(),
                         id: opened.id,
+                        watch: Some(opened.fd),
                     });
                 }
             }
@@ -107,6 +113,7 @@ impl KernelWait {
         pending.push((opened.id, shared, slot.clone()));
         drop(pending);
         let (id, job_slot) = (opened.id, slot.clone());
+        let watch = crate::sys::dup_cloexec(opened.fd.as_fd()).ok();
         // Opened here, by the waiter, so the helper needs nothing of the target.
         let gates = gate::open_for_wait(target, opened.id, shared);
         let started = helpers::run(Box::new(move || {
@@ -140,7 +147,14 @@ impl KernelWait {
             guard(&PENDING).retain(|(_, _, s)| !Arc::ptr_eq(s, &slot));
             *guard(&slot.state) = SlotState::Failed(Errno::AGAIN);
         }
-        Ok(KernelWait { slot, id })
+        Ok(KernelWait { slot, id, watch })
+    }
+
+    /// Whether the file waited on has no name left (see `Platform::orphaned`). One `fstat`.
+    pub(crate) fn orphaned(&self) -> bool {
+        self.watch
+            .as_ref()
+            .is_some_and(|fd| crate::sys::fd_unlinked(fd.as_fd()).unwrap_or(false))
     }
 
     /// The gate file this wait is blocked at; `None` while it is at the lock.

@@ -926,6 +926,9 @@ impl Platform for Posix {
     fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
         still_at_path(target, id)
     }
+    fn orphaned(wait: &KernelWait) -> bool {
+        wait.orphaned()
+    }
     fn verify(target: &Target, held: &Held) -> Result<()> {
         verify(target, held)
     }
