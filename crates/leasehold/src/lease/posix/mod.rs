@@ -549,48 +549,71 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
     })
 }
 
-/// Judges the lock file's directory before anything is opened or created in it (issue 22
-/// item 10), in one `fstatat` (plus one `statfs` the first time a device is seen):
+/// Judges the way to the lock file before anything is opened or created there, in one walk
+/// the first time a directory is seen (plus one `statfs` the first time a device is seen):
 ///
-/// * unless [`LeaseOptions::allow_shared_state`], the ownership rule (`sys::dir_judged`):
-///   whoever may write a directory that is not sticky and root's can rename the lock file
-///   away while it is held, after which a second holder locks a new file at the path — two
-///   `run`s at once (b). As OpenSSH's StrictModes, with the sticky exception `/tmp` needs.
-///   Only the lock file's own directory is judged, not every ancestor: each would cost one
-///   more path walk on every acquisition, and a store's directories are judged by the
-///   store (`check_trusted`);
+/// * unless [`LeaseOptions::allow_shared_state`], the ownership rule on every component of
+///   the lock file's directory, from the root down (`sys::chain_untrusted`, as OpenSSH's
+///   StrictModes): each directory must belong to this user or root and be writable by
+///   neither group nor others unless it is sticky and root's (`/tmp`), and a symlink on the
+///   way must belong to this user or root. Whoever may write a directory that is not sticky
+///   and root's can rename the lock file — or any directory between it and that one — away
+///   while it is held, after which a second holder locks a new file at the path: two `run`s
+///   at once. A lock in a [`Dir`] has its handle's directory judged (`fstat`, no path walk);
+///   the stores judge the chain above the directories they open (`check_trusted`);
 /// * unless [`LeaseOptions::allow_network_filesystem`], its file system: a network, FUSE or
-///   overlay mount is refused before the lock file is created there, not after (c).
+///   overlay mount is refused before the lock file is created there, not after.
 ///
 /// A directory that does not exist passes: the open then says so, or creates it
 /// ([`make_parents`]) and judges it again.
 ///
 /// A lock path's directory found fit under both rules is remembered for the life of the
-/// process ([`FIT_DIRS`]: absolute paths only, as they do not depend on the working
-/// directory): the `fstatat`, a path walk, measured ~25 % of an uncontended cold
-/// acquisition on the 2-vCPU reference VM (uncontended cold `Lease::acquire` over floor +
-/// verify, medians of five alternating `leasehold bench --quick` runs: 1.24× without the
-/// check, 1.59× with it on every acquisition, 1.30× remembered), the very cost issue 12
-/// removed from the lock file's own open. What a fit directory can become unfit by is its
-/// owner's doing (this user's or root's: nobody else may chmod or chown it) or a rename
-/// through an ancestor, which no acquisition judges; a lock held in it when that happens
-/// suffers the same either way. Directories in a [`Dir`] are judged every time: `fstat` of a
-/// handle walks no path.
+/// process ([`FIT_DIRS`], by its absolute path: a relative one is joined to the working
+/// directory, one `getcwd`): the walk, one `lstat` per component, would otherwise be paid on
+/// every acquisition (the single `fstatat` of the lock file's directory alone measured ~25 %
+/// of an uncontended cold acquisition on the 2-vCPU reference VM). What a fit chain can
+/// become unfit by is this user's or root's doing alone: every component belongs to one of
+/// them, and nobody else may write a directory on the way (or, in a sticky one, rename what
+/// is not theirs), so nobody else can rename, replace, chmod or chown anything of it. A
+/// lease held while its owner does so anyway is caught by [`verify`], which resolves the
+/// whole path again.
 fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
     let fs_check = !opts.allow_network_fs;
     if !target.judge && !fs_check {
         return Ok(());
     }
     let parent = target.parent();
-    let remember = target.judge && fs_check && target.dir.is_none() && parent.is_absolute();
-    if remember
+    // The key the verdict is remembered by: the directory's absolute path, as written.
+    let key = match (
+        target.judge && fs_check && target.dir.is_none(),
+        parent.is_absolute(),
+    ) {
+        (false, _) => None,
+        (true, true) => Some(std::borrow::Cow::Borrowed(parent)),
+        (true, false) => std::env::current_dir()
+            .ok()
+            .map(|wd| std::borrow::Cow::Owned(wd.join(parent))),
+    };
+    if let Some(key) = &key
         && guard(&FIT_DIRS)
             .iter()
-            .any(|d| d.as_os_str() == parent.as_os_str())
+            .any(|d| d.as_os_str() == key.as_os_str())
     {
         return Ok(());
     }
-    let looked = sys::dir_judged(target.dir(), parent, target.judge)
+    // The chain above the directory (a path target; a [`Dir`]'s own handle is judged below).
+    if target.judge && target.dir.is_none() {
+        let unfit = sys::chain_untrusted(parent)
+            .map_err(|e| path_error(target.display(), "inspect lock file's directories", e))?;
+        if let Some(unfit) = unfit {
+            return Err(unfit_error(
+                unfit,
+                target.display(),
+                Some(target.parent_display()),
+            ));
+        }
+    }
+    let looked = sys::dir_judged(target.dir(), parent, target.judge && target.dir.is_some())
         .map_err(|e| path_error(target.display(), "inspect lock file's directory", e))?;
     let Some((dev, untrusted)) = looked else {
         return Ok(());
@@ -616,13 +639,41 @@ fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
             fs,
         });
     }
-    if remember {
+    if let Some(key) = key {
         let mut fit = guard(&FIT_DIRS);
         if fit.len() < FIT_DIRS_MAX {
-            fit.push(parent.to_path_buf());
+            fit.push(key.into_owned());
         }
     }
     Ok(())
+}
+
+/// The refusal of a component on the way to `what` ([`sys::chain_untrusted`]): named by its
+/// path (`dir`, where given, for the directory itself, as the caller wrote it), saying who
+/// could move what.
+fn unfit_error(unfit: sys::Unfit, what: &Path, dir: Option<PathBuf>) -> Error {
+    let what = what.display();
+    let (path, reason) = match (unfit.link, unfit.last, dir) {
+        (false, true, Some(dir)) => (
+            dir,
+            format!("the directory of lock file {what} {}", unfit.reason),
+        ),
+        (false, _, _) => (
+            unfit.path,
+            format!(
+                "a directory above {what} that {}: whoever may write it can move {what} away while it is in use",
+                unfit.reason
+            ),
+        ),
+        (true, _, _) => (
+            unfit.path,
+            format!(
+                "a symbolic link on the way to {what} that {}: its owner can re-point it, moving {what} away while it is in use",
+                unfit.reason
+            ),
+        ),
+    };
+    Error::Untrusted { path, reason }
 }
 
 /// Lock path directories found fit (trusted and local) under the default options; see
@@ -809,8 +860,36 @@ fn verify(target: &Target, held: &Held) -> Result<()> {
     }
 }
 
-/// See `lease::check_trusted`.
+/// See `lease::check_trusted`: the chain above `path` ([`sys::chain_untrusted`], remembered
+/// in [`TRUSTED_CHAINS`] once fit, as [`check_dir`] remembers lock directories), then `path`
+/// itself, never followed.
 fn check_trusted(path: &Path) -> Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let key = match parent.is_absolute() {
+        true => Some(parent.to_path_buf()),
+        false => std::env::current_dir().ok().map(|wd| wd.join(parent)),
+    };
+    let known = key.as_ref().is_some_and(|key| {
+        guard(&TRUSTED_CHAINS)
+            .iter()
+            .any(|d| d.as_os_str() == key.as_os_str())
+    });
+    if !known {
+        match sys::chain_untrusted(parent) {
+            Ok(None) => {}
+            Ok(Some(unfit)) => return Err(unfit_error(unfit, path, None)),
+            Err(e) => return Err(path_error(path, "inspect directories", e)),
+        }
+        if let Some(key) = key {
+            let mut fit = guard(&TRUSTED_CHAINS);
+            if fit.len() < FIT_DIRS_MAX {
+                fit.push(key);
+            }
+        }
+    }
     match sys::untrusted_at(sys::cwd(), path) {
         Ok(None) => Ok(()),
         Ok(Some(reason)) => Err(Error::Untrusted {
@@ -820,6 +899,9 @@ fn check_trusted(path: &Path) -> Result<()> {
         Err(e) => Err(path_error(path, "inspect", e)),
     }
 }
+
+/// Directories whose chain [`check_trusted`] found fit (absolute paths), as [`FIT_DIRS`].
+static TRUSTED_CHAINS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Removes a held lease's lock file, if the path still names the locked inode: `Ok(true)`
 /// when it was unlinked. Only the collector of keyed lock files calls this, holding both the
