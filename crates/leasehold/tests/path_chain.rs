@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-use leasehold::{Error, Lease, LeaseOptions, check_trusted};
+use leasehold::{Error, Lease, LeaseOptions, LockDir, check_trusted};
 
 const NOBODY: u32 = 65534;
 
@@ -202,4 +202,32 @@ fn verify_reports_a_lease_moved_away_by_an_ancestor_rename_or_a_repointed_symlin
         "{:?}",
         held.verify()
     );
+}
+
+/// A lease taken in a directory handle ([`LockDir`]) keeps its handle working after a
+/// directory above it is renamed, while newcomers resolve the path to a new directory: its
+/// `verify` walks the handle's chain and reports the loss.
+#[test]
+fn verify_of_a_lease_in_a_directory_handle_reports_a_renamed_ancestor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(root.join("a").join("b")).unwrap();
+    let dir = LockDir::open(&root)
+        .unwrap()
+        .child("a", false)
+        .unwrap()
+        .child("b", false)
+        .unwrap();
+    let held = LeaseOptions::new().try_acquire_at(&dir, "lock").unwrap();
+    held.verify().expect("in place");
+    std::fs::rename(root.join("a"), root.join("moved")).unwrap();
+    // A newcomer takes the same lock at the path.
+    std::fs::create_dir_all(root.join("a").join("b")).unwrap();
+    let newcomer = Lease::try_acquire(root.join("a").join("b").join("lock")).expect("a new file");
+    assert!(
+        matches!(held.verify(), Err(Error::LeaseLost { .. })),
+        "{:?}",
+        held.verify()
+    );
+    newcomer.verify().unwrap();
 }

@@ -185,7 +185,9 @@ impl Dir {
 /// checked against).
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
-    dir: Option<Arc<OwnedFd>>,
+    /// The directory handle a lock in a [`Dir`] is named in: its descriptor for the
+    /// `*at` calls, its chain for [`verify`].
+    dir: Option<Dir>,
     name: PathBuf,
     /// How messages name the lock, where that is not `name` (a lock in a [`Dir`], or a
     /// descriptor): one path copy fewer per acquisition on the common path.
@@ -218,7 +220,7 @@ impl PlatformTarget for Target {
         let display = dir.path.join(name);
         plain(name, &display, "open lock file")?;
         Ok(Target {
-            dir: Some(dir.fd.clone()),
+            dir: Some(dir.clone()),
             name: PathBuf::from(name),
             display: Some(display),
             gated: true,
@@ -262,7 +264,7 @@ impl Target {
     fn dir(&self) -> BorrowedFd<'_> {
         match &self.dir {
             None => sys::cwd(),
-            Some(d) => d.as_fd(),
+            Some(d) => d.fd.as_fd(),
         }
     }
 
@@ -628,7 +630,7 @@ fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
         });
     }
     let look = || match &target.dir {
-        Some(d) => sys::network_fs(d.as_fd()),
+        Some(d) => sys::network_fs(d.fd.as_fd()),
         None => sys::network_fs_path(parent),
     };
     if fs_check
@@ -849,14 +851,25 @@ fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
         )
 }
 
-/// Checks that a held lease's inode is still the file at the path (one `fstatat`).
+/// Checks that a held lease's inode is still the file at the path: the path resolved again
+/// from the root (or the working directory) — so a directory renamed anywhere above the
+/// lock file, or a symlink on the way re-pointed, is a loss as much as the file's own
+/// unlinking — in one `fstatat`; for a lock in a [`Dir`], the name in the handle and then
+/// the handle's chain ([`Dir::verify`], one `fstatat` per level), since a handle keeps
+/// working after a rename that newcomers, resolving the path, do not follow.
 fn verify(target: &Target, held: &Held) -> Result<()> {
     match sys::entry_at(target.dir(), &target.name) {
-        Ok(Entry::Regular(now)) if now == held.id => Ok(()),
-        Ok(_) | Err(Errno::NOENT) => Err(Error::LeaseLost {
-            path: target.display().to_path_buf(),
-        }),
-        Err(e) => Err(path_error(target.display(), "verify lock file", e)),
+        Ok(Entry::Regular(now)) if now == held.id => {}
+        Ok(_) | Err(Errno::NOENT) => {
+            return Err(Error::LeaseLost {
+                path: target.display().to_path_buf(),
+            });
+        }
+        Err(e) => return Err(path_error(target.display(), "verify lock file", e)),
+    }
+    match &target.dir {
+        Some(dir) => dir.verify(),
+        None => Ok(()),
     }
 }
 
