@@ -506,10 +506,9 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
             make_parents(opts, target)?;
             // The directory that is there now (ours, unless someone else made it first).
             check_dir(opts, target)?;
-            sys::open_lock_file(dir, name, true)
-                .map_err(|e| path_error(path, "open lock file", e))?
+            sys::open_lock_file(dir, name, true).map_err(|e| open_error(target, e))?
         }
-        Err(e) => return Err(path_error(path, "open lock file", e)),
+        Err(e) => return Err(open_error(target, e)),
     };
     let (entry, untrusted) = sys::fd_entry_judged(fd.as_fd(), target.judge)
         .map_err(|e| path_error(path, "stat lock file", e))?;
@@ -549,6 +548,24 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         id,
         at_gate: false,
     })
+}
+
+/// The error of a failed open of the lock file. `O_CREAT` on a symlink that another user
+/// owns in a sticky directory fails with `EACCES` before `O_NOFOLLOW`'s `ELOOP` (the
+/// kernel's protected-symlink and protected-regular rules), and a FIFO there the same way:
+/// what stands at the name is then looked at (`lstat`), so the refusal says what it is, as
+/// `status` does, rather than blaming permissions.
+fn open_error(target: &Target, e: Errno) -> Error {
+    let path = target.display();
+    if e == Errno::ACCESS
+        && let Ok(Entry::Other(kind)) = sys::entry_at(target.dir(), &target.name)
+    {
+        return Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind,
+        };
+    }
+    path_error(path, "open lock file", e)
 }
 
 /// Judges the way to the lock file before anything is opened or created there, in one walk
