@@ -231,3 +231,41 @@ fn verify_of_a_lease_in_a_directory_handle_reports_a_renamed_ancestor() {
     );
     newcomer.verify().unwrap();
 }
+
+/// A way judged while a directory on it did not exist yet is not remembered as fit: in a
+/// sticky directory another user may create that directory afterwards, writable by all.
+#[test]
+fn a_chain_judged_before_another_user_created_part_of_it_is_judged_again() {
+    if !is_root() {
+        eprintln!(
+            "SKIP: a_chain_judged_before_another_user_created_part_of_it_is_judged_again: needs root to create as nobody"
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    chmod(tmp.path(), 0o755);
+    let sticky = tmp.path().join("tmp");
+    std::fs::create_dir(&sticky).unwrap();
+    chmod(&sticky, 0o1777);
+    let theirs = sticky.join("later");
+    let doc = theirs.join("sub").join("doc.json");
+    check_trusted(&doc).expect("nothing there yet");
+    as_nobody(&[
+        "mkdir".as_ref(),
+        "-m".as_ref(),
+        "0777".as_ref(),
+        theirs.as_os_str(),
+    ]);
+    std::fs::create_dir(theirs.join("sub")).unwrap();
+    let err = check_trusted(&doc).unwrap_err();
+    assert!(
+        matches!(&err, Error::Untrusted { path, .. } if *path == theirs),
+        "{err:?}"
+    );
+    let lock = theirs.join("sub").join("x.lock");
+    let err = Lease::try_acquire(&lock).unwrap_err();
+    assert!(
+        matches!(&err, Error::Untrusted { path, .. } if *path == theirs),
+        "{err:?}"
+    );
+}

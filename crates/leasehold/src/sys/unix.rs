@@ -306,8 +306,21 @@ pub(crate) struct Unfit {
     pub(crate) last: bool,
 }
 
+/// [`chain_untrusted`]'s verdict.
+#[derive(Debug)]
+pub(crate) enum Chain {
+    /// Every component exists and is fit.
+    Fit,
+    /// Every component that exists is fit, but the walk stopped at one that is missing or
+    /// is not a directory (nothing to remember: another user may create it in a sticky
+    /// directory on the way).
+    Partial,
+    /// This one is not.
+    Unfit(Unfit),
+}
+
 /// The first component on the way to the directory `path` (relative to the working
-/// directory) that another user could move, with why; `None` when every one is fit.
+/// directory) that another user could move, with why ([`Chain`]).
 ///
 /// Every directory from the root down is judged by the ownership rule ([`untrusted_at`]'s:
 /// owned by this process's effective user or root, writable by neither group nor others
@@ -320,7 +333,7 @@ pub(crate) struct Unfit {
 /// `getcwd` names: no symlinks). The walk stops quietly at a component that is missing or is
 /// not a directory: the caller's own look reports that, or creates what is missing and asks
 /// again. One `lstat` per component, plus one `readlink` per symlink.
-pub(crate) fn chain_untrusted(path: &Path) -> Result<Option<Unfit>, Errno> {
+pub(crate) fn chain_untrusted(path: &Path) -> Result<Chain, Errno> {
     use std::collections::VecDeque;
     use std::path::Component;
     /// As the kernel's own limit on symlinks followed in one resolution (`MAXSYMLINKS`).
@@ -356,7 +369,7 @@ pub(crate) fn chain_untrusted(path: &Path) -> Result<Option<Unfit>, Errno> {
     let root = rustix::fs::lstat("/")?;
     if let Some(reason) = judge_owner(&root) {
         let last = todo.is_empty();
-        return Ok(Some(Unfit {
+        return Ok(Chain::Unfit(Unfit {
             path: cur,
             reason,
             link: false,
@@ -374,14 +387,14 @@ pub(crate) fn chain_untrusted(path: &Path) -> Result<Option<Unfit>, Errno> {
         let next = cur.join(&name);
         let st = match rustix::fs::lstat(&next) {
             Ok(st) => st,
-            Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(None),
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(Chain::Partial),
             Err(e) => return Err(e),
         };
         match FileType::from_raw_mode(st.st_mode as _) {
             FileType::Directory => {
                 if let Some(reason) = judge_owner(&st) {
                     let last = todo.is_empty();
-                    return Ok(Some(Unfit {
+                    return Ok(Chain::Unfit(Unfit {
                         path: next,
                         reason,
                         link: false,
@@ -392,7 +405,7 @@ pub(crate) fn chain_untrusted(path: &Path) -> Result<Option<Unfit>, Errno> {
             }
             FileType::Symlink => {
                 if let Some(reason) = judge_owner(&st) {
-                    return Ok(Some(Unfit {
+                    return Ok(Chain::Unfit(Unfit {
                         path: next,
                         reason,
                         link: true,
@@ -410,10 +423,10 @@ pub(crate) fn chain_untrusted(path: &Path) -> Result<Option<Unfit>, Errno> {
                 }
                 push(&mut todo, &target, true);
             }
-            _ => return Ok(None),
+            _ => return Ok(Chain::Partial),
         }
     }
-    Ok(None)
+    Ok(Chain::Fit)
 }
 
 #[allow(clippy::unnecessary_cast)] // st_mode/st_uid are not u32 on every platform

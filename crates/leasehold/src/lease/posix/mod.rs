@@ -588,7 +588,8 @@ fn open_error(target: &Target, e: Errno) -> Error {
 ///
 /// A lock path's directory found fit under both rules is remembered for the life of the
 /// process ([`FIT_DIRS`], by its absolute path: a relative one is joined to the working
-/// directory, one `getcwd`): the walk, one `lstat` per component, would otherwise be paid on
+/// directory, one `getcwd`), and a chain found fit under the first alone too
+/// ([`chain_judged`]): the walk, one `lstat` per component, would otherwise be paid on
 /// every acquisition (the single `fstatat` of the lock file's directory alone measured ~25 %
 /// of an uncontended cold acquisition on the 2-vCPU reference VM). What a fit chain can
 /// become unfit by is this user's or root's doing alone: every component belongs to one of
@@ -622,7 +623,7 @@ fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
     }
     // The chain above the directory (a path target; a [`Dir`]'s own handle is judged below).
     if target.judge && target.dir.is_none() {
-        let unfit = sys::chain_untrusted(parent)
+        let unfit = chain_judged(parent)
             .map_err(|e| path_error(target.display(), "inspect lock file's directories", e))?;
         if let Some(unfit) = unfit {
             return Err(unfit_error(
@@ -890,35 +891,17 @@ fn verify(target: &Target, held: &Held) -> Result<()> {
     }
 }
 
-/// See `lease::check_trusted`: the chain above `path` ([`sys::chain_untrusted`], remembered
-/// in [`TRUSTED_CHAINS`] once fit, as [`check_dir`] remembers lock directories), then `path`
+/// See `lease::check_trusted`: the chain above `path` ([`chain_judged`]), then `path`
 /// itself, never followed.
 fn check_trusted(path: &Path) -> Result<()> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let key = match parent.is_absolute() {
-        true => Some(parent.to_path_buf()),
-        false => std::env::current_dir().ok().map(|wd| wd.join(parent)),
-    };
-    let known = key.as_ref().is_some_and(|key| {
-        guard(&TRUSTED_CHAINS)
-            .iter()
-            .any(|d| d.as_os_str() == key.as_os_str())
-    });
-    if !known {
-        match sys::chain_untrusted(parent) {
-            Ok(None) => {}
-            Ok(Some(unfit)) => return Err(unfit_error(unfit, path, None)),
-            Err(e) => return Err(path_error(path, "inspect directories", e)),
-        }
-        if let Some(key) = key {
-            let mut fit = guard(&TRUSTED_CHAINS);
-            if fit.len() < FIT_DIRS_MAX {
-                fit.push(key);
-            }
-        }
+    match chain_judged(parent) {
+        Ok(None) => {}
+        Ok(Some(unfit)) => return Err(unfit_error(unfit, path, None)),
+        Err(e) => return Err(path_error(path, "inspect directories", e)),
     }
     match sys::untrusted_at(sys::cwd(), path) {
         Ok(None) => Ok(()),
@@ -930,7 +913,41 @@ fn check_trusted(path: &Path) -> Result<()> {
     }
 }
 
-/// Directories whose chain [`check_trusted`] found fit (absolute paths), as [`FIT_DIRS`].
+/// [`sys::chain_untrusted`] of the directory `dir` (relative to the working directory),
+/// `None` when fit; a chain found fit and complete is remembered in [`TRUSTED_CHAINS`] by
+/// its absolute path (a relative one joined to the working directory: one `getcwd`) and not
+/// walked again: every component belongs to this user or root and nobody else may write a
+/// directory on the way (in a sticky one, rename what is not theirs), so only they can make
+/// it unfit. A chain that stops at a missing directory is not remembered: where the last
+/// one that exists is sticky, another user may create the rest.
+fn chain_judged(dir: &Path) -> std::result::Result<Option<sys::Unfit>, Errno> {
+    let key = match dir.is_absolute() {
+        true => Some(dir.to_path_buf()),
+        false => std::env::current_dir().ok().map(|wd| wd.join(dir)),
+    };
+    if let Some(key) = &key
+        && guard(&TRUSTED_CHAINS)
+            .iter()
+            .any(|d| d.as_os_str() == key.as_os_str())
+    {
+        return Ok(None);
+    }
+    match sys::chain_untrusted(dir)? {
+        sys::Chain::Unfit(unfit) => Ok(Some(unfit)),
+        sys::Chain::Partial => Ok(None),
+        sys::Chain::Fit => {
+            if let Some(key) = key {
+                let mut fit = guard(&TRUSTED_CHAINS);
+                if fit.len() < FIT_DIRS_MAX {
+                    fit.push(key);
+                }
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Directories whose chain [`chain_judged`] found fit (absolute paths), as [`FIT_DIRS`].
 static TRUSTED_CHAINS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Removes a held lease's lock file, if the path still names the locked inode: `Ok(true)`
