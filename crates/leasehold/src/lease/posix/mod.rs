@@ -622,18 +622,25 @@ fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
         return Ok(());
     }
     // The chain above the directory (a path target; a [`Dir`]'s own handle is judged below).
+    // Remembered only once the whole chain was there and fit (a directory created between
+    // the walk and the look below is judged by the look, and the walk made again next time).
+    let mut complete = true;
     if target.judge && target.dir.is_none() {
-        let unfit = chain_judged(parent)
+        let chain = chain_judged(parent)
             .map_err(|e| path_error(target.display(), "inspect lock file's directories", e))?;
-        if let Some(unfit) = unfit {
-            return Err(unfit_error(
-                unfit,
-                target.display(),
-                Some(target.parent_display()),
-            ));
+        match chain {
+            sys::Chain::Fit => {}
+            sys::Chain::Partial => complete = false,
+            sys::Chain::Unfit(unfit) => {
+                return Err(unfit_error(
+                    unfit,
+                    target.display(),
+                    Some(target.parent_display()),
+                ));
+            }
         }
     }
-    let looked = sys::dir_judged(target.dir(), parent, target.judge && target.dir.is_some())
+    let looked = sys::dir_judged(target.dir(), parent, target.judge)
         .map_err(|e| path_error(target.display(), "inspect lock file's directory", e))?;
     let Some((dev, untrusted)) = looked else {
         return Ok(());
@@ -659,7 +666,7 @@ fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
             fs,
         });
     }
-    if let Some(key) = key {
+    if let Some(key) = key.filter(|_| complete) {
         let mut fit = guard(&FIT_DIRS);
         if fit.len() < FIT_DIRS_MAX {
             fit.push(key.into_owned());
@@ -899,8 +906,8 @@ fn check_trusted(path: &Path) -> Result<()> {
         _ => Path::new("."),
     };
     match chain_judged(parent) {
-        Ok(None) => {}
-        Ok(Some(unfit)) => return Err(unfit_error(unfit, path, None)),
+        Ok(sys::Chain::Fit | sys::Chain::Partial) => {}
+        Ok(sys::Chain::Unfit(unfit)) => return Err(unfit_error(unfit, path, None)),
         Err(e) => return Err(path_error(path, "inspect directories", e)),
     }
     match sys::untrusted_at(sys::cwd(), path) {
@@ -920,7 +927,7 @@ fn check_trusted(path: &Path) -> Result<()> {
 /// directory on the way (in a sticky one, rename what is not theirs), so only they can make
 /// it unfit. A chain that stops at a missing directory is not remembered: where the last
 /// one that exists is sticky, another user may create the rest.
-fn chain_judged(dir: &Path) -> std::result::Result<Option<sys::Unfit>, Errno> {
+fn chain_judged(dir: &Path) -> std::result::Result<sys::Chain, Errno> {
     let key = match dir.is_absolute() {
         true => Some(dir.to_path_buf()),
         false => std::env::current_dir().ok().map(|wd| wd.join(dir)),
@@ -930,21 +937,16 @@ fn chain_judged(dir: &Path) -> std::result::Result<Option<sys::Unfit>, Errno> {
             .iter()
             .any(|d| d.as_os_str() == key.as_os_str())
     {
-        return Ok(None);
+        return Ok(sys::Chain::Fit);
     }
-    match sys::chain_untrusted(dir)? {
-        sys::Chain::Unfit(unfit) => Ok(Some(unfit)),
-        sys::Chain::Partial => Ok(None),
-        sys::Chain::Fit => {
-            if let Some(key) = key {
-                let mut fit = guard(&TRUSTED_CHAINS);
-                if fit.len() < FIT_DIRS_MAX {
-                    fit.push(key);
-                }
-            }
-            Ok(None)
+    let chain = sys::chain_untrusted(dir)?;
+    if let (sys::Chain::Fit, Some(key)) = (&chain, key) {
+        let mut fit = guard(&TRUSTED_CHAINS);
+        if fit.len() < FIT_DIRS_MAX {
+            fit.push(key);
         }
     }
+    Ok(chain)
 }
 
 /// Directories whose chain [`chain_judged`] found fit (absolute paths), as [`FIT_DIRS`].
