@@ -894,9 +894,11 @@ pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
 /// Refuses an existing `path` (never following a final symlink) that another user could have
 /// prepared: one that belongs to a user other than this process's effective user or root, or
 /// that its group or others may write (a sticky, root-owned directory such as `/tmp`
-/// excepted). The rule the lease applies to lock files (see
-/// [`LeaseOptions::allow_shared_state`]), for the directories and documents a store keeps
-/// beside its lock. A missing path is fine. Windows: always `Ok` (ACLs are not judged).
+/// excepted) — and so every directory on the way to it, from `/` down, and every symlink on
+/// the way (which must belong to this user or root, and is followed). The rule the lease
+/// applies to lock files (see [`LeaseOptions::allow_shared_state`]), for the directories and
+/// documents a store keeps beside its lock. A missing path is fine. Windows: always `Ok`
+/// (ACLs are not judged).
 ///
 /// # Errors
 /// [`Error::Untrusted`] naming the path and who else could change it; an I/O error of the
