@@ -267,3 +267,94 @@ fn a_held_run_whose_lock_file_is_replaced_stops_command() {
     assert!(err.contains("COMMAND was stopped (status 143)"), "{err}");
     assert!(dead(pid));
 }
+
+/// Unmounts an overlay on drop.
+struct Overlay(std::path::PathBuf);
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// An overlay's layer directories moved after mounting (the directory holding `upper/` and
+/// `lower/` renamed): its record in mountinfo still names the old paths, which lead nowhere,
+/// but the layers are still reachable under the new name, and a lock through `merged/` does
+/// not exclude one through the renamed `upper/` (shown with flock(1)). So the two must not
+/// both be had: the merged path is refused, since the file system the layers were recorded
+/// on is reachable here.
+#[test]
+fn an_overlay_whose_layers_were_moved_after_mounting_is_still_refused() {
+    if !is_root() {
+        eprintln!("SKIP: moved overlay layers: needs root to mount an overlay");
+        return;
+    }
+    let tmp = tempdir();
+    let layers = tmp.path().join("layers");
+    let [lower, upper, work] = ["lower", "upper", "work"].map(|d| layers.join(d));
+    let merged = tmp.path().join("merged");
+    for d in [&lower, &upper, &work, &merged] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let mut opts = std::ffi::OsString::from("lowerdir=");
+    for (part, dir) in [("", &lower), (",upperdir=", &upper), (",workdir=", &work)] {
+        opts.push(part);
+        opts.push(dir);
+    }
+    let mounted = Command::new("mount")
+        .args(["-t", "overlay", "overlay", "-o"])
+        .arg(&opts)
+        .arg(&merged)
+        .output();
+    match mounted {
+        Ok(o) if o.status.success() => {}
+        other => {
+            eprintln!(
+                "SKIP: moved overlay layers: the kernel or container refused the mount: {other:?}"
+            );
+            return;
+        }
+    }
+    let _mount = Overlay(merged.clone());
+    let moved = tmp.path().join("moved");
+    std::fs::rename(&layers, &moved).unwrap();
+    let through_upper = moved.join("upper").join("job.lock");
+    let through_merged = merged.join("job.lock");
+    // The reason: held through the renamed upper directory, the merged path is still free.
+    let holder = testkit::FlockHolder::hold(&through_upper);
+    let flocked = run(Command::new("flock")
+        .arg("-n")
+        .arg(&through_merged)
+        .arg("true"));
+    assert_eq!(
+        flocked.code, 0,
+        "overlay paths exclude each other here? {flocked:?}"
+    );
+    drop(holder);
+    // `run` through the renamed upper directory holds; through the merged path it must not
+    // get the lock as well.
+    let mut first = Proc::spawn(leasehold().arg("run").arg(&through_upper).args([
+        "--",
+        "sh",
+        "-c",
+        "echo locked; read _x; echo done",
+    ]));
+    assert_eq!(first.line(), "locked");
+    let out = run(leasehold()
+        .args(["run", "--no-wait"])
+        .arg(&through_merged)
+        .args(["--", "echo", "ran"]));
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (2, ""),
+        "both held at once: {out:?}"
+    );
+    assert_one_line_error(
+        &out,
+        "overlay, an upper or lower directory of which was moved",
+    );
+    assert_one_line_error(&out, "LEASEHOLD_ALLOW_NETWORK_FS=1");
+    first.close_stdin();
+    let status = first.wait();
+    assert!(status.success(), "{status:?}");
+}

@@ -614,6 +614,9 @@ fn overlay_judged(
         Layers::Reachable => {
             Some("overlay, an upper or lower directory of which is reachable here")
         }
+        Layers::Moved => Some(
+            "overlay, an upper or lower directory of which was moved from its recorded path within a file system reachable here",
+        ),
         Layers::Unknown => Some("overlay, whose layer directories could not be looked up"),
     }
 }
