@@ -225,15 +225,14 @@ fn stop_tree(command: u32, ended: &std::sync::mpsc::Receiver<()>) {
     let _ = ended.recv_timeout(MOVED_GRACE);
     // SIGKILL until nothing of the tree runs (a process forking while it is walked may need
     // a second round); zombies wait for their reaper and are not counted.
+    #[cfg(not(target_os = "linux"))]
+    signal(Signal::KILL);
+    #[cfg(target_os = "linux")]
     for _ in 0..100 {
         signal(Signal::KILL);
-        #[cfg(target_os = "linux")]
         if descendants().is_empty() {
             return;
         }
-        #[cfg(not(target_os = "linux"))]
-        return;
-        #[allow(unreachable_code)]
         std::thread::sleep(Duration::from_millis(10));
     }
 }
