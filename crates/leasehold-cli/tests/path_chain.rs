@@ -358,3 +358,75 @@ fn an_overlay_whose_layers_were_moved_after_mounting_is_still_refused() {
     let status = first.wait();
     assert!(status.success(), "{status:?}");
 }
+
+fn registry(home: &Path) -> Command {
+    let mut c = leasehold();
+    c.arg("registry").arg("--home").arg(home);
+    c
+}
+
+fn ask(p: &mut Proc, request: &serde_json::Value) -> serde_json::Value {
+    p.send(&request.to_string());
+    let line = p.line();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// The registry's home below a directory another user may rename in: refused at start,
+/// naming that directory. With the opt-in, that user renames a directory above the home
+/// while `serve` is the authority: its next answer of any kind is storage-failed "lease
+/// lost" (the path now leads to a fresh, empty store, where a new authority may start), and
+/// it never again answers from memory what it granted.
+#[test]
+fn a_registry_whose_home_another_user_can_move_is_refused_or_fails_closed_once_moved() {
+    if !is_root() {
+        eprintln!("SKIP: registry path-chain test: needs root to rename as nobody");
+        return;
+    }
+    let tmp = tempdir();
+    let x = tmp.path().join("X");
+    let home = x.join("a").join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    chmod(&x, 0o777);
+    std::os::unix::fs::chown(&x, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out = run(registry(&home).args(["list", "--json"]));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, &format!("{}: a directory above", x.display()));
+    let [p, r] = ["p", "r"].map(|d| {
+        let d = tmp.path().join(d);
+        std::fs::create_dir(&d).unwrap();
+        d.to_str().unwrap().to_string()
+    });
+    let mut serve = Proc::spawn(
+        registry(&home)
+            .env("LEASEHOLD_ALLOW_SHARED", "1")
+            .arg("serve"),
+    );
+    let added = ask(
+        &mut serve,
+        &serde_json::json!({"op": "add", "primary": p, "root": r}),
+    );
+    assert_eq!(added["ok"], true, "{added}");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "mv",
+        ])
+        .arg(x.join("a"))
+        .arg(x.join("moved"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stale = ask(&mut serve, &serde_json::json!({"op": "list"}));
+    assert_eq!(stale["ok"], false, "{stale}");
+    assert_eq!(stale["state"], "storage-failed", "{stale}");
+    assert_eq!(stale["scope"], serde_json::json!({}), "{stale}");
+    assert!(
+        stale["message"].as_str().unwrap().contains("lease lost"),
+        "{stale}"
+    );
+    serve.close_stdin();
+    assert_eq!(serve.wait().code(), Some(0));
+}
