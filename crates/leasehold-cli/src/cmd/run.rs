@@ -159,7 +159,7 @@ pub fn main(args: RunArgs) -> Outcome {
         return Err(Failure::with_status(
             crate::exit::MOVED,
             format!(
-                "{lost}; COMMAND was stopped (status {}): while it ran, the lock file's path came to lead elsewhere (the file replaced or removed, a directory above it renamed, or a symlink on the way re-pointed), so a newcomer could lock a new file there",
+                "{lost}; COMMAND was stopped (status {}), since a newcomer could lock a new file at the path",
                 exit_status(status)
             ),
         ));
@@ -222,11 +222,19 @@ fn stop_tree(command: u32, ended: &std::sync::mpsc::Receiver<()>) {
     };
     let _ = command;
     signal(Signal::TERM);
-    let _ = ended.recv_timeout(MOVED_GRACE);
+    let running = matches!(
+        ended.recv_timeout(MOVED_GRACE),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+    );
     // SIGKILL until nothing of the tree runs (a process forking while it is walked may need
-    // a second round); zombies wait for their reaper and are not counted.
+    // a second round); zombies wait for their reaper and are not counted. Off Linux only
+    // while COMMAND runs: once reaped, its pid may be another process's.
     #[cfg(not(target_os = "linux"))]
-    signal(Signal::KILL);
+    if running {
+        signal(Signal::KILL);
+    }
+    #[cfg(target_os = "linux")]
+    let _ = running;
     #[cfg(target_os = "linux")]
     for _ in 0..100 {
         signal(Signal::KILL);
