@@ -153,9 +153,11 @@ pub enum Error {
         attempts: u32,
     },
     /// The held inode is no longer the file at the path (the lock file was unlinked,
-    /// renamed or replaced); the lease proves nothing any more.
+    /// renamed or replaced, or a directory on the way renamed or a symlink on it re-pointed;
+    /// `path` is then the lock path, or the directory of a [`LockDir`](crate::LockDir) chain
+    /// that moved); the lease proves nothing any more.
     #[error(
-        "{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced)"
+        "{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced, or a directory on the way moved)"
     )]
     LeaseLost {
         /// The lock path.
