@@ -1013,6 +1013,100 @@ mod with_etcd {
         assert!(out.stdout.trim().parse::<u64>().unwrap() > t1);
     }
 
+    /// A TCP proxy to `upstream` on a free loopback port that delays what goes through by
+    /// `delay` each way — each chunk is forwarded `delay` after it was read, a constant
+    /// latency without queueing: a far etcd. It runs until the test process ends.
+    fn slow_proxy(upstream: &str, delay: Duration) -> String {
+        use std::net::{TcpListener, TcpStream};
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(client) = conn else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+                    continue;
+                };
+                for s in [&client, &server] {
+                    let _ = s.set_nodelay(true);
+                }
+                pump(client, s2, delay);
+                pump(server, c2, delay);
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    /// Forwards `from` to `to`, each chunk `delay` after it was read (two threads).
+    fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream, delay: Duration) {
+        use std::io::{Read, Write};
+        let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0
+                    || tx
+                        .send((Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for (at, data) in rx {
+                // The latency itself, not a synchronisation.
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                if to.write_all(&data).is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    }
+
+    /// Keep-alives planned from the TTL, the grace and the round trip measured at start: a
+    /// combination that cannot hold at that round trip is refused (exit 2, with the
+    /// arithmetic), and one that can keeps a healthy COMMAND running though a keep-alive
+    /// every TTL/3 would be answered too late (here etcd is 0.3 s away: with --ttl 4
+    /// --grace 2 a keep-alive has 1.6 s, and TTL/3 + 2 round trips is 1.93 s).
+    #[test]
+    fn keep_alives_follow_the_measured_round_trip_and_an_impossible_grace_is_refused() {
+        let Some(server) = EtcdServer::start("etcd run far etcd") else {
+            return;
+        };
+        let far = slow_proxy(&server.endpoint, Duration::from_millis(150));
+        let out = run(leasehold().args([
+            "run", "--etcd", &far, "--ttl", "2", "--grace", "0.8", "f", "--", "echo", "ran",
+        ]));
+        assert_eq!(out.code, 2, "{out:?}");
+        assert_eq!(out.stdout, "", "{out:?}");
+        assert_one_line_error(&out, "less than 4 × the round trip");
+        assert!(
+            out.stderr
+                .contains("TTL 2.0 s − margin 0.2 s − grace 0.8 s = 1.000 s"),
+            "{out:?}"
+        );
+        let out = run(leasehold().args([
+            "run",
+            "--etcd",
+            &far,
+            "--ttl",
+            "4",
+            "--grace",
+            "2",
+            "f",
+            "--",
+            "sh",
+            "-c",
+            "sleep 5; echo done",
+        ]));
+        assert_eq!((out.code, out.stdout.as_str()), (0, "done\n"), "{out:?}");
+    }
+
     #[test]
     fn an_unreachable_endpoint_is_exit_1_within_5_s_naming_it() {
         let dead = dead_endpoint();

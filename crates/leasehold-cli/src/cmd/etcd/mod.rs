@@ -51,8 +51,10 @@ pub const REGISTRY_PREFIX: &str = "leasehold/registry";
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// `--grace` for a TTL: as given, or a third of the TTL by default. At most half the TTL:
-/// keep-alives go every TTL/3, so in normal operation the deadline is never nearer than
-/// about TTL·2/3 − margin, and a longer grace would stop COMMAND while the lease is fine.
+/// keep-alives go at most TTL/3 apart, so in normal operation the deadline is never nearer
+/// than about TTL·2/3 − margin, and a longer grace would stop COMMAND while the lease is
+/// fine. (At the round trip measured at start the library may refuse a shorter one:
+/// `EtcdArbiter::plan_keep_alives`.)
 pub fn grace(ttl: Duration, grace: Option<Duration>) -> Result<Duration, Failure> {
     let grace = grace.unwrap_or(ttl / 3);
     if grace > ttl / 2 {
@@ -207,6 +209,11 @@ mod imp {
         // return without a grant dismisses it (drop), and COMMAND never starts.
         let standby = Standby::start(&args)?;
         let arbiter = connect(&args.endpoints, &args.name, args.ttl)?;
+        // Keep-alives planned for the grace at the round trip just measured; refused (exit
+        // 2, with the arithmetic) when COMMAND would be stopped with etcd healthy.
+        arbiter
+            .plan_keep_alives(args.grace)
+            .map_err(|e| Failure::of(&e))?;
         // Waits within the user's budget, saying once after a second whom it waits for (the
         // CLI's one notice-then-wait, `wait.rs`).
         let wait = Wait::of(args.no_wait, args.timeout, interrupts.token());
