@@ -612,7 +612,8 @@ mod with_etcd {
     /// The supervisor SIGSTOPped, then the lease lost (etcd paused: a partition): the
     /// supervisor cannot act, so `run`, which watches it as it watches `run`, kills it and
     /// COMMAND's whole tree — before the TTL, so before a successor could start — and
-    /// exits 1 saying so.
+    /// exits 1 saying so. (TTL 4 s: `run` acts half the margin after the deadline, and the
+    /// test has the other half, 0.2 s, to see it done.)
     #[test]
     fn a_stopped_supervisor_has_its_tree_stopped_by_run_when_the_lease_is_lost() {
         let Some(server) = EtcdServer::start("etcd run stopped supervisor") else {
@@ -621,7 +622,7 @@ mod with_etcd {
         let e = server.endpoint.as_str();
         let mut a = Proc::spawn(
             leasehold()
-                .args(["run", "--etcd", e, "--ttl", "2", "ss", "--", "sh", "-c"])
+                .args(["run", "--etcd", e, "--ttl", "4", "ss", "--", "sh", "-c"])
                 .arg(WITH_CHILD)
                 .stderr(std::process::Stdio::piped()),
         );
@@ -630,7 +631,7 @@ mod with_etcd {
         signal(supervisor, Signal::STOP);
         server.pause();
         let paused = Instant::now();
-        let status = a.wait_timeout(TTL + Duration::from_secs(9));
+        let status = a.wait_timeout(Duration::from_secs(15));
         let took = paused.elapsed();
         server.resume();
         let status = status.expect("run exits though its supervisor is stopped");
@@ -638,8 +639,11 @@ mod with_etcd {
         assert!(!alive(command), "COMMAND survived");
         assert!(!alive(child), "COMMAND's background child survived");
         assert!(!alive(supervisor), "the stopped supervisor was left");
+        // The lease cannot expire before the TTL (4 s) after the pause; run acts at most
+        // TTL − margin/2 = 3.8 s after it.
+        let ttl = Duration::from_secs(4);
         assert!(
-            took < TTL,
+            took < ttl,
             "the tree was gone only {took:?} after the pause"
         );
         let mut err = String::new();

@@ -142,7 +142,8 @@ pub fn exec(_: ExecArgs) -> crate::exit::Outcome {
 /// The hidden verb `run --etcd` starts COMMAND through.
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {
-    /// The pid of the supervisor that must stay alive for COMMAND to live.
+    /// The pid of the parent that must stay alive for COMMAND to live: the supervisor, or
+    /// ns-init (1) in COMMAND's PID namespace.
     parent: i32,
     /// COMMAND and its arguments.
     #[arg(last = true, required = true)]
@@ -568,7 +569,7 @@ mod imp {
     }
 
     /// The hidden verb, COMMAND's process: arm the parent-death signal, make sure the parent
-    /// is still the supervisor that started us (it may have died before the signal was
+    /// is still the process (supervisor or ns-init) that started us (it may have died before the signal was
     /// armed), wait on stdin (a socket from the supervisor) for the grant's token and the
     /// user's stdin, and become COMMAND. Without the word (EOF: no grant) it exits, silent.
     pub fn exec(args: ExecArgs) -> Outcome {
