@@ -46,7 +46,7 @@
 //! descriptor attached); ns-init says `exit STATUS` as above.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
@@ -55,6 +55,7 @@ use crate::exit::{Failure, Outcome};
 /// How the supervisor binds COMMAND's tree to itself.
 pub enum Binding {
     /// Its next child is the init of a new PID namespace.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     Kernel,
     /// No namespace, and why: process group and subreaper only.
     Refused(String),
@@ -117,12 +118,14 @@ pub fn hand_over(init: &UnixStream, word: OwnedFd) -> std::io::Result<()> {
 pub struct NsInitArgs {
     /// COMMAND and its arguments.
     #[arg(last = true, required = true)]
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     command: Vec<OsString>,
 }
 
 /// ns-init: see the module docs. Exits with COMMAND's status.
 #[cfg(target_os = "linux")]
 pub fn ns_init(args: NsInitArgs) -> Outcome {
+    use std::io::Write;
     use std::process::{Command, Stdio};
 
     use rustix::process::{Signal, WaitOptions};

@@ -88,7 +88,9 @@ use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
-use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, kill_process, kill_process_group};
+#[cfg(target_os = "linux")]
+use rustix::process::kill_process;
+use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, kill_process_group};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use super::namespace::Binding;
