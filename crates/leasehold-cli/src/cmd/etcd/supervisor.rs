@@ -35,6 +35,8 @@
 //! * supervisor → `run`: `pid N` once COMMAND's process (group C) waits for the word; `ok
 //!   NS` after `go` and after each `deadline`: the deadline it now enforces; `exit STATUS
 //!   WHY` at the end, WHY one of [`Why`]'s names.
+//! * `run` → exec helper: one line, the token, with the user's stdin attached; the
+//!   helper then becomes COMMAND with `LEASEHOLD_FENCING_TOKEN` set. EOF: no grant, exit.
 //!
 //! The two watch each other. The supervisor stops the tree when `run` gives no later
 //! deadline in time (below). `run` kills the supervisor — and so, through ns-init, the whole
@@ -42,8 +44,6 @@
 //! kills the orphans — when it has not reported the tree gone by half the margin after the
 //! deadline it acknowledged last, or after `lost` (a stopped or starved supervisor). Where
 //! both are stopped, no process can act: the fencing token is what keeps a late write out.
-//! * `run` → exec helper: one line, the token, with the user's stdin attached; the
-//!   helper then becomes COMMAND with `LEASEHOLD_FENCING_TOKEN` set. EOF: no grant, exit.
 //!
 //! The supervisor stops the tree — SIGTERM to group C and to every descendant, then SIGKILL
 //! of all of them, repeated until none is left — when
