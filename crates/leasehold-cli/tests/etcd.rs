@@ -1111,6 +1111,73 @@ mod with_etcd {
         assert_eq!((out.code, out.stdout.as_str()), (0, "done\n"), "{out:?}");
     }
 
+    /// etcd restored from a backup taken while a `run` held its lock: the holder's lease is
+    /// in the backup, so its keep-alives go on being answered — but by a store whose
+    /// revisions went back, which hands out fencing tokens lower than ones already given.
+    /// The holder counts every lease of the old data as lost and stops COMMAND.
+    #[test]
+    fn etcd_restored_from_a_backup_counts_as_every_lease_lost() {
+        let Some(mut server) = EtcdServer::start("etcd restored from a backup") else {
+            return;
+        };
+        let e = server.endpoint.clone();
+        let mut a = Proc::spawn(
+            leasehold()
+                .args(["run", "--etcd", &e, "--ttl", "10", "rb", "--", "sh", "-c"])
+                .arg(me!(
+                    "echo locked $LEASEHOLD_FENCING_TOKEN $me; exec sleep 600"
+                ))
+                .stderr(std::process::Stdio::piped()),
+        );
+        let (_, command) = locked(&mut a);
+        let snapshot = server.dir().join("backup.db");
+        if !server.snapshot(&snapshot) {
+            eprintln!("SKIP: etcd restored from a backup: etcdctl is not installed");
+            return;
+        }
+        // Later writes (revisions the backup lacks), and a keep-alive answered after them:
+        // the lease's remaining TTL (whole seconds) is seen to go down, then up again.
+        for n in 0..5 {
+            server
+                .etcdctl(&["put", "leasehold-test/after", &n.to_string()])
+                .expect("etcdctl");
+        }
+        let keys = server
+            .etcdctl(&["get", "--prefix", "--keys-only", "leasehold/lock/rb/"])
+            .expect("etcdctl");
+        let key = String::from_utf8_lossy(&keys.stdout).trim().to_string();
+        let lease = key.rsplit('/').next().unwrap().to_string();
+        let remaining = || -> u64 {
+            let out = server
+                .etcdctl(&["lease", "timetolive", &lease])
+                .expect("etcdctl");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.split("remaining(")
+                .nth(1)
+                .and_then(|t| t.split('s').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{text:?}"))
+        };
+        let mut low = remaining();
+        testkit::until("a keep-alive is answered after the later writes", || {
+            let now = remaining();
+            low = low.min(now);
+            now > low
+        });
+        server.restore(&snapshot);
+        let status = a.wait_timeout(Duration::from_secs(8));
+        let status = status.expect("run stops COMMAND once etcd answers from the backup");
+        assert_eq!(status.code(), Some(1), "{status:?}");
+        assert!(!alive(command), "COMMAND survived");
+        let mut err = String::new();
+        std::io::Read::read_to_string(a.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(
+            err.starts_with("leasehold: rb: lease lost: etcd member"),
+            "{err:?}"
+        );
+        assert!(err.contains("etcd lost its data"), "{err:?}");
+    }
+
     #[test]
     fn an_unreachable_endpoint_is_exit_1_within_5_s_naming_it() {
         let dead = dead_endpoint();

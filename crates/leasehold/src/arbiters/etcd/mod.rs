@@ -181,6 +181,81 @@ struct Ctx {
     round_trip: Duration,
     /// How often keep-alives go (nanoseconds; [`keep_alive_period`]), shared by clones.
     period: Arc<AtomicU64>,
+    /// What etcd's answers said of its identity and revisions, and the grants it concerns.
+    history: Arc<History>,
+}
+
+/// The cluster identity and the revisions etcd's answers carried, per member: a member
+/// that answers at a revision lower than one it answered at before, or a cluster ID that
+/// changes, means etcd lost its data (wiped, or restored from a backup) — every lease taken
+/// before is gone, and fencing tokens handed out from now on may be lower than old ones.
+/// Every grant of the arbiter is then lost at once.
+#[derive(Default)]
+struct History {
+    seen: Mutex<Seen>,
+    /// The grants to lose when etcd lost its data.
+    grants: Mutex<Vec<std::sync::Weak<Liveness>>>,
+}
+
+#[derive(Default)]
+struct Seen {
+    cluster: Option<u64>,
+    /// The highest revision each member answered at.
+    revisions: HashMap<u64, i64>,
+}
+
+impl History {
+    /// Takes note of an answer's header; when it shows that etcd lost its data, loses every
+    /// grant, and says why.
+    fn observe(&self, header: Option<&proto::ResponseHeader>) -> Option<String> {
+        let h = header?;
+        let why = {
+            let mut seen = lock(&self.seen);
+            let cluster = *seen.cluster.get_or_insert(h.cluster_id);
+            let before = seen.revisions.entry(h.member_id).or_insert(h.revision);
+            let why = if cluster != h.cluster_id {
+                Some(format!(
+                    "etcd's cluster ID changed from {cluster:x} to {:x}",
+                    h.cluster_id
+                ))
+            } else if h.revision < *before {
+                Some(format!(
+                    "etcd member {:x} answered at revision {}, below revision {} it answered at before",
+                    h.member_id, h.revision, *before
+                ))
+            } else {
+                None
+            };
+            // After a loss, the etcd that answers now is the one to compare with.
+            *before = if why.is_some() {
+                h.revision
+            } else {
+                (*before).max(h.revision)
+            };
+            if cluster != h.cluster_id {
+                seen.revisions.clear();
+                seen.revisions.insert(h.member_id, h.revision);
+            }
+            seen.cluster = Some(h.cluster_id);
+            why?
+        };
+        let why = format!(
+            "{why}: etcd lost its data (wiped, or restored from a backup), and every lease taken before is gone"
+        );
+        for live in lock(&self.grants).drain(..) {
+            if let Some(live) = live.upgrade() {
+                live.lose(why.clone());
+            }
+        }
+        Some(why)
+    }
+
+    /// A new grant, lost with the others if etcd loses its data.
+    fn register(&self, live: &Arc<Liveness>) {
+        let mut grants = lock(&self.grants);
+        grants.retain(|g| g.strong_count() > 0);
+        grants.push(Arc::downgrade(live));
+    }
 }
 
 impl Ctx {
@@ -436,6 +511,7 @@ impl EtcdArbiter {
             period: Arc::new(AtomicU64::new(nanos(
                 keep_alive_period(ttl, Duration::ZERO, round_trip).unwrap_or(ttl / 3),
             ))),
+            history: Arc::default(),
         };
         Ok(EtcdArbiter {
             shared: Arc::new(Shared {
@@ -716,12 +792,14 @@ async fn acquire(ctx: Ctx, budget: Budget) -> Result<Held> {
     if !lease.error.is_empty() {
         return Err(ctx.unreachable("grant lease", lease.error));
     }
+    ctx.history.observe(lease.header.as_ref());
     let id = lease.id;
     let key = format!("{}{id:x}", ctx.prefix);
     let live = Arc::new(Liveness::new(
         key.clone(),
         sent + nanos(ctx.ttl) - nanos(margin(ctx.ttl)),
     ));
+    ctx.history.register(&live);
     let keeper = ctx
         .handle
         .spawn(keep_alive(ctx.clone(), id, live.clone()))
@@ -1199,6 +1277,12 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
             Ok::<_, tonic::Status>((stream, first))
         })
         .await;
+        if let Ok(Ok((_, Some(resp)))) = &opened
+            && let Some(why) = ctx.history.observe(resp.header.as_ref())
+        {
+            live.lose(why);
+            return;
+        }
         let mut stream = match opened {
             Ok(Ok((_, Some(resp)))) if resp.ttl <= 0 => {
                 live.lose(gone.into());
@@ -1224,7 +1308,14 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
             if stream.send(LeaseKeepAliveRequest { id }).await.is_err() {
                 break;
             }
-            match tokio::time::timeout(answer_within, stream.message()).await {
+            let answer = tokio::time::timeout(answer_within, stream.message()).await;
+            if let Ok(Ok(Some(resp))) = &answer
+                && let Some(why) = ctx.history.observe(resp.header.as_ref())
+            {
+                live.lose(why);
+                return;
+            }
+            match answer {
                 Ok(Ok(Some(resp))) if resp.ttl <= 0 => {
                     live.lose(gone.into());
                     return;
@@ -1530,6 +1621,50 @@ mod tests {
             assert!(period + rtt * 2 <= budget, "{period:?} {budget:?}");
             assert!(budget - (period + rtt * 2) >= period, "slack {period:?}");
         }
+    }
+
+    fn header(cluster_id: u64, member_id: u64, revision: i64) -> super::proto::ResponseHeader {
+        super::proto::ResponseHeader {
+            cluster_id,
+            member_id,
+            revision,
+            raft_term: 1,
+        }
+    }
+
+    /// A member answering below a revision it answered at before, or another cluster ID:
+    /// etcd lost its data, and every registered grant is lost; revisions that differ between
+    /// members, or go up, are not; after a loss the etcd that answers is the new baseline.
+    #[test]
+    fn a_revision_that_goes_back_or_a_new_cluster_loses_every_grant() {
+        use std::sync::Arc;
+        let history = super::History::default();
+        let far = u64::MAX;
+        let (a, b) = (
+            Arc::new(super::Liveness::new("a".into(), far)),
+            Arc::new(super::Liveness::new("b".into(), far)),
+        );
+        history.register(&a);
+        history.register(&b);
+        assert_eq!(history.observe(None), None);
+        assert_eq!(history.observe(Some(&header(7, 1, 10))), None);
+        assert_eq!(history.observe(Some(&header(7, 1, 12))), None);
+        // Another member lagging behind the first is not a loss.
+        assert_eq!(history.observe(Some(&header(7, 2, 11))), None);
+        assert!(a.check().is_none() && b.check().is_none());
+        let why = history.observe(Some(&header(7, 1, 3))).expect("a loss");
+        assert!(why.contains("revision 3, below revision 12"), "{why}");
+        assert!(a.check().is_some_and(|w| w.contains("etcd lost its data")));
+        assert!(b.check().is_some());
+        // The restored etcd is the baseline now: its next revisions are fine.
+        assert_eq!(history.observe(Some(&header(7, 1, 4))), None);
+        let c = Arc::new(super::Liveness::new("c".into(), far));
+        history.register(&c);
+        let why = history
+            .observe(Some(&header(8, 1, 5)))
+            .expect("a new cluster");
+        assert!(why.contains("cluster ID changed from 7 to 8"), "{why}");
+        assert!(c.check().is_some());
     }
 
     /// Refused, with the arithmetic, where no period holds.
