@@ -243,6 +243,16 @@ pub enum Error {
         /// What is wrong with them, and what to write instead.
         reason: String,
     },
+    /// A distributed lease's TTL leaves its keep-alives too little time at the round trip
+    /// measured to the arbiter (with the holder's grace): a grant would be lost with the
+    /// arbiter healthy. Nothing is held.
+    #[error("etcd at {endpoints}: {reason}")]
+    Unschedulable {
+        /// The endpoints, as given.
+        endpoints: String,
+        /// The arithmetic, and what to change.
+        reason: String,
+    },
     /// A distributed lease may have expired (no keep-alive acknowledged in time, or the
     /// server says it is gone): the grant proves nothing any more, and a successor may
     /// already hold the lock.
@@ -274,7 +284,8 @@ impl Classify for Error {
             | Error::NetworkFilesystem { .. }
             | Error::Untrusted { .. }
             | Error::SharedUnsupported { .. }
-            | Error::BadEndpoints { .. } => ErrorClass::Usage,
+            | Error::BadEndpoints { .. }
+            | Error::Unschedulable { .. } => ErrorClass::Usage,
             Error::NotFound { .. }
             | Error::Unstable { .. }
             | Error::LeaseLost { .. }
