@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import signal
 import stat
+import sys
 
 import pytest
 
@@ -336,6 +338,8 @@ def test_the_classes_are_leaseholds_on_every_platform():
     for cls, name in [(FileLock, "FileLock"), (AsyncFileLock, "AsyncFileLock"), (ReadWriteLock, "ReadWriteLock")]:
         assert cls.__name__ == name and cls.__module__ == "leasehold_lock._filelock"
     assert issubclass(AsyncFileLock, FileLock)
+    for soft in ("SoftFileLock", "AsyncSoftFileLock", "SoftReadWriteLock"):  # no soft locks
+        assert not hasattr(leasehold_lock, soft)
 
 
 def test_a_read_write_lock_file_is_a_plain_file_opened_only_to_lock(tmp_path):
@@ -351,3 +355,66 @@ def test_a_read_write_lock_file_is_a_plain_file_opened_only_to_lock(tmp_path):
         later.acquire_read(timeout=0)
     assert err.value.code == "INVALID_INPUT"
 
+
+
+def test_the_lock_path_is_followed_at_each_attempt(tmp_path, monkeypatch):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.chdir(first)
+    lock = FileLock("x.lock", is_singleton=True)
+    monkeypatch.chdir(second)
+    with lock:  # the working directory of the acquisition, not of the construction
+        assert (second / "x.lock").exists() and not (first / "x.lock").exists()
+    moved = tmp_path / "moved"
+    with FileLock(str(tmp_path / "d" / "x.lock")):
+        os.rename(tmp_path / "d", moved)
+        with FileLock(str(tmp_path / "d" / "x.lock"), timeout=0) as again:  # the path, made again
+            assert again.is_locked and (tmp_path / "d" / "x.lock").exists()
+
+
+def test_a_release_interrupted_at_any_python_call_completes(lock_path):
+    target = 1  # 1 is the call of release() itself, before its body
+    while True:
+        target += 1
+        lock = FileLock(lock_path)
+        lock.acquire()
+        calls = iter(range(1, 1000))
+
+        def interrupt(_frame, event, _arg):
+            if event == "call" and next(calls) == target:
+                raise KeyboardInterrupt
+
+        sys.setprofile(interrupt)
+        try:
+            lock.release()
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            sys.setprofile(None)
+        assert not lock.is_locked and lock.lock_counter == 0, f"interrupted at call {target}"
+        with FileLock(lock_path, timeout=0) as peer:  # released in the kernel too, and registered nowhere
+            assert peer.is_locked
+        if not interrupted:
+            break
+    assert target > 2  # some Python call (the log line) was interrupted
+
+
+def test_a_file_lease_on_the_lock_file_is_an_error_at_once(lock_path):
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_SETLEASE"):
+        pytest.skip("no file leases (F_SETLEASE) here")
+    previous = signal.signal(signal.SIGIO, signal.SIG_IGN)  # the lease-break notice
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        except OSError as e:
+            pytest.skip(f"this filesystem grants no file lease: {e}")
+        with pytest.raises(leasehold_lock.LeaseError) as err:
+            FileLock(lock_path).acquire(timeout=5)
+        assert not isinstance(err.value, Timeout) and err.value.code == "IO"
+    finally:
+        os.close(fd)
+        signal.signal(signal.SIGIO, previous)

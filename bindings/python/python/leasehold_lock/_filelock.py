@@ -160,6 +160,11 @@ class _IsADirectory(LeaseError, IsADirectoryError):
     ``IsADirectoryError`` (``errno.EISDIR``) filelock raises for it."""
 
 
+class _NotFound(LeaseError, FileNotFoundError):
+    """A lock path whose directory is gone: the library's error, also the
+    ``FileNotFoundError`` (``errno.ENOENT``) filelock raises for it."""
+
+
 def _filelock_error(err: LeaseError, path: str) -> BaseException:
     """The library's refusal of a path as filelock's exception class too, where filelock has
     one; otherwise the library's error itself."""
@@ -168,6 +173,11 @@ def _filelock_error(err: LeaseError, path: str) -> BaseException:
         mapped.errno = errno.EISDIR
         mapped.strerror = os.strerror(errno.EISDIR)
         return mapped
+    if err.code == "IO" and not os.path.isdir(os.path.dirname(os.path.abspath(path)) or "."):
+        gone = _NotFound(str(err), code=err.code, path=err.path)
+        gone.errno = errno.ENOENT
+        gone.strerror = os.strerror(errno.ENOENT)
+        return gone
     return err
 
 
@@ -532,15 +542,17 @@ class FileLock(contextlib.ContextDecorator, metaclass=_FileLockMeta):
 
     # --- acquiring ------------------------------------------------------------------------
 
-    def _take(self, budget: Optional[float]) -> Any:
+    def _take(self, budget: Optional[float], path: str) -> Any:
         """The native lease (``budget``: None waits without limit, 0 tries once)."""
-        return _native.acquire(self.lock_file, budget, allow_shared_state=True)
+        return _native.acquire(path, budget, allow_shared_state=True)
 
-    def _prepare_file(self) -> None:
+    def _prepare_file(self) -> str:
         """Creates the lock file with this lock's mode if it is missing (never following a
         symbolic link, never touching a file that exists)."""
-        path = self.lock_file
-        _check_path(path)
+        _check_path(self.lock_file)
+        # A relative path names a file of the working directory the acquisition starts in,
+        # whatever it becomes during the wait (as filelock).
+        path = os.path.abspath(self.lock_file)
         explicit = self._context.mode != _UNSET_FILE_MODE
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         parent = os.path.dirname(path)
@@ -549,40 +561,41 @@ class FileLock(contextlib.ContextDecorator, metaclass=_FileLockMeta):
                 os.makedirs(parent, exist_ok=True)
             fd = os.open(path, flags, self._context.mode if explicit else 0o666)
         except (FileExistsError, NotADirectoryError, PermissionError, FileNotFoundError):
-            return  # the library decides about what is there (and says why it cannot be)
+            return path  # the library decides about what is there (and says why it cannot be)
         try:
             if explicit:
                 os.fchmod(fd, self._context.mode)  # exactly the mode asked, whatever the umask
         finally:
             os.close(fd)
+        return path
 
     def _physical_acquire(
         self, timeout: float, blocking: bool, cancel_check: Optional[Callable[[], bool]], poll_interval: float
     ) -> Any:
         """Takes the lease within the wait; raises :class:`Timeout` (filelock's message)."""
         lock_id, path = id(self), self.lock_file
-        self._prepare_file()
+        opened = self._prepare_file()
         _LOGGER.debug("Attempting to acquire lock %s on %s", lock_id, path)
         start = time.monotonic()
         budget = _budget(timeout, blocking)
         try:
             if budget != 0.0:
                 try:
-                    return self._try(0.0)
+                    return self._try(0.0, opened)
                 except Timeout:
                     _LOGGER.debug("Lock %s not acquired on %s, waiting for its release ...", lock_id, path)
                     if budget is not None:
                         budget = max(0.0, start + budget - time.monotonic())
             if cancel_check is None:
-                return self._try(budget)
+                return self._try(budget, opened)
             # A cancel_check is asked every poll_interval: the wait goes on in slices.
             while True:
                 if budget == 0.0:
-                    return self._try(0.0)
+                    return self._try(0.0, opened)
                 left = None if budget is None else max(0.0, start + budget - time.monotonic())
                 step = poll_interval if left is None else min(poll_interval, left)
                 try:
-                    return self._try(step if step > 0 else 0.0)
+                    return self._try(step if step > 0 else 0.0, opened)
                 except Timeout:
                     if cancel_check():
                         _LOGGER.debug("Cancellation requested for lock %s on %s", lock_id, path)
@@ -596,9 +609,9 @@ class FileLock(contextlib.ContextDecorator, metaclass=_FileLockMeta):
                 _LOGGER.debug("Timeout on acquiring lock %s on %s", lock_id, path)
             raise
 
-    def _try(self, budget: Optional[float]) -> Any:
+    def _try(self, budget: Optional[float], path: str) -> Any:
         try:
-            return self._take(budget)
+            return self._take(budget, path)
         except LeaseError as err:
             mapped = self._mapped(err)
             if mapped is err:
@@ -722,14 +735,19 @@ class FileLock(contextlib.ContextDecorator, metaclass=_FileLockMeta):
             raise RuntimeError(self._deadlock_message())
         lease = self._physical_acquire(wait, blocking, cancel_check, poll)
         # Held from here on (is_locked, the deadlock check): the hook runs as a holder.
-        with self._state:
-            context.lease = lease
-            context.counter = 1
-        self._register(context)
         try:
+            with self._state:
+                context.lease = lease
+                context.counter = 1
+            self._register(context)
             self._run_on_acquired(lease)
         except BaseException:
-            self._release_context(context, True)
+            # The hook failed, or a signal handler raised while the hold was being recorded:
+            # nothing of this acquisition stays.
+            if context.lease is lease:
+                self._release_context(context, True)
+            else:
+                lease.release()
             raise
         _LOGGER.debug("Lock %s acquired on %s", id(self), self.lock_file)
 
@@ -741,47 +759,51 @@ class FileLock(contextlib.ContextDecorator, metaclass=_FileLockMeta):
 
     # --- releasing ------------------------------------------------------------------------
 
-    def release(self, force: bool = False) -> None:
+    def release(self, force: bool = False, *, _of: Optional[_Context] = None) -> None:
         """Releases one level (``force``: all of them, and the holds of threads that have
         exited); the last one releases the lease. Releasing a lock not held does nothing."""
-        self._release(force)
-
-    def _release(self, force: bool) -> None:
-        self._release_context(self._context, force)
-        if force and self._is_thread_local:
+        # The release itself is made before any call into Python code (the log line's is in a
+        # try whose finally releases): a signal handler that raises (KeyboardInterrupt) in
+        # one leaves the counter, the lease and the deadlock registry agreeing.
+        context = self._context if _of is None else _of
+        with self._state:
+            lease = context.lease
+            if lease is not None and not force and context.counter > 1:
+                context.counter -= 1
+                return
+            if lease is not None:
+                try:
+                    _LOGGER.debug("Attempting to release lock %s on %s", id(self), context.lock_file)
+                finally:
+                    # Only built-in calls from here: the release completes whatever the log did.
+                    lease.release()
+                    context.lease = None
+                    context.counter = 0
+                    key = context.holder_thread
+                    context.holder_thread = None
+                    if key is not None:
+                        with _held_lock:
+                            holders = _held.get(key)  # type: ignore[call-overload]
+                            if holders is not None:
+                                holders.discard(id(self))
+                                if not holders:
+                                    del _held[key]  # type: ignore[arg-type]
+                    for ident, (held, _thread) in list(self._holds.items()):
+                        if held is context:
+                            del self._holds[ident]
+        if lease is not None:
+            _LOGGER.debug("Lock %s released on %s", id(self), context.lock_file)
+        if force and _of is None and self._is_thread_local:
             with self._state:
                 gone = [held for held, thread in self._holds.values() if not thread.is_alive()]
             for held in gone:
-                self._release_context(held, True)
+                FileLock.release(self, True, _of=held)
+
+    def _release(self, force: bool) -> None:
+        FileLock.release(self, force)
 
     def _release_context(self, context: _Context, force: bool) -> None:
-        # No call into Python code of this module between the decision and the end of the
-        # release: a signal handler that raises (KeyboardInterrupt) in one would leave the
-        # counter, the lease and the deadlock registry disagreeing.
-        with self._state:
-            lease = context.lease
-            if lease is None:
-                return
-            if not force and context.counter > 1:
-                context.counter -= 1
-                return
-            _LOGGER.debug("Attempting to release lock %s on %s", id(self), context.lock_file)
-            lease.release()
-            context.lease = None
-            context.counter = 0
-            key = context.holder_thread
-            context.holder_thread = None
-            if key is not None:
-                with _held_lock:
-                    holders = _held.get(key)  # type: ignore[call-overload]
-                    if holders is not None:
-                        holders.discard(id(self))
-                        if not holders:
-                            del _held[key]  # type: ignore[arg-type]
-            for ident, (held, _thread) in list(self._holds.items()):
-                if held is context:
-                    del self._holds[ident]
-        _LOGGER.debug("Lock %s released on %s", id(self), context.lock_file)
+        FileLock.release(self, force, _of=context)
 
     def __enter__(self: _Lock) -> _Lock:
         self.acquire()
@@ -1023,14 +1045,14 @@ class AsyncFileLock(FileLock, metaclass=_AsyncFileLockMeta):
         from . import acquire_async  # the package's asyncio acquisition (defined beside it)
 
         lock_id, path = id(self), self.lock_file
-        self._prepare_file()
+        opened = self._prepare_file()
         _LOGGER.debug("Attempting to acquire lock %s on %s", lock_id, path)
         start = time.monotonic()
         budget = _budget(timeout, blocking)
 
         async def attempt(seconds: Optional[float]) -> Any:
             try:
-                return await acquire_async(path, seconds, allow_shared_state=True)
+                return await acquire_async(opened, seconds, allow_shared_state=True)
             except LeaseError as err:
                 mapped = self._mapped(err)
                 if mapped is err:

@@ -1,15 +1,16 @@
 """A pytest plugin that runs filelock's own tests against ``leasehold_lock``.
 
 ``tests/python.rs`` downloads filelock's sdist (its tests are not copied into this
-repository), and runs its ``tests/test_filelock.py``, ``tests/test_async_filelock.py`` and
-``tests/test_read_write.py`` with ``-p leasehold_filelock_shim``. Loaded before filelock's test
-modules import it, this plugin puts leasehold's classes in the ``filelock`` module in place of
-``FileLock``, ``Timeout``, ``AsyncFileLock`` and ``ReadWriteLock`` (filelock's others, and its
-internals, stay its own), and chooses the tests:
+repository), and runs its test modules test_filelock, test_async_filelock and test_read_write
+with ``-p leasehold_filelock_shim``. Loaded before filelock's test modules import it, this
+plugin puts leasehold's classes in the ``filelock`` module in place of ``FileLock``,
+``Timeout``, ``AsyncFileLock`` and ``ReadWriteLock`` (``leasehold_filelock_substitute``;
+filelock's other classes, and its internals, stay its own), and chooses the tests:
 
 * deselected, with the reason printed: tests of filelock's other lock classes (soft locks,
-  Windows locks), tests that patch filelock's modules or ``os`` calls to inject a fault
-  (leasehold makes its calls in Rust), and tests of filelock's private helpers;
+  Windows locks), tests that patch or spy on the Python functions filelock calls (to inject
+  a fault or watch them; leasehold makes its calls in Rust), and tests of filelock's private
+  helpers (or that reach them through a helper of the test module);
 * expected to fail (``xfail(strict=True)``: a pass is reported as a failure, so the list
   stays true): the deliberate differences in ``DIFFERENCES``, each pinned by a test of
   leasehold's own (named beside it) and stated in the package README.
@@ -47,24 +48,42 @@ OTHER_CLASSES = (
 )
 OUR_NAMES = ("FileLock", "UnixFileLock", "AsyncFileLock", "AsyncUnixFileLock", "ReadWriteLock", "lock_type")
 
-#: A test that patches these injects a fault into filelock's Python calls.
-PATCHES = re.compile(r"""(mocker\.patch(\.object)?|monkeypatch\.setattr|patch\.setattr)\(\s*["']?(filelock\b|os\.|fcntl\.|time\.|sqlite3\.)""")
-PRIVATE = re.compile(r"\bfilelock\._|\b_registry\b|\b_raise_grouped_errors\b|\b_append_exception_context\b|\block_descriptor\b|\bunlock_descriptor\b|\._context\b|\bclose_failure\b|\._fork|\bfilelock\.asyncio\._")
+#: A test that patches or spies on a Python function injects a fault into filelock's Python
+#: calls, or watches them.
+PATCHES = re.compile(r"\b(mocker\.(patch|spy)|monkeypatch\.setattr|patch\.setattr|patch\.object)\b")
+PRIVATE = re.compile(r"\bfilelock\._|\b_registry\b|\b_raise_grouped_errors\b|\b_append_exception_context\b|\block_descriptor\b|\bunlock_descriptor\b|\._context\b|\bclose_failure\b|\._fork|\bfilelock\.asyncio\._|\bBase(Async)?FileLock\.\w")
 
 #: Deliberate differences: test name (without parameters) -> (reason, leasehold's own test).
+PIN = "tests/test_filelock_compat.py::"
 _NEVER_TRUNCATED = (
     "the lock file is never truncated, and a lock file that exists keeps its permissions (mode applies to a "
     "file the lock creates): a FileLock may guard a file that holds data, as flock(1) may",
-    "test_filelock.py::test_an_existing_lock_file_keeps_its_content_and_mode",
+    PIN + "test_an_existing_lock_file_keeps_its_content_and_mode",
 )
 _ONE_CLASS = (
     "FileLock and AsyncFileLock are one class on every platform, not aliases of UnixFileLock/WindowsFileLock",
-    "test_filelock.py::test_the_classes_are_leaseholds_on_every_platform",
+    PIN + "test_the_classes_are_leaseholds_on_every_platform",
 )
 _PLAIN_FILE = (
     "ReadWriteLock's lock file is a plain lock file (shared leases), not an SQLite database: it has no journal "
-    "mode to refuse, and nothing is opened before a lease is taken",
-    "test_filelock.py::test_a_read_write_lock_file_is_a_plain_file_opened_only_to_lock",
+    "mode or schema to refuse, and nothing is opened before a lease is taken",
+    PIN + "test_a_read_write_lock_file_is_a_plain_file_opened_only_to_lock",
+)
+_PATH_AT_EACH_ATTEMPT = (
+    "the lock path is opened as given at each attempt, missing parent directories created (the library's rule "
+    "for every lease): no directory is pinned, so a singleton made before a chdir, a nested acquire after its "
+    "directory went, and a waiter whose directory was renamed all follow the path",
+    PIN + "test_the_lock_path_is_followed_at_each_attempt",
+)
+_NO_PYTHON_BELOW_RELEASE = (
+    "a release makes no Python call while it holds the lock, so filelock's check that a signal can land below "
+    "release() finds no such call (what it guards, a release that completes, holds)",
+    PIN + "test_a_release_interrupted_at_any_python_call_completes",
+)
+_FILE_LEASE = (
+    "a kernel file lease (F_SETLEASE) another holder has on the lock file makes the open fail with the library's "
+    "LeaseError (code IO, EAGAIN) at once, not a Timeout",
+    PIN + "test_a_file_lease_on_the_lock_file_is_an_error_at_once",
 )
 DIFFERENCES: Dict[str, Tuple[str, str]] = {
     "test_winner_truncates_stale_content": _NEVER_TRUNCATED,
@@ -74,7 +93,18 @@ DIFFERENCES: Dict[str, Tuple[str, str]] = {
     "test_read_write_lock_refuses_a_non_regular_path": _PLAIN_FILE,
     "test_read_write_lock_refuses_a_wal_database": _PLAIN_FILE,
     "test_read_write_lock_refuses_a_database_converted_to_wal_after_construction": _PLAIN_FILE,
+    "test_read_write_lock_refuses_a_schema_that_never_finishes_loading": _PLAIN_FILE,
+    "test_read_write_lock_refuses_a_schema_row_longer_than_a_lock_needs": _PLAIN_FILE,
+    "test_waiter_after_directory_rename_does_not_lock_a_new_file": _PATH_AT_EACH_ATTEMPT,
+    "test_nested_acquire_without_working_directory_preserves_hold": _PATH_AT_EACH_ATTEMPT,
+    "test_singleton_after_chdir_locks_the_requested_file": _PATH_AT_EACH_ATTEMPT,
+    "test_singleton_after_parent_link_moves_locks_the_requested_file": _PATH_AT_EACH_ATTEMPT,
+    "test_release_interrupted_below_release_completes": _NO_PYTHON_BELOW_RELEASE,
+    "test_lease_on_lock_file_does_not_outlast_deadline": _FILE_LEASE,
 }
+
+#: The deliberate differences, each once (the README's list).
+DIFFERENCE_COUNT = len(set(DIFFERENCES.values()))
 
 
 def _source(item: pytest.Item) -> str:
@@ -120,7 +150,7 @@ def _why_not(item: pytest.Item) -> str:
     if others and not any(re.search(rf"\b{n}\b", src) for n in OUR_NAMES):
         return f"tests filelock's {others[0]}, which leasehold does not replace"
     if PATCHES.search(src):
-        return "injects a fault by patching filelock's Python calls (leasehold makes them in Rust)"
+        return "patches or spies on Python functions filelock calls (leasehold makes its calls in Rust)"
     if PRIVATE.search(src):
         return "tests filelock's private helpers"
     used = set(getattr(item, "fixturenames", ()))
@@ -150,7 +180,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
-    sys.stderr.write(f"\nleasehold: filelock {filelock.__version__}: {len(keep)} tests of the replaced classes selected\n")
+    sys.stderr.write(
+        f"\nleasehold: filelock {filelock.__version__}: {len(keep)} tests of the replaced classes selected; "
+        f"{DIFFERENCE_COUNT} deliberate differences expected to fail\n"
+    )
     for why, n in sorted(reasons.items()):
         sys.stderr.write(f"leasehold: deselected {n}: {why}\n")
 
