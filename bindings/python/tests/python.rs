@@ -287,6 +287,16 @@ fn last_line(bytes: &[u8]) -> String {
         .to_string()
 }
 
+/// Says `lines` on the test's stderr, past the harness's capture (which takes only `print!`
+/// and `eprint!`), so that a passing run names what it ran too.
+fn tell(lines: &[String]) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    for line in lines {
+        let _ = writeln!(err, "filelock suite: {line}");
+    }
+}
+
 /// The newest filelock release whose sdist pip can get here, unpacked (cached under the target
 /// dir): its version and directory, or why none can be had.
 fn filelock_sdist(venv: &Path) -> Result<(String, PathBuf), String> {
@@ -313,9 +323,7 @@ fn filelock_sdist(venv: &Path) -> Result<(String, PathBuf), String> {
     for version in versions.iter().take(FILELOCK_TRIES) {
         let unpacked = cache.join(format!("filelock-{version}"));
         if unpacked.join(FILELOCK_SUITE_MODULES[0]).exists() {
-            for line in &failed {
-                println!("filelock suite: {line}");
-            }
+            tell(&failed);
             return Ok((version.clone(), unpacked));
         }
         let download = cache.join("download");
@@ -367,9 +375,7 @@ with tarfile.open(sys.argv[1]) as tar:
                 FILELOCK_SUITE_MODULES[0]
             ));
         }
-        for line in &failed {
-            println!("filelock suite: {line}");
-        }
+        tell(&failed);
         return Ok((version.clone(), unpacked));
     }
     Err(failed.join("; "))
@@ -404,10 +410,10 @@ fn filelocks_own_suite_passes_against_the_package() {
             return;
         }
     };
-    println!(
-        "filelock suite: filelock {version} (its sdist from PyPI), in {}",
+    tell(&[format!(
+        "filelock {version} (its sdist from PyPI), in {}",
         sdist.display()
-    );
+    )]);
     let staged = staged_package();
     let plugin = crate_dir().join("tests").join("filelock_suite");
     let path = std::env::join_paths([staged.clone(), plugin, sdist.join("src")])

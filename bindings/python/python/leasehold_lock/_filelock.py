@@ -16,11 +16,14 @@ Like filelock (and ``flock(1)``), a ``FileLock`` locks the file its caller names
 another user owns it or may write it (the library's ``allow_shared_state``); the rest of
 the package keeps the library's ownership rule.
 
-What differs, on purpose (the package README lists them): a wait is a kernel wait (no
-polling: ``poll_interval`` only paces ``cancel_check``); a symbolic link or FIFO at the lock
-path is refused with ``LeaseError(code='INVALID_INPUT')``; the lock file is never deleted or
-truncated; there is no soft (existence-file) lock, so ``lifetime`` and ``fallback_to_soft`` have
-nothing to act on; and no descriptor is handed out but to ``on_acquired``.
+What differs, on purpose (the package README, "Switching from filelock", lists each with the
+test that pins it): a wait is a kernel wait (``poll_interval`` only paces ``cancel_check``);
+a symbolic link, FIFO, socket or device at the lock path is refused with
+``LeaseError(code='INVALID_INPUT')``; the lock file is never deleted or truncated, and one that
+exists keeps its mode; there is no soft (existence-file) lock, so ``lifetime`` and
+``fallback_to_soft`` have nothing to act on; one class serves every platform; the path is
+opened as given at each attempt (no directory is pinned); a release calls no Python code
+before it is done; and a kernel file lease on the lock file is an error, not a wait.
 
 Only the counters live here; taking and releasing the lease is the native ``acquire`` and
 ``Lease.release``.

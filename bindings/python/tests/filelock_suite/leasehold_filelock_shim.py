@@ -182,7 +182,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         items[:] = keep
     sys.stderr.write(
         f"\nleasehold: filelock {filelock.__version__}: {len(keep)} tests of the replaced classes selected; "
-        f"{DIFFERENCE_COUNT} deliberate differences expected to fail\n"
+        f"the tests of {DIFFERENCE_COUNT} of the package's deliberate differences are expected to fail\n"
     )
     for why, n in sorted(reasons.items()):
         sys.stderr.write(f"leasehold: deselected {n}: {why}\n")
