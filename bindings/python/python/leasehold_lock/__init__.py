@@ -14,14 +14,16 @@ from typing import Optional, Union
 
 from . import _native
 from ._errors import LeaseError, Timeout
-from ._filelock import AcquireReturnProxy, FileLock
+from ._filelock import AcquireReturnProxy, AsyncFileLock, FileLock, ReadWriteLock
 from ._native import Lease, __version__, acquire, holders, try_acquire
 
 __all__ = [
     "AcquireReturnProxy",
+    "AsyncFileLock",
     "FileLock",
     "Lease",
     "LeaseError",
+    "ReadWriteLock",
     "Timeout",
     "__version__",
     "acquire",
