@@ -212,7 +212,7 @@ fn stop_tree(command: u32, ended: &std::sync::mpsc::Receiver<()>) {
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let signal = |sig: Signal| {
         #[cfg(target_os = "linux")]
-        for pid in descendants() {
+        for pid in crate::procs::descendants(None) {
             let _ = rustix::process::kill_process(pid, sig);
         }
         #[cfg(not(target_os = "linux"))]
@@ -238,53 +238,11 @@ fn stop_tree(command: u32, ended: &std::sync::mpsc::Receiver<()>) {
     #[cfg(target_os = "linux")]
     for _ in 0..100 {
         signal(Signal::KILL);
-        if descendants().is_empty() {
+        if crate::procs::descendants(None).is_empty() {
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// Every live (not zombie) descendant of this process, from `/proc`.
-#[cfg(target_os = "linux")]
-fn descendants() -> Vec<rustix::process::Pid> {
-    let me = std::process::id() as i32;
-    // (pid, ppid) of every live process; "PID (comm) S PPID ...": fields after the last ')'.
-    let mut all: Vec<(i32, i32)> = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let (Some(state), Some(Ok(ppid))) = (fields.next(), fields.next().map(str::parse)) else {
-            continue;
-        };
-        if state != "Z" && state != "X" {
-            all.push((pid, ppid));
-        }
-    }
-    let mut found = vec![me];
-    let mut i = 0;
-    while i < found.len() {
-        let parent = found[i];
-        found.extend(all.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
-        i += 1;
-    }
-    found.remove(0);
-    found
-        .into_iter()
-        .filter_map(rustix::process::Pid::from_raw)
-        .collect()
 }
 
 /// Waits for the lease within the user's budget (see [`Wait`]: it says once when it takes

@@ -170,73 +170,12 @@ pub(super) fn status_code(status: WaitStatus) -> u8 {
     }
 }
 
-/// Every process of the tree (Linux, from `/proc`): each descendant of this process, and
-/// each member of process group `group` (which, with this process a subreaper, is one too).
-#[cfg(target_os = "linux")]
-fn tree(group: Option<Pid>) -> Vec<Pid> {
-    let me = rustix::process::getpid().as_raw_nonzero().get();
-    let group = group.map(|g| g.as_raw_nonzero().get());
-    // (pid, ppid, pgrp) of every process.
-    let mut all: Vec<(i32, i32, i32)> = Vec::new();
-    let mut buf = [0u8; 4096];
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        // "PID (comm) S PPID PGRP ...": the comm may hold anything; the fields follow the
-        // last ')'.
-        // One read of a buffer that holds any stat line (a `read_to_string` of a file whose
-        // size reads 0 takes five): the scan runs while a successor waits.
-        let Ok(n) =
-            std::fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read(&mut buf))
-        else {
-            continue;
-        };
-        let stat = String::from_utf8_lossy(&buf[..n]);
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest
-            .split_whitespace()
-            .skip(1)
-            .map(|f| f.parse::<i32>().ok());
-        if let (Some(Some(ppid)), Some(Some(pgrp))) = (fields.next(), fields.next()) {
-            all.push((pid, ppid, pgrp));
-        }
-    }
-    let mut found = vec![me];
-    let mut i = 0;
-    while i < found.len() {
-        let parent = found[i];
-        found.extend(
-            all.iter()
-                .filter(|(_, pp, _)| *pp == parent)
-                .map(|(p, _, _)| *p),
-        );
-        i += 1;
-    }
-    found.remove(0);
-    for (pid, _, pgrp) in &all {
-        if Some(*pgrp) == group && !found.contains(pid) {
-            found.push(*pid);
-        }
-    }
-    found.into_iter().filter_map(Pid::from_raw).collect()
-}
-
 /// Sends `sig` once to every process of the tree: on Linux each descendant of this process
 /// and each member of process group `group`; elsewhere the group (all that can be found
 /// there). Once each: a COMMAND that handles SIGTERM must not run its handler twice.
 pub fn signal_tree(group: Option<Pid>, sig: Signal) {
     #[cfg(target_os = "linux")]
-    for pid in tree(group) {
+    for pid in crate::procs::descendants(group) {
         let _ = kill_process(pid, sig);
     }
     #[cfg(not(target_os = "linux"))]
