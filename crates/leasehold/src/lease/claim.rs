@@ -14,7 +14,12 @@
 //!
 //! Shared claims coexist; an exclusive claim excludes everything. A newcomer is granted at
 //! once only when nobody is queued, so a queued exclusive waiter is never starved by shared
-//! claims that keep overlapping (the in-process half of the turnstile).
+//! claims that keep overlapping (the in-process half of the turnstile) — bar one: a shared
+//! claim while a shared lease of this process *holds* the lock ([`Claim::hold`]) is granted
+//! at once, queue or not. A nested shared acquisition (the outer lease held by the same
+//! caller) would otherwise wait behind an exclusive waiter that waits for the outer lease:
+//! a deadlock. The process cannot tell a nested acquisition from another thread's, so the
+//! rule is per process, as the gate's is (`posix/gate.rs`, "Nested shared leases").
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,10 +41,20 @@ pub(crate) enum Mode {
 struct Entry {
     exclusive: bool,
     shared: usize,
+    /// Shared claims whose lease holds the lock (a subset of `shared`; [`Claim::hold`]).
+    holding: usize,
     queue: VecDeque<Arc<Ticket>>,
 }
 
 impl Entry {
+    /// Whether a newcomer in `mode` is granted at once: nobody queued and admitted, or a
+    /// shared claim while a shared lease of this process holds the lock (see the module
+    /// documentation).
+    fn admits_now(&self, mode: Mode) -> bool {
+        (self.queue.is_empty() && self.admits(mode))
+            || (mode == Mode::Shared && self.holding > 0 && !self.exclusive)
+    }
+
     fn admits(&self, mode: Mode) -> bool {
         match mode {
             Mode::Exclusive => !self.exclusive && self.shared == 0,
@@ -107,6 +122,8 @@ use crate::mutex::lock;
 pub(crate) struct Claim {
     key: Key,
     mode: Mode,
+    /// Whether it counts as a shared lease that holds the lock ([`Claim::hold`]).
+    holding: bool,
 }
 
 /// A place in the queue for a claim; dropping it leaves the queue (or passes on a claim that
@@ -131,9 +148,13 @@ pub(crate) fn take(key: Key, mode: Mode, queue_with: Option<&Arc<Notifier>>) -> 
         .get_or_insert_with(Table::default)
         .entry(key)
         .or_default();
-    if entry.queue.is_empty() && entry.admits(mode) {
+    if entry.admits_now(mode) {
         entry.grant(mode);
-        return Taken::Claim(Claim { key, mode });
+        return Taken::Claim(Claim {
+            key,
+            mode,
+            holding: false,
+        });
     }
     match queue_with {
         Some(notifier) => {
@@ -165,8 +186,32 @@ impl Queued {
         Some(Claim {
             key: self.key,
             mode: self.ticket.mode,
+            holding: false,
         })
     }
+}
+
+impl Claim {
+    /// Records that this claim's lease now holds the lock: where it is shared, later shared
+    /// claims on the key are granted at once and pass the lock's gate
+    /// ([`holds_shared`]). Idempotent; nothing for an exclusive claim.
+    pub(crate) fn hold(&mut self) {
+        if self.mode != Mode::Shared || self.holding {
+            return;
+        }
+        if let Some(entry) = table().as_mut().and_then(|t| t.get_mut(&self.key)) {
+            entry.holding += 1;
+            self.holding = true;
+        }
+    }
+}
+
+/// Whether a shared lease of this process holds the lock `key` right now.
+pub(crate) fn holds_shared(key: Key) -> bool {
+    table()
+        .as_ref()
+        .and_then(|t| t.get(&key))
+        .is_some_and(|e| e.holding > 0)
 }
 
 impl Drop for Queued {
@@ -179,7 +224,7 @@ impl Drop for Queued {
         match state {
             TicketState::Waiting => entry.queue.retain(|t| !Arc::ptr_eq(t, &self.ticket)),
             // Granted while we gave up: pass the claim on as its holder would.
-            TicketState::Granted => release(&mut guard, self.key, self.ticket.mode),
+            TicketState::Granted => release(&mut guard, self.key, self.ticket.mode, false),
             TicketState::Taken => {}
         }
     }
@@ -187,12 +232,12 @@ impl Drop for Queued {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        release(&mut table(), self.key, self.mode);
+        release(&mut table(), self.key, self.mode, self.holding);
     }
 }
 
 /// Releases one claim and grants queued waiters in order for as long as they are admitted.
-fn release(guard: &mut MutexGuard<'static, Option<Table>>, key: Key, mode: Mode) {
+fn release(guard: &mut MutexGuard<'static, Option<Table>>, key: Key, mode: Mode, holding: bool) {
     let Some(map) = guard.as_mut() else { return };
     let Some(entry) = map.get_mut(&key) else {
         return;
@@ -200,6 +245,9 @@ fn release(guard: &mut MutexGuard<'static, Option<Table>>, key: Key, mode: Mode)
     match mode {
         Mode::Exclusive => entry.exclusive = false,
         Mode::Shared => entry.shared = entry.shared.saturating_sub(1),
+    }
+    if holding {
+        entry.holding = entry.holding.saturating_sub(1);
     }
     while let Some(next) = entry.queue.front() {
         if !entry.admits(next.mode) {
@@ -285,6 +333,33 @@ mod tests {
         assert!(s3.granted().is_none());
         drop(xc);
         assert!(s3.granted().is_some());
+    }
+
+    #[test]
+    fn a_shared_claim_while_a_shared_lease_holds_is_granted_past_a_queued_exclusive_one() {
+        let key = (u64::MAX, 46);
+        let Taken::Claim(mut outer) = take(key, Mode::Shared, None) else {
+            panic!("outer")
+        };
+        let n = notifier();
+        let Taken::Queued(x) = take(key, Mode::Exclusive, Some(&n)) else {
+            panic!("exclusive queues")
+        };
+        // Granted but not holding (still waiting in the kernel): the turnstile holds.
+        assert!(matches!(take(key, Mode::Shared, None), Taken::Busy));
+        assert!(!holds_shared(key));
+        outer.hold();
+        assert!(holds_shared(key));
+        // Held: a nested shared claim is granted at once, not queued behind the writer
+        // that waits for the outer one.
+        let Taken::Claim(inner) = take(key, Mode::Shared, None) else {
+            panic!("nested shared claim queued behind the exclusive waiter")
+        };
+        assert!(matches!(take(key, Mode::Exclusive, None), Taken::Busy));
+        drop(inner);
+        drop(outer);
+        assert!(!holds_shared(key));
+        assert!(x.granted().is_some(), "the writer goes next");
     }
 
     #[test]

@@ -54,8 +54,28 @@
 //! writer that was not already in line. Exclusive waiters queue on the gate among
 //! themselves, in the kernel's order. Everyone takes the readers' gate before the gate and
 //! the gate before the lock, and nobody waits for a gate while holding the lock, so there
-//! is no deadlock. (One process must not nest shared leases on one file while an exclusive
-//! waiter may queue: the inner one waits behind the waiter, which waits for the outer one.)
+//! is no deadlock — given the next rule.
+//!
+//! **Nested shared leases.** A shared acquisition by a process that already holds the same
+//! file shared never waits at a gate: neither the gate, nor the readers' gate (and its
+//! wait, should the lock be busy, is on the lock alone). Otherwise the inner acquisition
+//! would wait behind an exclusive waiter that holds the gate and waits for the outer lease
+//! to go: a deadlock for good (util-linux `flock(1)`, which has no gate, completes the same
+//! nesting). "Holds" means a shared lease of this process that holds the lock (the claim
+//! table counts them, `claim::holds_shared`; the in-process queue grants such a claim at
+//! once too), or an ancestor that said so: `leasehold run --shared` and `leasehold flock -s`
+//! set [`INHERITED_SHARED`] (`LEASEHOLD_HELD_SHARED=dev:ino,…`) for a COMMAND that
+//! inherits their descriptor, and every leasehold process reads it once. The process cannot
+//! tell a nested acquisition from one of another thread, or from a descendant that no
+//! longer has the descriptor, so they pass too: what that costs is fairness only (a writer
+//! waits longer while such a process's shared leases keep overlapping), never exclusion,
+//! and a forged or stale variable costs the same, no more. Why a variable and not a look at
+//! `/proc/locks` for a shared lock an ancestor holds: it works on every POSIX system (the
+//! BSDs and macOS have no `/proc/locks`), names the very inode without reading a table of
+//! every lock on the machine on each shared acquisition, and needs no walk up a process
+//! tree whose members may have exited or live in another PID namespace. What it does not
+//! see: an ancestor that is not leasehold (util-linux `flock -s` around a nested
+//! `leasehold flock -s` still deadlocks behind a leasehold writer).
 //!
 //! Why a writer keeps the gate with its lease, readers wait on the lock while a writer holds
 //! it, and writers queue apart from readers: every wake-up on a hand-over's path costs, and
@@ -311,6 +331,14 @@ static READERS_GATED: Mutex<Vec<FileId>> = Mutex::new(Vec::new());
 /// use, by an exclusive wait that found a gate (so a lock only exclusive users ever
 /// touched still gets no gate file at all).
 pub(crate) fn open_for_wait(target: &Target, id: FileId, shared: bool) -> Gates {
+    if shared && nested(id) {
+        // A nested shared wait goes straight to the lock (see "Nested shared leases").
+        return Gates {
+            gate: None,
+            readers: None,
+            writers: None,
+        };
+    }
     let readers = open_file(target, target.readers_gate(), shared);
     if readers.is_some() {
         let mut known = guard(&READERS_GATED);
@@ -328,6 +356,51 @@ pub(crate) fn open_for_wait(target: &Target, id: FileId, shared: bool) -> Gates 
         readers,
         writers,
     }
+}
+
+/// The environment variable through which a process that holds lock files shared tells the
+/// children that inherit its descriptors so: `dev:ino` pairs (decimal), separated by commas
+/// (see "Nested shared leases" in the module documentation).
+pub(crate) const INHERITED_SHARED: &str = "LEASEHOLD_HELD_SHARED";
+
+/// The lock files [`INHERITED_SHARED`] names in this process's environment, read once (the
+/// first shared acquisition); malformed entries are ignored.
+fn inherited() -> &'static [FileId] {
+    static INHERITED: std::sync::OnceLock<Vec<FileId>> = std::sync::OnceLock::new();
+    INHERITED.get_or_init(|| {
+        std::env::var(INHERITED_SHARED)
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(parse_id)
+            .collect()
+    })
+}
+
+/// One `dev:ino` of [`INHERITED_SHARED`].
+fn parse_id(s: &str) -> Option<FileId> {
+    let (dev, ino) = s.trim().split_once(':')?;
+    Some(FileId {
+        dev: dev.parse().ok()?,
+        ino: ino.parse().ok()?,
+    })
+}
+
+/// The value of [`INHERITED_SHARED`] for children of this process that inherit a shared
+/// lease on `id`: what this process inherited, plus `id`.
+pub(crate) fn inherited_value(id: FileId) -> String {
+    let mut ids: Vec<FileId> = inherited().to_vec();
+    if !ids.contains(&id) {
+        ids.push(id);
+    }
+    let parts: Vec<String> = ids.iter().map(|i| format!("{}:{}", i.dev, i.ino)).collect();
+    parts.join(",")
+}
+
+/// Whether a shared acquisition of the inode `id` is nested: a shared lease of this process
+/// holds it, or an ancestor whose descriptor this process inherited said it holds it shared
+/// ([`INHERITED_SHARED`]). Such an acquisition skips the gates (see "Nested shared leases").
+pub(crate) fn nested(id: FileId) -> bool {
+    inherited().contains(&id) || crate::lease::claim::holds_shared((id.dev, id.ino))
 }
 
 /// Whether shared waiters hold the readers' gate of `target` (inode `id`) right now; only

@@ -688,7 +688,10 @@ fn try_lock(
     }
     // A shared try passes the gate first: while an exclusive waiter holds it, newcomers
     // are busy (they wait behind it, see `gate`). The gate closes once the try is done.
-    let gate = match shared {
+    // Not a nested shared acquisition, though: one while this process (or the ancestor it
+    // inherited the lock from) holds the file shared must not wait behind a writer that
+    // waits for that holder (see `gate`, "Nested shared leases").
+    let gate = match shared && !gate::nested(opened.id) {
         true => gate::open(target, true),
         false => None,
     };
@@ -718,7 +721,7 @@ fn try_lock(
 
 /// A locked descriptor becomes a [`Held`] lease if its inode is still the file at the path;
 /// `Ok(None)` (the descriptor closed, releasing the orphan's lock) when it was replaced.
-fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
+fn accept(target: &Target, granted: Granted, mut claim: Claim) -> Result<Option<Held>> {
     let Granted {
         fd,
         id,
@@ -729,6 +732,7 @@ fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held
     // (RELIABILITY.md), never a shipped configuration.
     if !target.checked || cfg!(leasehold_mutant_no_post_lock_check) {
         // A caller's descriptor: there is no path to check it against.
+        claim.hold();
         return Ok(Some(Held {
             fd,
             id,
@@ -739,14 +743,18 @@ fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held
         }));
     }
     match sys::entry_at(target.dir(), &target.name) {
-        Ok(Entry::Regular(now)) if now == id => Ok(Some(Held {
-            fd,
-            id,
-            marked,
-            gate,
-            spare,
-            _claim: claim,
-        })),
+        Ok(Entry::Regular(now)) if now == id => {
+            // A shared lease now holds the lock: nested shared acquisitions pass (`gate`).
+            claim.hold();
+            Ok(Some(Held {
+                fd,
+                id,
+                marked,
+                gate,
+                spare,
+                _claim: claim,
+            }))
+        }
         Ok(_) | Err(Errno::NOENT) => Ok(None),
         Err(e) => Err(path_error(target.display(), "verify lock file", e)),
     }
