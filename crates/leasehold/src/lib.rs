@@ -234,7 +234,9 @@
 //! `#[allow(unsafe_code)]` on that module's declaration in `sys/mod.rs` naming why:
 //! `sys/windows.rs` (`CreateSemaphoreW` through `windows-sys`: no safe wrapper exists for
 //! named semaphores), and, in the library's own tests on Linux only, `sys/test_signal.rs` (a
-//! handler installed without `SA_RESTART` and `pthread_kill`, to interrupt a blocked `flock`). Every other system call goes through `rustix` or `std` (waiters are
+//! handler installed without `SA_RESTART` and `pthread_kill`, to interrupt a blocked `flock`)
+//! and `sys/test_fork.rs` (`fork` and `waitpid`, to test what a forked child's copies of
+//! descriptors do). Every other system call goes through `rustix` or `std` (waiters are
 //! woken by `Thread::unpark` or a task's `Waker`, so nothing is registered with tokio's
 //! reactor). Each `unsafe` block carries a
 //! `// SAFETY:` argument that the contract of the call holds, and the workspace lints

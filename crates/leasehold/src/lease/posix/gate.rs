@@ -14,7 +14,8 @@
 //!   go at once), then queues on the writers' queue (`LOCK_EX`: writers only), then holds
 //!   the gate exclusively (`LOCK_EX`, waiting for it if need be) while it waits for the
 //!   lock, and **keeps the queue and the gate with the lease**: its release closes the
-//!   lock, then unlocks the gate and the queue ([`HeldGate`]). An exclusive *try* never
+//!   lock, then the gate and the queue ([`HeldGate`]: closed, never unlocked, so that a
+//!   forked child's copy cannot free the parent's gate). An exclusive *try* never
 //!   touches the gates (for the readers' gate, see the last point); an exclusive waiter
 //!   never creates the gate or the readers' gate (shared acquirers do), and creates the
 //!   writers' queue only next to a gate.
@@ -110,7 +111,8 @@
 //! after the lock file's: [`Spare`]); an exclusive try pays nothing (an
 //! acquisition that may wait, where this process saw a readers' gate, one open, `flock` and
 //! close), an exclusive wait three opens and up to five `flock`s, and its release
-//! two `flock(LOCK_UN)`s on the gates (never on the lock: see [`Held`](super::Held)). A lease
+//! closes (never `flock(LOCK_UN)`: neither on the gates, see [`HeldGate`], nor on the lock, see
+//! [`Held`](super::Held)). A lease
 //! that waited keeps its gate descriptors while held:
 //! two more for a shared one, three more for an exclusive one (count them against
 //! `RLIMIT_NOFILE` when holding many leases at once). The gates only
@@ -159,30 +161,22 @@ use crate::sys;
 
 /// The gate (and the writers' queue) an exclusive waiter holds with its lease.
 ///
-/// Dropped right after the lease's descriptor closed (see [`Held`](super::Held)), it unlocks
-/// the gate, then the writers' queue, with `flock(LOCK_UN)`s on the gates' own descriptors
-/// (nobody else has them): the readers queued on the gate, then the next writer, are woken
-/// at once, before the closes that follow (a `close` wakes the waiters only at its end,
-/// measured 3–4 µs on the reference VM, and the next file's waiters one `close` later
-/// still). The lock itself is never unlocked through a duplicate: its description may be
-/// COMMAND's too (see [`Held`](super::Held)).
+/// Dropped right after the lease's descriptor closed (see [`Held`](super::Held)), it closes
+/// the gate, then the writers' queue: the readers queued on the gate, then the next writer,
+/// are woken. Closed, never unlocked with `flock(LOCK_UN)`: a process forked while it was held
+/// (Python's `os.fork`, `multiprocessing`) shares the gate's open file description, and an
+/// unlock through the child's copy would drop the parent's gate for both — readers let past
+/// a writer that still holds the lock's queue. A close drops only this copy; the gate is
+/// free once every copy is closed. What it costs: a `close` wakes the waiters only at its
+/// end (measured 3–4 µs on the reference VM), and the writers' queue's waiters one `close`
+/// later still. The lock itself is never unlocked through a duplicate either: its
+/// description may be COMMAND's too (see [`Held`](super::Held)).
 #[derive(Debug)]
 pub(crate) struct HeldGate {
-    gate: OwnedFd,
-    writers: Option<OwnedFd>,
-}
-
-impl Drop for HeldGate {
-    fn drop(&mut self) {
-        // After the lock's close: a reader woken by the gate finds the lock free (unless a
-        // child still holds it), else it would queue on the lock and need a second
-        // wake-up. The next writer last: the readers that queued while we held go before
-        // it.
-        let _ = sys::unlock(self.gate.as_fd());
-        if let Some(w) = &self.writers {
-            let _ = sys::unlock(w.as_fd());
-        }
-    }
+    // Field order is the close order: the gate, then the writers' queue (the readers that
+    // queued while we held go before the next writer).
+    _gate: OwnedFd,
+    _writers: Option<OwnedFd>,
 }
 
 /// Gate descriptors a shared waiter already unlocked, kept with the lease so that they
@@ -489,7 +483,10 @@ fn block_exclusive(
     // The lock is ours: the gate stays held with the lease (see the module
     // documentation), and the readers behind it pass when the lease is released.
     Ok(Passed {
-        held: Some(HeldGate { gate, writers }),
+        held: Some(HeldGate {
+            _gate: gate,
+            _writers: writers,
+        }),
         spare: Spare::default(),
     })
 }
@@ -549,5 +546,43 @@ fn pass_then_lock(
     match now? {
         true => Ok(()),
         false => place.wait(AT_LOCK, fd, true, ask),
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Whether another open file description could lock `path` exclusively right now.
+    fn free(path: &std::path::Path) -> bool {
+        let other = OwnedFd::from(std::fs::File::open(path).unwrap());
+        sys::try_lock(other.as_fd(), false).unwrap()
+    }
+
+    /// A child forked while an exclusive waiter holds its gate (the parent's lease) drops
+    /// its copy of the lease's gate — released, or gone with the child — and the parent's
+    /// gate stays held: the release closes, never unlocks the shared description.
+    #[test]
+    fn a_forked_childs_release_leaves_the_parents_gate_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gate, writers) = (dir.path().join("gate"), dir.path().join("writers"));
+        let open = |p: &std::path::Path| OwnedFd::from(std::fs::File::create(p).unwrap());
+        let (g, w) = (open(&gate), open(&writers));
+        assert!(sys::try_lock(g.as_fd(), false).unwrap());
+        assert!(sys::try_lock(w.as_fd(), false).unwrap());
+        let mut held = Some(HeldGate {
+            _gate: g,
+            _writers: Some(w),
+        });
+        // Only the child runs this: the parent's `held` is untouched by the fork.
+        let status = crate::sys::test_fork::in_child(&mut || drop(held.take()));
+        assert_eq!(status, Some(0), "the child released its copy and exited");
+        assert!(!free(&gate), "the parent's gate is still held");
+        assert!(!free(&writers), "and its writers' queue");
+        drop(held.take());
+        assert!(
+            free(&gate) && free(&writers),
+            "released by the parent's own release"
+        );
     }
 }
