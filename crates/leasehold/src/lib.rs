@@ -233,7 +233,8 @@
 //! allowed only on the platform modules under `sys/` that cannot do without it, with an
 //! `#[allow(unsafe_code)]` on that module's declaration in `sys/mod.rs` naming why:
 //! `sys/windows.rs` (`CreateSemaphoreW` through `windows-sys`: no safe wrapper exists for
-//! named semaphores), and, in the library's own tests on Linux only, `sys/test_signal.rs` (a
+//! named semaphores), `sys/fork.rs` (a forked child lets go of its copies of lock and gate
+//! descriptors by number: borrowing a raw number), and, in the library's own tests on Linux only, `sys/test_signal.rs` (a
 //! handler installed without `SA_RESTART` and `pthread_kill`, to interrupt a blocked `flock`)
 //! and `sys/test_fork.rs` (`fork` and `waitpid`, to test what a forked child's copies of
 //! descriptors do). Every other system call goes through `rustix` or `std` (waiters are
@@ -272,6 +273,8 @@ pub use budget::{Budget, CancelToken};
 pub use error::{Classify, Error, ErrorClass, NotWaited, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
+#[cfg(unix)]
+pub use lease::after_fork_in_child;
 #[cfg(unix)]
 pub use lease::unlock_descriptor;
 pub use lease::{

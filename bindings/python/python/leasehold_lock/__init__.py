@@ -17,6 +17,13 @@ from ._errors import LeaseError, Timeout
 from ._filelock import AcquireReturnProxy, FileLock
 from ._native import Lease, __version__, acquire, holders, try_acquire
 
+# A child forked without exec (os.fork, multiprocessing's "fork" start method) lets go of
+# the leases, waits and gates it inherited, without unlocking them: otherwise its copies keep
+# a lease locked after the parent releases it, until the child exits. Its Lease objects then
+# say they are not held.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_native._after_fork_in_child)
+
 __all__ = [
     "AcquireReturnProxy",
     "FileLock",

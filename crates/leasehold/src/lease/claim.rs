@@ -22,6 +22,7 @@
 //! rule is per process, as the gate's is (`posix/gate.rs`, "Nested shared leases").
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::sys::Notifier;
@@ -122,6 +123,8 @@ use crate::mutex::lock;
 pub(crate) struct Claim {
     key: Key,
     mode: Mode,
+    /// The table's generation it was granted in ([`forget_all`]).
+    generation: u64,
     /// Whether it counts as a shared lease that holds the lock ([`Claim::hold`]).
     holding: bool,
 }
@@ -131,6 +134,7 @@ pub(crate) struct Claim {
 pub(crate) struct Queued {
     key: Key,
     ticket: Arc<Ticket>,
+    generation: u64,
 }
 
 /// The outcome of [`take`].
@@ -153,6 +157,7 @@ pub(crate) fn take(key: Key, mode: Mode, queue_with: Option<&Arc<Notifier>>) -> 
         return Taken::Claim(Claim {
             key,
             mode,
+            generation: generation(),
             holding: false,
         });
     }
@@ -164,7 +169,11 @@ pub(crate) fn take(key: Key, mode: Mode, queue_with: Option<&Arc<Notifier>>) -> 
                 notifier: notifier.clone(),
             });
             entry.queue.push_back(ticket.clone());
-            Taken::Queued(Queued { key, ticket })
+            Taken::Queued(Queued {
+                key,
+                ticket,
+                generation: generation(),
+            })
         }
         None => {
             if entry.is_idle() {
@@ -186,6 +195,7 @@ impl Queued {
         Some(Claim {
             key: self.key,
             mode: self.ticket.mode,
+            generation: self.generation,
             holding: false,
         })
     }
@@ -196,7 +206,7 @@ impl Claim {
     /// claims on the key are granted at once and pass the lock's gate
     /// ([`holds_shared`]). Idempotent; nothing for an exclusive claim.
     pub(crate) fn hold(&mut self) {
-        if self.mode != Mode::Shared || self.holding {
+        if self.mode != Mode::Shared || self.holding || self.forgotten() {
             return;
         }
         if let Some(entry) = table().as_mut().and_then(|t| t.get_mut(&self.key)) {
@@ -204,6 +214,36 @@ impl Claim {
             self.holding = true;
         }
     }
+
+    /// Whether this claim was granted before [`forget_all`]: a forked child's copy of a
+    /// lease of its parent, which the child let go.
+    pub(crate) fn forgotten(&self) -> bool {
+        self.generation != generation()
+    }
+}
+
+/// How many times [`forget_all`] has run in this process (a forked child's copy counts on
+/// from its parent's).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
+
+/// In a forked child: every claim, queue place and waiter of the table belongs to the
+/// parent's leases and threads (only the forking thread exists in the child), so the child
+/// starts an empty table, and every claim granted before says it is forgotten (its drop
+/// does nothing). `false` where the table's lock was held at the fork by a thread that is
+/// gone (it can never be taken again): the old table stays, and this process's own later
+/// acquisitions of those locks would queue behind claims nobody will release.
+pub(crate) fn forget_all() -> bool {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    match TABLE.try_lock() {
+        Ok(mut t) => *t = None,
+        Err(std::sync::TryLockError::Poisoned(p)) => *p.into_inner() = None,
+        Err(std::sync::TryLockError::WouldBlock) => return false,
+    }
+    true
 }
 
 /// Whether a shared lease of this process holds the lock `key` right now.
@@ -216,6 +256,9 @@ pub(crate) fn holds_shared(key: Key) -> bool {
 
 impl Drop for Queued {
     fn drop(&mut self) {
+        if self.generation != generation() {
+            return; // the table it queued in is gone (`forget_all`)
+        }
         let mut guard = table();
         let Some(entry) = guard.as_mut().and_then(|t| t.get_mut(&self.key)) else {
             return;
@@ -232,6 +275,9 @@ impl Drop for Queued {
 
 impl Drop for Claim {
     fn drop(&mut self) {
+        if self.forgotten() {
+            return; // the table it was granted in is gone (`forget_all`)
+        }
         release(&mut table(), self.key, self.mode, self.holding);
     }
 }

@@ -118,6 +118,12 @@ pub struct SharedLease {
 }
 
 impl SharedLease {
+    /// The lease, unless released — or inherited through a `fork` and let go in the child
+    /// ([`after_fork_in_child`](crate::after_fork_in_child)).
+    fn live(&self) -> Option<&imp::Held> {
+        self.held.as_ref().filter(|h| !h.forgotten())
+    }
+
     /// Takes a shared lease on `path` if no exclusive holder has it and no exclusive waiter
     /// is queued for it right now (default [`LeaseOptions`]).
     ///
@@ -156,12 +162,12 @@ impl SharedLease {
 
     /// Whether the lease is still held (not yet released).
     pub fn is_held(&self) -> bool {
-        self.held.is_some()
+        self.live().is_some()
     }
 
     /// The identity of the locked inode, while held.
     pub fn file_id(&self) -> Option<FileId> {
-        self.held.as_ref().and_then(imp::Held::file_id)
+        self.live().and_then(imp::Held::file_id)
     }
 
     /// Checks that the lease still stands for its path (see [`Lease::verify`](super::Lease::verify)).
@@ -169,7 +175,7 @@ impl SharedLease {
     /// # Errors
     /// [`Error::LeaseLost`], [`Error::Released`].
     pub fn verify(&self) -> Result<()> {
-        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+        let held = self.live().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
         Imp::verify(&self.target, held)
@@ -187,7 +193,7 @@ impl SharedLease {
     /// [`Error::Released`], or [`Error::Io`] from `fcntl`.
     #[cfg(unix)]
     pub fn share_with_children(&self, share: bool) -> Result<()> {
-        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+        let held = self.live().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
         crate::sys::set_inheritable(held.as_fd(), share)
@@ -209,7 +215,7 @@ impl SharedLease {
     /// The locked descriptor, while held.
     #[cfg(unix)]
     pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.held.as_ref().map(imp::Held::as_fd)
+        self.live().map(imp::Held::as_fd)
     }
 }
 

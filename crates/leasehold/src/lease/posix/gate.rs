@@ -424,7 +424,9 @@ pub(crate) fn open(target: &Target, create: bool) -> Option<OwnedFd> {
 /// ownership rule; see the module documentation, "Trust").
 fn open_file(target: &Target, name: Option<PathBuf>, create: bool) -> Option<OwnedFd> {
     let fd = sys::open_lock_file(target.dir(), &name?, create).ok()?;
-    sys::fd_gate_usable(fd.as_fd()).ok()?.then_some(fd)
+    let id = sys::fd_gate_usable(fd.as_fd()).ok()??;
+    super::fork::register(fd.as_fd(), id);
+    Some(fd)
 }
 
 /// A shared acquirer's non-blocking pass: `false` while an exclusive waiter holds the gate.

@@ -77,6 +77,26 @@ enum SlotState {
 /// Kernel waits in progress: (inode, shared?, slot).
 static PENDING: Mutex<Vec<(FileId, bool, Arc<Slot>)>> = Mutex::new(Vec::new());
 
+/// In a forked child: the kernel waits in progress, and the parked helpers, are the
+/// parent's threads, none of which exists here; a wait of the child that adopted one of
+/// those slots, or handed its job to one of those helpers, would never end. Both lists
+/// start empty (their descriptors were let go by `fork::after_fork_in_child`). `false`
+/// where a list's lock was held at the fork by a thread that is gone.
+pub(crate) fn forget_all() -> bool {
+    let pending = match PENDING.try_lock() {
+        Ok(mut p) => {
+            std::mem::forget(std::mem::take(&mut *p));
+            true
+        }
+        Err(std::sync::TryLockError::Poisoned(p)) => {
+            std::mem::forget(std::mem::take(&mut *p.into_inner()));
+            true
+        }
+        Err(std::sync::TryLockError::WouldBlock) => false,
+    };
+    helpers::forget_all() && pending
+}
+
 impl KernelWait {
     /// Starts (or adopts) a kernel wait for `opened` in `mode`; `notifier` is poked on grant.
     /// (`Err` gives the file back where no kernel queue exists: never on POSIX.)
@@ -222,6 +242,19 @@ mod helpers {
     /// Parked helpers, each by the sending end of its channel and an ID.
     static IDLE: Mutex<Vec<(u64, Sender<Job>)>> = Mutex::new(Vec::new());
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    /// See [`super::forget_all`]: the parked helpers' channels are leaked, not dropped (their
+    /// receivers live on threads that are gone).
+    pub(super) fn forget_all() -> bool {
+        match IDLE.try_lock() {
+            Ok(mut idle) => std::mem::forget(std::mem::take(&mut *idle)),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                std::mem::forget(std::mem::take(&mut *p.into_inner()))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        }
+        true
+    }
 
     /// Hands `job` to a parked helper or a new one; `false` when no thread could be had.
     pub(super) fn run(mut job: Job) -> bool {

@@ -29,6 +29,7 @@ use crate::sys::{self, Entry, Notifier};
 
 mod data;
 mod error;
+pub(crate) mod fork;
 pub(crate) mod gate;
 mod kernel_wait;
 
@@ -329,6 +330,7 @@ pub(crate) fn open_descriptor(target: &Target, fd: BorrowedFd<'_>) -> Result<Ope
     let path = target.display();
     let (id, _) = sys::fd_identity(fd).map_err(|e| path_error(path, "stat descriptor", e))?;
     let fd = sys::dup_cloexec(fd).map_err(|e| path_error(path, "duplicate descriptor", e))?;
+    fork::register(fd.as_fd(), id);
     Ok(Opened {
         fd,
         id,
@@ -376,6 +378,10 @@ impl PlatformHeld for Held {
 
     fn file_id(&self) -> Option<FileId> {
         Some(self.id)
+    }
+
+    fn forgotten(&self) -> bool {
+        self._claim.forgotten()
     }
 
     /// Whether other processes wait for this lease (Linux: their marks, `sys::mark_waiting`;
@@ -527,6 +533,8 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
             reason,
         });
     }
+    // A child forked from now on lets its copy go (`fork::after_fork_in_child`).
+    fork::register(fd.as_fd(), id);
     // The file's own device too (a file can be a mount point of its own); known after the
     // directory's check in all but that case, so this costs one atomic load.
     if !opts.allow_network_fs
