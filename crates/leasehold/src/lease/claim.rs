@@ -226,7 +226,8 @@ impl Claim {
 /// from its parent's).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-fn generation() -> u64 {
+/// The table's generation (see [`forget_all`]).
+pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
 }
 

@@ -299,6 +299,11 @@ pub(crate) trait PlatformOpened: Debug {
     fn key(&self) -> Key;
     /// The identity of the opened inode (`None` where a lease is no file: Windows).
     fn file_id(&self) -> Option<FileId>;
+    /// Whether it was opened before a `fork` and let go in the child
+    /// ([`after_fork_in_child`]): never to be locked again.
+    fn forgotten(&self) -> bool {
+        false
+    }
 }
 
 /// A held lease of a [`Platform`].
@@ -836,7 +841,8 @@ impl LeaseHandle {
             &self.target,
             budget,
             self.mode,
-            self.opened.take(),
+            // A file this handle kept open before a `fork` is `/dev/null` in the child.
+            self.opened.take().filter(|o| !o.forgotten()),
         );
         let held = blocking::run(acq)?;
         Ok(HandleGuard {
@@ -874,7 +880,7 @@ impl HandleGuard<'_> {
     /// # Errors
     /// As [`Lease::verify`].
     pub fn verify(&self) -> Result<()> {
-        let Some(held) = &self.held else {
+        let Some(held) = self.held.as_ref().filter(|h| !h.forgotten()) else {
             return Err(Error::Released {
                 path: self.handle.path().to_path_buf(),
             });
@@ -893,8 +899,8 @@ impl HandleGuard<'_> {
             // Shared holders do not exclude each other, so a shared handle that re-locks at
             // once takes nothing from a waiter: it unlocks without asking.
             let shared = self.handle.mode == Mode::Shared;
-            self.handle.opened = match !shared && held.others_waiting() {
-                true => None, // dropping `held` closes the file
+            self.handle.opened = match held.forgotten() || (!shared && held.others_waiting()) {
+                true => None, // dropping `held` closes the file (`/dev/null` after a fork)
                 false => held.unlock_keep(),
             };
         }

@@ -317,6 +317,9 @@ pub(crate) struct Opened {
     /// Whether the last try found the gate held (a shared try, see [`gate`]), for the error
     /// of a try-once acquisition: it was held up there, not at the lock.
     at_gate: bool,
+    /// The claim table's generation when it was opened: one opened before a `fork` is, in
+    /// the child, `/dev/null` ([`fork`]) and is never locked again.
+    generation: u64,
 }
 
 /// A caller's descriptor, duplicated (the same open file description, so the lock taken is
@@ -335,6 +338,7 @@ pub(crate) fn open_descriptor(target: &Target, fd: BorrowedFd<'_>) -> Result<Ope
         fd,
         id,
         at_gate: false,
+        generation: super::claim::generation(),
     })
 }
 
@@ -345,6 +349,10 @@ impl PlatformOpened for Opened {
 
     fn file_id(&self) -> Option<FileId> {
         Some(self.id)
+    }
+
+    fn forgotten(&self) -> bool {
+        self.generation != super::claim::generation()
     }
 }
 
@@ -420,6 +428,7 @@ impl PlatformHeld for Held {
                     fd,
                     id,
                     at_gate: false,
+                    generation: super::claim::generation(),
                 })
             }
             Err(_) => None,
@@ -554,6 +563,7 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         fd,
         id,
         at_gate: false,
+        generation: super::claim::generation(),
     })
 }
 
