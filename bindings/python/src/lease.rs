@@ -301,3 +301,19 @@ pub(crate) fn holders(py: Python<'_>, path: PathBuf) -> PyResult<Option<Vec<u32>
 pub(crate) fn after_fork_in_child() -> bool {
     leasehold::after_fork_in_child()
 }
+
+/// Registered with `os.register_at_fork(before=...)`: the library's `before_fork`, on the
+/// thread about to fork.
+#[pyfunction]
+#[pyo3(name = "_before_fork")]
+pub(crate) fn before_fork() {
+    leasehold::before_fork();
+}
+
+/// Registered with `os.register_at_fork(after_in_parent=...)`: the library's
+/// `after_fork_in_parent`.
+#[pyfunction]
+#[pyo3(name = "_after_fork_in_parent")]
+pub(crate) fn after_fork_in_parent() {
+    leasehold::after_fork_in_parent();
+}

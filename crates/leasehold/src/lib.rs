@@ -274,13 +274,13 @@ pub use error::{Classify, Error, ErrorClass, NotWaited, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
 #[cfg(unix)]
-pub use lease::after_fork_in_child;
-#[cfg(unix)]
 pub use lease::unlock_descriptor;
 pub use lease::{
     HandleGuard, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS, SharedLease,
     check_trusted, holders,
 };
+#[cfg(unix)]
+pub use lease::{after_fork_in_child, after_fork_in_parent, before_fork};
 
 /// A fresh temporary directory for unit tests. WASI has no system temporary directory
 /// (`std::env::temp_dir` panics there), so on `wasm32-wasip1` it is made under `TMPDIR`,

@@ -231,17 +231,30 @@ pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
 }
 
+/// The claim table's lock, held across a `fork` ([`freeze`]).
+pub(crate) struct Frozen(MutexGuard<'static, Option<Table>>);
+
+/// Takes the table's lock for a `fork` about to happen on this thread, so that the child
+/// finds the table whole and its lock held by its one thread (`after_fork_in_child`).
+pub(crate) fn freeze() -> Frozen {
+    Frozen(table())
+}
+
 /// In a forked child: every claim, queue place and waiter of the table belongs to the
 /// parent's leases and threads (only the forking thread exists in the child), so the child
 /// starts an empty table, and every claim granted before says it is forgotten (its drop
-/// does nothing). `false` where the table's lock was held at the fork by a thread that is
-/// gone (it can never be taken again): the old table stays, and this process's own later
-/// acquisitions of those locks would queue behind claims nobody will release.
-pub(crate) fn forget_all() -> bool {
+/// does nothing). `frozen`: the lock this thread took before the fork; without it, `false`
+/// where the lock was held at the fork by a thread that is gone (it can never be taken
+/// again): the old table stays, and this process's later acquisitions would wait for ever.
+pub(crate) fn forget_all(frozen: Option<Frozen>) -> bool {
     GENERATION.fetch_add(1, Ordering::AcqRel);
+    if let Some(Frozen(mut t)) = frozen {
+        std::mem::forget(t.take());
+        return true;
+    }
     match TABLE.try_lock() {
-        Ok(mut t) => *t = None,
-        Err(std::sync::TryLockError::Poisoned(p)) => *p.into_inner() = None,
+        Ok(mut t) => std::mem::forget(t.take()),
+        Err(std::sync::TryLockError::Poisoned(p)) => std::mem::forget(p.into_inner().take()),
         Err(std::sync::TryLockError::WouldBlock) => return false,
     }
     true

@@ -368,15 +368,35 @@ pub(crate) use crate::sys::naming::push_sha256_hex;
 /// ([`is_held`](Lease::is_held) false, [`verify`](Lease::verify) `Error::Released`,
 /// [`release`](Lease::release) a no-op). The child may take leases of its own afterwards.
 ///
-/// Python's binding registers it with `os.register_at_fork(after_in_child=...)`. `false`
-/// where part of the library's state could not be reset because a thread of the parent
-/// held its lock at the instant of the fork (a thread that does not exist in the child):
-/// what could be let go was, but leases this process takes afterwards may wait for ever.
+/// With [`before_fork`] called by the forking thread just before the fork (and
+/// [`after_fork_in_parent`] in the parent after it), the library's state is whole in the
+/// child; Python's binding registers all three with `os.register_at_fork`. Without
+/// `before_fork`, `false` where part of the library's state could not be reset because a
+/// thread of the parent held its lock at the instant of the fork (a thread that does not
+/// exist in the child): what could be let go was, but leases this process takes afterwards
+/// may wait for ever.
 /// A `fork` immediately followed by `exec` needs none of this (lease descriptors are
 /// close-on-exec, bar one shared with [`Lease::share_with_children`]).
 #[cfg(unix)]
 pub fn after_fork_in_child() -> bool {
     imp::fork::after_fork_in_child()
+}
+
+/// Call on the thread about to `fork` (without `exec`), just before it: takes the library's
+/// process-wide locks, so that the child finds its state whole and held by its one thread
+/// ([`after_fork_in_child`] lets them go there); [`after_fork_in_parent`] lets them go in
+/// the parent. Other threads' acquisitions wait for the fork meanwhile (they never hold
+/// one of these locks for longer than a table update).
+#[cfg(unix)]
+pub fn before_fork() {
+    imp::fork::before_fork();
+}
+
+/// Call in the parent right after a `fork` that [`before_fork`] prepared: lets the
+/// library's locks go again.
+#[cfg(unix)]
+pub fn after_fork_in_parent() {
+    imp::fork::after_fork_in_parent();
 }
 
 pub use options::LeaseOptions;

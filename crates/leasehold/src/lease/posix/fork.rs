@@ -25,9 +25,10 @@
 //! of the same lock file that the caller opened with the number the library once used is
 //! let go too (in the child only; never one the caller opened on another file).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use crate::kind::FileId;
 use crate::sys;
@@ -43,23 +44,71 @@ pub(crate) fn register(fd: BorrowedFd<'_>, id: FileId) {
         .insert(fd.as_raw_fd(), id);
 }
 
+/// Everything [`after_fork_in_child`] resets, locked by the thread about to fork
+/// ([`before_fork`]), so that the child finds it whole and held by its one thread.
+struct Frozen {
+    opened: MutexGuard<'static, Option<HashMap<RawFd, FileId>>>,
+    claims: crate::lease::claim::Frozen,
+    waits: super::kernel_wait::Frozen,
+}
+
+thread_local! {
+    /// What [`before_fork`] locked on this thread, until the fork's other half.
+    static FROZEN: RefCell<Option<Frozen>> = const { RefCell::new(None) };
+}
+
+/// See [`crate::before_fork`].
+pub(crate) fn before_fork() {
+    if FROZEN.with(|f| f.borrow().is_some()) {
+        return;
+    }
+    // One order, and no code path holds two of these locks at once: no deadlock.
+    let claims = crate::lease::claim::freeze();
+    let waits = super::kernel_wait::freeze();
+    let opened = crate::mutex::lock(&OPENED);
+    FROZEN.with(|f| {
+        *f.borrow_mut() = Some(Frozen {
+            opened,
+            claims,
+            waits,
+        })
+    });
+}
+
+/// See [`crate::after_fork_in_parent`].
+pub(crate) fn after_fork_in_parent() {
+    let frozen = FROZEN.with(|f| f.borrow_mut().take());
+    drop(frozen);
+}
+
 /// See [`crate::after_fork_in_child`]: `false` where some of the library's state could not
 /// be reset (its lock was held at the fork by a thread that is gone).
 pub(crate) fn after_fork_in_child() -> bool {
-    let opened: Vec<(RawFd, FileId)> = match OPENED.try_lock() {
-        Ok(mut o) => o
-            .take()
-            .map(|m| m.into_iter().collect())
-            .unwrap_or_default(),
-        Err(std::sync::TryLockError::Poisoned(p)) => p
-            .into_inner()
-            .take()
-            .map(|m| m.into_iter().collect())
-            .unwrap_or_default(),
-        Err(std::sync::TryLockError::WouldBlock) => return false,
+    let frozen = FROZEN.with(|f| f.borrow_mut().take());
+    let (mut opened, claims, waits) = match frozen {
+        Some(Frozen {
+            opened,
+            claims,
+            waits,
+        }) => (opened, Some(claims), Some(waits)),
+        None => match OPENED.try_lock() {
+            Ok(o) => (o, None, None),
+            Err(std::sync::TryLockError::Poisoned(p)) => (p.into_inner(), None, None),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let claims = crate::lease::claim::forget_all(None);
+                let waits = super::kernel_wait::forget_all(None);
+                let _ = (claims, waits);
+                return false;
+            }
+        },
     };
-    let nulled = sys::fork::let_go(&opened);
-    let claims = crate::lease::claim::forget_all();
-    let waits = super::kernel_wait::forget_all();
+    let numbers: Vec<(RawFd, FileId)> = opened
+        .take()
+        .map(|m| m.into_iter().collect())
+        .unwrap_or_default();
+    drop(opened);
+    let nulled = sys::fork::let_go(&numbers);
+    let claims = crate::lease::claim::forget_all(claims);
+    let waits = super::kernel_wait::forget_all(waits);
     nulled && claims && waits
 }
