@@ -8,7 +8,7 @@
 //! grant then stays with the child) — until the child exits. The child cannot unlock them
 //! either: `flock(LOCK_UN)` through its copy would free the parent's lock too.
 //!
-//! So [`after_fork_in_child`](crate::after_fork_in_child), called in the child right after
+//! So [`after_fork_in_child`](crate::after_fork_in_child()), called in the child right after
 //! the fork, lets go of every copy at once: each descriptor of a lock file or gate this
 //! process opened is pointed at `/dev/null` (`dup2`, close-on-exec): the child's reference
 //! to the shared description is gone, never unlocked, and the number stays taken, so that
