@@ -22,14 +22,25 @@
 //! helper → event loop) are the least a wait that must not block the event loop can take:
 //! nothing lets epoll watch for a `flock` grant.
 //!
+//! A wait ends with its environment: a worker_thread terminated (or a process exiting) while
+//! a wait of its is in progress never polls it again, and the wait would live on — its
+//! future holds the library's acquisition (a claim on the lock, or a place in its queue),
+//! and the library's wake-up holds the future — so every other thread of the process would
+//! find the lock "held by this process". Each JS thread's environment gets one clean-up
+//! hook (napi's `add_env_cleanup_hook`), which drops every wait of that thread still in
+//! progress: the library's acquisition ends as a dropped future does, nothing held or
+//! queued. (Leases a terminated worker holds are released by their objects' finalizers,
+//! which Node runs when it tears the environment down.)
+//!
 //! Timers (a `timeoutMs`) are tokio's: each poll runs inside napi's runtime context, whose
 //! workers drive the timer and wake the same waker. Nothing else of the wait changes: its
 //! decisions, its kernel-queue wait and its cancellation are the library's.
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 use napi::bindgen_prelude::{ToNapiValue, within_runtime_if_available};
@@ -40,6 +51,8 @@ type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// One future driven on the JS thread; `done` is called with its output when it ends.
 struct Task<T: 'static> {
+    /// Its key in this thread's [`LIVE`] list.
+    id: u64,
     /// The future, until it has ended.
     fut: Mutex<Option<Boxed<T>>>,
     /// Whether a poll is already scheduled (wake-ups before it coalesce into it).
@@ -77,6 +90,7 @@ impl<T: Send + 'static> Task<T> {
             Poll::Ready(out) => {
                 *slot = None;
                 drop(slot);
+                LIVE.with(|live| live.borrow_mut().retain(|(id, _)| *id != self.id));
                 let done = self
                     .poll
                     .lock()
@@ -110,11 +124,22 @@ where
     // Off any hand-over's path: this wait has not started yet.
     let ended = std::mem::take(&mut *retired());
     drop(ended);
+    // Before the first threadsafe function of this thread: Node runs clean-up hooks in the
+    // reverse order of their registration, so every wait's function is finalized first.
+    if !HOOKED.get() {
+        let mut env = *env;
+        env.add_env_cleanup_hook((), |()| abandon_all())?;
+        HOOKED.set(true);
+    }
+    static IDS: AtomicU64 = AtomicU64::new(0);
     let task = Arc::new(Task {
+        id: IDS.fetch_add(1, Ordering::Relaxed),
         fut: Mutex::new(Some(Box::pin(fut))),
         scheduled: AtomicBool::new(false),
         poll: Mutex::new(None),
     });
+    let weak: Weak<dyn Abandon> = Arc::downgrade(&task) as Weak<dyn Abandon>;
+    LIVE.with(|live| live.borrow_mut().push((task.id, weak)));
     // Made before the first poll, so that a wake-up during it is not lost.
     let stepped = task.clone();
     let tsfn: ThreadsafeFunction<(), ErrorStrategy::Fatal> = done
@@ -132,4 +157,48 @@ fn retired() -> MutexGuard<'static, Vec<ThreadsafeFunction<(), ErrorStrategy::Fa
     static RETIRED: Mutex<Vec<ThreadsafeFunction<(), ErrorStrategy::Fatal>>> =
         Mutex::new(Vec::new());
     RETIRED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A wait in progress that its environment's end abandons.
+trait Abandon: Send + Sync {
+    /// Drops the future (the library's acquisition ends as a dropped future does: nothing
+    /// held or queued); its function is left to Node, which has finalized it already.
+    fn abandon(&self);
+}
+
+impl<T: Send + 'static> Abandon for Task<T> {
+    fn abandon(&self) {
+        let fut = self
+            .fut
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(fut);
+        let poll = self
+            .poll
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        // Finalized with the environment: never released again.
+        std::mem::forget(poll);
+    }
+}
+
+thread_local! {
+    /// The waits of this JS thread's environment still in progress (by [`Task::id`]).
+    static LIVE: RefCell<Vec<(u64, Weak<dyn Abandon>)>> = const { RefCell::new(Vec::new()) };
+    /// Whether this thread's environment has its clean-up hook ([`abandon_all`]).
+    static HOOKED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The environment of this thread is being torn down (a worker terminated or ended, the
+/// process exiting): every wait still in progress ends here.
+fn abandon_all() {
+    HOOKED.set(false);
+    let live = LIVE.with(|live| std::mem::take(&mut *live.borrow_mut()));
+    for (_, task) in live {
+        if let Some(task) = task.upgrade() {
+            task.abandon();
+        }
+    }
 }

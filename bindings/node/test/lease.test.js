@@ -228,3 +228,17 @@ test('every unusable lock path rejects promptly with INVALID_INPUT and changes n
   assert.equal(fs.existsSync(join(dir, 'ok.lock')), false)
   await assert.rejects(Lease.acquire(42), { code: 'INVALID_INPUT' })
 })
+
+test('a nested shared lease is granted past a writer waiting for the outer one', { skip: process.platform !== 'linux' && 'needs /proc/locks' }, async (t) => {
+  const lock = join(tempDir(t), 'nested.lock')
+  const outer = await lh.Lease.acquire(lock, { shared: true })
+  const writer = nodeChild('hold', lock)
+  t.after(() => writer.kill())
+  await until('the writer waits for the outer lease', () => blockedOn(writer.pid, lock))
+  // Waiting behind the writer, which waits for `outer`, would never end: the bound fails it.
+  const inner = await within(5000, lh.Lease.acquire(lock, { shared: true, timeoutMs: 5000 }))
+  assert.ok(inner instanceof lh.Lease, `the nested shared lease was not granted: ${inner}`)
+  inner.release()
+  outer.release()
+  await writer.expect('H')
+})

@@ -74,6 +74,14 @@ impl Lease {
         self.shared
     }
 
+    /// Whether the lease is held: `False` once released, and in a process forked from the
+    /// one that took it (the child lets go of its copy at the fork: see
+    /// `_after_fork_in_child`).
+    #[getter(held)]
+    fn is_held(&self) -> bool {
+        self.held().is_held()
+    }
+
     /// Raises `LeaseError(code='LOST')` unless the lease still stands for its path: the lock
     /// file was removed or replaced (a newcomer would lock the new file), or the lease was
     /// released. Call it before a write that the lease must guard.
@@ -281,4 +289,31 @@ pub(crate) fn holders(py: Python<'_>, path: PathBuf) -> PyResult<Option<Vec<u32>
         Ok(_) => Ok(None),
         Err(e) => Err(to_pyerr(py, e)),
     }
+}
+
+/// Registered by the package with `os.register_at_fork(after_in_child=...)`: in a child
+/// forked without exec, lets go of every lease, wait and gate inherited from the parent,
+/// never unlocking them (the library's `after_fork_in_child`); the inherited `Lease`
+/// objects then say they are not held. `False` where part of the library's state could not
+/// be reset (a thread of the parent held its lock at the fork).
+#[pyfunction]
+#[pyo3(name = "_after_fork_in_child")]
+pub(crate) fn after_fork_in_child() -> bool {
+    leasehold::after_fork_in_child()
+}
+
+/// Registered with `os.register_at_fork(before=...)`: the library's `before_fork`, on the
+/// thread about to fork.
+#[pyfunction]
+#[pyo3(name = "_before_fork")]
+pub(crate) fn before_fork() {
+    leasehold::before_fork();
+}
+
+/// Registered with `os.register_at_fork(after_in_parent=...)`: the library's
+/// `after_fork_in_parent`.
+#[pyfunction]
+#[pyo3(name = "_after_fork_in_parent")]
+pub(crate) fn after_fork_in_parent() {
+    leasehold::after_fork_in_parent();
 }

@@ -31,5 +31,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lease::AsyncWait>()?;
     m.add_function(wrap_pyfunction!(lease::start_acquire, m)?)?;
     m.add_function(wrap_pyfunction!(lease::holders, m)?)?;
+    m.add_function(wrap_pyfunction!(lease::before_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(lease::after_fork_in_parent, m)?)?;
+    m.add_function(wrap_pyfunction!(lease::after_fork_in_child, m)?)?;
     Ok(())
 }

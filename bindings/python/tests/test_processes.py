@@ -195,3 +195,17 @@ def test_util_linux_flock_and_leasehold_exclude_each_other_both_ways(spawn, spaw
     holder.send()
     waiting.expect("ran")
     assert waiting.wait() == 0
+
+
+def test_a_nested_shared_lease_is_granted_past_a_writer_waiting_for_the_outer_one(spawn, lock_path):
+    # The writer holds the gate and waits for our outer lease: a nested shared lease that
+    # waited behind it would wait for good (the timeout only bounds the test).
+    outer = leasehold_lock.acquire(lock_path, shared=True)
+    writer = spawn(WAIT, lock_path, "none", "exclusive")
+    writer.expect("waiting")
+    until("the writer waits for the outer lease", lambda: blocked_on(writer.pid, lock_path))
+    inner = leasehold_lock.acquire(lock_path, 10, shared=True)
+    assert inner.held
+    inner.release()
+    outer.release()
+    writer.expect("acquired")

@@ -144,3 +144,68 @@ fn shared_runs_refuse_unusable_paths_like_run() {
     assert_eq!(out.code, 2, "{out:?}");
     testkit::assert_one_line_error(&out, "link.lock");
 }
+
+/// The script of a nested shared acquisition, run by an outer shared holder (`run --shared`
+/// or `flock -s`): it says `outer-held`, waits for a line (the test queues a writer
+/// meanwhile), then runs a nested shared acquisition (`$INNER true`) and says `inner-done`.
+/// (The writer is not started by the script: it would inherit the outer holder's
+/// descriptor and wait for its own copy of the shared lock for ever, with flock(1) too.)
+const NESTED: &str = r#"
+echo outer-held
+read _
+$INNER true && echo inner-done
+"#;
+
+/// Runs [`NESTED`] under `outer` with `inner` as the nested acquisition (`sep`: both are
+/// `run`, whose COMMAND follows `--`), with an exclusive `leasehold flock -x` of another
+/// tree queued in between (blocked on the lock, holding its gate); panics unless the script
+/// completes within 20 s (a bound on a hang, not a synchronisation) and the writer then
+/// gets the lock.
+fn nested_completes(outer: &[&str], inner: &str, sep: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("nested.lock");
+    let lh = common::bin();
+    let mut cmd = leasehold();
+    cmd.args(outer)
+        .arg(&lock)
+        .args(sep)
+        .args(["sh", "-c", NESTED])
+        .env(
+            "INNER",
+            format!(
+                "{} {inner} {} {}",
+                lh.display(),
+                lock.display(),
+                sep.join(" ")
+            ),
+        );
+    let mut p = Proc::spawn(&mut cmd);
+    assert_eq!(p.line(), "outer-held");
+    let mut writer = Proc::spawn(leasehold().args(["flock", "-x"]).arg(&lock).args([
+        "sh",
+        "-c",
+        "echo writer-got",
+    ]));
+    testkit::until("the writer waits for the outer holder", || {
+        testkit::blocked_on(writer.pid(), &lock)
+    });
+    p.send("go");
+    let status = p.wait_timeout(std::time::Duration::from_secs(20));
+    assert!(
+        status.is_some(),
+        "{outer:?} then {inner}: the nested shared acquisition waited behind the queued writer (deadlock)"
+    );
+    assert_eq!(p.line(), "inner-done", "{outer:?} then {inner}");
+    assert!(status.unwrap().success());
+    assert_eq!(writer.line(), "writer-got");
+    assert!(writer.wait().success());
+}
+
+/// A shared acquisition nested in a shared `run`/`flock -s` whose descriptor it inherited
+/// does not wait at the gate of a writer queued in between (which waits for the outer one):
+/// the script completes, as with util-linux `flock(1)`.
+#[test]
+fn a_nested_shared_acquisition_is_not_held_up_by_a_writer_queued_behind_its_outer_one() {
+    nested_completes(&["run", "--shared"], "run --shared", &["--"]);
+    nested_completes(&["flock", "-s"], "flock -s", &[]);
+}

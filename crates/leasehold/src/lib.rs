@@ -233,8 +233,11 @@
 //! allowed only on the platform modules under `sys/` that cannot do without it, with an
 //! `#[allow(unsafe_code)]` on that module's declaration in `sys/mod.rs` naming why:
 //! `sys/windows.rs` (`CreateSemaphoreW` through `windows-sys`: no safe wrapper exists for
-//! named semaphores), and, in the library's own tests on Linux only, `sys/test_signal.rs` (a
-//! handler installed without `SA_RESTART` and `pthread_kill`, to interrupt a blocked `flock`). Every other system call goes through `rustix` or `std` (waiters are
+//! named semaphores), `sys/fork.rs` (a forked child lets go of its copies of lock and gate
+//! descriptors by number: borrowing a raw number), and, in the library's own tests on Linux only, `sys/test_signal.rs` (a
+//! handler installed without `SA_RESTART` and `pthread_kill`, to interrupt a blocked `flock`)
+//! and `sys/test_fork.rs` (`fork` and `waitpid`, to test what a forked child's copies of
+//! descriptors do). Every other system call goes through `rustix` or `std` (waiters are
 //! woken by `Thread::unpark` or a task's `Waker`, so nothing is registered with tokio's
 //! reactor). Each `unsafe` block carries a
 //! `// SAFETY:` argument that the contract of the call holds, and the workspace lints
@@ -276,6 +279,8 @@ pub use lease::{
     HandleGuard, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS, SharedLease,
     check_trusted, holders,
 };
+#[cfg(unix)]
+pub use lease::{after_fork_in_child, after_fork_in_parent, before_fork};
 
 /// A fresh temporary directory for unit tests. WASI has no system temporary directory
 /// (`std::env::temp_dir` panics there), so on `wasm32-wasip1` it is made under `TMPDIR`,

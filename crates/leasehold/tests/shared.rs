@@ -495,6 +495,38 @@ fn shared_newcomers_queue_behind_a_waiting_exclusive_one() {
     assert!(gate.exists(), "the gate is never removed");
 }
 
+/// A shared acquisition nested in a shared lease of this process is granted at once
+/// although a writer of another process queues between them, holding the gate and waiting
+/// for the outer lease: waiting behind that writer would be a deadlock for good (util-linux
+/// `flock -s` nests so without one). Both a try and a wait; the wait's budget only bounds the
+/// test should it hang.
+#[test]
+fn a_nested_shared_lease_is_not_held_up_by_a_writer_waiting_for_the_outer_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("nested.lock");
+    let outer = SharedLease::try_acquire(&lock).unwrap();
+    let mut writer = Proc::spawn(&mut helper_cmd("wait-exclusive", &lock));
+    // Blocked on the lock itself: it took the gate first (see `lease/posix/gate.rs`).
+    until(
+        "the writer waits for the outer lease, holding the gate",
+        || blocked_on(writer.pid(), &lock),
+    );
+    let tried = SharedLease::try_acquire(&lock);
+    assert!(tried.is_ok(), "a nested try: {tried:?}");
+    let waited = SharedLease::acquire(&lock, &Budget::timeout(Duration::from_secs(10)));
+    assert!(waited.is_ok(), "a nested wait: {waited:?}");
+    // From another thread of the process too: the process holds the file shared.
+    let p = lock.clone();
+    let other = std::thread::spawn(move || SharedLease::try_acquire(&p).map(drop));
+    assert!(other.join().unwrap().is_ok());
+    drop((tried, waited, outer));
+    assert_eq!(
+        said(&mut writer),
+        "got",
+        "the writer goes once they are gone"
+    );
+}
+
 /// Whether every thread of process `pid` is stopped (SIGSTOP has taken effect: state `T`).
 fn stopped(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {

@@ -17,6 +17,18 @@ from ._errors import LeaseError, Timeout
 from ._filelock import AcquireReturnProxy, AsyncFileLock, FileLock, ReadWriteLock
 from ._native import Lease, __version__, acquire, holders, try_acquire
 
+# A child forked without exec (os.fork, multiprocessing's "fork" start method) lets go of
+# the leases, waits and gates it inherited, without unlocking them: otherwise its copies keep
+# a lease locked after the parent releases it, until the child exits. Its Lease objects then
+# say they are not held. The forking thread holds the library's locks across the fork, so
+# that the child finds its state whole.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_native._before_fork,
+        after_in_parent=_native._after_fork_in_parent,
+        after_in_child=_native._after_fork_in_child,
+    )
+
 __all__ = [
     "AcquireReturnProxy",
     "AsyncFileLock",

@@ -454,6 +454,14 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
     };
     let mut cmd = Command::new(program);
     cmd.args(rest);
+    if (plan.no_fork || !plan.close)
+        && let Held::Shared(l) = &held
+        && let Some((name, value)) = l.child_env()
+    {
+        // COMMAND inherits a shared lease: its own shared acquisitions of the file are
+        // nested in ours and must not wait behind a writer that waits for us.
+        cmd.env(name, value);
+    }
     if plan.no_fork {
         // exec: the lock's descriptor is kept open across it, so COMMAND holds the lock.
         held.inherit(true)?;

@@ -121,7 +121,15 @@ pub fn main(args: RunArgs) -> Outcome {
     let Some((program, rest)) = args.command.split_first() else {
         return Err(Failure::usage("run: COMMAND is required after --"));
     };
-    let mut child = Command::new(program).args(rest).spawn().map_err(|e| {
+    let mut command = Command::new(program);
+    command.args(rest);
+    // COMMAND inherits a shared lease: its own shared acquisitions of the lock are nested
+    // in ours and must not wait behind a writer that waits for us (the library's rule).
+    #[cfg(unix)]
+    if let Some((name, value)) = lease.child_env() {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             127
         } else {
@@ -332,6 +340,16 @@ impl Held {
         match self {
             Held::Exclusive(l) => l.share_with_children(share),
             Held::Shared(l) => l.share_with_children(share),
+        }
+    }
+
+    /// What COMMAND's environment gains from a shared lease it inherits
+    /// ([`SharedLease::child_env`]).
+    #[cfg(unix)]
+    fn child_env(&self) -> Option<(&'static str, String)> {
+        match self {
+            Held::Exclusive(_) => None,
+            Held::Shared(l) => l.child_env(),
         }
     }
 }

@@ -14,9 +14,15 @@
 //!
 //! Shared claims coexist; an exclusive claim excludes everything. A newcomer is granted at
 //! once only when nobody is queued, so a queued exclusive waiter is never starved by shared
-//! claims that keep overlapping (the in-process half of the turnstile).
+//! claims that keep overlapping (the in-process half of the turnstile) — bar one: a shared
+//! claim while a shared lease of this process *holds* the lock ([`Claim::hold`]) is granted
+//! at once, queue or not. A nested shared acquisition (the outer lease held by the same
+//! caller) would otherwise wait behind an exclusive waiter that waits for the outer lease:
+//! a deadlock. The process cannot tell a nested acquisition from another thread's, so the
+//! rule is per process, as the gate's is (`posix/gate.rs`, "Nested shared leases").
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::sys::Notifier;
@@ -36,10 +42,20 @@ pub(crate) enum Mode {
 struct Entry {
     exclusive: bool,
     shared: usize,
+    /// Shared claims whose lease holds the lock (a subset of `shared`; [`Claim::hold`]).
+    holding: usize,
     queue: VecDeque<Arc<Ticket>>,
 }
 
 impl Entry {
+    /// Whether a newcomer in `mode` is granted at once: nobody queued and admitted, or a
+    /// shared claim while a shared lease of this process holds the lock (see the module
+    /// documentation).
+    fn admits_now(&self, mode: Mode) -> bool {
+        (self.queue.is_empty() && self.admits(mode))
+            || (mode == Mode::Shared && self.holding > 0 && !self.exclusive)
+    }
+
     fn admits(&self, mode: Mode) -> bool {
         match mode {
             Mode::Exclusive => !self.exclusive && self.shared == 0,
@@ -107,6 +123,10 @@ use crate::mutex::lock;
 pub(crate) struct Claim {
     key: Key,
     mode: Mode,
+    /// The table's generation it was granted in ([`forget_all`]).
+    generation: u64,
+    /// Whether it counts as a shared lease that holds the lock ([`Claim::hold`]).
+    holding: bool,
 }
 
 /// A place in the queue for a claim; dropping it leaves the queue (or passes on a claim that
@@ -114,6 +134,7 @@ pub(crate) struct Claim {
 pub(crate) struct Queued {
     key: Key,
     ticket: Arc<Ticket>,
+    generation: u64,
 }
 
 /// The outcome of [`take`].
@@ -131,9 +152,14 @@ pub(crate) fn take(key: Key, mode: Mode, queue_with: Option<&Arc<Notifier>>) -> 
         .get_or_insert_with(Table::default)
         .entry(key)
         .or_default();
-    if entry.queue.is_empty() && entry.admits(mode) {
+    if entry.admits_now(mode) {
         entry.grant(mode);
-        return Taken::Claim(Claim { key, mode });
+        return Taken::Claim(Claim {
+            key,
+            mode,
+            generation: generation(),
+            holding: false,
+        });
     }
     match queue_with {
         Some(notifier) => {
@@ -143,7 +169,11 @@ pub(crate) fn take(key: Key, mode: Mode, queue_with: Option<&Arc<Notifier>>) -> 
                 notifier: notifier.clone(),
             });
             entry.queue.push_back(ticket.clone());
-            Taken::Queued(Queued { key, ticket })
+            Taken::Queued(Queued {
+                key,
+                ticket,
+                generation: generation(),
+            })
         }
         None => {
             if entry.is_idle() {
@@ -165,12 +195,84 @@ impl Queued {
         Some(Claim {
             key: self.key,
             mode: self.ticket.mode,
+            generation: self.generation,
+            holding: false,
         })
     }
 }
 
+impl Claim {
+    /// Records that this claim's lease now holds the lock: where it is shared, later shared
+    /// claims on the key are granted at once and pass the lock's gate
+    /// ([`holds_shared`]). Idempotent; nothing for an exclusive claim.
+    pub(crate) fn hold(&mut self) {
+        if self.mode != Mode::Shared || self.holding || self.forgotten() {
+            return;
+        }
+        if let Some(entry) = table().as_mut().and_then(|t| t.get_mut(&self.key)) {
+            entry.holding += 1;
+            self.holding = true;
+        }
+    }
+
+    /// Whether this claim was granted before [`forget_all`]: a forked child's copy of a
+    /// lease of its parent, which the child let go.
+    pub(crate) fn forgotten(&self) -> bool {
+        self.generation != generation()
+    }
+}
+
+/// How many times [`forget_all`] has run in this process (a forked child's copy counts on
+/// from its parent's).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// The table's generation (see [`forget_all`]).
+pub(crate) fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
+
+/// The claim table's lock, held across a `fork` ([`freeze`]).
+pub(crate) struct Frozen(MutexGuard<'static, Option<Table>>);
+
+/// Takes the table's lock for a `fork` about to happen on this thread, so that the child
+/// finds the table whole and its lock held by its one thread (`after_fork_in_child`).
+pub(crate) fn freeze() -> Frozen {
+    Frozen(table())
+}
+
+/// In a forked child: every claim, queue place and waiter of the table belongs to the
+/// parent's leases and threads (only the forking thread exists in the child), so the child
+/// starts an empty table, and every claim granted before says it is forgotten (its drop
+/// does nothing). `frozen`: the lock this thread took before the fork; without it, `false`
+/// where the lock was held at the fork by a thread that is gone (it can never be taken
+/// again): the old table stays, and this process's later acquisitions would wait for ever.
+pub(crate) fn forget_all(frozen: Option<Frozen>) -> bool {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    if let Some(Frozen(mut t)) = frozen {
+        std::mem::forget(t.take());
+        return true;
+    }
+    match TABLE.try_lock() {
+        Ok(mut t) => std::mem::forget(t.take()),
+        Err(std::sync::TryLockError::Poisoned(p)) => std::mem::forget(p.into_inner().take()),
+        Err(std::sync::TryLockError::WouldBlock) => return false,
+    }
+    true
+}
+
+/// Whether a shared lease of this process holds the lock `key` right now.
+pub(crate) fn holds_shared(key: Key) -> bool {
+    table()
+        .as_ref()
+        .and_then(|t| t.get(&key))
+        .is_some_and(|e| e.holding > 0)
+}
+
 impl Drop for Queued {
     fn drop(&mut self) {
+        if self.generation != generation() {
+            return; // the table it queued in is gone (`forget_all`)
+        }
         let mut guard = table();
         let Some(entry) = guard.as_mut().and_then(|t| t.get_mut(&self.key)) else {
             return;
@@ -179,7 +281,7 @@ impl Drop for Queued {
         match state {
             TicketState::Waiting => entry.queue.retain(|t| !Arc::ptr_eq(t, &self.ticket)),
             // Granted while we gave up: pass the claim on as its holder would.
-            TicketState::Granted => release(&mut guard, self.key, self.ticket.mode),
+            TicketState::Granted => release(&mut guard, self.key, self.ticket.mode, false),
             TicketState::Taken => {}
         }
     }
@@ -187,12 +289,15 @@ impl Drop for Queued {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        release(&mut table(), self.key, self.mode);
+        if self.forgotten() {
+            return; // the table it was granted in is gone (`forget_all`)
+        }
+        release(&mut table(), self.key, self.mode, self.holding);
     }
 }
 
 /// Releases one claim and grants queued waiters in order for as long as they are admitted.
-fn release(guard: &mut MutexGuard<'static, Option<Table>>, key: Key, mode: Mode) {
+fn release(guard: &mut MutexGuard<'static, Option<Table>>, key: Key, mode: Mode, holding: bool) {
     let Some(map) = guard.as_mut() else { return };
     let Some(entry) = map.get_mut(&key) else {
         return;
@@ -200,6 +305,9 @@ fn release(guard: &mut MutexGuard<'static, Option<Table>>, key: Key, mode: Mode)
     match mode {
         Mode::Exclusive => entry.exclusive = false,
         Mode::Shared => entry.shared = entry.shared.saturating_sub(1),
+    }
+    if holding {
+        entry.holding = entry.holding.saturating_sub(1);
     }
     while let Some(next) = entry.queue.front() {
         if !entry.admits(next.mode) {
@@ -285,6 +393,33 @@ mod tests {
         assert!(s3.granted().is_none());
         drop(xc);
         assert!(s3.granted().is_some());
+    }
+
+    #[test]
+    fn a_shared_claim_while_a_shared_lease_holds_is_granted_past_a_queued_exclusive_one() {
+        let key = (u64::MAX, 46);
+        let Taken::Claim(mut outer) = take(key, Mode::Shared, None) else {
+            panic!("outer")
+        };
+        let n = notifier();
+        let Taken::Queued(x) = take(key, Mode::Exclusive, Some(&n)) else {
+            panic!("exclusive queues")
+        };
+        // Granted but not holding (still waiting in the kernel): the turnstile holds.
+        assert!(matches!(take(key, Mode::Shared, None), Taken::Busy));
+        assert!(!holds_shared(key));
+        outer.hold();
+        assert!(holds_shared(key));
+        // Held: a nested shared claim is granted at once, not queued behind the writer
+        // that waits for the outer one.
+        let Taken::Claim(inner) = take(key, Mode::Shared, None) else {
+            panic!("nested shared claim queued behind the exclusive waiter")
+        };
+        assert!(matches!(take(key, Mode::Exclusive, None), Taken::Busy));
+        drop(inner);
+        drop(outer);
+        assert!(!holds_shared(key));
+        assert!(x.granted().is_some(), "the writer goes next");
     }
 
     #[test]

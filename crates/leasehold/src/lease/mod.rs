@@ -307,6 +307,11 @@ pub(crate) trait PlatformOpened: Debug {
     fn key(&self) -> Key;
     /// The identity of the opened inode (`None` where a lease is no file: Windows).
     fn file_id(&self) -> Option<FileId>;
+    /// Whether it was opened before a `fork` and let go in the child
+    /// ([`after_fork_in_child`]): never to be locked again.
+    fn forgotten(&self) -> bool {
+        false
+    }
 }
 
 /// A held lease of a [`Platform`].
@@ -322,6 +327,11 @@ pub(crate) trait PlatformHeld: Debug {
     /// when it was closed instead. Only for a [`LeaseHandle`]'s lease, whose open file
     /// description nobody else holds.
     fn unlock_keep(self) -> Option<Self::Opened>;
+    /// Whether this is a copy a forked child inherited and let go
+    /// (`leasehold::after_fork_in_child`): its lease object says it is not held.
+    fn forgotten(&self) -> bool {
+        false
+    }
 }
 
 /// The outcome of one non-blocking try ([`Platform::try_lock`]). Not every platform makes
@@ -350,6 +360,52 @@ pub(crate) use crate::sys::create_dirs;
 /// The one hex SHA-256 of the crate (`sys/naming.rs`, pure), for the keyed pattern's lock
 /// names: a key's lock file is named as its other hashed names are spelled.
 pub(crate) use crate::sys::naming::push_sha256_hex;
+
+/// Call in a child process right after `fork` (without `exec`), before it starts a thread
+/// or takes a lease: lets go of every lease, wait and gate the child inherited from its
+/// parent, without unlocking any of them, so that the parent's release (or its wait that
+/// gave up) frees the lock for everyone at once, the child included.
+///
+/// A forked child shares its parent's open file descriptions, and a `flock` lock belongs to
+/// the description: the child's copies keep a lease locked after the parent released it —
+/// until the child exits — and `flock(LOCK_UN)` through them would free the parent's lock.
+/// This points each copy at `/dev/null` instead (the descriptor numbers stay taken, so that
+/// the owners of those numbers close `/dev/null`, never a descriptor opened since), empties
+/// the in-process claim table and the waits in progress (the parent's threads do not exist
+/// in the child), and makes every inherited [`Lease`] and [`SharedLease`] say it is not held
+/// ([`is_held`](Lease::is_held) false, [`verify`](Lease::verify) `Error::Released`,
+/// [`release`](Lease::release) a no-op). The child may take leases of its own afterwards.
+///
+/// With [`before_fork`] called by the forking thread just before the fork (and
+/// [`after_fork_in_parent`] in the parent after it), the library's state is whole in the
+/// child; Python's binding registers all three with `os.register_at_fork`. Without
+/// `before_fork`, `false` where part of the library's state could not be reset because a
+/// thread of the parent held its lock at the instant of the fork (a thread that does not
+/// exist in the child): what could be let go was, but leases this process takes afterwards
+/// may wait for ever.
+/// A `fork` immediately followed by `exec` needs none of this (lease descriptors are
+/// close-on-exec, bar one shared with [`Lease::share_with_children`]).
+#[cfg(unix)]
+pub fn after_fork_in_child() -> bool {
+    imp::fork::after_fork_in_child()
+}
+
+/// Call on the thread about to `fork` (without `exec`), just before it: takes the library's
+/// process-wide locks, so that the child finds its state whole and held by its one thread
+/// ([`after_fork_in_child`] lets them go there); [`after_fork_in_parent`] lets them go in
+/// the parent. Other threads' acquisitions wait for the fork meanwhile (they never hold
+/// one of these locks for longer than a table update).
+#[cfg(unix)]
+pub fn before_fork() {
+    imp::fork::before_fork();
+}
+
+/// Call in the parent right after a `fork` that [`before_fork`] prepared: lets the
+/// library's locks go again.
+#[cfg(unix)]
+pub fn after_fork_in_parent() {
+    imp::fork::after_fork_in_parent();
+}
 
 pub use options::LeaseOptions;
 #[cfg(unix)]
@@ -590,6 +646,12 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// The lease, unless released — or inherited through a `fork` and let go in the child
+    /// ([`after_fork_in_child`]).
+    fn live(&self) -> Option<&imp::Held> {
+        self.held.as_ref().filter(|h| !h.forgotten())
+    }
+
     /// Takes the lease on `path` if it is free right now (default [`LeaseOptions`]).
     ///
     /// ```
@@ -658,13 +720,13 @@ impl Lease {
 
     /// Whether the lease is still held (not yet released).
     pub fn is_held(&self) -> bool {
-        self.held.is_some()
+        self.live().is_some()
     }
 
     /// The identity of the locked inode, while held (`None` on Windows, where the lease is a
     /// kernel object, not a file).
     pub fn file_id(&self) -> Option<FileId> {
-        self.held.as_ref().and_then(imp::Held::file_id)
+        self.live().and_then(imp::Held::file_id)
     }
 
     /// Checks that the lease still stands for its path.
@@ -681,7 +743,7 @@ impl Lease {
     /// [`Error::LeaseLost`] when the path names another file (or none), [`Error::Released`]
     /// after [`release`](Self::release).
     pub fn verify(&self) -> Result<()> {
-        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+        let held = self.live().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
         Imp::verify(&self.target, held)
@@ -697,7 +759,7 @@ impl Lease {
     /// # Errors
     /// [`Error::Released`], or an I/O error from the check or the unlink.
     pub(crate) fn unlink_locked(&self) -> Result<bool> {
-        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+        let held = self.live().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
         Imp::unlink_held(&self.target, held)
@@ -709,7 +771,7 @@ impl Lease {
     /// # Errors
     /// [`Error::Released`], or an I/O error from `fstat`.
     pub(crate) fn modified(&self) -> Result<std::time::SystemTime> {
-        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+        let held = self.live().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
         Imp::modified(&self.target, held)
@@ -732,7 +794,7 @@ impl Lease {
     /// [`Error::Released`], or [`Error::Io`] from `fcntl`.
     #[cfg(unix)]
     pub fn share_with_children(&self, share: bool) -> Result<()> {
-        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+        let held = self.live().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
         crate::sys::set_inheritable(held.as_fd(), share)
@@ -742,7 +804,7 @@ impl Lease {
     /// The locked descriptor, while held.
     #[cfg(unix)]
     pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.held.as_ref().map(imp::Held::as_fd)
+        self.live().map(imp::Held::as_fd)
     }
 
     /// The kernel object that is the lease: `Local\leasehold-<hex sha256>`.
@@ -814,7 +876,8 @@ impl LeaseHandle {
             &self.target,
             budget,
             self.mode,
-            self.opened.take(),
+            // A file this handle kept open before a `fork` is `/dev/null` in the child.
+            self.opened.take().filter(|o| !o.forgotten()),
         );
         let held = blocking::run(acq)?;
         Ok(HandleGuard {
@@ -852,7 +915,7 @@ impl HandleGuard<'_> {
     /// # Errors
     /// As [`Lease::verify`].
     pub fn verify(&self) -> Result<()> {
-        let Some(held) = &self.held else {
+        let Some(held) = self.held.as_ref().filter(|h| !h.forgotten()) else {
             return Err(Error::Released {
                 path: self.handle.path().to_path_buf(),
             });
@@ -871,8 +934,8 @@ impl HandleGuard<'_> {
             // Shared holders do not exclude each other, so a shared handle that re-locks at
             // once takes nothing from a waiter: it unlocks without asking.
             let shared = self.handle.mode == Mode::Shared;
-            self.handle.opened = match !shared && held.others_waiting() {
-                true => None, // dropping `held` closes the file
+            self.handle.opened = match held.forgotten() || (!shared && held.others_waiting()) {
+                true => None, // dropping `held` closes the file (`/dev/null` after a fork)
                 false => held.unlock_keep(),
             };
         }

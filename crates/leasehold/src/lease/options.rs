@@ -361,7 +361,10 @@ impl LeaseOptions {
 
 impl LeaseOptions {
     /// Takes a shared lease on `path` if it can be had right now: no exclusive holder and no
-    /// exclusive waiter ahead (a waiter of ours holds the gate: see [`SharedLease`]).
+    /// exclusive waiter ahead (a waiter of ours holds the gate: see [`SharedLease`]) — unless
+    /// this process already holds the file shared, itself or through an ancestor's
+    /// [`SharedLease::child_env`]: a nested shared acquisition does not wait behind a writer
+    /// that waits for the outer one ([`SharedLease`], "Nested shared leases").
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire); [`Error::SharedUnsupported`] on Windows.
@@ -370,7 +373,9 @@ impl LeaseOptions {
     }
 
     /// Takes a shared lease on `path`, waiting within `budget` — behind any exclusive waiter
-    /// already queued, so that writers are never starved.
+    /// already queued, so that writers are never starved; a nested shared acquisition (this
+    /// process already holds the file shared) excepted, as for
+    /// [`try_acquire_shared`](Self::try_acquire_shared).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.

@@ -26,9 +26,19 @@
 //! drops the shared lock first, so another writer can get in between — and a failed
 //! non-blocking conversion leaves the caller with no lock at all, silently. So a
 //! `SharedLease` has no way to become exclusive: to write, release it, then acquire a
-//! [`Lease`](super::Lease), and re-read whatever was read under the shared lease. Do not
-//! take a second lease on the same file while holding a shared one: an exclusive waiter
-//! queued in between waits for the first, and the second waits behind it.
+//! [`Lease`](super::Lease), and re-read whatever was read under the shared lease.
+//!
+//! **Nested shared leases.** A shared acquisition by a process that already holds the same
+//! lock file shared — a [`SharedLease`] of this process, or an ancestor's shared lease whose
+//! descriptor it inherited and which said so through [`SharedLease::child_env`] (as
+//! `leasehold run --shared` and `leasehold flock -s` do for COMMAND) — is granted past any
+//! waiting exclusive acquirer, in this process or another: it does not wait at the lock's
+//! gate, nor in the in-process queue. Otherwise it would wait behind a writer that waits for
+//! the outer lease, for good. The process cannot tell a nested acquisition from one of
+//! another of its threads, so those pass too, which costs a waiting writer fairness (never
+//! exclusion) while this process's shared leases keep overlapping. A second *exclusive*
+//! lease inside a shared one still waits for the first (no upgrade), and a shared lease
+//! nested in util-linux `flock -s` (which sets no variable) still waits at the gate.
 
 use std::path::Path;
 
@@ -108,6 +118,12 @@ pub struct SharedLease {
 }
 
 impl SharedLease {
+    /// The lease, unless released — or inherited through a `fork` and let go in the child
+    /// ([`after_fork_in_child`](crate::after_fork_in_child())).
+    fn live(&self) -> Option<&imp::Held> {
+        self.held.as_ref().filter(|h| !h.forgotten())
+    }
+
     /// Takes a shared lease on `path` if no exclusive holder has it and no exclusive waiter
     /// is queued for it right now (default [`LeaseOptions`]).
     ///
@@ -146,12 +162,12 @@ impl SharedLease {
 
     /// Whether the lease is still held (not yet released).
     pub fn is_held(&self) -> bool {
-        self.held.is_some()
+        self.live().is_some()
     }
 
     /// The identity of the locked inode, while held.
     pub fn file_id(&self) -> Option<FileId> {
-        self.held.as_ref().and_then(imp::Held::file_id)
+        self.live().and_then(imp::Held::file_id)
     }
 
     /// Checks that the lease still stands for its path (see [`Lease::verify`](super::Lease::verify)).
@@ -159,7 +175,7 @@ impl SharedLease {
     /// # Errors
     /// [`Error::LeaseLost`], [`Error::Released`].
     pub fn verify(&self) -> Result<()> {
-        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+        let held = self.live().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
         Imp::verify(&self.target, held)
@@ -177,17 +193,29 @@ impl SharedLease {
     /// [`Error::Released`], or [`Error::Io`] from `fcntl`.
     #[cfg(unix)]
     pub fn share_with_children(&self, share: bool) -> Result<()> {
-        let held = self.held.as_ref().ok_or_else(|| Error::Released {
+        let held = self.live().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
         crate::sys::set_inheritable(held.as_fd(), share)
             .map_err(|e| imp::path_error(self.path(), "set descriptor inheritance", e))
     }
 
+    /// The environment variable to set for a child process that inherits this lease
+    /// ([`share_with_children`](Self::share_with_children)), as `(name, value)`: shared
+    /// acquisitions of the same lock file by the child and its descendants are then nested
+    /// in this one and skip the lock's gate, as a nested shared acquisition in this process
+    /// does (see the module documentation, "Nested shared leases"). The value keeps what this
+    /// process inherited itself. `None` once released.
+    #[cfg(unix)]
+    pub fn child_env(&self) -> Option<(&'static str, String)> {
+        let id = self.file_id()?;
+        Some((imp::gate::INHERITED_SHARED, imp::gate::inherited_value(id)))
+    }
+
     /// The locked descriptor, while held.
     #[cfg(unix)]
     pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.held.as_ref().map(imp::Held::as_fd)
+        self.live().map(imp::Held::as_fd)
     }
 }
 

@@ -60,6 +60,18 @@ pub(crate) mod naming;
 #[allow(unsafe_code)]
 pub(crate) mod test_signal;
 
+/// In a forked child, descriptors let go by number (`dup2` of `/dev/null` over them): the
+/// numbers come from a table, and rustix's safe calls take owned or borrowed descriptors.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub(crate) mod fork;
+
+/// Tests only: a closure run in a forked child (`fork`, `waitpid`: raw libc calls, for which
+/// no safe wrapper exists).
+#[cfg(all(test, target_os = "linux"))]
+#[allow(unsafe_code)]
+pub(crate) mod test_fork;
+
 /// A waiter's wake-up, the same on every platform (a parked thread or a task's waker).
 mod wake;
 pub(crate) use wake::Notifier;

@@ -253,17 +253,18 @@ pub(crate) fn dir_judged(
     )))
 }
 
-/// Whether an opened gate file (`lease/posix/gate.rs`) may be used, from one `fstat`: a
-/// regular file with exactly one link that passes the ownership rule ([`untrusted_at`]).
+/// Whether an opened gate file (`lease/posix/gate.rs`) may be used (its identity) or not
+/// (`None`), from one `fstat`: a regular file with exactly one link that passes the ownership rule ([`untrusted_at`]).
 /// A gate another user could have prepared, or one hard-linked to some other file (the lock
 /// file itself, on which a waiter holding its gate would wait for itself), is not used —
 /// gates only ever cost fairness.
 #[allow(clippy::unnecessary_cast)] // st_nlink is not u64 on every platform
-pub(crate) fn fd_gate_usable(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
+pub(crate) fn fd_gate_usable(fd: BorrowedFd<'_>) -> Result<Option<FileId>, Errno> {
     let st = rustix::fs::fstat(fd)?;
-    Ok(kind_of(FileType::from_raw_mode(st.st_mode as _)).is_none()
+    Ok((kind_of(FileType::from_raw_mode(st.st_mode as _)).is_none()
         && st.st_nlink as u64 == 1
         && judge_owner(&st).is_none())
+    .then(|| id_of(&st)))
 }
 
 fn entry_of(st: &rustix::fs::Stat) -> Entry {

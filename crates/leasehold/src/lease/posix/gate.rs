@@ -14,7 +14,8 @@
 //!   go at once), then queues on the writers' queue (`LOCK_EX`: writers only), then holds
 //!   the gate exclusively (`LOCK_EX`, waiting for it if need be) while it waits for the
 //!   lock, and **keeps the queue and the gate with the lease**: its release closes the
-//!   lock, then unlocks the gate and the queue ([`HeldGate`]). An exclusive *try* never
+//!   lock, then the gate and the queue ([`HeldGate`]: closed, never unlocked, so that a
+//!   forked child's copy cannot free the parent's gate). An exclusive *try* never
 //!   touches the gates (for the readers' gate, see the last point); an exclusive waiter
 //!   never creates the gate or the readers' gate (shared acquirers do), and creates the
 //!   writers' queue only next to a gate.
@@ -54,8 +55,28 @@
 //! writer that was not already in line. Exclusive waiters queue on the gate among
 //! themselves, in the kernel's order. Everyone takes the readers' gate before the gate and
 //! the gate before the lock, and nobody waits for a gate while holding the lock, so there
-//! is no deadlock. (One process must not nest shared leases on one file while an exclusive
-//! waiter may queue: the inner one waits behind the waiter, which waits for the outer one.)
+//! is no deadlock — given the next rule.
+//!
+//! **Nested shared leases.** A shared acquisition by a process that already holds the same
+//! file shared never waits at a gate: neither the gate, nor the readers' gate (and its
+//! wait, should the lock be busy, is on the lock alone). Otherwise the inner acquisition
+//! would wait behind an exclusive waiter that holds the gate and waits for the outer lease
+//! to go: a deadlock for good (util-linux `flock(1)`, which has no gate, completes the same
+//! nesting). "Holds" means a shared lease of this process that holds the lock (the claim
+//! table counts them, `claim::holds_shared`; the in-process queue grants such a claim at
+//! once too), or an ancestor that said so: `leasehold run --shared` and `leasehold flock -s`
+//! set [`INHERITED_SHARED`] (`LEASEHOLD_HELD_SHARED=dev:ino,…`) for a COMMAND that
+//! inherits their descriptor, and every leasehold process reads it once. The process cannot
+//! tell a nested acquisition from one of another thread, or from a descendant that no
+//! longer has the descriptor, so they pass too: what that costs is fairness only (a writer
+//! waits longer while such a process's shared leases keep overlapping), never exclusion,
+//! and a forged or stale variable costs the same, no more. Why a variable and not a look at
+//! `/proc/locks` for a shared lock an ancestor holds: it works on every POSIX system (the
+//! BSDs and macOS have no `/proc/locks`), names the very inode without reading a table of
+//! every lock on the machine on each shared acquisition, and needs no walk up a process
+//! tree whose members may have exited or live in another PID namespace. What it does not
+//! see: an ancestor that is not leasehold (util-linux `flock -s` around a nested
+//! `leasehold flock -s` still deadlocks behind a leasehold writer).
 //!
 //! Why a writer keeps the gate with its lease, readers wait on the lock while a writer holds
 //! it, and writers queue apart from readers: every wake-up on a hand-over's path costs, and
@@ -90,7 +111,8 @@
 //! after the lock file's: [`Spare`]); an exclusive try pays nothing (an
 //! acquisition that may wait, where this process saw a readers' gate, one open, `flock` and
 //! close), an exclusive wait three opens and up to five `flock`s, and its release
-//! two `flock(LOCK_UN)`s on the gates (never on the lock: see [`Held`](super::Held)). A lease
+//! closes (never `flock(LOCK_UN)`: neither on the gates, see [`HeldGate`], nor on the lock, see
+//! [`Held`](super::Held)). A lease
 //! that waited keeps its gate descriptors while held:
 //! two more for a shared one, three more for an exclusive one (count them against
 //! `RLIMIT_NOFILE` when holding many leases at once). The gates only
@@ -139,30 +161,22 @@ use crate::sys;
 
 /// The gate (and the writers' queue) an exclusive waiter holds with its lease.
 ///
-/// Dropped right after the lease's descriptor closed (see [`Held`](super::Held)), it unlocks
-/// the gate, then the writers' queue, with `flock(LOCK_UN)`s on the gates' own descriptors
-/// (nobody else has them): the readers queued on the gate, then the next writer, are woken
-/// at once, before the closes that follow (a `close` wakes the waiters only at its end,
-/// measured 3–4 µs on the reference VM, and the next file's waiters one `close` later
-/// still). The lock itself is never unlocked through a duplicate: its description may be
-/// COMMAND's too (see [`Held`](super::Held)).
+/// Dropped right after the lease's descriptor closed (see [`Held`](super::Held)), it closes
+/// the gate, then the writers' queue: the readers queued on the gate, then the next writer,
+/// are woken. Closed, never unlocked with `flock(LOCK_UN)`: a process forked while it was held
+/// (Python's `os.fork`, `multiprocessing`) shares the gate's open file description, and an
+/// unlock through the child's copy would drop the parent's gate for both — readers let past
+/// a writer that still holds the lock's queue. A close drops only this copy; the gate is
+/// free once every copy is closed. What it costs: a `close` wakes the waiters only at its
+/// end (measured 3–4 µs on the reference VM), and the writers' queue's waiters one `close`
+/// later still. The lock itself is never unlocked through a duplicate either: its
+/// description may be COMMAND's too (see [`Held`](super::Held)).
 #[derive(Debug)]
 pub(crate) struct HeldGate {
-    gate: OwnedFd,
-    writers: Option<OwnedFd>,
-}
-
-impl Drop for HeldGate {
-    fn drop(&mut self) {
-        // After the lock's close: a reader woken by the gate finds the lock free (unless a
-        // child still holds it), else it would queue on the lock and need a second
-        // wake-up. The next writer last: the readers that queued while we held go before
-        // it.
-        let _ = sys::unlock(self.gate.as_fd());
-        if let Some(w) = &self.writers {
-            let _ = sys::unlock(w.as_fd());
-        }
-    }
+    // Field order is the close order: the gate, then the writers' queue (the readers that
+    // queued while we held go before the next writer).
+    _gate: OwnedFd,
+    _writers: Option<OwnedFd>,
 }
 
 /// Gate descriptors a shared waiter already unlocked, kept with the lease so that they
@@ -311,6 +325,14 @@ static READERS_GATED: Mutex<Vec<FileId>> = Mutex::new(Vec::new());
 /// use, by an exclusive wait that found a gate (so a lock only exclusive users ever
 /// touched still gets no gate file at all).
 pub(crate) fn open_for_wait(target: &Target, id: FileId, shared: bool) -> Gates {
+    if shared && nested(id) {
+        // A nested shared wait goes straight to the lock (see "Nested shared leases").
+        return Gates {
+            gate: None,
+            readers: None,
+            writers: None,
+        };
+    }
     let readers = open_file(target, target.readers_gate(), shared);
     if readers.is_some() {
         let mut known = guard(&READERS_GATED);
@@ -328,6 +350,51 @@ pub(crate) fn open_for_wait(target: &Target, id: FileId, shared: bool) -> Gates 
         readers,
         writers,
     }
+}
+
+/// The environment variable through which a process that holds lock files shared tells the
+/// children that inherit its descriptors so: `dev:ino` pairs (decimal), separated by commas
+/// (see "Nested shared leases" in the module documentation).
+pub(crate) const INHERITED_SHARED: &str = "LEASEHOLD_HELD_SHARED";
+
+/// The lock files [`INHERITED_SHARED`] names in this process's environment, read once (the
+/// first shared acquisition); malformed entries are ignored.
+fn inherited() -> &'static [FileId] {
+    static INHERITED: std::sync::OnceLock<Vec<FileId>> = std::sync::OnceLock::new();
+    INHERITED.get_or_init(|| {
+        std::env::var(INHERITED_SHARED)
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(parse_id)
+            .collect()
+    })
+}
+
+/// One `dev:ino` of [`INHERITED_SHARED`].
+fn parse_id(s: &str) -> Option<FileId> {
+    let (dev, ino) = s.trim().split_once(':')?;
+    Some(FileId {
+        dev: dev.parse().ok()?,
+        ino: ino.parse().ok()?,
+    })
+}
+
+/// The value of [`INHERITED_SHARED`] for children of this process that inherit a shared
+/// lease on `id`: what this process inherited, plus `id`.
+pub(crate) fn inherited_value(id: FileId) -> String {
+    let mut ids: Vec<FileId> = inherited().to_vec();
+    if !ids.contains(&id) {
+        ids.push(id);
+    }
+    let parts: Vec<String> = ids.iter().map(|i| format!("{}:{}", i.dev, i.ino)).collect();
+    parts.join(",")
+}
+
+/// Whether a shared acquisition of the inode `id` is nested: a shared lease of this process
+/// holds it, or an ancestor whose descriptor this process inherited said it holds it shared
+/// ([`INHERITED_SHARED`]). Such an acquisition skips the gates (see "Nested shared leases").
+pub(crate) fn nested(id: FileId) -> bool {
+    inherited().contains(&id) || crate::lease::claim::holds_shared((id.dev, id.ino))
 }
 
 /// Whether shared waiters hold the readers' gate of `target` (inode `id`) right now; only
@@ -357,7 +424,9 @@ pub(crate) fn open(target: &Target, create: bool) -> Option<OwnedFd> {
 /// ownership rule; see the module documentation, "Trust").
 fn open_file(target: &Target, name: Option<PathBuf>, create: bool) -> Option<OwnedFd> {
     let fd = sys::open_lock_file(target.dir(), &name?, create).ok()?;
-    sys::fd_gate_usable(fd.as_fd()).ok()?.then_some(fd)
+    let id = sys::fd_gate_usable(fd.as_fd()).ok()??;
+    super::fork::register(fd.as_fd(), id);
+    Some(fd)
 }
 
 /// A shared acquirer's non-blocking pass: `false` while an exclusive waiter holds the gate.
@@ -416,7 +485,10 @@ fn block_exclusive(
     // The lock is ours: the gate stays held with the lease (see the module
     // documentation), and the readers behind it pass when the lease is released.
     Ok(Passed {
-        held: Some(HeldGate { gate, writers }),
+        held: Some(HeldGate {
+            _gate: gate,
+            _writers: writers,
+        }),
         spare: Spare::default(),
     })
 }
@@ -476,5 +548,43 @@ fn pass_then_lock(
     match now? {
         true => Ok(()),
         false => place.wait(AT_LOCK, fd, true, ask),
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Whether another open file description could lock `path` exclusively right now.
+    fn free(path: &std::path::Path) -> bool {
+        let other = OwnedFd::from(std::fs::File::open(path).unwrap());
+        sys::try_lock(other.as_fd(), false).unwrap()
+    }
+
+    /// A child forked while an exclusive waiter holds its gate (the parent's lease) drops
+    /// its copy of the lease's gate — released, or gone with the child — and the parent's
+    /// gate stays held: the release closes, never unlocks the shared description.
+    #[test]
+    fn a_forked_childs_release_leaves_the_parents_gate_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gate, writers) = (dir.path().join("gate"), dir.path().join("writers"));
+        let open = |p: &std::path::Path| OwnedFd::from(std::fs::File::create(p).unwrap());
+        let (g, w) = (open(&gate), open(&writers));
+        assert!(sys::try_lock(g.as_fd(), false).unwrap());
+        assert!(sys::try_lock(w.as_fd(), false).unwrap());
+        let mut held = Some(HeldGate {
+            _gate: g,
+            _writers: Some(w),
+        });
+        // Only the child runs this: the parent's `held` is untouched by the fork.
+        let status = crate::sys::test_fork::in_child(&mut || drop(held.take()));
+        assert_eq!(status, Some(0), "the child released its copy and exited");
+        assert!(!free(&gate), "the parent's gate is still held");
+        assert!(!free(&writers), "and its writers' queue");
+        drop(held.take());
+        assert!(
+            free(&gate) && free(&writers),
+            "released by the parent's own release"
+        );
     }
 }

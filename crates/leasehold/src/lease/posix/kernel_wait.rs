@@ -2,7 +2,7 @@
 //! `flock` for it.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rustix::io::Errno;
@@ -81,6 +81,45 @@ enum SlotState {
 
 /// Kernel waits in progress: (inode, shared?, slot).
 static PENDING: Mutex<Vec<(FileId, bool, Arc<Slot>)>> = Mutex::new(Vec::new());
+
+/// The kernel waits' and the parked helpers' locks, held across a `fork` ([`freeze`]).
+pub(crate) struct Frozen(
+    MutexGuard<'static, Vec<(FileId, bool, Arc<Slot>)>>,
+    helpers::Frozen,
+);
+
+/// Takes the kernel waits' and the helpers' locks for a `fork` about to happen on this
+/// thread (see `claim::freeze`).
+pub(crate) fn freeze() -> Frozen {
+    let pending = guard(&PENDING);
+    Frozen(pending, helpers::freeze())
+}
+
+/// In a forked child: the kernel waits in progress, and the parked helpers, are the
+/// parent's threads, none of which exists here; a wait of the child that adopted one of
+/// those slots, or handed its job to one of those helpers, would never end. Both lists
+/// start empty (their descriptors were let go by `fork::after_fork_in_child`), leaked, not
+/// dropped (what they hold belongs to threads that are gone). `frozen`: the locks this
+/// thread took before the fork; without them, `false` where a list's lock was held at the
+/// fork by a thread that is gone.
+pub(crate) fn forget_all(frozen: Option<Frozen>) -> bool {
+    if let Some(Frozen(mut pending, idle)) = frozen {
+        std::mem::forget(std::mem::take(&mut *pending));
+        return helpers::forget_all(Some(idle));
+    }
+    let pending = match PENDING.try_lock() {
+        Ok(mut p) => {
+            std::mem::forget(std::mem::take(&mut *p));
+            true
+        }
+        Err(std::sync::TryLockError::Poisoned(p)) => {
+            std::mem::forget(std::mem::take(&mut *p.into_inner()));
+            true
+        }
+        Err(std::sync::TryLockError::WouldBlock) => false,
+    };
+    helpers::forget_all(None) && pending
+}
 
 impl KernelWait {
     /// Starts (or adopts) a kernel wait for `opened` in `mode`; `notifier` is poked on grant.
@@ -236,6 +275,30 @@ mod helpers {
     /// Parked helpers, each by the sending end of its channel and an ID.
     static IDLE: Mutex<Vec<(u64, Sender<Job>)>> = Mutex::new(Vec::new());
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    /// The parked helpers' lock, held across a `fork` (see [`super::freeze`]).
+    pub(crate) struct Frozen(std::sync::MutexGuard<'static, Vec<(u64, Sender<Job>)>>);
+
+    pub(super) fn freeze() -> Frozen {
+        Frozen(guard(&IDLE))
+    }
+
+    /// See [`super::forget_all`]: the parked helpers' channels are leaked, not dropped (their
+    /// receivers live on threads that are gone).
+    pub(super) fn forget_all(frozen: Option<Frozen>) -> bool {
+        if let Some(Frozen(mut idle)) = frozen {
+            std::mem::forget(std::mem::take(&mut *idle));
+            return true;
+        }
+        match IDLE.try_lock() {
+            Ok(mut idle) => std::mem::forget(std::mem::take(&mut *idle)),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                std::mem::forget(std::mem::take(&mut *p.into_inner()))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        }
+        true
+    }
 
     /// Hands `job` to a parked helper or a new one; `false` when no thread could be had.
     pub(super) fn run(mut job: Job) -> bool {

@@ -29,6 +29,7 @@ use crate::sys::{self, Entry, Notifier};
 
 mod data;
 mod error;
+pub(crate) mod fork;
 pub(crate) mod gate;
 mod kernel_wait;
 
@@ -318,6 +319,9 @@ pub(crate) struct Opened {
     /// Whether the last try found the gate held (a shared try, see [`gate`]), for the error
     /// of a try-once acquisition: it was held up there, not at the lock.
     at_gate: bool,
+    /// The claim table's generation when it was opened: one opened before a `fork` is, in
+    /// the child, `/dev/null` ([`fork`]) and is never locked again.
+    generation: u64,
 }
 
 /// A caller's descriptor, duplicated (the same open file description, so the lock taken is
@@ -331,10 +335,12 @@ pub(crate) fn open_descriptor(target: &Target, fd: BorrowedFd<'_>) -> Result<Ope
     let path = target.display();
     let (id, _) = sys::fd_identity(fd).map_err(|e| path_error(path, "stat descriptor", e))?;
     let fd = sys::dup_cloexec(fd).map_err(|e| path_error(path, "duplicate descriptor", e))?;
+    fork::register(fd.as_fd(), id);
     Ok(Opened {
         fd,
         id,
         at_gate: false,
+        generation: super::claim::generation(),
     })
 }
 
@@ -345,6 +351,10 @@ impl PlatformOpened for Opened {
 
     fn file_id(&self) -> Option<FileId> {
         Some(self.id)
+    }
+
+    fn forgotten(&self) -> bool {
+        self.generation != super::claim::generation()
     }
 }
 
@@ -378,6 +388,10 @@ impl PlatformHeld for Held {
 
     fn file_id(&self) -> Option<FileId> {
         Some(self.id)
+    }
+
+    fn forgotten(&self) -> bool {
+        self._claim.forgotten()
     }
 
     /// Whether other processes wait for this lease (Linux: their marks, `sys::mark_waiting`;
@@ -416,6 +430,7 @@ impl PlatformHeld for Held {
                     fd,
                     id,
                     at_gate: false,
+                    generation: super::claim::generation(),
                 })
             }
             Err(_) => None,
@@ -528,6 +543,8 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
             reason,
         });
     }
+    // A child forked from now on lets its copy go (`fork::after_fork_in_child`).
+    fork::register(fd.as_fd(), id);
     // The file's own device too (a file can be a mount point of its own); known after the
     // directory's check in all but that case, so this costs one atomic load.
     if !opts.allow_network_fs
@@ -547,6 +564,7 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         fd,
         id,
         at_gate: false,
+        generation: super::claim::generation(),
     })
 }
 
@@ -766,7 +784,10 @@ fn try_lock(
     }
     // A shared try passes the gate first: while an exclusive waiter holds it, newcomers
     // are busy (they wait behind it, see `gate`). The gate closes once the try is done.
-    let gate = match shared {
+    // Not a nested shared acquisition, though: one while this process (or the ancestor it
+    // inherited the lock from) holds the file shared must not wait behind a writer that
+    // waits for that holder (see `gate`, "Nested shared leases").
+    let gate = match shared && !gate::nested(opened.id) {
         true => gate::open(target, true),
         false => None,
     };
@@ -796,7 +817,7 @@ fn try_lock(
 
 /// A locked descriptor becomes a [`Held`] lease if its inode is still the file at the path;
 /// `Ok(None)` (the descriptor closed, releasing the orphan's lock) when it was replaced.
-fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
+fn accept(target: &Target, granted: Granted, mut claim: Claim) -> Result<Option<Held>> {
     let Granted {
         fd,
         id,
@@ -807,6 +828,7 @@ fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held
     // (RELIABILITY.md), never a shipped configuration.
     if !target.checked || cfg!(leasehold_mutant_no_post_lock_check) {
         // A caller's descriptor: there is no path to check it against.
+        claim.hold();
         return Ok(Some(Held {
             fd,
             id,
@@ -817,14 +839,18 @@ fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held
         }));
     }
     match sys::entry_at(target.dir(), &target.name) {
-        Ok(Entry::Regular(now)) if now == id => Ok(Some(Held {
-            fd,
-            id,
-            marked,
-            gate,
-            spare,
-            _claim: claim,
-        })),
+        Ok(Entry::Regular(now)) if now == id => {
+            // A shared lease now holds the lock: nested shared acquisitions pass (`gate`).
+            claim.hold();
+            Ok(Some(Held {
+                fd,
+                id,
+                marked,
+                gate,
+                spare,
+                _claim: claim,
+            }))
+        }
         Ok(_) | Err(Errno::NOENT) => Ok(None),
         Err(e) => Err(path_error(target.display(), "verify lock file", e)),
     }
