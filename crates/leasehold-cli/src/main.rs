@@ -34,6 +34,7 @@ mod cmd;
 mod env;
 mod exit;
 mod out;
+#[cfg(target_os = "linux")]
 mod procs;
 mod signals;
 mod wait;

@@ -10,7 +10,6 @@ use rustix::process::Pid;
 /// "Every descendant" is exact only for a child subreaper (`PR_SET_CHILD_SUBREAPER`): an
 /// orphan of the tree is then re-parented to it instead of to init, and so stays in the
 /// walk; both callers become one first.
-#[cfg(target_os = "linux")]
 pub fn descendants(group: Option<Pid>) -> Vec<Pid> {
     use std::io::Read;
     let me = rustix::process::getpid().as_raw_nonzero().get();
