@@ -472,6 +472,22 @@ impl Document {
         .map(|s| s.expect("an update that writes returns what it wrote"))
     }
 
+    /// [`update_if`](Self::update_if) whose closure may decline, as for
+    /// [`try_update`](Self::try_update).
+    pub fn try_update_if<E>(
+        &self,
+        budget: &Budget,
+        expected: Version,
+        f: impl FnOnce(Option<&[u8]>) -> Result<Option<Vec<u8>>, E>,
+    ) -> Result<Option<Snapshot>, DocumentError>
+    where
+        E: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        self.modify(budget, Some(expected), false, |cur| {
+            f(cur.map(|s| s.content.as_slice()))
+        })
+    }
+
     /// Replaces the document with `content` under the lease, without looking at what is
     /// there: the explicit replacement of a document that does not parse. (Content that is
     /// not JSON is still refused for a JSON document.)
@@ -689,7 +705,7 @@ impl Watch {
     }
 
     /// The version the watcher last saw (at the start: the one there when it began).
-    pub fn last(&self) -> Option<Version> {
+    pub fn seen(&self) -> Option<Version> {
         self.last
     }
 
