@@ -18,7 +18,9 @@
 
 mod shared;
 
-pub use shared::{BadVersion, Document, DocumentError, DocumentOptions, Snapshot, Version, Watch};
+pub use shared::{
+    BadVersion, Document, DocumentError, DocumentOptions, Edit, Snapshot, Version, Watch,
+};
 
 use std::io;
 use std::path::{Path, PathBuf};

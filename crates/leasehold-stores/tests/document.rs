@@ -86,6 +86,17 @@ fn worker() {
                 (counter(cur) + 1000).to_string().into_bytes()
             });
         }
+        // One try-once increment: says whether it was contended.
+        "try" => {
+            match doc.update(&Budget::no_wait(), |cur| {
+                (counter(cur) + 1).to_string().into_bytes()
+            }) {
+                Ok(_) => println!("@ updated"),
+                Err(e) if e.class() == ErrorClass::Contended => println!("@ contended"),
+                Err(e) => panic!("{e}"),
+            }
+            return;
+        }
         other => panic!("unknown worker role {other}"),
     }
     println!("@ done");
@@ -387,4 +398,33 @@ fn an_update_while_another_process_holds_the_lease_is_contended_and_writes_nothi
             .content,
         b"2"
     );
+}
+
+#[test]
+fn an_edit_holds_the_lease_until_it_is_committed_or_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("count");
+    let doc = Document::open(&path, DocumentOptions::new());
+    let try_once = || {
+        let mut w = spawn("try", &path, 1);
+        let said = handshake(&mut w);
+        assert!(w.wait().success());
+        said
+    };
+    let edit = doc.begin(&wait()).expect("begin");
+    assert!(edit.current().is_none());
+    assert_eq!(try_once(), "contended");
+    drop(edit); // an exception in a binding's callback: nothing written, lease released
+    assert!(doc.read().expect("read").is_none());
+    assert_eq!(try_once(), "updated");
+    let edit = doc.begin(&wait()).expect("begin");
+    assert_eq!(
+        edit.current().map(|s| s.content.clone()),
+        Some(b"1".to_vec())
+    );
+    assert_eq!(try_once(), "contended");
+    let written = edit.commit(b"10".to_vec()).expect("commit");
+    assert_eq!(doc.read().expect("read"), Some(written));
+    assert_eq!(try_once(), "updated");
+    assert_eq!(std::fs::read(&path).expect("doc"), b"11");
 }

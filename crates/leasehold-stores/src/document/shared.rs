@@ -547,15 +547,9 @@ impl Document {
     where
         E: Into<Box<dyn StdError + Send + Sync>>,
     {
-        let mut lease = LeaseOptions::new()
-            .allow_shared_state(self.options.allow_shared_state)
-            .acquire(&self.lock, budget)
-            .map_err(DocumentError::Lease)?;
-        // Under the lease no writer is mid-rewrite: any temporary is a killed one's.
-        remove_temporaries(&self.path).map_err(|e| self.io("remove leftover temporaries", e))?;
-        let current = self.read()?;
+        let edit = self.begin_edit(budget, replacing)?;
         if let Some(expected) = expected {
-            let now = current.as_ref().map(|s| s.version);
+            let now = edit.current.as_ref().map(|s| s.version);
             if now != Some(expected) {
                 return Err(DocumentError::Conflict {
                     path: self.path.clone(),
@@ -564,16 +558,9 @@ impl Document {
                 });
             }
         }
-        if self.options.json
-            && !replacing
-            && let Some(cur) = &current
-        {
-            serde_json::from_slice::<serde::de::IgnoredAny>(&cur.content)
-                .map_err(|e| self.not_parsable(e))?;
-        }
-        let new = match f(current.as_ref()) {
+        let new = match f(edit.current.as_ref()) {
             Ok(Some(new)) => new,
-            Ok(None) => return Ok(current),
+            Ok(None) => return Ok(edit.abort()),
             Err(e) => {
                 let source: Box<dyn StdError + Send + Sync> = e.into();
                 // A closure that reports one of our own errors (the JSON helpers) is passed on.
@@ -586,10 +573,39 @@ impl Document {
                 });
             }
         };
-        self.check_new(&new)?;
-        self.write(&lease, &new)?;
-        lease.release();
-        Ok(Some(Snapshot::new(new)))
+        edit.commit(new).map(Some)
+    }
+
+    /// Starts an update by hand, for callers whose change cannot be one closure call (a
+    /// binding running a callback of another language, a `with` block, an `await`): takes
+    /// the lease as `budget` allows, collects killed writers' temporaries and reads the
+    /// durable content, as [`update`](Self::update) does before it runs its closure. The
+    /// lease is held until the [`Edit`] is committed, aborted or dropped. A JSON document
+    /// that does not parse is [`DocumentError::NotParsable`] here.
+    pub fn begin(&self, budget: &Budget) -> Result<Edit, DocumentError> {
+        self.begin_edit(budget, false)
+    }
+
+    fn begin_edit(&self, budget: &Budget, replacing: bool) -> Result<Edit, DocumentError> {
+        let lease = LeaseOptions::new()
+            .allow_shared_state(self.options.allow_shared_state)
+            .acquire(&self.lock, budget)
+            .map_err(DocumentError::Lease)?;
+        // Under the lease no writer is mid-rewrite: any temporary is a killed one's.
+        remove_temporaries(&self.path).map_err(|e| self.io("remove leftover temporaries", e))?;
+        let current = self.read()?;
+        if self.options.json
+            && !replacing
+            && let Some(cur) = &current
+        {
+            serde_json::from_slice::<serde::de::IgnoredAny>(&cur.content)
+                .map_err(|e| self.not_parsable(e))?;
+        }
+        Ok(Edit {
+            doc: self.clone(),
+            lease,
+            current,
+        })
     }
 
     /// Refuses content an update must not write: over the limit, or not JSON for a JSON
@@ -659,6 +675,48 @@ impl Document {
             path: self.path.clone(),
             reason: e.to_string(),
         }
+    }
+}
+
+/// An update in progress ([`Document::begin`]): the document's lease is held and
+/// [`current`](Self::current) is the durable content read under it. [`commit`](Self::commit)
+/// writes the new version; [`abort`](Self::abort), or dropping the `Edit` (a panic, an
+/// exception in a binding's callback), writes nothing and releases the lease.
+pub struct Edit {
+    doc: Document,
+    lease: Lease,
+    current: Option<Snapshot>,
+}
+
+impl fmt::Debug for Edit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Edit")
+            .field("path", &self.doc.path)
+            .field("current", &self.current)
+            .finish()
+    }
+}
+
+impl Edit {
+    /// The current version, read under the lease (`None`: there is no document).
+    pub fn current(&self) -> Option<&Snapshot> {
+        self.current.as_ref()
+    }
+
+    /// Writes `new` as the next version (refused, writing nothing, when it is over the size
+    /// limit or, for a JSON document, does not parse), durably, with the lease verified
+    /// before the rename; then releases the lease. Returns the version written.
+    pub fn commit(mut self, new: Vec<u8>) -> Result<Snapshot, DocumentError> {
+        self.doc.check_new(&new)?;
+        self.doc.write(&self.lease, &new)?;
+        self.lease.release();
+        Ok(Snapshot::new(new))
+    }
+
+    /// Writes nothing and releases the lease; returns the current version.
+    pub fn abort(mut self) -> Option<Snapshot> {
+        self.lease.release();
+        self.current.take()
     }
 }
 
