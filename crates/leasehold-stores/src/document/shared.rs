@@ -549,14 +549,7 @@ impl Document {
     {
         let edit = self.begin_edit(budget, replacing)?;
         if let Some(expected) = expected {
-            let now = edit.current.as_ref().map(|s| s.version);
-            if now != Some(expected) {
-                return Err(DocumentError::Conflict {
-                    path: self.path.clone(),
-                    expected,
-                    current: now,
-                });
-            }
+            edit.expect(expected)?;
         }
         let new = match f(edit.current.as_ref()) {
             Ok(Some(new)) => new,
@@ -711,6 +704,21 @@ impl Edit {
         self.doc.write(&self.lease, &new)?;
         self.lease.release();
         Ok(Snapshot::new(new))
+    }
+
+    /// [`DocumentError::Conflict`] unless the current version is `expected` (a
+    /// compare-and-set done by hand: check, then [`commit`](Self::commit)); the lease is
+    /// still held either way.
+    pub fn expect(&self, expected: Version) -> Result<(), DocumentError> {
+        let now = self.current.as_ref().map(|s| s.version);
+        if now == Some(expected) {
+            return Ok(());
+        }
+        Err(DocumentError::Conflict {
+            path: self.doc.path.clone(),
+            expected,
+            current: now,
+        })
     }
 
     /// Writes nothing and releases the lease; returns the current version.
