@@ -5,7 +5,7 @@ const assert = require('node:assert/strict')
 const { join } = require('node:path')
 const fs = require('node:fs')
 const { spawn } = require('node:child_process')
-const { lh, PKG, tempDir, Child } = require('./helpers')
+const { lh, PKG, CLI, skip, tempDir, Child } = require('./helpers')
 const { Document } = lh
 
 const WORKERS = 4
@@ -142,4 +142,24 @@ test('Document: utf8 and buffer encodings, and a lock path of its own', async (t
   await raw.update(() => Buffer.from([0, 1]))
   assert.deepEqual([...raw.read().value], [0, 1])
   assert.ok(fs.existsSync(join(dir, 'my.lock')))
+})
+
+test('Document: Node and the CLI mixed on one document lose none', async (t) => {
+  if (CLI === null) return skip(t, 'Document mixed with the CLI', 'the leasehold CLI is not built in this target dir')
+  const path = join(tempDir(t), 'count.json')
+  // The CLI's increment of {"n": N}: COMMAND keeps the document's digits and adds one.
+  const loop = `echo ready; read _go; i=0; while [ $i -lt ${INCREMENTS} ]; do "$CLI" doc update --timeout 60 "$F" -- sh -c 'n=$(tr -dc 0-9); echo "{\\"n\\": $((\${n:-0} + 1))}"' >/dev/null || exit 1; i=$((i+1)); done; echo done`
+  const workers = [
+    docChild('increment', path, String(INCREMENTS)),
+    docChild('increment', path, String(INCREMENTS)),
+    new Child('sh', ['-c', loop], { env: { ...process.env, CLI, F: path } }),
+    new Child('sh', ['-c', loop], { env: { ...process.env, CLI, F: path } })
+  ]
+  for (const w of workers) assert.equal(await w.line(), 'ready')
+  for (const w of workers) w.send('go')
+  for (const w of workers) {
+    assert.equal(await w.line(), 'done')
+    assert.equal((await w.exited).code, 0)
+  }
+  assert.deepEqual(Document.open(path).read().value, { n: 4 * INCREMENTS })
 })

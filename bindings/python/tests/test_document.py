@@ -232,3 +232,34 @@ def test_text_and_bytes_encodings(tmp_path):
     assert os.path.exists(tmp_path / "my.lock")
     with pytest.raises(ValueError):
         Document(tmp_path / "x", encoding="yaml")
+
+
+#: The CLI's increment of {"n": N}: COMMAND reads the document, keeps its digits, adds one.
+CLI_LOOP = """
+echo ready; read _go
+i=0
+while [ $i -lt {n} ]; do
+  "$CLI" doc update --timeout 60 "$F" -- sh -c 'n=$(tr -dc 0-9); echo "{{\\"n\\": $((${{n:-0}} + 1))}}"' >/dev/null || exit 1
+  i=$((i+1))
+done
+echo done
+"""
+
+
+def test_python_and_the_cli_mixed_on_one_document_lose_none(spawn, spawn_argv, cli, tmp_path):
+    path = str(tmp_path / "count.json")
+    pythons = [spawn(INCREMENT, path, "lease", str(INCREMENTS)) for _ in range(2)]
+    script = CLI_LOOP.format(n=INCREMENTS)
+    shells = []
+    for _ in range(2):
+        child = spawn_argv(["sh", "-c", f'CLI="$1" F="$2"; {script}', "sh", cli, path])
+        shells.append(child)
+    everyone = pythons + shells
+    for w in everyone:
+        w.expect("ready")
+    for w in everyone:
+        w.send("go")
+    for w in everyone:
+        w.expect("done", limit=120)
+        assert w.wait(limit=60) == 0
+    assert Document(path).read() == {"n": 4 * INCREMENTS}
