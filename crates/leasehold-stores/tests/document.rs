@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use leasehold::patterns::durable::Step;
 use leasehold::{Budget, Classify, ErrorClass};
 use leasehold_stores::document::{Document, DocumentError, DocumentOptions, Version};
 use testkit::{FlockHolder, Proc};
@@ -86,6 +87,31 @@ fn worker() {
                 (counter(cur) + 1000).to_string().into_bytes()
             });
         }
+        // An increment whose durable write stops after step `DOCUMENT_AT` (`synced`: the
+        // temporary is fsynced, not renamed; `renamed`: the new version is in place, the
+        // directory not yet fsynced), announced, until killed.
+        "stall" => {
+            let at = match std::env::var("DOCUMENT_AT").as_deref() {
+                Ok("synced") => Step::Synced,
+                Ok("renamed") => Step::Renamed,
+                other => panic!("DOCUMENT_AT {other:?}"),
+            };
+            let doc = Document::open(
+                &path,
+                DocumentOptions::new().observe(move |step| {
+                    if step == at {
+                        println!("@ stalled");
+                        let mut line = String::new();
+                        let _ = std::io::stdin().read_line(&mut line);
+                        let _ = std::io::stdin().read_line(&mut line);
+                    }
+                    Ok(())
+                }),
+            );
+            let _ = doc.update(&wait(), |cur| {
+                (counter(cur) + 1000).to_string().into_bytes()
+            });
+        }
         // One try-once increment: says whether it was contended.
         "try" => {
             match doc.update(&Budget::no_wait(), |cur| {
@@ -103,8 +129,13 @@ fn worker() {
 }
 
 fn spawn(role: &str, path: &Path, n: u32) -> Proc {
+    spawn_with(role, path, n, "")
+}
+
+fn spawn_with(role: &str, path: &Path, n: u32, at: &str) -> Proc {
     Proc::spawn(
         Command::new(std::env::current_exe().expect("test binary"))
+            .env("DOCUMENT_AT", at)
             .args(["worker", "--exact", "--nocapture", "--test-threads=1", "-q"])
             .env("DOCUMENT_WORKER", role)
             .env("DOCUMENT_PATH", path)
@@ -427,4 +458,119 @@ fn an_edit_holds_the_lease_until_it_is_committed_or_dropped() {
     assert_eq!(doc.read().expect("read"), Some(written));
     assert_eq!(try_once(), "updated");
     assert_eq!(std::fs::read(&path).expect("doc"), b"11");
+}
+
+fn temporaries(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("read_dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().contains(".tmp."))
+        })
+        .count()
+}
+
+#[test]
+fn sigkill_between_fsync_and_rename_leaves_the_old_version_and_the_next_update_collects() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("count");
+    let doc = Document::open(&path, DocumentOptions::new());
+    let before = doc
+        .update(&wait(), |_| b"41".to_vec())
+        .expect("first version");
+    let mut w = spawn_with("stall", &path, 1, "synced");
+    assert_eq!(handshake(&mut w), "stalled");
+    assert_eq!(temporaries(dir.path()), 1, "the fsynced temporary is there");
+    w.kill_group();
+    // Readers see the old version whole; the killed writer's temporary is never read.
+    assert_eq!(doc.read().expect("read"), Some(before));
+    assert_eq!(temporaries(dir.path()), 1);
+    // The next update (the lease died with the writer) removes it.
+    let next = doc
+        .update(&Budget::no_wait(), |cur| {
+            (counter(cur) + 1).to_string().into_bytes()
+        })
+        .expect("update");
+    assert_eq!(next.content, b"42");
+    assert_eq!(temporaries(dir.path()), 0);
+}
+
+#[test]
+fn sigkill_after_the_rename_leaves_the_new_version_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("count");
+    let doc = Document::open(&path, DocumentOptions::new());
+    doc.update(&wait(), |_| b"41".to_vec())
+        .expect("first version");
+    let mut w = spawn_with("stall", &path, 1, "renamed");
+    assert_eq!(handshake(&mut w), "stalled");
+    w.kill_group();
+    assert_eq!(
+        doc.read().expect("read").map(|s| s.content),
+        Some(b"1041".to_vec())
+    );
+    assert_eq!(temporaries(dir.path()), 0);
+}
+
+#[test]
+fn a_lease_lost_before_the_rename_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("count");
+    let lock = dir.path().join("count.lock");
+    let removed = lock.clone();
+    // The lock file is removed under the writer (as a careless cleanup would): whoever
+    // comes next locks a new file, so this writer must not rename.
+    let doc = Document::open(
+        &path,
+        DocumentOptions::new().observe(move |step| {
+            if step == Step::Written {
+                std::fs::remove_file(&removed)?;
+            }
+            Ok(())
+        }),
+    );
+    std::fs::write(&path, "41").expect("first version");
+    let err = doc
+        .update(&wait(), |_| b"42".to_vec())
+        .expect_err("lease lost");
+    assert!(
+        matches!(
+            err,
+            DocumentError::Lease(leasehold::Error::LeaseLost { .. })
+        ),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&path).expect("doc"), b"41");
+    assert_eq!(temporaries(dir.path()), 0);
+}
+
+#[test]
+fn a_failed_write_before_the_rename_keeps_the_old_version_and_after_it_is_outcome_unknown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("count");
+    std::fs::write(&path, "41").expect("first version");
+    let failing = |at: Step| {
+        Document::open(
+            &path,
+            DocumentOptions::new().observe(move |step| match step == at {
+                true => Err(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+                false => Ok(()),
+            }),
+        )
+    };
+    let err = failing(Step::Written)
+        .update(&wait(), |_| b"42".to_vec())
+        .expect_err("disk full");
+    assert!(matches!(err, DocumentError::Io { .. }), "{err}");
+    assert!(
+        err.to_string().contains("old version is left whole"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&path).expect("doc"), b"41");
+    assert_eq!(temporaries(dir.path()), 0);
+    let err = failing(Step::Renamed)
+        .update(&wait(), |_| b"43".to_vec())
+        .expect_err("outcome unknown");
+    assert!(matches!(err, DocumentError::OutcomeUnknown { .. }), "{err}");
+    assert_eq!(std::fs::read(&path).expect("doc"), b"43");
 }

@@ -245,13 +245,30 @@ impl Classify for DocumentError {
 }
 
 /// How a [`Document`] is opened.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DocumentOptions {
     lock_path: Option<PathBuf>,
     json: bool,
     max_bytes: u64,
     allow_shared_state: bool,
     recheck: Duration,
+    observer: Option<Observer>,
+}
+
+/// A test seam: called after each step of a durable write ([`DocumentOptions::observe`]).
+type Observer = std::sync::Arc<dyn Fn(Step) -> io::Result<()> + Send + Sync>;
+
+impl fmt::Debug for DocumentOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DocumentOptions")
+            .field("lock_path", &self.lock_path)
+            .field("json", &self.json)
+            .field("max_bytes", &self.max_bytes)
+            .field("allow_shared_state", &self.allow_shared_state)
+            .field("recheck", &self.recheck)
+            .field("observed", &self.observer.is_some())
+            .finish()
+    }
 }
 
 impl Default for DocumentOptions {
@@ -262,6 +279,7 @@ impl Default for DocumentOptions {
             max_bytes: MAX_DOCUMENT_BYTES,
             allow_shared_state: false,
             recheck: Duration::from_secs(1),
+            observer: None,
         }
     }
 }
@@ -304,6 +322,21 @@ impl DocumentOptions {
     #[must_use]
     pub fn allow_shared_state(mut self, allow: bool) -> DocumentOptions {
         self.allow_shared_state = allow;
+        self
+    }
+
+    /// Calls `hook` after each step of an update's durable write ([`Step`]: the temporary
+    /// created, written, fsynced, renamed, the directory fsynced), under the lease. The seam
+    /// crash and fault-injection tests use (as [`replace_file_observed`] is): a hook that
+    /// blocks lets a test SIGKILL the writer at that step; an error it returns is handled as
+    /// that step's I/O error (before the rename: the old version stays, the temporary is
+    /// removed; after it: [`DocumentError::OutcomeUnknown`]).
+    #[must_use]
+    pub fn observe(
+        mut self,
+        hook: impl Fn(Step) -> io::Result<()> + Send + Sync + 'static,
+    ) -> DocumentOptions {
+        self.observer = Some(std::sync::Arc::new(hook));
         self
     }
 
@@ -642,7 +675,10 @@ impl Document {
                 Step::Renamed => renamed = true,
                 _ => {}
             }
-            Ok(())
+            match &self.options.observer {
+                Some(hook) => hook(step),
+                None => Ok(()),
+            }
         });
         match (written, lost) {
             (Ok(()), _) => Ok(()),
