@@ -3,7 +3,8 @@
 //! re-read under it, the durable write, the version — is the library's; an update is split
 //! into `beginDocument` (lease + read) and `NativeEdit.commit`/`abort` so that the caller's
 //! function, which may be async, runs in JavaScript while the lease is held. The lease wait
-//! and the fsyncs run on tokio's blocking pool (`offload`), never on the JavaScript thread.
+//! is driven by tokio's reactor (`Document::begin_async`), the reads and fsyncs run on its
+//! blocking pool (`offload`); none of it on the JavaScript thread or libuv's pool.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -275,13 +276,14 @@ impl Waiter {
             Err(e) => return Either::B(Failure::invalid(e)),
         };
         let doc = document(path, options);
-        let began = offload(move || {
-            let edit = doc.begin(&budget)?;
+        // The wait on the reactor (no thread per waiter); the read on the blocking pool.
+        let began = async {
+            let edit = doc.begin_async(&budget).await?;
             if let Some(v) = expected {
                 edit.expect(v)?;
             }
             Ok::<_, DocumentError>(edit)
-        })
+        }
         .await;
         match began {
             Ok(edit) => {

@@ -574,3 +574,47 @@ fn a_failed_write_before_the_rename_keeps_the_old_version_and_after_it_is_outcom
     assert!(matches!(err, DocumentError::OutcomeUnknown { .. }), "{err}");
     assert_eq!(std::fs::read(&path).expect("doc"), b"43");
 }
+
+/// While another process holds the document's lease, an async update waits without blocking
+/// the executor (a canary keeps ticking) and gives up as contended with nothing written; once
+/// the holder lets go, it updates.
+#[cfg(feature = "tokio")]
+async fn async_update_waits_without_blocking_then_updates() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("count");
+    let doc = Document::open(&path, DocumentOptions::new());
+    doc.update(&wait(), |_| b"1".to_vec()).expect("first");
+    let held = FlockHolder::hold(doc.lock_path());
+    let canary = testkit::Canary::start();
+    let r = doc
+        .update_async(&Budget::timeout(Duration::from_millis(300)), |_| {
+            b"x".to_vec()
+        })
+        .await;
+    let seen = canary.ticks();
+    let err = r.expect_err("held elsewhere");
+    assert_eq!(err.class(), ErrorClass::Contended, "{err}");
+    assert!(
+        seen >= 10,
+        "canary ticked only {seen} times during a 300 ms wait"
+    );
+    assert_eq!(std::fs::read(&path).expect("doc"), b"1");
+    held.release();
+    let written = doc
+        .update_async(&wait(), |cur| (counter(cur) + 1).to_string().into_bytes())
+        .await
+        .expect("free");
+    assert_eq!(written.content, b"2");
+}
+
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn async_update_waits_without_blocking_then_updates_current_thread() {
+    async_update_waits_without_blocking_then_updates().await;
+}
+
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_update_waits_without_blocking_then_updates_multi_thread() {
+    async_update_waits_without_blocking_then_updates().await;
+}

@@ -612,11 +612,48 @@ impl Document {
         self.begin_edit(budget, false)
     }
 
+    /// [`begin`](Self::begin) without blocking the executor (feature `tokio`): the wait for
+    /// the lease is driven by tokio's reactor (dropping the future abandons it, nothing
+    /// held), and the collection and the read run on tokio's blocking pool.
+    #[cfg(feature = "tokio")]
+    pub async fn begin_async(&self, budget: &Budget) -> Result<Edit, DocumentError> {
+        let lease = self
+            .lease_options()
+            .acquire_async(&self.lock, budget)
+            .await
+            .map_err(DocumentError::Lease)?;
+        let doc = self.clone();
+        leasehold::patterns::offload(move || doc.under_lease(lease, false)).await
+    }
+
+    /// [`update`](Self::update) without blocking the executor (feature `tokio`): the wait
+    /// as [`begin_async`](Self::begin_async), `f` on the calling task (keep it short: it
+    /// holds the lease), the durable write on tokio's blocking pool.
+    #[cfg(feature = "tokio")]
+    pub async fn update_async(
+        &self,
+        budget: &Budget,
+        f: impl FnOnce(Option<&[u8]>) -> Vec<u8>,
+    ) -> Result<Snapshot, DocumentError> {
+        let edit = self.begin_async(budget).await?;
+        let new = f(edit.current().map(|s| s.content.as_slice()));
+        leasehold::patterns::offload(move || edit.commit(new)).await
+    }
+
+    fn lease_options(&self) -> LeaseOptions {
+        LeaseOptions::new().allow_shared_state(self.options.allow_shared_state)
+    }
+
     fn begin_edit(&self, budget: &Budget, replacing: bool) -> Result<Edit, DocumentError> {
-        let lease = LeaseOptions::new()
-            .allow_shared_state(self.options.allow_shared_state)
+        let lease = self
+            .lease_options()
             .acquire(&self.lock, budget)
             .map_err(DocumentError::Lease)?;
+        self.under_lease(lease, replacing)
+    }
+
+    /// The steps of a start once the lease is held: collect, read, check.
+    fn under_lease(&self, lease: Lease, replacing: bool) -> Result<Edit, DocumentError> {
         // Under the lease no writer is mid-rewrite: any temporary is a killed one's.
         remove_temporaries(&self.path).map_err(|e| self.io("remove leftover temporaries", e))?;
         let current = self.read()?;
