@@ -18,6 +18,8 @@
 
 mod shared;
 
+#[cfg(feature = "tokio")]
+pub use shared::AsyncWatch;
 pub use shared::{
     BadVersion, Document, DocumentError, DocumentOptions, Edit, Snapshot, Version, Watch,
 };

@@ -124,7 +124,8 @@
 //! `teardown_async` (drains in-flight writes, releases the lease last);
 //! `SessionStore::open_writer_async` and `AsyncSessionWriter`; and the result store's
 //! `stage_async`, `paths_async`, `finish_async`, `apply_async`, `discard_async`,
-//! `abort_async` and `sweep_async`; `Document::begin_async` and `update_async`.
+//! `abort_async` and `sweep_async`; `Document::begin_async`, `update_async` and
+//! `watch_async`.
 //!
 //! A runnable example of an async service that takes the registry authority at start
 //! (waiting asynchronously while another process holds it), serves a few mutations and hands

@@ -618,3 +618,24 @@ async fn async_update_waits_without_blocking_then_updates_current_thread() {
 async fn async_update_waits_without_blocking_then_updates_multi_thread() {
     async_update_waits_without_blocking_then_updates().await;
 }
+
+/// An async watch yields each version another process writes (paced), from a current-thread
+/// runtime that a canary proves was never blocked.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn async_watch_sees_versions_another_process_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("count");
+    let doc = Document::open(&path, DocumentOptions::new());
+    let watch = doc.watch_async().await.expect("watch");
+    let canary = testkit::Canary::start();
+    let mut w = spawn("paced", &path, 5);
+    for i in 1..=5u64 {
+        let version: Version = handshake(&mut w).parse().expect("a version");
+        let seen = watch.next().await.expect("read");
+        assert_eq!((seen.version, counter(Some(&seen.content))), (version, i));
+        w.send("next");
+    }
+    assert_eq!(handshake(&mut w), "done");
+    assert!(canary.ticks() > 0);
+}

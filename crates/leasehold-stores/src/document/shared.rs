@@ -567,6 +567,18 @@ impl Document {
         Watch::new(self.clone())
     }
 
+    /// [`watch`](Self::watch) for async code (feature `tokio`): see [`AsyncWatch`].
+    #[cfg(feature = "tokio")]
+    pub async fn watch_async(&self) -> Result<AsyncWatch, DocumentError> {
+        let doc = self.clone();
+        let every = self.options.recheck;
+        let watch = leasehold::patterns::offload(move || doc.watch()).await?;
+        Ok(AsyncWatch {
+            inner: std::sync::Arc::new(std::sync::Mutex::new(watch)),
+            every,
+        })
+    }
+
     /// The one read–modify–write: lease, collect leftovers, read the durable content, check
     /// `expected`, run `f`, check what it made, write it durably with the lease verified
     /// before the rename, release. `Ok(None)`: `f` declined and there is no document.
@@ -908,6 +920,46 @@ impl Iterator for Watch {
                     self.wait(every);
                     return Some(Err(e));
                 }
+            }
+        }
+    }
+}
+
+/// A [`Watch`] for async code ([`Document::watch_async`], feature `tokio`):
+/// [`next`](Self::next) resolves with the next new version, with the same coalescing. The
+/// waiting runs on tokio's blocking pool, one re-check interval at a time, so no executor
+/// thread is blocked; dropping a `next` future abandons it (the pool's step ends within the
+/// interval) and loses no version: the next call yields the latest.
+#[cfg(feature = "tokio")]
+#[derive(Clone)]
+pub struct AsyncWatch {
+    inner: std::sync::Arc<std::sync::Mutex<Watch>>,
+    every: Duration,
+}
+
+#[cfg(feature = "tokio")]
+impl fmt::Debug for AsyncWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncWatch").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl AsyncWatch {
+    /// The next new version (never ends by itself; an error reading the document is
+    /// returned, and the watch goes on at the next call).
+    pub async fn next(&self) -> Result<Snapshot, DocumentError> {
+        loop {
+            let watch = self.inner.clone();
+            let every = self.every;
+            let step = leasehold::patterns::offload(move || {
+                watch
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .next_timeout(every)
+            });
+            if let Some(snap) = step.await? {
+                return Ok(snap);
             }
         }
     }
