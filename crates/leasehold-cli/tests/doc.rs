@@ -175,6 +175,12 @@ fn a_held_lease_is_exit_75_and_a_stale_if_version_too() {
         .args(["--", "sh", "-c", INCREMENT]));
     assert_eq!(out.code, 75, "{out:?}");
     assert_one_line_error(&out, "did not wait");
+    let out = run(leasehold()
+        .args(["doc", "update", "--timeout", "0.2"])
+        .arg(&file)
+        .args(["--", "sh", "-c", INCREMENT]));
+    assert_eq!(out.code, 75, "{out:?}");
+    assert_one_line_error(&out, "wait longer with --timeout SECS");
     release(holder);
     let second = update(&file, &["sh", "-c", INCREMENT]);
     assert_eq!(second.code, 0, "{second:?}");
@@ -314,4 +320,33 @@ fn watch_prints_the_version_then_every_new_one() {
     let status = watch.wait();
     assert_eq!(status.code(), Some(130));
     let _ = watch.stdin.as_mut().map(|s| s.flush());
+}
+
+#[test]
+fn jq_is_a_safe_read_modify_write() {
+    if run(Command::new("jq").arg("--version")).code != 0 {
+        println!("SKIP: doc update with jq: jq is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("settings.json");
+    std::fs::write(&file, "{\"count\": 0, \"theme\": \"dark\"}\n").expect("write");
+    for _ in 0..3 {
+        let out = update(&file, &["jq", ".count += 1"]);
+        assert_eq!(out.code, 0, "{out:?}");
+    }
+    let value: serde_json::Value = serde_json::from_str(&content(&file)).expect("JSON");
+    assert_eq!(value, serde_json::json!({"count": 3, "theme": "dark"}));
+    // A jq program that fails (exit 5, its own message on the shared stderr) writes nothing.
+    let out = update(&file, &["jq", ".count | error"]);
+    assert_eq!(out.code, 5, "{out:?}");
+    assert!(
+        out.stderr
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("leasehold: ") && l.contains("nothing was written")),
+        "{out:?}"
+    );
+    let value: serde_json::Value = serde_json::from_str(&content(&file)).expect("JSON");
+    assert_eq!(value["count"], 3);
 }
