@@ -29,13 +29,11 @@ fn snapshot(py: Python<'_>, s: &Snapshot) -> PySnapshot {
 /// (`errors.rs`); the document's own errors as `LeaseError` with code `INVALID_INPUT` (too
 /// large, does not parse), `CONFLICT` (`update_if` lost) or `IO`.
 pub(crate) fn document_error(py: Python<'_>, e: DocumentError) -> PyErr {
+    let e = match e {
+        DocumentError::Lease(inner) => return to_pyerr(py, inner),
+        other => other,
+    };
     let (code, path) = match &e {
-        DocumentError::Lease(_) => {
-            let DocumentError::Lease(inner) = e else {
-                unreachable!("matched just above")
-            };
-            return to_pyerr(py, inner);
-        }
         DocumentError::TooLarge { path, .. }
         | DocumentError::NotParsable { path, .. }
         | DocumentError::InvalidContent { path, .. } => ("INVALID_INPUT", path.clone()),

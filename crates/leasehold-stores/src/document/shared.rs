@@ -469,7 +469,7 @@ impl Document {
         self.modify(budget, None, false, |cur| {
             Ok::<_, io::Error>(Some(f(cur.map(|s| s.content.as_slice()))))
         })
-        .map(|s| s.expect("an update that writes returns what it wrote"))
+        .and_then(|s| self.written(s))
     }
 
     /// [`update`](Self::update) whose closure may decline: `Ok(None)` writes nothing (the
@@ -502,7 +502,7 @@ impl Document {
             let content = cur.map(|s| s.content.as_slice()).unwrap_or_default();
             Ok::<_, io::Error>(Some(f(content)))
         })
-        .map(|s| s.expect("an update that writes returns what it wrote"))
+        .and_then(|s| self.written(s))
     }
 
     /// [`update_if`](Self::update_if) whose closure may decline, as for
@@ -526,7 +526,7 @@ impl Document {
     /// not JSON is still refused for a JSON document.)
     pub fn replace(&self, budget: &Budget, content: Vec<u8>) -> Result<Snapshot, DocumentError> {
         self.modify(budget, None, true, |_| Ok::<_, io::Error>(Some(content)))
-            .map(|s| s.expect("a replacement writes"))
+            .and_then(|s| self.written(s))
     }
 
     /// The JSON document as a `T` (its `Default` when there is none), changed by `f`, written
@@ -738,6 +738,12 @@ impl Document {
             }),
             (Err(e), None) => Err(self.io("write the new version", e)),
         }
+    }
+
+    /// What an update whose closure wrote returns: `modify` answers `None` only when the
+    /// closure declined, which these callers' closures never do.
+    fn written(&self, s: Option<Snapshot>) -> Result<Snapshot, DocumentError> {
+        s.ok_or_else(|| self.io("update", io::Error::other("the update wrote nothing")))
     }
 
     fn io(&self, op: &'static str, source: io::Error) -> DocumentError {
