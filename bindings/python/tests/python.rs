@@ -11,6 +11,15 @@
 //!
 //! Skipped, with a `SKIP: python: <why>` line, only where python3 (3.9 or later) or its
 //! `venv` module is missing.
+//!
+//! A third test runs filelock's own test suite against the package's `FileLock`,
+//! `AsyncFileLock`, `Timeout` and `ReadWriteLock`: it downloads the newest filelock sdist pip
+//! can get here (the sdist ships filelock's tests; they are never copied into this repository),
+//! and runs three of its test modules (`FILELOCK_SUITE_MODULES`) with the pytest plugin in
+//! `tests/filelock_suite/`, which substitutes the package's classes for filelock's, chooses the
+//! tests of those classes and marks the deliberate differences (the package README,
+//! "Switching from filelock"). It names the filelock version it ran, and prints
+//! `SKIP: filelock suite: <why>` where no release can be had (offline, Python before 3.11).
 
 #![cfg(unix)]
 
@@ -121,6 +130,12 @@ fn test_venv(python: &Path) -> PathBuf {
 /// included, before its integration tests); `target/PROFILE` has one only after a
 /// `cargo build`, and may hold an older one.
 fn staged_package() -> PathBuf {
+    // Staged once per run: the tests run in parallel and share it.
+    static STAGED: OnceLock<PathBuf> = OnceLock::new();
+    STAGED.get_or_init(stage_package).clone()
+}
+
+fn stage_package() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let deps = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     let built = ["libleasehold_python.so", "libleasehold_python.dylib"]
@@ -222,5 +237,209 @@ print("ok")
         "the installed package: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// What filelock's suite needs besides filelock itself (its "test" dependency group, less
+/// coverage, randomised order and virtualenv).
+const FILELOCK_SUITE_REQUIREMENTS: &[&str] = &[
+    "pytest>=9",
+    "pytest-asyncio>=1.3",
+    "pytest-mock>=3.15",
+    "pytest-timeout>=2.4",
+];
+
+/// filelock's test modules run against the package: the ones that test `FileLock`,
+/// `AsyncFileLock` and `ReadWriteLock`.
+const FILELOCK_SUITE_MODULES: &[&str] = &[
+    "tests/test_filelock.py",
+    "tests/test_async_filelock.py",
+    "tests/test_read_write.py",
+];
+
+/// How many of the newest filelock releases are tried, newest first, before giving up (the
+/// sdist of a release whose build backend needs a plugin the registry lacks cannot be had).
+const FILELOCK_TRIES: usize = 8;
+
+/// Whether `python` is 3.11 or later (filelock's current releases need it).
+fn python_is_3_11(python: &Path) -> bool {
+    Command::new(python)
+        .args(["-c", "import sys; sys.exit(sys.version_info < (3, 11))"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Why a pip command failed, in a line: its last `ERROR:` line (a build backend's missing
+/// requirement, say), else the last line it wrote.
+fn last_line(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines
+        .iter()
+        .rev()
+        .find_map(|l| l.split_once("ERROR: ").map(|(_, why)| why))
+        .or(lines.last().copied())
+        .unwrap_or("(no output)")
+        .to_string()
+}
+
+/// Says `lines` on the test's stderr, past the harness's capture (which takes only `print!`
+/// and `eprint!`), so that a passing run names what it ran too.
+fn tell(lines: &[String]) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    for line in lines {
+        let _ = writeln!(err, "filelock suite: {line}");
+    }
+}
+
+/// The newest filelock release whose sdist pip can get here, unpacked (cached under the target
+/// dir): its version and directory, or why none can be had.
+fn filelock_sdist(venv: &Path) -> Result<(String, PathBuf), String> {
+    let cache = scratch().join("filelock-sdist");
+    let out = Command::new(venv)
+        .args(["-m", "pip", "index", "versions", "filelock"])
+        .args(["--disable-pip-version-check", "--no-input"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("pip cannot be run: {e}"))?;
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let versions: Vec<String> = listed
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Available versions:"))
+        .map(|v| v.split(',').map(|v| v.trim().to_string()).collect())
+        .unwrap_or_default();
+    if versions.is_empty() {
+        return Err(format!(
+            "pip cannot list filelock's releases: {}",
+            last_line(&out.stderr)
+        ));
+    }
+    let mut failed = Vec::new();
+    for version in versions.iter().take(FILELOCK_TRIES) {
+        let unpacked = cache.join(format!("filelock-{version}"));
+        if unpacked.join(FILELOCK_SUITE_MODULES[0]).exists() {
+            tell(&failed);
+            return Ok((version.clone(), unpacked));
+        }
+        let download = cache.join("download");
+        let _ = std::fs::remove_dir_all(&download);
+        let got = Command::new(venv)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+            ])
+            .args(["--disable-pip-version-check", "--no-input"])
+            .arg(format!("filelock=={version}"))
+            .arg("-d")
+            .arg(&download)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("pip cannot be run: {e}"))?;
+        if !got.status.success() {
+            failed.push(format!(
+                "filelock {version}: its sdist cannot be had here: {}",
+                last_line(&got.stderr)
+            ));
+            continue;
+        }
+        let sdist = std::fs::read_dir(&download)
+            .map_err(|e| format!("{}: {e}", download.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.to_string_lossy().ends_with(".tar.gz"))
+            .ok_or_else(|| format!("pip download of filelock {version} left no .tar.gz"))?;
+        let unpack = r#"
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as tar:
+    tar.extractall(sys.argv[2], **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+"#;
+        run(
+            Command::new(venv)
+                .args(["-c", unpack])
+                .arg(&sdist)
+                .arg(&cache),
+            "unpack filelock's sdist",
+        );
+        if !unpacked.join(FILELOCK_SUITE_MODULES[0]).exists() {
+            return Err(format!(
+                "filelock {version}'s sdist has no {}",
+                FILELOCK_SUITE_MODULES[0]
+            ));
+        }
+        tell(&failed);
+        return Ok((version.clone(), unpacked));
+    }
+    Err(failed.join("; "))
+}
+
+#[test]
+fn filelocks_own_suite_passes_against_the_package() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) => {
+            println!("SKIP: filelock suite: {why}");
+            return;
+        }
+    };
+    if !python_is_3_11(&python) {
+        println!("SKIP: filelock suite: filelock's current releases need Python 3.11 or later");
+        return;
+    }
+    let venv = {
+        static MAKING: Mutex<()> = Mutex::new(());
+        let _making = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+        venv(
+            &python,
+            &scratch().join("filelock-suite-venv"),
+            FILELOCK_SUITE_REQUIREMENTS,
+        )
+    };
+    let (version, sdist) = match filelock_sdist(&venv) {
+        Ok(found) => found,
+        Err(why) => {
+            println!("SKIP: filelock suite: {why}");
+            return;
+        }
+    };
+    tell(&[format!(
+        "filelock {version} (its sdist from PyPI), in {}",
+        sdist.display()
+    )]);
+    let staged = staged_package();
+    let plugin = crate_dir().join("tests").join("filelock_suite");
+    let path = std::env::join_paths([staged.clone(), plugin, sdist.join("src")])
+        .expect("paths without the separator");
+    let status = Command::new(&venv)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-rfEx",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+        ])
+        .args(["-p", "leasehold_filelock_shim"])
+        .args(FILELOCK_SUITE_MODULES)
+        .current_dir(&sdist)
+        .env("PYTHONPATH", path)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("LEASEHOLD_FILELOCK_SUBSTITUTE", "1")
+        .stdin(Stdio::null())
+        .status()
+        .expect("run pytest");
+    assert!(
+        status.success(),
+        "filelock {version}'s suite against leasehold_lock: {status}"
     );
 }

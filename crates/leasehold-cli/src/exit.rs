@@ -16,6 +16,10 @@ pub const OK: u8 = 0;
 pub const FAILURE: u8 = 1;
 /// Usage error, or an unusable path or input.
 pub const USAGE: u8 = 2;
+/// `run`: the lock file was moved away from its path while COMMAND ran (a directory above it
+/// renamed, a symlink on the way re-pointed), and COMMAND's tree was stopped (POSIX).
+#[cfg_attr(windows, allow(dead_code))]
+pub const MOVED: u8 = 74;
 /// EX_TEMPFAIL: a lease is held by another process and could not be had within the budget.
 pub const CONTENDED: u8 = 75;
 

@@ -36,6 +36,7 @@ mod cmd;
 mod env;
 mod exit;
 mod out;
+mod procs;
 mod signals;
 mod wait;
 

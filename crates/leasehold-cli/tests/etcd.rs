@@ -111,8 +111,17 @@ mod with_etcd {
         )
     }
 
+    /// Sets `$me` to the shell's process ID as this test sees it: COMMAND runs in a PID
+    /// namespace of its own, where `$$` is its own numbering (2); /proc is the machine's, so
+    /// `/proc/self` — opened by the shell itself for a builtin's redirection — is the shell.
+    macro_rules! me {
+        ($($rest:literal),*) => {
+            concat!("read -r me _ </proc/self/stat; ", $($rest),*)
+        };
+    }
+
     /// A COMMAND that says `locked TOKEN PID`, waits for a line, says `done` and exits.
-    const HOLD: &str = "echo locked $LEASEHOLD_FENCING_TOKEN $$; read _x; echo done";
+    const HOLD: &str = me!("echo locked $LEASEHOLD_FENCING_TOKEN $me; read _x; echo done");
 
     fn locked(p: &mut Proc) -> (u64, u32) {
         let line = p.line();
@@ -246,7 +255,7 @@ mod with_etcd {
         let mut a = holder(
             e,
             "k",
-            "echo locked $LEASEHOLD_FENCING_TOKEN $$; exec sleep 600",
+            me!("echo locked $LEASEHOLD_FENCING_TOKEN $me; exec sleep 600"),
             &[],
         );
         let (_, command) = locked(&mut a);
@@ -274,8 +283,10 @@ mod with_etcd {
             return;
         };
         let e = server.endpoint.as_str();
-        let script = "trap 'echo term; exit 3' TERM; echo locked $LEASEHOLD_FENCING_TOKEN $$; \
-                      while :; do sleep 0.05; done";
+        let script = me!(
+            "trap 'echo term; exit 3' TERM; echo locked $LEASEHOLD_FENCING_TOKEN $me; \
+                      while :; do sleep 0.05; done"
+        );
         let mut a = Proc::spawn(
             leasehold()
                 .args([
@@ -315,9 +326,9 @@ mod with_etcd {
             return;
         };
         let e = server.endpoint.as_str();
-        let script = "trap '' TERM; sleep 600 >/dev/null & \
-                      echo locked $LEASEHOLD_FENCING_TOKEN $$ $!; \
-                      while :; do sleep 0.05; done";
+        let script = me!("trap '' TERM; sleep 600 >/dev/null & \
+             echo locked $LEASEHOLD_FENCING_TOKEN $me; \
+             while :; do sleep 0.05; done");
         let mut a = holder(e, "i", script, &[]);
         let (_, command, child) = locked_with_child(&mut a);
         server.pause();
@@ -336,23 +347,26 @@ mod with_etcd {
         );
     }
 
-    /// `locked TOKEN PID CHILD`: what a COMMAND with a background child says.
+    /// `locked TOKEN PID`, said by a COMMAND with a background child `sleep 600`: the token,
+    /// COMMAND's process ID and its child's.
     fn locked_with_child(p: &mut Proc) -> (u64, u32, u32) {
-        let line = p.line();
-        let f: Vec<&str> = line.split(' ').collect();
-        assert_eq!(f.first(), Some(&"locked"), "{line:?}");
-        assert_eq!(f.len(), 4, "{line:?}");
-        (
-            f[1].parse().expect("token"),
-            f[2].parse().expect("pid"),
-            f[3].parse().expect("child pid"),
-        )
+        let (token, command) = locked(p);
+        // Looked for until it has become `sleep` (it is forked before the line, and may
+        // not have run `exec` yet).
+        let mut child = None;
+        testkit::until("COMMAND's background child runs sleep 600", || {
+            child = children_of(command)
+                .into_iter()
+                .find(|&c| cmdline(c).starts_with("sleep 600"));
+            child.is_some()
+        });
+        (token, command, child.unwrap())
     }
 
     /// A COMMAND that starts a background child (which would sleep for ten minutes) and says
-    /// `locked TOKEN PID CHILD`, then waits.
-    const WITH_CHILD: &str = "sleep 600 >/dev/null & \
-                              echo locked $LEASEHOLD_FENCING_TOKEN $$ $!; exec sleep 600";
+    /// `locked TOKEN PID`, then waits.
+    const WITH_CHILD: &str = me!("sleep 600 >/dev/null & \
+         echo locked $LEASEHOLD_FENCING_TOKEN $me; exec sleep 600");
 
     fn parent_of(pid: u32) -> u32 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
@@ -366,9 +380,11 @@ mod with_etcd {
             return;
         };
         let e = server.endpoint.as_str();
-        let script = "sleep 600 >/dev/null & echo locked $LEASEHOLD_FENCING_TOKEN $$ $!";
+        let script =
+            me!("sleep 600 >/dev/null & echo locked $LEASEHOLD_FENCING_TOKEN $me; read _x");
         let mut a = holder(e, "bg", script, &[]);
         let (_, _, child) = locked_with_child(&mut a);
+        a.send("go");
         let status = a.wait_timeout(Duration::from_secs(10)).expect("run exits");
         assert!(status.success(), "{status:?}");
         assert!(!alive(child), "the background child outlived the lease");
@@ -447,9 +463,11 @@ mod with_etcd {
         };
         let e = server.endpoint.as_str();
         let grace = Duration::from_millis(1500);
-        let script = "trap 'echo term $(date +%s%N); sleep 1; echo cleaned $(date +%s%N); exit 0' TERM; \
-                      echo locked $LEASEHOLD_FENCING_TOKEN $$; \
-                      while :; do sleep 0.05; done";
+        let script = me!(
+            "trap 'echo term $(date +%s%N); sleep 1; echo cleaned $(date +%s%N); exit 0' TERM; \
+             echo locked $LEASEHOLD_FENCING_TOKEN $me; \
+             while :; do sleep 0.05; done"
+        );
         let mut a = Proc::spawn(
             leasehold()
                 .args(["run", "--etcd", e, "--ttl", "4", "--grace", "1.5", "g"])
@@ -499,8 +517,10 @@ mod with_etcd {
         assert!(b.wait().success());
     }
 
-    /// The supervisor itself SIGKILLed: COMMAND dies of its parent-death signal and `run`,
-    /// to which the orphans fall, kills COMMAND's child; `run` exits 1 and releases.
+    /// The supervisor itself SIGKILLed: the first process of COMMAND's PID namespace dies of
+    /// its parent-death signal, and the kernel kills the rest (without a namespace COMMAND
+    /// dies of its own, and `run`, to which the orphans fall, kills COMMAND's child); `run`
+    /// exits 1 and releases.
     #[test]
     fn a_killed_supervisor_takes_command_and_its_children_with_it() {
         let Some(server) = EtcdServer::start("etcd run supervisor killed") else {
@@ -509,8 +529,13 @@ mod with_etcd {
         let e = server.endpoint.as_str();
         let mut a = holder(e, "sv", WITH_CHILD, &[]);
         let (_, command, child) = locked_with_child(&mut a);
-        let supervisor = parent_of(command);
-        assert_eq!(parent_of(supervisor), a.pid(), "run → supervisor → COMMAND");
+        let init = parent_of(command);
+        let supervisor = parent_of(init);
+        assert_eq!(
+            parent_of(supervisor),
+            a.pid(),
+            "run → supervisor → ns-init → COMMAND"
+        );
         rustix::process::kill_process(
             rustix::process::Pid::from_raw(supervisor as i32).unwrap(),
             Signal::KILL,
@@ -522,6 +547,110 @@ mod with_etcd {
         assert!(!alive(child), "COMMAND's child survived the supervisor");
         let out = run(leasehold().args(["status", "--etcd", e, "sv"]));
         assert_eq!(out.stdout, "free\n", "released: {out:?}");
+    }
+
+    /// `run`'s one child: COMMAND's supervisor.
+    fn supervisor_of(run: u32) -> u32 {
+        let children = children_of(run);
+        assert_eq!(children.len(), 1, "{children:?}");
+        assert!(cmdline(children[0]).contains("etcd-supervisor"));
+        children[0]
+    }
+
+    /// Sends `sig` to process `pid`.
+    fn signal(pid: u32, sig: Signal) {
+        rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), sig)
+            .unwrap();
+    }
+
+    /// Whether every process holding `p`'s stdout (`run`, and every process of COMMAND's
+    /// tree that did not close it) is gone within `limit`: EOF on a copy of the pipe, read
+    /// by a thread. The limit only bounds a test that would otherwise hang.
+    fn stdout_closed_within(p: &Proc, limit: Duration) -> bool {
+        use std::io::Read;
+        use std::os::fd::AsFd;
+        let mut pipe =
+            std::fs::File::from(p.stdout.get_ref().as_fd().try_clone_to_owned().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = tx.send(pipe.read_to_end(&mut sink).is_ok());
+        });
+        rx.recv_timeout(limit).unwrap_or(false)
+    }
+
+    /// `run` and its supervisor SIGKILLed together (`pkill -9 leasehold`): no process of
+    /// ours is left to act, and the kernel ends COMMAND's tree — the first process of
+    /// COMMAND's PID namespace dies of its parent-death signal, and every other process of
+    /// the namespace with it. Here a descendant that left COMMAND's process group and
+    /// session keeps writing to COMMAND's stdout; the pipe's EOF says every holder is gone.
+    /// (Both are stopped first, so that neither can act before both are dead.)
+    #[test]
+    fn sigkill_of_run_and_its_supervisor_together_ends_the_whole_tree() {
+        let Some(server) = EtcdServer::start("etcd run sigkill of run and supervisor") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let script = me!("echo locked $LEASEHOLD_FENCING_TOKEN $me; \
+             setsid sh -c 'while :; do echo tick; sleep 0.05; done' & exec sleep 600");
+        let mut a = holder(e, "kk", script, &[]);
+        let (_, command) = locked(&mut a);
+        let supervisor = supervisor_of(a.pid());
+        for pid in [supervisor, a.pid()] {
+            signal(pid, Signal::STOP);
+        }
+        for pid in [supervisor, a.pid()] {
+            signal(pid, Signal::KILL);
+        }
+        assert!(
+            stdout_closed_within(&a, Duration::from_secs(20)),
+            "COMMAND's descendants outlived run and its supervisor"
+        );
+        assert!(!alive(command), "COMMAND outlived run and its supervisor");
+    }
+
+    /// The supervisor SIGSTOPped, then the lease lost (etcd paused: a partition): the
+    /// supervisor cannot act, so `run`, which watches it as it watches `run`, kills it and
+    /// COMMAND's whole tree — before the TTL, so before a successor could start — and
+    /// exits 1 saying so. (TTL 4 s: `run` acts half the margin after the deadline, and the
+    /// test has the other half, 0.2 s, to see it done.)
+    #[test]
+    fn a_stopped_supervisor_has_its_tree_stopped_by_run_when_the_lease_is_lost() {
+        let Some(server) = EtcdServer::start("etcd run stopped supervisor") else {
+            return;
+        };
+        let e = server.endpoint.as_str();
+        let mut a = Proc::spawn(
+            leasehold()
+                .args(["run", "--etcd", e, "--ttl", "4", "ss", "--", "sh", "-c"])
+                .arg(WITH_CHILD)
+                .stderr(std::process::Stdio::piped()),
+        );
+        let (_, command, child) = locked_with_child(&mut a);
+        let supervisor = supervisor_of(a.pid());
+        signal(supervisor, Signal::STOP);
+        server.pause();
+        let paused = Instant::now();
+        let status = a.wait_timeout(Duration::from_secs(15));
+        let took = paused.elapsed();
+        server.resume();
+        let status = status.expect("run exits though its supervisor is stopped");
+        assert_eq!(status.code(), Some(1), "{status:?}");
+        assert!(!alive(command), "COMMAND survived");
+        assert!(!alive(child), "COMMAND's background child survived");
+        assert!(!alive(supervisor), "the stopped supervisor was left");
+        // The lease cannot expire before the TTL (4 s) after the pause; run acts at most
+        // TTL − margin/2 = 3.8 s after it.
+        let ttl = Duration::from_secs(4);
+        assert!(
+            took < ttl,
+            "the tree was gone only {took:?} after the pause"
+        );
+        let mut err = String::new();
+        std::io::Read::read_to_string(a.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err:?}");
+        assert!(err.starts_with("leasehold: ss: lease lost"), "{err:?}");
+        assert!(err.contains("supervisor did not answer"), "{err:?}");
     }
 
     /// The pids of `pid`'s children (Linux: from every `/proc/PID/stat`).
@@ -547,9 +676,10 @@ mod with_etcd {
             .unwrap_or_default()
     }
 
-    /// A waiting `run`'s supervisor and COMMAND's process (the exec helper, not yet COMMAND),
-    /// once both are up: looked for in /proc until they are.
-    fn standby_of(run: u32) -> (u32, u32) {
+    /// A waiting `run`'s supervisor, the first process of COMMAND's PID namespace (ns-init)
+    /// and COMMAND's process (the exec helper, not yet COMMAND), once all are up: looked
+    /// for in /proc until they are.
+    fn standby_of(run: u32) -> (u32, u32, u32) {
         let mut found = None;
         testkit::until(
             "the waiting run's supervisor has started COMMAND's process",
@@ -557,19 +687,23 @@ mod with_etcd {
                 let Some(&supervisor) = children_of(run).first() else {
                     return false;
                 };
-                found = children_of(supervisor)
+                let Some(&init) = children_of(supervisor).first() else {
+                    return false;
+                };
+                found = children_of(init)
                     .first()
-                    .map(|&helper| (supervisor, helper));
+                    .map(|&helper| (supervisor, init, helper));
                 found.is_some()
             },
         );
-        let (supervisor, helper) = found.unwrap();
+        let (supervisor, init, helper) = found.unwrap();
+        assert!(cmdline(init).contains("etcd-ns-init"), "{}", cmdline(init));
         assert!(
             cmdline(supervisor).contains("etcd-supervisor"),
             "{}",
             cmdline(supervisor)
         );
-        (supervisor, helper)
+        (supervisor, init, helper)
     }
 
     /// Issue 26 item 6: the supervisor and COMMAND's process start before the wait, so the
@@ -586,7 +720,7 @@ mod with_etcd {
         locked(&mut a);
         let mut b = holder(e, "sb", "echo ran", &["--timeout", "30"]);
         server.queued("leasehold/lock/sb/", 2);
-        let (supervisor, helper) = standby_of(b.pid());
+        let (supervisor, init, helper) = standby_of(b.pid());
         assert!(
             cmdline(helper).contains("_exec-with-parent-death-signal"),
             "COMMAND's process became COMMAND without the grant: {}",
@@ -600,13 +734,13 @@ mod with_etcd {
                 .1
                 .split_whitespace()
                 .nth(2),
-            Some(helper.to_string().as_str()),
-            "COMMAND's process leads a process group of its own"
+            Some(init.to_string().as_str()),
+            "COMMAND's process is in the process group ns-init leads"
         );
         b.kill(); // run alone: its supervisor sees the socket close
         testkit::until(
             "the killed run's supervisor and COMMAND's process exit",
-            || !alive(supervisor) && !alive(helper),
+            || !alive(supervisor) && !alive(init) && !alive(helper),
         );
         assert_eq!(b.line(), "", "COMMAND ran without the grant");
 
@@ -630,11 +764,14 @@ mod with_etcd {
 
         // SIGINT while waiting: 130, COMMAND never runs.
         let mut c = holder(e, "sb", "echo ran", &["--timeout", "30"]);
-        let (supervisor, helper) = standby_of(c.pid());
+        let (supervisor, init, helper) = standby_of(c.pid());
         c.signal(Signal::INT);
         let status = c.wait_timeout(Duration::from_secs(10)).expect("run exits");
         assert_eq!(status.code(), Some(130), "{status:?}");
-        assert!(!alive(supervisor) && !alive(helper), "left behind");
+        assert!(
+            !alive(supervisor) && !alive(init) && !alive(helper),
+            "left behind"
+        );
         assert_eq!(c.line(), "", "COMMAND ran without the grant");
         a.send("go");
         assert_eq!(a.line(), "done");
@@ -839,33 +976,28 @@ mod with_etcd {
         let mut a = holder(
             &e,
             "r",
-            "echo locked $LEASEHOLD_FENCING_TOKEN $$; exec sleep 600",
+            me!("echo locked $LEASEHOLD_FENCING_TOKEN $me; exec sleep 600"),
             &[],
         );
         let (t1, command) = locked(&mut a);
         server.restart();
-        let check =
-            format!("if kill -0 {command} 2>/dev/null; then echo overlap; else echo alone; fi");
-        let out = run(leasehold().args([
-            "run",
-            "--etcd",
-            &e,
-            "--ttl",
-            "2",
-            "--timeout",
-            "8",
-            "r",
-            "--",
-            "sh",
-            "-c",
-            &check,
-        ]));
-        match out.code {
+        // The check is this process's: COMMANDs run in PID namespaces of their own, where
+        // another holder's COMMAND cannot be seen.
+        let mut b = holder(&e, "r", "echo locked; read _x", &["--timeout", "8"]);
+        match b.line().as_str() {
             // The first holder failed closed (its COMMAND was stopped) and the lock moved on.
-            0 => assert_eq!(out.stdout, "alone\n", "{out:?}"),
+            "locked" => {
+                assert!(!alive(command), "two holders after the restart");
+                b.send("go");
+                assert!(b.wait().success());
+            }
             // The first holder reconnected in time and still holds: its COMMAND must live.
-            75 => assert!(alive(command), "lock held by nobody alive: {out:?}"),
-            _ => panic!("{out:?}"),
+            "" => {
+                let status = b.wait();
+                assert_eq!(status.code(), Some(75), "{status:?}");
+                assert!(alive(command), "lock held by nobody alive");
+            }
+            other => panic!("{other:?}"),
         }
         // Either way, a grant after the restart has a greater token than the one before.
         drop(a);
@@ -883,6 +1015,167 @@ mod with_etcd {
         ]));
         assert_eq!(out.code, 0, "{out:?}");
         assert!(out.stdout.trim().parse::<u64>().unwrap() > t1);
+    }
+
+    /// A TCP proxy to `upstream` on a free loopback port that delays what goes through by
+    /// `delay` each way — each chunk is forwarded `delay` after it was read, a constant
+    /// latency without queueing: a far etcd. It runs until the test process ends.
+    fn slow_proxy(upstream: &str, delay: Duration) -> String {
+        use std::net::{TcpListener, TcpStream};
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(client) = conn else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+                    continue;
+                };
+                for s in [&client, &server] {
+                    let _ = s.set_nodelay(true);
+                }
+                pump(client, s2, delay);
+                pump(server, c2, delay);
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    /// Forwards `from` to `to`, each chunk `delay` after it was read (two threads).
+    fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream, delay: Duration) {
+        use std::io::{Read, Write};
+        let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0
+                    || tx
+                        .send((Instant::now() + delay, buf[..n].to_vec()))
+                        .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for (at, data) in rx {
+                // The latency itself, not a synchronisation.
+                std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                if to.write_all(&data).is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        });
+    }
+
+    /// Keep-alives planned from the TTL, the grace and the round trip measured at start: a
+    /// combination that cannot hold at that round trip is refused (exit 2, with the
+    /// arithmetic), and one that can keeps a healthy COMMAND running though a keep-alive
+    /// every TTL/3 would be answered too late (here etcd is 0.3 s away: with --ttl 4
+    /// --grace 2 a keep-alive has 1.6 s, and TTL/3 + 2 round trips is 1.93 s).
+    #[test]
+    fn keep_alives_follow_the_measured_round_trip_and_an_impossible_grace_is_refused() {
+        let Some(server) = EtcdServer::start("etcd run far etcd") else {
+            return;
+        };
+        let far = slow_proxy(&server.endpoint, Duration::from_millis(150));
+        let out = run(leasehold().args([
+            "run", "--etcd", &far, "--ttl", "2", "--grace", "0.8", "f", "--", "echo", "ran",
+        ]));
+        assert_eq!(out.code, 2, "{out:?}");
+        assert_eq!(out.stdout, "", "{out:?}");
+        assert_one_line_error(&out, "less than 4 × the round trip");
+        assert!(
+            out.stderr
+                .contains("TTL 2.0 s − margin 0.2 s − grace 0.8 s = 1.000 s"),
+            "{out:?}"
+        );
+        let out = run(leasehold().args([
+            "run",
+            "--etcd",
+            &far,
+            "--ttl",
+            "4",
+            "--grace",
+            "2",
+            "f",
+            "--",
+            "sh",
+            "-c",
+            "sleep 5; echo done",
+        ]));
+        assert_eq!((out.code, out.stdout.as_str()), (0, "done\n"), "{out:?}");
+    }
+
+    /// etcd restored from a backup taken while a `run` held its lock: the holder's lease is
+    /// in the backup, so its keep-alives go on being answered — but by a store whose
+    /// revisions went back, which hands out fencing tokens lower than ones already given.
+    /// The holder counts every lease of the old data as lost and stops COMMAND.
+    #[test]
+    fn etcd_restored_from_a_backup_counts_as_every_lease_lost() {
+        let Some(mut server) = EtcdServer::start("etcd restored from a backup") else {
+            return;
+        };
+        let e = server.endpoint.clone();
+        let mut a = Proc::spawn(
+            leasehold()
+                .args(["run", "--etcd", &e, "--ttl", "10", "rb", "--", "sh", "-c"])
+                .arg(me!(
+                    "echo locked $LEASEHOLD_FENCING_TOKEN $me; exec sleep 600"
+                ))
+                .stderr(std::process::Stdio::piped()),
+        );
+        let (_, command) = locked(&mut a);
+        let snapshot = server.dir().join("backup.db");
+        if !server.snapshot(&snapshot) {
+            eprintln!("SKIP: etcd restored from a backup: etcdctl is not installed");
+            return;
+        }
+        // Later writes (revisions the backup lacks), and a keep-alive answered after them:
+        // the lease's remaining TTL (whole seconds) is seen to go down, then up again.
+        for n in 0..5 {
+            server
+                .etcdctl(&["put", "leasehold-test/after", &n.to_string()])
+                .expect("etcdctl");
+        }
+        let keys = server
+            .etcdctl(&["get", "--prefix", "--keys-only", "leasehold/lock/rb/"])
+            .expect("etcdctl");
+        let key = String::from_utf8_lossy(&keys.stdout).trim().to_string();
+        let lease = key.rsplit('/').next().unwrap().to_string();
+        let remaining = || -> u64 {
+            let out = server
+                .etcdctl(&["lease", "timetolive", &lease])
+                .expect("etcdctl");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.split("remaining(")
+                .nth(1)
+                .and_then(|t| t.split('s').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{text:?}"))
+        };
+        let mut low = remaining();
+        testkit::until("a keep-alive is answered after the later writes", || {
+            let now = remaining();
+            low = low.min(now);
+            now > low
+        });
+        server.restore(&snapshot);
+        let status = a.wait_timeout(Duration::from_secs(8));
+        let status = status.expect("run stops COMMAND once etcd answers from the backup");
+        assert_eq!(status.code(), Some(1), "{status:?}");
+        assert!(!alive(command), "COMMAND survived");
+        let mut err = String::new();
+        std::io::Read::read_to_string(a.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(
+            err.starts_with("leasehold: rb: lease lost: etcd member"),
+            "{err:?}"
+        );
+        assert!(err.contains("etcd lost its data"), "{err:?}");
     }
 
     #[test]

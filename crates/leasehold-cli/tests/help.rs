@@ -160,6 +160,7 @@ fn run_help_lists_runs_own_exit_statuses() {
         "--conflict-exit-code",
         "130",
         "143",
+        "74",
         "2 ",
         "1 ",
     ] {

@@ -247,7 +247,9 @@ fn the_notice_does_not_restart_the_wait_on_a_replaced_lock_file() {
     let lock = dir.path().join("r.lock");
     let link = dir.path().join("r.link");
     let marker = dir.path().join("ran");
-    let holder = hold(&lock);
+    // util-linux flock(1) holds it: a `run` holding it would stop its COMMAND (and release)
+    // once its lock file is replaced, which is not what is tested here.
+    let holder = testkit::FlockHolder::hold(&lock);
     // A second name for the held inode, which the replacement leaves in place.
     std::fs::hard_link(&lock, &link).unwrap();
     let mut cmd = leasehold();
@@ -276,7 +278,7 @@ fn the_notice_does_not_restart_the_wait_on_a_replaced_lock_file() {
     );
     assert_eq!(status.code(), Some(75), "{rest:?}");
     assert!(rest.contains("gave up after"), "{rest:?}");
-    release(holder);
+    holder.release();
 }
 
 #[test]

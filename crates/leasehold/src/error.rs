@@ -153,9 +153,11 @@ pub enum Error {
         attempts: u32,
     },
     /// The held inode is no longer the file at the path (the lock file was unlinked,
-    /// renamed or replaced); the lease proves nothing any more.
+    /// renamed or replaced, or a directory on the way renamed or a symlink on it re-pointed;
+    /// `path` is then the lock path, or the directory of a [`LockDir`](crate::LockDir) chain
+    /// that moved); the lease proves nothing any more.
     #[error(
-        "{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced)"
+        "{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced, or a directory on the way moved)"
     )]
     LeaseLost {
         /// The lock path.
@@ -241,6 +243,16 @@ pub enum Error {
         /// What is wrong with them, and what to write instead.
         reason: String,
     },
+    /// A distributed lease's TTL leaves its keep-alives too little time at the round trip
+    /// measured to the arbiter (with the holder's grace): a grant would be lost with the
+    /// arbiter healthy. Nothing is held.
+    #[error("etcd at {endpoints}: {reason}")]
+    Unschedulable {
+        /// The endpoints, as given.
+        endpoints: String,
+        /// The arithmetic, and what to change.
+        reason: String,
+    },
     /// A distributed lease may have expired (no keep-alive acknowledged in time, or the
     /// server says it is gone): the grant proves nothing any more, and a successor may
     /// already hold the lock.
@@ -272,7 +284,8 @@ impl Classify for Error {
             | Error::NetworkFilesystem { .. }
             | Error::Untrusted { .. }
             | Error::SharedUnsupported { .. }
-            | Error::BadEndpoints { .. } => ErrorClass::Usage,
+            | Error::BadEndpoints { .. }
+            | Error::Unschedulable { .. } => ErrorClass::Usage,
             Error::NotFound { .. }
             | Error::Unstable { .. }
             | Error::LeaseLost { .. }

@@ -520,6 +520,18 @@ fn free_keys_take_no_collector_lock_and_busy_ones_keep_one_descriptor_unlocked()
     }
     let collector = root.path().join(NAMESPACE).join(COLLECTOR_LOCK);
     assert_eq!(open_descriptors_on(&collector), 0, "free keys: none");
+    // Busy where no collection ever began: the busy try stands, and an operation that only
+    // tried creates nothing.
+    let holder = testkit::FlockHolder::hold(&leases.lock_path("a"));
+    assert!(contended(leases.try_acquire("a", |_| true)));
+    assert!(
+        !collector.exists(),
+        "an acquisition never creates the collector lock"
+    );
+    holder.kill();
+    let report = leases.collect(Duration::ZERO, || Ok(Vec::new())).unwrap();
+    assert_eq!((report.removed, report.busy), (3, false), "{report:?}");
+    // Once a collection made it, a busy key is tried again under it, on one kept descriptor.
     let holder = testkit::FlockHolder::hold(&leases.lock_path("a"));
     for _ in 0..3 {
         assert!(contended(leases.try_acquire("a", |_| true)));
@@ -527,7 +539,7 @@ fn free_keys_take_no_collector_lock_and_busy_ones_keep_one_descriptor_unlocked()
     assert_eq!(open_descriptors_on(&collector), 1, "one kept descriptor");
     holder.kill();
     let report = leases.collect(Duration::ZERO, || Ok(Vec::new())).unwrap();
-    assert_eq!((report.removed, report.busy), (3, false), "{report:?}");
+    assert_eq!((report.removed, report.busy), (1, false), "{report:?}");
     // Clones share it.
     let clone = leases.clone();
     let held = clone.try_acquire("a", |_| true).unwrap();

@@ -16,16 +16,18 @@ from typing import Optional, Union
 from . import _native
 from ._document import Document, DocumentWatch, Snapshot
 from ._errors import LeaseError, Timeout
-from ._filelock import AcquireReturnProxy, FileLock
+from ._filelock import AcquireReturnProxy, AsyncFileLock, FileLock, ReadWriteLock
 from ._native import Lease, __version__, acquire, holders, try_acquire
 
 __all__ = [
     "AcquireReturnProxy",
+    "AsyncFileLock",
     "Document",
     "DocumentWatch",
     "FileLock",
     "Lease",
     "LeaseError",
+    "ReadWriteLock",
     "Snapshot",
     "Timeout",
     "__version__",

@@ -31,6 +31,7 @@ macro_rules! run_exit_statuses {
   127        COMMAND was not found
   75         the lease could not be had (--no-wait, or --timeout ran out); N with --conflict-exit-code N
   130, 143   SIGINT or SIGTERM ended the wait (COMMAND never ran)
+  74         LOCKFILE's path came to lead elsewhere while COMMAND ran (the file replaced or removed, a directory above it renamed, a symlink on the way re-pointed): COMMAND and what it started were stopped
   2          usage error, or an unusable LOCKFILE (a symlink, FIFO, socket, device or directory; permission denied)
   1          any other failure (I/O; with --etcd: endpoint unreachable, or `lease lost`)"
     };
@@ -136,11 +137,112 @@ pub fn main(args: RunArgs) -> Outcome {
     let _ = lease.share_with_children(false);
     #[cfg(unix)]
     forward.start(child.id());
-    let status = child
-        .wait()
+    // While COMMAND runs, the lease's path is checked again and again: moved away, COMMAND's
+    // tree is stopped (see `watch`). The watch ends, and its stop of the tree is complete,
+    // before the lease is released.
+    #[cfg(unix)]
+    let (status, moved) = std::thread::scope(|scope| {
+        let (done, ended) = std::sync::mpsc::channel::<()>();
+        let (pid, lease) = (child.id(), &lease);
+        let watch = scope.spawn(move || watch(lease, pid, ended));
+        let status = child.wait();
+        drop(done);
+        (status, watch.join().ok().flatten())
+    });
+    #[cfg(not(unix))]
+    let status = child.wait();
+    let status = status
         .map_err(|e| Failure::failed(format!("waiting for {}: {e}", program.to_string_lossy())))?;
     drop(lease);
+    #[cfg(unix)]
+    if let Some(lost) = moved {
+        return Err(Failure::with_status(
+            crate::exit::MOVED,
+            format!(
+                "{lost}; COMMAND was stopped (status {}), since a newcomer could lock a new file at the path",
+                exit_status(status)
+            ),
+        ));
+    }
     Ok(exit_status(status))
+}
+
+/// How often `run` checks, while COMMAND runs, that LOCKFILE's path still leads to the file
+/// it locked ([`Held::verify`]: one `fstatat` of the whole path).
+#[cfg(unix)]
+const WATCH_EVERY: Duration = Duration::from_millis(200);
+
+/// How long COMMAND's tree has between SIGTERM and SIGKILL once the lock was moved away.
+#[cfg(unix)]
+const MOVED_GRACE: Duration = Duration::from_secs(2);
+
+/// Checks every [`WATCH_EVERY`] that the lease still stands for LOCKFILE's path, until
+/// `ended` says COMMAND has exited. leasehold never moves a lock file, but whoever may
+/// rename a directory above it (or re-point a symlink on the way: the opt-in
+/// `LEASEHOLD_ALLOW_SHARED=1` lets such paths be used), or replace or remove the file
+/// itself, moves the lock away from its path while it is held, and the next `run` then
+/// locks a new file there and runs beside COMMAND. Once the path leads elsewhere COMMAND's
+/// tree is stopped ([`stop_tree`]) and the loss returned.
+#[cfg(unix)]
+fn watch(lease: &Held, command: u32, ended: std::sync::mpsc::Receiver<()>) -> Option<Error> {
+    use std::sync::mpsc::RecvTimeoutError;
+    loop {
+        match ended.recv_timeout(WATCH_EVERY) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return None,
+        }
+        // Only a path that names another file (or none) is a loss; a look that failed (a
+        // directory made unsearchable by its owner) moves nothing and is looked at again.
+        if let Err(lost @ Error::LeaseLost { .. }) = lease.verify() {
+            stop_tree(command, &ended);
+            return Some(lost);
+        }
+    }
+}
+
+/// Stops COMMAND and everything it started: SIGTERM, then SIGKILL after [`MOVED_GRACE`]
+/// (sooner once COMMAND has exited, as `ended` says) to whatever is left. On Linux "the
+/// tree" is every descendant of this process, found in `/proc`, and this process becomes a
+/// child subreaper first so that what COMMAND's exit orphans stays in it; elsewhere it is
+/// COMMAND alone (it shares this process's group, so a group signal would stop us too).
+#[cfg(unix)]
+fn stop_tree(command: u32, ended: &std::sync::mpsc::Receiver<()>) {
+    use rustix::process::Signal;
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    let signal = |sig: Signal| {
+        #[cfg(target_os = "linux")]
+        for pid in crate::procs::descendants(None) {
+            let _ = rustix::process::kill_process(pid, sig);
+        }
+        #[cfg(not(target_os = "linux"))]
+        if let Some(pid) = rustix::process::Pid::from_raw(command as i32) {
+            let _ = rustix::process::kill_process(pid, sig);
+        }
+    };
+    let _ = command;
+    signal(Signal::TERM);
+    let running = matches!(
+        ended.recv_timeout(MOVED_GRACE),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+    );
+    // SIGKILL until nothing of the tree runs (a process forking while it is walked may need
+    // a second round); zombies wait for their reaper and are not counted. Off Linux only
+    // while COMMAND runs: once reaped, its pid may be another process's.
+    #[cfg(not(target_os = "linux"))]
+    if running {
+        signal(Signal::KILL);
+    }
+    #[cfg(target_os = "linux")]
+    let _ = running;
+    #[cfg(target_os = "linux")]
+    for _ in 0..100 {
+        signal(Signal::KILL);
+        if crate::procs::descendants(None).is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Waits for the lease within the user's budget (see [`Wait`]: it says once when it takes
@@ -216,6 +318,15 @@ enum Held {
 }
 
 impl Held {
+    /// Whether LOCKFILE's path still leads to the locked file (see `Lease::verify`).
+    #[cfg(unix)]
+    fn verify(&self) -> Result<(), Error> {
+        match self {
+            Held::Exclusive(l) => l.verify(),
+            Held::Shared(l) => l.verify(),
+        }
+    }
+
     #[cfg(unix)]
     fn share_with_children(&self, share: bool) -> Result<(), Error> {
         match self {

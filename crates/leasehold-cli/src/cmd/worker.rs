@@ -32,6 +32,10 @@ enum Of {
     /// The supervisor of `run --etcd`'s COMMAND (`etcd/supervisor.rs`).
     #[cfg(all(feature = "etcd", unix))]
     EtcdSupervisor(super::etcd::supervisor::SupervisorArgs),
+    /// The first process of COMMAND's PID namespace under that supervisor
+    /// (`etcd/namespace.rs`).
+    #[cfg(all(feature = "etcd", unix))]
+    EtcdNsInit(super::etcd::namespace::NsInitArgs),
 }
 
 /// Runs the worker.
@@ -42,6 +46,8 @@ pub fn main(args: WorkerArgs) -> Outcome {
         Of::Torture(args) => super::torture::worker(args),
         #[cfg(all(feature = "etcd", unix))]
         Of::EtcdSupervisor(args) => super::etcd::supervisor::supervise(args),
+        #[cfg(all(feature = "etcd", unix))]
+        Of::EtcdNsInit(args) => super::etcd::namespace::ns_init(args),
     }
 }
 

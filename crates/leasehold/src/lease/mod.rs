@@ -362,8 +362,11 @@ pub const MAX_REOPENS: u32 = 3;
 /// A directory that lock files (and the data they guard) are opened relative to.
 ///
 /// POSIX: an open directory descriptor (`openat`), so that a directory renamed or swapped
-/// after it was opened cannot redirect where locks are taken, and a held lease keeps working
-/// after its directory is renamed. Windows: the directory's real path, resolved once at
+/// after it was opened cannot redirect where locks are taken. A lease held in it stays
+/// locked after the directory (or one above it) is renamed, but newcomers resolving the
+/// path reach another directory, so its [`Lease::verify`] then reports the loss: it walks
+/// the chain this handle was reached through ([`child`](Self::child) by
+/// [`child`](Self::child) up to the path given to [`open`](Self::open)). Windows: the directory's real path, resolved once at
 /// [`open`](Self::open) (junctions, symbolic links and 8.3 names resolved), from which lock
 /// names derive.
 #[derive(Debug, Clone)]
@@ -667,8 +670,12 @@ impl Lease {
     /// Checks that the lease still stands for its path.
     ///
     /// A lease whose lock file was unlinked or replaced excludes nobody: a newcomer locks the
-    /// new file. Stores call this before every durable write and fail closed on an error.
-    /// It costs one `fstatat`.
+    /// new file. Nor does one whose path now leads elsewhere — a directory above the lock
+    /// file renamed, a symlink on the way re-pointed — so the whole path is resolved again
+    /// and must still name the locked inode. Stores call this before every durable write and
+    /// fail closed on an error. It costs one `fstatat` (POSIX: the path walked from the root
+    /// or the working directory); a lease taken in a [`LockDir`] adds one per directory of
+    /// the chain the handle was reached through.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] when the path names another file (or none), [`Error::Released`]
@@ -895,9 +902,11 @@ pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
 /// Refuses an existing `path` (never following a final symlink) that another user could have
 /// prepared: one that belongs to a user other than this process's effective user or root, or
 /// that its group or others may write (a sticky, root-owned directory such as `/tmp`
-/// excepted). The rule the lease applies to lock files (see
-/// [`LeaseOptions::allow_shared_state`]), for the directories and documents a store keeps
-/// beside its lock. A missing path is fine. Windows: always `Ok` (ACLs are not judged).
+/// excepted) — and so every directory on the way to it, from `/` down, and every symlink on
+/// the way (which must belong to this user or root, and is followed). The rule the lease
+/// applies to lock files (see [`LeaseOptions::allow_shared_state`]), for the directories and
+/// documents a store keeps beside its lock. A missing path is fine. Windows: always `Ok`
+/// (ACLs are not judged).
 ///
 /// # Errors
 /// [`Error::Untrusted`] naming the path and who else could change it; an I/O error of the
@@ -1386,16 +1395,21 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn lock_dir_leases_survive_renaming_the_directory() {
+    fn lock_dir_leases_stay_locked_but_fail_verify_once_the_directory_is_renamed() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         let ld = LockDir::create(&root).unwrap();
         let lease = LeaseOptions::new().try_acquire_at(&ld, "k.lock").unwrap();
+        lease.verify().expect("in place");
         let moved = dir.path().join("moved");
         std::fs::rename(&root, &moved).unwrap();
-        lease
-            .verify()
-            .expect("still the file in the (renamed) directory");
+        // Newcomers resolving `root` reach something else: the lease no longer excludes them.
+        assert!(
+            matches!(lease.verify(), Err(Error::LeaseLost { ref path }) if *path == root),
+            "{:?}",
+            lease.verify()
+        );
+        // The lock itself stays held on the file that moved.
         let err = LeaseOptions::new()
             .try_acquire(moved.join("k.lock"))
             .unwrap_err();

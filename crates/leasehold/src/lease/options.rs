@@ -99,13 +99,18 @@ impl LeaseOptions {
         self
     }
 
-    /// Accepts an existing lock file, or a lock file's directory, that belongs to another
-    /// user (neither this process's effective user nor root) or that its group or others may
-    /// write (a directory: unless it is sticky and root's, as `/tmp` is). Off by default, as
-    /// OpenSSH's StrictModes: the owner of a lock file can unlink it while you hold it, and
-    /// whoever may write its directory can rename it away, after which a second process
-    /// locks a new file and both believe they hold the lease; anyone who may write the file
-    /// can do the same. Both are checked before anything is created. Turn it on only where
+    /// Accepts an existing lock file, or a directory on the way to it (its own or any above
+    /// it, from `/` down), that belongs to another user (neither this process's effective
+    /// user nor root) or that its group or others may write (a directory: unless it is
+    /// sticky and root's, as `/tmp` is), and a symlink on the way that another user owns.
+    /// Off by default, as OpenSSH's StrictModes: the owner of a lock file can unlink it while
+    /// you hold it, and whoever may write a directory on the way can rename the lock file (or
+    /// a directory holding it) away, as the owner of a symlink on the way can re-point it,
+    /// after which a second process locks a new file and both believe they hold the lease;
+    /// anyone who may write the file can do the same. All are checked before anything is
+    /// created. With the opt-in, [`Lease::verify`](crate::Lease::verify) still reports a
+    /// lock so moved away (the stores call it before every write; `leasehold run` checks it
+    /// while COMMAND runs). Turn it on only where
     /// several users share the lock on purpose (a group-writable lock file in a shared
     /// directory). The shared-mode gate files beside a lock file follow the rule whatever
     /// this option says, and one that fails it is ignored rather than refused (it costs

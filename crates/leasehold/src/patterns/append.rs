@@ -1010,9 +1010,9 @@ mod tests {
         let (mut log, _) = AppendLog::open_at(&dir, "log.jsonl", &lease, Durability::None).unwrap();
         log.append(&lease, b"1").unwrap();
         std::fs::rename(tmp.path().join("s"), tmp.path().join("moved")).unwrap();
-        // The lock file is still the locked inode in the (moved) directory handle: only the
-        // chain tells that the path now leads elsewhere.
-        lease.verify().unwrap();
+        // The lock file is still the locked inode in the (moved) directory handle; the
+        // lease's verify walks the handle's chain and sees the path now leads elsewhere.
+        assert!(matches!(lease.verify(), Err(Error::LeaseLost { .. })));
         let e = log.append(&lease, b"2").unwrap_err();
         assert!(
             matches!(&e, AppendError::Lease(Error::LeaseLost { path }) if path.ends_with("s")),

@@ -37,7 +37,8 @@
 //!      at it, so that "busy" means a holder has the key and not that a collection was
 //!      passing by: it tries the key once more under the collector lock held shared,
 //!      waiting for a collection's batch to end first (at least `COLLECTOR_GRACE`,
-//!      whatever the budget).
+//!      whatever the budget). It never creates the collector lock: where there is none,
+//!      no collection has begun, and the busy try stands.
 //!
 //!   Two holders of one key would need two inodes both named by the path while held: each
 //!   holder checked after locking that the path named its inode, and the only unlink
@@ -266,7 +267,8 @@ impl Namespace {
     }
 
     /// A collector-lock handle of this namespace: a kept one, or a new one (opened by its
-    /// first lock).
+    /// first lock). An acquisition never creates the collector lock: where none exists, no
+    /// collection has begun (see [`Admission::confirm_busy`]).
     fn door(&self, options: &LeaseOptions) -> Result<Door, KeyError> {
         let mut doors = guard(&self.doors);
         let generation = doors.generation;
@@ -274,7 +276,7 @@ impl Namespace {
             Some(handle) => handle,
             None => {
                 drop(doors);
-                (options.create(true)).handle_at_mode(&self.dir, COLLECTOR_LOCK, Mode::Shared)?
+                (options.create(false)).handle_at_mode(&self.dir, COLLECTOR_LOCK, Mode::Shared)?
             }
         };
         Ok(Door { handle, generation })
@@ -865,7 +867,7 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
         match self.try_key()? {
             // Windows keeps no lock files to collect, and its named objects have no shared
             // mode.
-            Try::Busy(_) if !cfg!(windows) => self.confirm_busy(),
+            Try::Busy(busy) if !cfg!(windows) => self.confirm_busy(busy),
             tried => Ok(tried),
         }
     }
@@ -873,7 +875,12 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
     /// Enters the collector lock on a kept descriptor (never waiting), tries the key once
     /// more under it, and leaves: a key a collection's batch held a moment ago is then
     /// either free or gone (and known or not), and one still busy has a holder.
-    fn confirm_busy(&mut self) -> Result<Try, KeyError> {
+    ///
+    /// Where the namespace has no collector lock, `busy` stands as it is and nothing is
+    /// created (an operation that only waited changes nothing on disk): a collection
+    /// creates the collector lock before it locks any key, and it is never removed, so a
+    /// key a collection held at the first try would have found it there.
+    fn confirm_busy(&mut self, busy: Error) -> Result<Try, KeyError> {
         let mut door = match self.door.take() {
             Some((ns, door)) if Arc::ptr_eq(&ns, &self.at.ns) => (ns, door),
             other => {
@@ -891,6 +898,8 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
                 tried
             }
             Err(e) if e.is_contended() => Ok(Try::Collecting),
+            // No collector lock: no collection has begun. The handle is not kept.
+            Err(Error::NotFound { .. }) => return Ok(Try::Busy(busy)),
             Err(e) => Err(e.into()),
         };
         self.door = Some(door);
@@ -1056,13 +1065,13 @@ impl KeyLease {
     /// # Errors
     /// [`Error::LeaseLost`] naming what moved, [`Error::Released`], or an I/O error.
     pub fn verify(&self) -> crate::Result<()> {
-        self.lease.verify()?;
-        let chain = self.ns.dir.verify();
-        if chain.is_err() {
+        // The lease is the namespace handle's: its verify walks the handle's chain too.
+        let verdict = self.lease.verify();
+        if matches!(verdict, Err(crate::Error::LeaseLost { .. })) {
             // The next acquisition checks the kept root and namespace at once.
             self.ns.moved.store(true, Ordering::Relaxed);
         }
-        chain
+        verdict
     }
 
     /// Whether the lease is still held.

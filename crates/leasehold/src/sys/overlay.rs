@@ -14,9 +14,18 @@
 //! `/proc/self/mountinfo` (`lowerdir=`, `lowerdir+=`, `datadir+=`, `upperdir=`), found by
 //! the mount ID `statx` reports (Linux 5.8+), else by the device — and each layer path is
 //! looked up here. Reachable, or not known (no mountinfo, no line for the mount, a relative
-//! layer path, whose base was the mounter's working directory): refused. Only when every
-//! layer path is absolute and names no directory in this namespace is the overlay treated
-//! as a local file system.
+//! layer path, whose base was the mounter's working directory): refused.
+//!
+//! The recorded paths are the mounter's, taken at mount time: after the directory holding
+//! the layers is renamed they lead nowhere while the layers stay reachable under the new
+//! name. So a layer path that names nothing is judged by the file system it leads into: a
+//! rename never leaves its file system, and the overlay's `statfs` answers its upper layer's
+//! file system's totals (block size, blocks, inodes). Where the path's nearest existing
+//! directory lies on a file system with those totals — and is not the overlay itself, as a
+//! container's `/var/lib` is — the layer may have been moved within it: refused. Only when
+//! every layer path is absolute and leads to no directory and into none of the layers' file
+//! systems here is the overlay treated as a local file system. (A lower layer on another
+//! file system than the upper, then moved, is not told apart from one out of reach.)
 //!
 //! Why not a crate: `procfs` parses mountinfo, but its super options are strings keyed in a
 //! map (paths need not be UTF-8) and it knows nothing of overlayfs's own escaping of `:` in
@@ -38,6 +47,11 @@ use rustix::fs::{AtFlags, StatxFlags};
 pub(crate) enum Layers {
     /// Some layer directory is reachable in this mount namespace: refuse.
     Reachable,
+    /// A layer directory is no longer at its recorded path, but the file system it lives on
+    /// is reachable here (the path's nearest existing directory is on it), so it was moved
+    /// within it — a rename never leaves its file system — and can still be reached under
+    /// its new name: refuse.
+    Moved,
     /// Every layer path is absolute and names nothing here: the hazard cannot happen.
     Unreachable,
     /// Cannot tell (no mountinfo, no line for the mount, a relative layer path): refuse.
@@ -47,7 +61,7 @@ pub(crate) enum Layers {
 /// Looks up the layers of the overlay mount that `path` (relative to `at`; empty: `at`
 /// itself) lives on.
 pub(crate) fn layers_of(at: BorrowedFd<'_>, path: &Path) -> Layers {
-    let Some(mount) = mount_of(at, path) else {
+    let Some((mount, dev)) = mount_of(at, path) else {
         return Layers::Unknown;
     };
     let Ok(mountinfo) = std::fs::read("/proc/self/mountinfo") else {
@@ -56,7 +70,75 @@ pub(crate) fn layers_of(at: BorrowedFd<'_>, path: &Path) -> Layers {
     let Some(paths) = layer_paths(&mountinfo, mount) else {
         return Layers::Unknown;
     };
-    judge(&paths, |p| std::fs::metadata(p).is_ok_and(|m| m.is_dir()))
+    let statfs = match path.as_os_str().is_empty() {
+        true => rustix::fs::fstatfs(at),
+        false => rustix::fs::statfs(path),
+    };
+    let Ok(own) = statfs.map(|st| Fs::of(&st)) else {
+        return Layers::Unknown;
+    };
+    judge(&paths, |p| look(p, dev, own))
+}
+
+/// Which file system a `statfs` describes, as far as its fixed totals tell: an overlay's
+/// `statfs` answers its upper (else topmost) layer's file system's block size, blocks and
+/// inodes (only the type, the name length and, with `uuid=on`, the fsid are its own), so a
+/// directory whose file system has the same totals may be the one its layers live on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fs {
+    bsize: u64,
+    blocks: u64,
+    files: u64,
+}
+
+impl Fs {
+    #[allow(clippy::unnecessary_cast)] // the fields' types differ between targets
+    fn of(st: &rustix::fs::StatFs) -> Fs {
+        Fs {
+            bsize: st.f_bsize as u64,
+            blocks: st.f_blocks as u64,
+            files: st.f_files as u64,
+        }
+    }
+}
+
+/// Where a layer's recorded path leads now (see [`judge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// A directory is there.
+    Here,
+    /// Nothing is, but the path's nearest existing directory lies on the layers' file system
+    /// (not the overlay itself): the layer may have been renamed within it.
+    Moved,
+    /// Nothing is, and nothing of the layers' file system is on the way (a container's
+    /// view: the path's nearest existing directory is on the overlay, or another mount).
+    Absent,
+}
+
+/// [`Look`] at a layer's recorded path `p`, for the overlay on device `dev` whose `statfs`
+/// is `own`.
+fn look(p: &Path, dev: (u32, u32), own: Fs) -> Look {
+    if std::fs::metadata(p).is_ok_and(|m| m.is_dir()) {
+        return Look::Here;
+    }
+    for up in p.ancestors().skip(1) {
+        match rustix::fs::stat(up) {
+            Ok(st) => {
+                #[allow(clippy::unnecessary_cast)] // st_dev is not u64 on every target
+                let at = st.st_dev as u64;
+                if (rustix::fs::major(at), rustix::fs::minor(at)) == dev {
+                    return Look::Absent; // the overlay itself: a layer cannot be in it
+                }
+                return match rustix::fs::statfs(up) {
+                    Ok(fs) if Fs::of(&fs) == own => Look::Moved,
+                    Ok(_) => Look::Absent,
+                    Err(_) => Look::Moved, // cannot tell: as if it were
+                };
+            }
+            Err(_) => continue,
+        }
+    }
+    Look::Absent
 }
 
 /// How the overlay's line is found in mountinfo.
@@ -70,16 +152,21 @@ pub(crate) enum Mount {
     Dev(u32, u32),
 }
 
-fn mount_of(at: BorrowedFd<'_>, path: &Path) -> Option<Mount> {
+/// How the overlay `path` lives on is found in mountinfo, and its device (major, minor).
+fn mount_of(at: BorrowedFd<'_>, path: &Path) -> Option<(Mount, (u32, u32))> {
     let flags = match path.as_os_str().is_empty() {
         true => AtFlags::EMPTY_PATH,
         false => AtFlags::empty(),
     };
     match rustix::fs::statx(at, path, flags, StatxFlags::MNT_ID) {
-        Ok(st) if StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::MNT_ID) => {
-            Some(Mount::Id(st.stx_mnt_id))
+        Ok(st) if StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::MNT_ID) => Some((
+            Mount::Id(st.stx_mnt_id),
+            (st.stx_dev_major, st.stx_dev_minor),
+        )),
+        Ok(st) => {
+            let dev = (st.stx_dev_major, st.stx_dev_minor);
+            Some((Mount::Dev(dev.0, dev.1), dev))
         }
-        Ok(st) => Some(Mount::Dev(st.stx_dev_major, st.stx_dev_minor)),
         Err(_) => {
             let st = match path.as_os_str().is_empty() {
                 true => rustix::fs::fstat(at),
@@ -88,19 +175,24 @@ fn mount_of(at: BorrowedFd<'_>, path: &Path) -> Option<Mount> {
             .ok()?;
             #[allow(clippy::unnecessary_cast)] // st_dev is not u64 on every target
             let dev = st.st_dev as u64;
-            Some(Mount::Dev(rustix::fs::major(dev), rustix::fs::minor(dev)))
+            let dev = (rustix::fs::major(dev), rustix::fs::minor(dev));
+            Some((Mount::Dev(dev.0, dev.1), dev))
         }
     }
 }
 
-/// The verdict on `paths` (a mount's layer directories), with `is_dir` as the look-up.
-pub(crate) fn judge(paths: &[PathBuf], is_dir: impl Fn(&Path) -> bool) -> Layers {
+/// The verdict on `paths` (a mount's layer directories), with `look` as the look-up.
+pub(crate) fn judge(paths: &[PathBuf], look: impl Fn(&Path) -> Look) -> Layers {
     if paths.is_empty() || paths.iter().any(|p| !p.is_absolute()) {
         return Layers::Unknown;
     }
-    match paths.iter().any(|p| is_dir(p)) {
-        true => Layers::Reachable,
-        false => Layers::Unreachable,
+    let looks: Vec<Look> = paths.iter().map(|p| look(p)).collect();
+    if looks.contains(&Look::Here) {
+        Layers::Reachable
+    } else if looks.contains(&Look::Moved) {
+        Layers::Moved
+    } else {
+        Layers::Unreachable
     }
 }
 
@@ -236,17 +328,27 @@ mod tests {
     #[test]
     fn only_absolute_layers_that_name_nothing_here_let_the_overlay_pass() {
         let layers = layer_paths(MOUNTINFO, Mount::Id(45)).unwrap();
-        assert_eq!(judge(&layers, |_| false), Layers::Unreachable);
+        assert_eq!(judge(&layers, |_| Look::Absent), Layers::Unreachable);
+        let data = |p: &Path| match p == Path::new("/data") {
+            true => Look::Here,
+            false => Look::Absent,
+        };
         assert_eq!(
-            judge(&layers, |p| p == Path::new("/data")),
+            judge(&layers, data),
             Layers::Reachable,
             "a data-only layer reached is enough"
         );
+        // A layer moved within a file system reachable here is as good as reached.
+        let moved = |p: &Path| match p == Path::new("/l2") {
+            true => Look::Moved,
+            false => Look::Absent,
+        };
+        assert_eq!(judge(&layers, moved), Layers::Moved);
         // Relative layer paths (Docker's when the options outgrow a page) were resolved
         // against the mounter's working directory: nothing can be told.
         let relative = layer_paths(MOUNTINFO, Mount::Id(47)).unwrap();
         assert_eq!(relative, paths(&["l/ABC", "l/DEF", "id/diff"]));
-        assert_eq!(judge(&relative, |_| false), Layers::Unknown);
-        assert_eq!(judge(&[], |_| false), Layers::Unknown);
+        assert_eq!(judge(&relative, |_| Look::Absent), Layers::Unknown);
+        assert_eq!(judge(&[], |_| Look::Absent), Layers::Unknown);
     }
 }

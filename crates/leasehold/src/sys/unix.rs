@@ -5,7 +5,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
@@ -293,6 +293,142 @@ pub(crate) fn untrusted_at(dir: BorrowedFd<'_>, name: &Path) -> Result<Option<St
     }
 }
 
+/// A component on the way to a directory that another user could move ([`chain_untrusted`]).
+#[derive(Debug)]
+pub(crate) struct Unfit {
+    /// The component, as reached (symlinks on the way replaced by their targets).
+    pub(crate) path: PathBuf,
+    /// Why, as [`untrusted_at`] words it.
+    pub(crate) reason: String,
+    /// Whether it is a symlink (else a directory).
+    pub(crate) link: bool,
+    /// Whether it is the directory itself (the walk's last component).
+    pub(crate) last: bool,
+}
+
+/// [`chain_untrusted`]'s verdict.
+#[derive(Debug)]
+pub(crate) enum Chain {
+    /// Every component exists and is fit.
+    Fit,
+    /// Every component that exists is fit, but the walk stopped at one that is missing or
+    /// is not a directory (nothing to remember: another user may create it in a sticky
+    /// directory on the way).
+    Partial,
+    /// This one is not.
+    Unfit(Unfit),
+}
+
+/// The first component on the way to the directory `path` (relative to the working
+/// directory) that another user could move, with why ([`Chain`]).
+///
+/// Every directory from the root down is judged by the ownership rule ([`untrusted_at`]'s:
+/// owned by this process's effective user or root, writable by neither group nor others
+/// unless sticky and root's), as OpenSSH's StrictModes judges the path to `authorized_keys`:
+/// whoever may write a directory can rename what is in it, and a rename anywhere above a lock
+/// file moves it away from its path while it is held. A symlink on the way must itself belong
+/// to this user or root (its owner may not re-point it, but may replace it only where it may
+/// write the directory holding it, which is judged too); it is followed and its target's chain
+/// judged in turn. A relative `path` starts from the working directory's real chain (what
+/// `getcwd` names: no symlinks). The walk stops quietly at a component that is missing or is
+/// not a directory: the caller's own look reports that, or creates what is missing and asks
+/// again. One `lstat` per component, plus one `readlink` per symlink.
+pub(crate) fn chain_untrusted(path: &Path) -> Result<Chain, Errno> {
+    use std::collections::VecDeque;
+    use std::path::Component;
+    /// As the kernel's own limit on symlinks followed in one resolution (`MAXSYMLINKS`).
+    const MAX_LINKS: usize = 40;
+    let mut todo: VecDeque<std::ffi::OsString> = VecDeque::new();
+    let mut cur = PathBuf::from("/");
+    let push = |todo: &mut VecDeque<std::ffi::OsString>, path: &Path, front: bool| {
+        let names: Vec<_> = path
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some("..".into()),
+                _ => None,
+            })
+            .collect();
+        if front {
+            for n in names.into_iter().rev() {
+                todo.push_front(n);
+            }
+        } else {
+            todo.extend(names);
+        }
+    };
+    if !path.is_absolute() {
+        let wd = rustix::process::getcwd(Vec::new())?;
+        push(
+            &mut todo,
+            Path::new(OsStr::from_bytes(wd.as_bytes())),
+            false,
+        );
+    }
+    push(&mut todo, path, false);
+    let root = rustix::fs::lstat("/")?;
+    if let Some(reason) = judge_owner(&root) {
+        let last = todo.is_empty();
+        return Ok(Chain::Unfit(Unfit {
+            path: cur,
+            reason,
+            link: false,
+            last,
+        }));
+    }
+    let mut links = 0;
+    while let Some(name) = todo.pop_front() {
+        if name == ".." {
+            // `cur` is a real path (every symlink on the way was replaced by its target), so
+            // its parent is what the kernel's `..` reaches.
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&name);
+        let st = match rustix::fs::lstat(&next) {
+            Ok(st) => st,
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => return Ok(Chain::Partial),
+            Err(e) => return Err(e),
+        };
+        match FileType::from_raw_mode(st.st_mode as _) {
+            FileType::Directory => {
+                if let Some(reason) = judge_owner(&st) {
+                    let last = todo.is_empty();
+                    return Ok(Chain::Unfit(Unfit {
+                        path: next,
+                        reason,
+                        link: false,
+                        last,
+                    }));
+                }
+                cur = next;
+            }
+            FileType::Symlink => {
+                if let Some(reason) = judge_owner(&st) {
+                    return Ok(Chain::Unfit(Unfit {
+                        path: next,
+                        reason,
+                        link: true,
+                        last: false,
+                    }));
+                }
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(Errno::LOOP);
+                }
+                let target = rustix::fs::readlink(&next, Vec::new())?;
+                let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                push(&mut todo, &target, true);
+            }
+            _ => return Ok(Chain::Partial),
+        }
+    }
+    Ok(Chain::Fit)
+}
+
 #[allow(clippy::unnecessary_cast)] // st_mode/st_uid are not u32 on every platform
 fn judge_owner(st: &rustix::fs::Stat) -> Option<String> {
     let mode = st.st_mode as u32;
@@ -485,6 +621,9 @@ fn overlay_judged(
         Layers::Reachable => {
             Some("overlay, an upper or lower directory of which is reachable here")
         }
+        Layers::Moved => Some(
+            "overlay, an upper or lower directory of which was moved from its recorded path within a file system reachable here",
+        ),
         Layers::Unknown => Some("overlay, whose layer directories could not be looked up"),
     }
 }

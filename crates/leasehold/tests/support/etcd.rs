@@ -361,6 +361,43 @@ impl EtcdServer {
         }
     }
 
+    /// Saves a snapshot of etcd's data to `path` (`etcdctl snapshot save`); `false` without
+    /// etcdctl.
+    pub fn snapshot(&self, path: &Path) -> bool {
+        let Some(out) = self.etcdctl(&["snapshot", "save", &path.to_string_lossy()]) else {
+            return false;
+        };
+        assert!(out.status.success(), "snapshot save: {out:?}");
+        true
+    }
+
+    /// SIGKILLs etcd, replaces its data with `snapshot` (`etcdctl snapshot restore`: what
+    /// restoring a backup does, revisions after the snapshot lost) and starts it again on
+    /// the same ports.
+    pub fn restore(&mut self, snapshot: &Path) {
+        self.kill();
+        let data = self.dir.path().join("data");
+        std::fs::remove_dir_all(&data).expect("remove etcd's data");
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let out = Command::new(etcdctl_path().expect("etcdctl"))
+            .env("ETCDCTL_API", "3")
+            .args(["snapshot", "restore"])
+            .arg(snapshot)
+            .arg("--name=test")
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--initial-cluster=test={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .output()
+            .expect("etcdctl snapshot restore");
+        assert!(out.status.success(), "snapshot restore: {out:?}");
+        if self.spawn().is_err() {
+            panic!(
+                "etcd could not start on its restored data; log: {}",
+                self.log()
+            );
+        }
+    }
+
     fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             if let Some(pid) = Pid::from_raw(c.id() as i32) {

@@ -19,9 +19,16 @@
 //! * **lease lost** (etcd says it is gone): SIGKILL at once; `run` exits 1, `lease lost`;
 //! * **leasehold dies** (even by SIGKILL): the supervisor sees its socket close and stops
 //!   the tree — SIGTERM, SIGKILL `--grace` later or at the deadline, whichever is first;
-//! * **the supervisor dies**: COMMAND dies of its parent-death signal (armed by the hidden
-//!   exec verb, which checks its parent is still the supervisor before it becomes COMMAND),
-//!   and `run`, a child subreaper too, kills the group and every orphan it inherits;
+//! * **the supervisor dies** (also with `run`, `pkill -9 leasehold`): on Linux COMMAND's tree
+//!   is a PID namespace of its own whose first process dies with the supervisor, and the
+//!   kernel kills every process in it (`etcd/namespace.rs`). Where the kernel refuses one,
+//!   COMMAND dies of its parent-death signal (armed by the hidden exec verb, which checks its
+//!   parent is still the supervisor before it becomes COMMAND), and `run`, a child subreaper
+//!   too, kills the group and every orphan it inherits;
+//! * **the supervisor stops answering** (SIGSTOP, starved): `run` kills it, and so the tree,
+//!   half the margin after the deadline the supervisor acknowledged last, or after `lost`;
+//!   where both are stopped no process can act, and the fencing token keeps a late write
+//!   out (docs/cli.md);
 //! * **clean exit** (COMMAND ended, or SIGINT/SIGTERM forwarded to its group): what COMMAND
 //!   left running gets SIGTERM, then SIGKILL after `--grace`; then the lease is revoked at
 //!   once, so a waiter's COMMAND starts within a round trip.
@@ -44,8 +51,10 @@ pub const REGISTRY_PREFIX: &str = "leasehold/registry";
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// `--grace` for a TTL: as given, or a third of the TTL by default. At most half the TTL:
-/// keep-alives go every TTL/3, so in normal operation the deadline is never nearer than
-/// about TTL·2/3 − margin, and a longer grace would stop COMMAND while the lease is fine.
+/// keep-alives go at most TTL/3 apart, so in normal operation the deadline is never nearer
+/// than about TTL·2/3 − margin, and a longer grace would stop COMMAND while the lease is
+/// fine. (At the round trip measured at start the library may refuse a shorter one:
+/// `EtcdArbiter::plan_keep_alives`.)
 pub fn grace(ttl: Duration, grace: Option<Duration>) -> Result<Duration, Failure> {
     let grace = grace.unwrap_or(ttl / 3);
     if grace > ttl / 2 {
@@ -133,7 +142,8 @@ pub fn exec(_: ExecArgs) -> crate::exit::Outcome {
 /// The hidden verb `run --etcd` starts COMMAND through.
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {
-    /// The pid of the supervisor that must stay alive for COMMAND to live.
+    /// The pid of the parent that must stay alive for COMMAND to live: the supervisor, or
+    /// ns-init (1) in COMMAND's PID namespace.
     parent: i32,
     /// COMMAND and its arguments.
     #[arg(last = true, required = true)]
@@ -147,6 +157,9 @@ pub use imp::{PrivateEtcd, exec, registry, run, status};
 pub mod supervisor;
 
 #[cfg(all(feature = "etcd", unix))]
+pub mod namespace;
+
+#[cfg(all(feature = "etcd", unix))]
 mod terminal;
 
 #[cfg(all(feature = "etcd", unix))]
@@ -157,7 +170,7 @@ mod imp {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
     use leasehold::Error;
@@ -197,6 +210,11 @@ mod imp {
         // return without a grant dismisses it (drop), and COMMAND never starts.
         let standby = Standby::start(&args)?;
         let arbiter = connect(&args.endpoints, &args.name, args.ttl)?;
+        // Keep-alives planned for the grace at the round trip just measured; refused (exit
+        // 2, with the arithmetic) when COMMAND would be stopped with etcd healthy.
+        arbiter
+            .plan_keep_alives(args.grace)
+            .map_err(|e| Failure::of(&e))?;
         // Waits within the user's budget, saying once after a second whom it waits for (the
         // CLI's one notice-then-wait, `wait.rs`).
         let wait = Wait::of(args.no_wait, args.timeout, interrupts.token());
@@ -363,48 +381,90 @@ mod imp {
             return Err(lost("it expired before COMMAND could start".into()));
         };
         let terminal = super::terminal::hand_to(group);
+        let first = t0.saturating_add(supervisor::nanos(left));
         // If the supervisor is gone, its reports end at once (EOF): handled below.
-        let _ = standby.go(
-            grant.token(),
-            t0.saturating_add(supervisor::nanos(left)),
-            terminal,
-        );
-        let finished = Arc::new(AtomicBool::new(false));
+        let _ = standby.go(grant.token(), first, terminal);
+        // The latest deadline the supervisor acknowledged (`ok NS`): the one it enforces.
+        let acked = Arc::new(AtomicU64::new(first));
+        // Set when this process killed a supervisor that did not answer in time.
+        let unanswered = Arc::new(AtomicBool::new(false));
+        let (finished, done) = std::sync::mpsc::channel::<()>();
         let renewer = {
-            let (watch, finished) = (watch.clone(), finished.clone());
+            let (watch, acked, unanswered) = (watch.clone(), acked.clone(), unanswered.clone());
             let sock = standby
                 .sock
                 .try_clone()
                 .map_err(|e| Failure::failed(format!("cannot clone a socket: {e}")))?;
-            // Every acknowledgement, and every TTL/6 at least (a renewal that landed between
-            // two looks is then passed on late, never lost).
-            let period = args.ttl / 6;
+            let supervisor = Pid::from_raw(standby.child.id() as i32);
+            let watchdog = Watchdog {
+                period: args.ttl / 6,
+                slack: supervisor::nanos(leasehold::arbiters::etcd::margin(args.ttl) / 2),
+            };
             std::thread::spawn(move || {
+                let mut lost_at = None;
+                // When this thread means to wake, and before when it does not give up.
+                let (mut planned, mut not_before) = (supervisor::now(), 0);
                 loop {
-                    watch.wait_renewed(Some(period));
-                    if finished.load(Ordering::SeqCst) {
+                    let t = supervisor::now();
+                    if t > planned.saturating_add(watchdog.slack) {
+                        // This process was not running (stopped, starved), not the
+                        // supervisor: its answers may be waiting unread; it gets its time.
+                        not_before = t.saturating_add(watchdog.slack);
+                    }
+                    let by = watchdog
+                        .answer_by(acked.load(Ordering::SeqCst), lost_at)
+                        .max(not_before);
+                    if t >= by {
+                        // The supervisor neither took a later deadline nor reported the tree
+                        // gone (stopped, or starved): it and the tree go now.
+                        unanswered.store(true, Ordering::SeqCst);
+                        if let Some(pid) = supervisor {
+                            let _ = rustix::process::kill_process(pid, Signal::KILL);
+                        }
                         return;
+                    }
+                    let nap = Duration::from_nanos(by - t).min(watchdog.period);
+                    planned = t.saturating_add(supervisor::nanos(nap));
+                    if lost_at.is_none() {
+                        watch.wait_renewed(Some(nap));
+                    } else if !matches!(
+                        done.recv_timeout(nap),
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                    ) {
+                        return;
+                    }
+                    if !matches!(done.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
+                        return;
+                    }
+                    if lost_at.is_some() {
+                        continue;
                     }
                     let t0 = supervisor::now();
                     let line = match watch.remaining() {
                         Some(left) => {
                             format!("deadline {}\n", t0.saturating_add(supervisor::nanos(left)))
                         }
-                        None => "lost\n".to_string(),
+                        None => {
+                            lost_at = Some(t0);
+                            "lost\n".to_string()
+                        }
                     };
-                    if (&sock).write_all(line.as_bytes()).is_err() || line == "lost\n" {
-                        return;
-                    }
+                    // A failed write: the supervisor is gone, which the reports' EOF tells.
+                    let _ = (&sock).write_all(line.as_bytes());
                 }
             })
         };
         // The supervisor's report (sent once COMMAND's whole tree is gone), or EOF when it
-        // died without one.
+        // died without one; its acknowledgements meanwhile.
         let mut report = None;
         for line in standby.reports.by_ref() {
             let Ok(line) = line else { break };
             let words: Vec<&str> = line.split(' ').collect();
-            if let ["exit", status, why] = words.as_slice()
+            if let ["ok", ns] = words.as_slice()
+                && let Ok(ns) = ns.parse::<u64>()
+            {
+                acked.fetch_max(ns, Ordering::SeqCst);
+            } else if let ["exit", status, why] = words.as_slice()
                 && let (Ok(status), Some(why)) = (status.parse::<u8>(), Why::parse(why))
             {
                 report = Some((status, why));
@@ -418,11 +478,12 @@ mod imp {
                 .is_ok_and(|status| status.code().is_none())
         {
             // The supervisor was killed, perhaps with COMMAND started (even before it said
-            // so): whatever is left of the tree goes — COMMAND dies of its parent-death
-            // signal, its orphans are ours (and so are all our descendants on Linux).
+            // so): whatever is left of the tree goes — in a PID namespace the kernel kills
+            // it with ns-init; otherwise COMMAND dies of its parent-death signal and its
+            // orphans are ours (and so are all our descendants on Linux).
             supervisor::kill_all(Some(group));
         }
-        finished.store(true, Ordering::SeqCst);
+        drop(finished);
         let why_lost = watch.wait_lost(Some(Duration::ZERO));
         grant.release(); // wakes the renewer, which then sees the run finished
         let _ = renewer.join();
@@ -436,6 +497,11 @@ mod imp {
                     args.grace.as_secs_f64()
                 )
             }))),
+            None if unanswered.load(Ordering::SeqCst) => Err(Failure::failed(format!(
+                "{}: {}COMMAND's supervisor did not answer in time (stopped?), so run killed it and COMMAND's whole tree",
+                args.name,
+                why_lost.map_or_else(String::new, |why| format!("lease lost: {why}; "))
+            ))),
             None => {
                 let status = status.map_err(|e| {
                     Failure::failed(format!("waiting for COMMAND's supervisor: {e}"))
@@ -449,6 +515,28 @@ mod imp {
                     ))),
                 }
             }
+        }
+    }
+
+    /// When `run` gives up on its supervisor (it watches the supervisor as the supervisor
+    /// watches it): a live supervisor acknowledges every later deadline at once, and by the
+    /// deadline it holds it has stopped the tree and said so — so if it has not answered
+    /// by that deadline plus half the margin (`margin` before etcd can expire the lease),
+    /// it is stopped or starved, and `run` kills it and the tree. After `lost` (etcd says
+    /// the lease is gone: a successor may start now) the same half margin counts from
+    /// the instant `run` said it.
+    struct Watchdog {
+        /// How often `run` sends the deadline at least (TTL/6).
+        period: Duration,
+        /// Half the margin, in nanoseconds.
+        slack: u64,
+    }
+
+    impl Watchdog {
+        fn answer_by(&self, acked: u64, lost_at: Option<u64>) -> u64 {
+            acked
+                .min(lost_at.unwrap_or(u64::MAX))
+                .saturating_add(self.slack)
         }
     }
 
@@ -481,7 +569,7 @@ mod imp {
     }
 
     /// The hidden verb, COMMAND's process: arm the parent-death signal, make sure the parent
-    /// is still the supervisor that started us (it may have died before the signal was
+    /// is still the process (supervisor or ns-init) that started us (it may have died before the signal was
     /// armed), wait on stdin (a socket from the supervisor) for the grant's token and the
     /// user's stdin, and become COMMAND. Without the word (EOF: no grant) it exits, silent.
     pub fn exec(args: ExecArgs) -> Outcome {

@@ -5,9 +5,15 @@
 //! ```text
 //! leasehold run --etcd      (caller's process group G; keeps the lease alive)
 //!   └─ supervisor           (`leasehold worker etcd-supervisor`; its own group; subreaper)
-//!        └─ COMMAND         (its own process group C; parent-death signal: SIGKILL)
-//!             └─ …          (its descendants: in C unless they left it)
+//!        └─ ns-init         (Linux: PID 1 of COMMAND's PID namespace, `namespace.rs`;
+//!             │               leads process group C; parent-death signal: SIGKILL)
+//!             └─ COMMAND    (in group C; parent-death signal: SIGKILL)
+//!                  └─ …     (its descendants: in C unless they left it; in the namespace)
 //! ```
+//!
+//! Where the kernel refuses a PID namespace (and elsewhere than Linux) there is no ns-init:
+//! COMMAND is the supervisor's child and leads group C itself, and the supervisor says so in
+//! one line at start.
 //!
 //! Both processes below `run` start *before* the wait (issue 26 item 6): each is a
 //! re-execution of this binary (a few milliseconds), and started after the grant they made
@@ -26,10 +32,18 @@
 //!   least) — the instant, on a clock both processes read alike ([`now`]), at which the
 //!   grant counts itself lost, which is [`margin`] before etcd can expire the lease; `lost`
 //!   when etcd says the lease is gone. EOF: `run` died, or (before `go`) gave up waiting.
-//! * supervisor → `run`: `pid N` once COMMAND's process (group C) waits for the word; `exit
-//!   STATUS WHY` at the end, WHY one of [`Why`]'s names.
-//! * supervisor → exec helper: one line, the token, with the user's stdin attached; the
+//! * supervisor → `run`: `pid N` once COMMAND's process (group C) waits for the word; `ok
+//!   NS` after `go` and after each `deadline`: the deadline it now enforces; `exit STATUS
+//!   WHY` at the end, WHY one of [`Why`]'s names.
+//! * `run` → exec helper: one line, the token, with the user's stdin attached; the
 //!   helper then becomes COMMAND with `LEASEHOLD_FENCING_TOKEN` set. EOF: no grant, exit.
+//!
+//! The two watch each other. The supervisor stops the tree when `run` gives no later
+//! deadline in time (below). `run` kills the supervisor — and so, through ns-init, the whole
+//! tree; without a namespace COMMAND dies of its parent-death signal and `run`, a subreaper,
+//! kills the orphans — when it has not reported the tree gone by half the margin after the
+//! deadline it acknowledged last, or after `lost` (a stopped or starved supervisor). Where
+//! both are stopped, no process can act: the fencing token is what keeps a late write out.
 //!
 //! The supervisor stops the tree — SIGTERM to group C and to every descendant, then SIGKILL
 //! of all of them, repeated until none is left — when
@@ -47,9 +61,10 @@
 //! subreaper (`PR_SET_CHILD_SUBREAPER`), so orphans of the tree become its children instead
 //! of init's and nothing escapes by double-forking or `setsid`, and descendants are found
 //! through `/proc`. Elsewhere it is process group C only: a descendant that leaves the group
-//! and is orphaned escapes. The supervisor's own death (SIGKILL) is noticed by `run`, which
-//! is a subreaper too and kills group C and every descendant it then has; COMMAND dies of
-//! its parent-death signal.
+//! and is orphaned escapes. The supervisor's own death (SIGKILL) ends the PID namespace with
+//! ns-init; without one, it is noticed by `run`, which is a subreaper too and kills group C
+//! and every descendant it then has (COMMAND dies of its parent-death signal) — and if `run`
+//! dies with it, what COMMAND started outlives both.
 //!
 //! The terminal: when `run` had it (its group G in the foreground), group C gets it for
 //! COMMAND's lifetime ([`super::terminal`]), and the supervisor hands it back to G once the
@@ -73,9 +88,12 @@ use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
-use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, kill_process, kill_process_group};
+#[cfg(target_os = "linux")]
+use rustix::process::kill_process;
+use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, kill_process_group};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
+use super::namespace::Binding;
 use crate::exit::{Failure, Outcome};
 
 /// Nanoseconds of the clock deadlines are given in: one that every process of the machine
@@ -144,7 +162,7 @@ impl Why {
 }
 
 /// An exit status as a shell reports it: the code, or 128+N when signal N killed it.
-fn status_code(status: WaitStatus) -> u8 {
+pub(super) fn status_code(status: WaitStatus) -> u8 {
     match (status.exit_status(), status.terminating_signal()) {
         (Some(code), _) => code as u8,
         (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
@@ -152,73 +170,12 @@ fn status_code(status: WaitStatus) -> u8 {
     }
 }
 
-/// Every process of the tree (Linux, from `/proc`): each descendant of this process, and
-/// each member of process group `group` (which, with this process a subreaper, is one too).
-#[cfg(target_os = "linux")]
-fn tree(group: Option<Pid>) -> Vec<Pid> {
-    let me = rustix::process::getpid().as_raw_nonzero().get();
-    let group = group.map(|g| g.as_raw_nonzero().get());
-    // (pid, ppid, pgrp) of every process.
-    let mut all: Vec<(i32, i32, i32)> = Vec::new();
-    let mut buf = [0u8; 4096];
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        // "PID (comm) S PPID PGRP ...": the comm may hold anything; the fields follow the
-        // last ')'.
-        // One read of a buffer that holds any stat line (a `read_to_string` of a file whose
-        // size reads 0 takes five): the scan runs while a successor waits.
-        let Ok(n) =
-            std::fs::File::open(format!("/proc/{pid}/stat")).and_then(|mut f| f.read(&mut buf))
-        else {
-            continue;
-        };
-        let stat = String::from_utf8_lossy(&buf[..n]);
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest
-            .split_whitespace()
-            .skip(1)
-            .map(|f| f.parse::<i32>().ok());
-        if let (Some(Some(ppid)), Some(Some(pgrp))) = (fields.next(), fields.next()) {
-            all.push((pid, ppid, pgrp));
-        }
-    }
-    let mut found = vec![me];
-    let mut i = 0;
-    while i < found.len() {
-        let parent = found[i];
-        found.extend(
-            all.iter()
-                .filter(|(_, pp, _)| *pp == parent)
-                .map(|(p, _, _)| *p),
-        );
-        i += 1;
-    }
-    found.remove(0);
-    for (pid, _, pgrp) in &all {
-        if Some(*pgrp) == group && !found.contains(pid) {
-            found.push(*pid);
-        }
-    }
-    found.into_iter().filter_map(Pid::from_raw).collect()
-}
-
 /// Sends `sig` once to every process of the tree: on Linux each descendant of this process
 /// and each member of process group `group`; elsewhere the group (all that can be found
 /// there). Once each: a COMMAND that handles SIGTERM must not run its handler twice.
 pub fn signal_tree(group: Option<Pid>, sig: Signal) {
     #[cfg(target_os = "linux")]
-    for pid in tree(group) {
+    for pid in crate::procs::descendants(group) {
         let _ = kill_process(pid, sig);
     }
     #[cfg(not(target_os = "linux"))]
@@ -274,7 +231,7 @@ pub fn kill_all(group: Option<Pid>) {
 }
 
 /// Sends `message` over `sock` with `fds` attached (`SCM_RIGHTS`, at most [`MAX_FDS`]).
-fn send_with_fds(
+pub(super) fn send_with_fds(
     sock: &UnixStream,
     message: &[u8],
     fds: &[std::os::fd::BorrowedFd<'_>],
@@ -303,7 +260,10 @@ fn send_with_fds(
 /// them, close-on-exec, as [`send_with_fds`] sent them; the count is 0 at EOF. The kernel
 /// ends a read at a message that carries descriptors, so what follows it is left for later
 /// reads.
-fn receive_with_fds(sock: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+pub(super) fn receive_with_fds(
+    sock: &UnixStream,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, Vec<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     #[cfg(target_os = "linux")]
@@ -448,6 +408,10 @@ struct Supervisor {
     grace: u64,
     stop: Option<Stop>,
     killed: bool,
+    /// The socket to ns-init (COMMAND in a PID namespace), until it closes.
+    init: Option<UnixStream>,
+    /// Bytes from ns-init not yet making a whole line.
+    init_pending: Vec<u8>,
 }
 
 impl Supervisor {
@@ -482,6 +446,7 @@ impl Supervisor {
                 ) => {}
             Err(_) => self.orphaned = true,
         }
+        let mut renewed = false;
         while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.pending.drain(..=end).collect();
             let line = String::from_utf8_lossy(&line[..end]).into_owned();
@@ -489,10 +454,40 @@ impl Supervisor {
                 Some(("deadline", ns)) => {
                     if let Ok(ns) = ns.parse::<u64>() {
                         self.deadline = self.deadline.max(ns);
+                        renewed = true;
                     }
                 }
                 _ if line == "lost" => self.begin(Why::Lost, now()),
                 _ => {}
+            }
+        }
+        if renewed {
+            // The answer `run` watches for: the deadline this process now enforces. (The
+            // socket is non-blocking; `run` reads all the time, so it has room.)
+            let _ = (&self.sock).write_all(format!("ok {}\n", self.deadline).as_bytes());
+        }
+    }
+
+    /// Reads what ns-init sent: `exit STATUS` when COMMAND ended with processes left in
+    /// its namespace. EOF: ns-init ended (it is reaped with the other children).
+    fn read_init(&mut self) {
+        let Some(init) = &self.init else { return };
+        let mut buf = [0u8; 64];
+        match (&*init).read(&mut buf) {
+            Ok(0) => self.init = None,
+            Ok(n) => self.init_pending.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                ) => {}
+            Err(_) => self.init = None,
+        }
+        while let Some(end) = self.init_pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.init_pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]).into_owned();
+            if let Some(Ok(status)) = line.strip_prefix("exit ").map(str::parse::<u8>) {
+                self.status.get_or_insert(status);
             }
         }
     }
@@ -547,19 +542,51 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
     #[cfg(target_os = "linux")]
     let timer = Timer::new().map_err(|e| fail("timer", &e))?;
     let me = std::process::id();
-    // COMMAND's process, started now: the exec helper arms the parent-death signal (our
-    // death kills it) and checks we are still its parent, then waits on `word` for `run`'s
-    // word (the grant's token and the user's stdin) and becomes COMMAND. In a process group
-    // of its own.
-    let child = Command::new(exe)
-        .arg("_exec-with-parent-death-signal")
-        .arg(me.to_string())
-        .arg("--")
-        .args(&args.command)
-        .stdin(Stdio::from(word))
-        .process_group(0)
-        .spawn()
-        .map_err(|e| Failure::failed(format!("cannot start COMMAND: {e}")))?;
+    // COMMAND's tree in a PID namespace of its own where the kernel allows it
+    // (`namespace.rs`); this process is single-threaded here, and stays so.
+    let binding = super::namespace::enter()?;
+    if let Binding::Refused(why) = &binding {
+        eprintln!(
+            "leasehold: warning: COMMAND's tree is not bound to its supervisor by the kernel ({why}): if run and its supervisor are killed together (SIGKILL), what COMMAND started keeps running"
+        );
+    }
+    let mut init = None;
+    let child = match binding {
+        // ns-init (PID 1 of the namespace, process group C of its own), which starts
+        // COMMAND's process in its group once it has COMMAND's socket.
+        Binding::Kernel => {
+            let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socket pair", &e))?;
+            let mut child = Command::new(exe)
+                .args(crate::cmd::worker::ARGS)
+                .arg("etcd-ns-init")
+                .arg("--")
+                .args(&args.command)
+                .stdin(Stdio::from(OwnedFd::from(theirs)))
+                .process_group(0)
+                .spawn()
+                .map_err(|e| Failure::failed(format!("cannot start COMMAND's namespace: {e}")))?;
+            if let Err(e) = super::namespace::hand_over(&ours, word) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(fail("COMMAND's namespace", &e));
+            }
+            init = Some(ours);
+            child
+        }
+        // COMMAND's process directly: the exec helper arms the parent-death signal (our
+        // death kills it) and checks we are still its parent, then waits on `word` for
+        // `run`'s word (the grant's token and the user's stdin) and becomes COMMAND. In a
+        // process group of its own.
+        Binding::Refused(_) => Command::new(exe)
+            .arg("_exec-with-parent-death-signal")
+            .arg(me.to_string())
+            .arg("--")
+            .args(&args.command)
+            .stdin(Stdio::from(word))
+            .process_group(0)
+            .spawn()
+            .map_err(|e| Failure::failed(format!("cannot start COMMAND: {e}")))?,
+    };
     let command =
         Pid::from_raw(child.id() as i32).ok_or_else(|| Failure::failed("COMMAND has no pid"))?;
     drop(child); // reaped below, with every other child (`wait`), never through std
@@ -594,10 +621,15 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         grace: args.grace,
         stop: None,
         killed: false,
+        init,
+        init_pending: Vec::new(),
     };
+    // The first deadline is acknowledged too (`run` watches that we answer).
+    let _ = (&s.sock).write_all(format!("ok {}\n", s.deadline).as_bytes());
     loop {
         let children = reap(|pid, status| {
-            if pid == s.command {
+            // (COMMAND's status, or ns-init's if it died before saying COMMAND's.)
+            if pid == s.command && s.status.is_none() {
                 s.status = Some(status_code(status));
             }
         });
@@ -633,8 +665,15 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         }
         let wake_at = s.next_wake();
         let mut fds = vec![PollFd::new(&sigs, PollFlags::IN)];
+        let mut at_sock = None;
         if !s.orphaned {
+            at_sock = Some(fds.len());
             fds.push(PollFd::new(&s.sock, PollFlags::IN));
+        }
+        let mut at_init = None;
+        if let Some(init) = &s.init {
+            at_init = Some(fds.len());
+            fds.push(PollFd::new(init, PollFlags::IN));
         }
         // Without a subreaper, members of the group that are not our children end without
         // a SIGCHLD: look again shortly while only they are left.
@@ -656,7 +695,8 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
             tv_nsec: d.subsec_nanos() as _,
         });
         let _ = poll(&mut fds, spec.as_ref());
-        let readable = fds.iter().skip(1).any(|f| !f.revents().is_empty());
+        let ready = |at: Option<usize>| at.is_some_and(|i| !fds[i].revents().is_empty());
+        let (readable, from_init) = (ready(at_sock), ready(at_init));
         drop(fds);
         let mut drain = [0u8; 64];
         while (&sigs).read(&mut drain).is_ok_and(|n| n > 0) {}
@@ -664,6 +704,9 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         timer.clear();
         if readable && !s.orphaned {
             s.read_socket();
+        }
+        if from_init {
+            s.read_init();
         }
     }
     if let Some(tty) = &terminal {

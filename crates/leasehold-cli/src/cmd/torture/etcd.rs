@@ -149,6 +149,11 @@ struct Slot {
 enum Hunt {
     Kill,
     Pause,
+    /// `--etcd-run`: `run` and its supervisor SIGKILLed together (both stopped first).
+    KillWithSupervisor,
+    /// `--etcd-run`: the supervisor alone SIGSTOPped, and etcd too (a partition) when it is
+    /// the run's own, past the TTL.
+    PauseSupervisor,
 }
 
 #[derive(Default)]
@@ -158,6 +163,10 @@ struct State {
     stopping: bool,
     kills: u64,
     pauses: u64,
+    /// Of the kills: `run` and its supervisor together.
+    kills_with_supervisor: u64,
+    /// Of the pauses: the supervisor alone (`--etcd-run`).
+    supervisor_pauses: u64,
     landed: BTreeMap<String, u64>,
     violations: Vec<String>,
     /// `holding` announcements answered with `go` (mutations let through).
@@ -342,13 +351,15 @@ fn schedule(shared: &Shared, settings: &Settings, started: Instant) {
             continue;
         }
         through = st.answered;
-        match rng.below(3) {
+        match rng.below(if settings.run { 5 } else { 3 }) {
             0 => {
                 let slot = rng.below(st.slots.len() as u64) as usize;
                 shared.kill(&mut st, slot, "random");
             }
             1 => st.hunt = Some(Hunt::Kill),
-            _ => st.hunt = Some(Hunt::Pause),
+            2 => st.hunt = Some(Hunt::Pause),
+            3 => st.hunt = Some(Hunt::KillWithSupervisor),
+            _ => st.hunt = Some(Hunt::PauseSupervisor),
         }
     }
     {
@@ -436,7 +447,10 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, endpoints: &s
                                 }
                             }
                         }
-                        None => st.answered += 1,
+                        // `--etcd-run`'s only.
+                        Some(Hunt::KillWithSupervisor | Hunt::PauseSupervisor) | None => {
+                            st.answered += 1;
+                        }
                     }
                 } else {
                     drop(st);
@@ -481,8 +495,8 @@ fn finish_run(settings: &Settings, layout: &Layout, v: Value) -> Outcome {
             settings.workers, v["seconds"]
         );
         println!(
-            "kills of leasehold run: {}; pauses of it past the TTL: {}",
-            v["kills"], v["pauses"]
+            "kills of leasehold run: {} ({} with its supervisor); pauses past the TTL: {} ({} of the supervisor alone)",
+            v["kills"], v["kills_with_supervisor"], v["pauses"], v["supervisor_pauses"]
         );
         println!(
             "increments: {} acknowledged, counter {}",
@@ -843,7 +857,12 @@ fn run_mode(
             let (endpoints, prefix) = (endpoints.to_string(), prefix.to_string());
             let broken = settings.break_exclusion;
             thread::spawn(move || {
-                tend_run(&shared, &layout, &exe, slot, &endpoints, &prefix, broken)
+                let etcd = Etcd {
+                    endpoints: &endpoints,
+                    prefix: &prefix,
+                    server: etcd_pid,
+                };
+                tend_run(&shared, &layout, &exe, slot, &etcd, broken)
             })
         })
         .collect();
@@ -884,6 +903,8 @@ fn run_mode(
         "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         "kills": st.kills,
         "pauses": st.pauses,
+        "kills_with_supervisor": st.kills_with_supervisor,
+        "supervisor_pauses": st.supervisor_pauses,
         "kills_by_phase": st.landed,
         "operations": report.counter_acked,
         "counter": counter,
@@ -894,18 +915,41 @@ fn run_mode(
     }))
 }
 
+/// The etcd of an `--etcd-run` run: its endpoints, the run's key prefix, and the server's
+/// process ID when it is the run's own (`--etcd-server`), which can then be paused.
+struct Etcd<'a> {
+    endpoints: &'a str,
+    prefix: &'a str,
+    server: Option<u32>,
+}
+
+/// The process IDs whose parent is `pid` (from every `/proc/PID/stat`).
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|st| {
+                    let (_, rest) = st.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
 /// One slot of `--etcd-run`: `leasehold run --etcd` with the counter COMMAND, again and
 /// again; at `holding`, `go`, or (when a hunt is on) SIGKILL or SIGSTOP of `run` itself for
-/// longer than the TTL, then SIGCONT. A run paused past its TTL must end with `lease lost`.
-fn tend_run(
-    shared: &Shared,
-    layout: &Layout,
-    exe: &Path,
-    slot: usize,
-    endpoints: &str,
-    prefix: &str,
-    broken: bool,
-) {
+/// longer than the TTL, then SIGCONT; SIGKILL of `run` and its supervisor together; or
+/// SIGSTOP of the supervisor alone past the TTL, with etcd paused meanwhile when it is the
+/// run's own (a partition), then SIGCONT. A run paused past its TTL, or whose supervisor
+/// was, must end with `lease lost`, never 0.
+fn tend_run(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, etcd: &Etcd, broken: bool) {
+    let (endpoints, prefix) = (etcd.endpoints, etcd.prefix);
     let ops = match AppendLog::open(&layout.ops()) {
         Ok(l) => l,
         Err(e) => {
@@ -977,6 +1021,49 @@ fn tend_run(
                         shared.kill(&mut st, slot, "holding");
                         continue;
                     }
+                    Some(Hunt::KillWithSupervisor) => {
+                        // `pkill -9 leasehold`: neither may act before both are dead.
+                        let both: Vec<Pid> = children_of(pid)
+                            .into_iter()
+                            .chain([pid])
+                            .filter_map(Pid::from_raw)
+                            .collect();
+                        for p in &both {
+                            let _ = rustix::process::kill_process(*p, Signal::STOP);
+                        }
+                        if shared.kill(&mut st, slot, "holding-with-supervisor") {
+                            st.kills_with_supervisor += 1;
+                        }
+                        for p in &both {
+                            let _ = rustix::process::kill_process(*p, Signal::KILL);
+                        }
+                        continue;
+                    }
+                    Some(Hunt::PauseSupervisor) => {
+                        let Some(supervisor) =
+                            children_of(pid).first().copied().and_then(Pid::from_raw)
+                        else {
+                            continue;
+                        };
+                        let server = etcd.server.and_then(|p| Pid::from_raw(p as i32));
+                        if rustix::process::kill_process(supervisor, Signal::STOP).is_ok() {
+                            st.pauses += 1;
+                            st.supervisor_pauses += 1;
+                            paused = true;
+                            // A partition: no keep-alive reaches etcd (every slot's lease
+                            // goes; each run must stop its tree).
+                            if let Some(server) = server {
+                                let _ = rustix::process::kill_process(server, Signal::STOP);
+                            }
+                            drop(st);
+                            thread::sleep(PAUSE);
+                            if let Some(server) = server {
+                                let _ = rustix::process::kill_process(server, Signal::CONT);
+                            }
+                            // (`run` killed it long ago if it works: then this finds nobody.)
+                            let _ = rustix::process::kill_process(supervisor, Signal::CONT);
+                        }
+                    }
                     Some(Hunt::Pause) => {
                         let Some(group) = Pid::from_raw(pid) else {
                             continue;
@@ -1018,12 +1105,12 @@ fn tend_run(
             }
             if paused {
                 shared.lock().violations.push(format!(
-                    "worker {id}: its run was paused past the TTL, yet COMMAND finished (status 0)"
+                    "worker {id}: its run or its supervisor was paused past the TTL, yet COMMAND finished (status 0)"
                 ));
             }
         } else if paused && !killed && code != Some(1) {
             shared.lock().violations.push(format!(
-                "worker {id}: its run was paused past the TTL and ended {status:?}, not with lease lost (1)"
+                "worker {id}: its run or its supervisor was paused past the TTL and ended {status:?}, not with lease lost (1)"
             ));
         }
     }

@@ -8,7 +8,9 @@
 //! `Lock` after the caller's lease expired (etcd issue 11456, found by Jepsen's analysis of
 //! etcd 3.4.3, fixed only in 3.5). Each acquisition:
 //!
-//! 1. grants a lease of `ttl` and keeps it alive every `ttl / 3` (its own task);
+//! 1. grants a lease of `ttl` and keeps it alive (its own task) at most `ttl / 3` apart,
+//!    more often when the holder's grace and the round trip measured at connect need it
+//!    ([`keep_alive_period`], [`EtcdArbiter::plan_keep_alives`]);
 //! 2. in one transaction creates `PREFIX<lease id in hex>` (value `PID@HOST`, attached to the
 //!    lease) if absent, and reads the key under `PREFIX` with the lowest create revision;
 //!    only keys attached to a lease count, here and below: a key without one never expires
@@ -58,6 +60,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -92,6 +95,39 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// 200 ms — the time the holder needs to stop writing after it noticed.
 pub fn margin(ttl: Duration) -> Duration {
     (ttl / 10).max(Duration::from_millis(200))
+}
+
+/// How often keep-alives go for a lease of `ttl` whose holder starts stopping `grace`
+/// before its deadline (0 for a holder that only checks [`Grant::verify`]), at a round trip
+/// of `round_trip`; `Err` with the arithmetic when no period can hold.
+///
+/// From a keep-alive's send, the holder has `budget = ttl − margin − grace` before it
+/// starts stopping. The next keep-alive goes `period` after the answer, and its answer is
+/// back `period + 2 × round_trip` after the first's send: that must come within the budget.
+/// The period is half of what the round trips leave, `(budget − 2 × round_trip) / 2`, so
+/// that as much again is slack for a slow answer — and never more than `ttl / 3`. A period
+/// shorter than a round trip cannot hold (keep-alives would queue behind their answers):
+/// so `budget ≥ 4 × round_trip` is required.
+pub fn keep_alive_period(
+    ttl: Duration,
+    grace: Duration,
+    round_trip: Duration,
+) -> std::result::Result<Duration, String> {
+    let margin = margin(ttl);
+    let budget = ttl.saturating_sub(margin).saturating_sub(grace);
+    let needed = round_trip.saturating_mul(4);
+    if budget < needed || budget.is_zero() {
+        return Err(format!(
+            "a keep-alive cannot be renewed in time at the round trip measured ({:.3} s): TTL {:.1} s − margin {:.1} s − grace {:.1} s = {:.3} s, less than 4 × the round trip = {:.3} s (two round trips, and as much again as slack); raise --ttl, lower --grace, or use an etcd nearer to this machine",
+            round_trip.as_secs_f64(),
+            ttl.as_secs_f64(),
+            margin.as_secs_f64(),
+            grace.as_secs_f64(),
+            budget.as_secs_f64(),
+            needed.as_secs_f64()
+        ));
+    }
+    Ok(((budget - round_trip * 2) / 2).min(ttl / 3))
 }
 
 /// Nanoseconds of a clock that keeps counting through suspend (CLOCK_BOOTTIME on Linux).
@@ -141,6 +177,85 @@ struct Ctx {
     prefix: String,
     holder: String,
     ttl: Duration,
+    /// The slower of two requests' round trips, measured when connecting.
+    round_trip: Duration,
+    /// How often keep-alives go (nanoseconds; [`keep_alive_period`]), shared by clones.
+    period: Arc<AtomicU64>,
+    /// What etcd's answers said of its identity and revisions, and the grants it concerns.
+    history: Arc<History>,
+}
+
+/// The cluster identity and the revisions etcd's answers carried, per member: a member
+/// that answers at a revision lower than one it answered at before, or a cluster ID that
+/// changes, means etcd lost its data (wiped, or restored from a backup) — every lease taken
+/// before is gone, and fencing tokens handed out from now on may be lower than old ones.
+/// Every grant of the arbiter is then lost at once.
+#[derive(Default)]
+struct History {
+    seen: Mutex<Seen>,
+    /// The grants to lose when etcd lost its data.
+    grants: Mutex<Vec<std::sync::Weak<Liveness>>>,
+}
+
+#[derive(Default)]
+struct Seen {
+    cluster: Option<u64>,
+    /// The highest revision each member answered at.
+    revisions: HashMap<u64, i64>,
+}
+
+impl History {
+    /// Takes note of an answer's header; when it shows that etcd lost its data, loses every
+    /// grant, and says why.
+    fn observe(&self, header: Option<&proto::ResponseHeader>) -> Option<String> {
+        let h = header?;
+        let why = {
+            let mut seen = lock(&self.seen);
+            let cluster = *seen.cluster.get_or_insert(h.cluster_id);
+            let before = seen.revisions.entry(h.member_id).or_insert(h.revision);
+            let why = if cluster != h.cluster_id {
+                Some(format!(
+                    "etcd's cluster ID changed from {cluster:x} to {:x}",
+                    h.cluster_id
+                ))
+            } else if h.revision < *before {
+                Some(format!(
+                    "etcd member {:x} answered at revision {}, below revision {} it answered at before",
+                    h.member_id, h.revision, *before
+                ))
+            } else {
+                None
+            };
+            // After a loss, the etcd that answers now is the one to compare with.
+            *before = if why.is_some() {
+                h.revision
+            } else {
+                (*before).max(h.revision)
+            };
+            if cluster != h.cluster_id {
+                seen.revisions.clear();
+                seen.revisions.insert(h.member_id, h.revision);
+            }
+            seen.cluster = Some(h.cluster_id);
+            why?
+        };
+        let why = format!(
+            "{why}: etcd lost its data (wiped, or restored from a backup), and every lease taken before is gone"
+        );
+        for live in lock(&self.grants).drain(..) {
+            if let Some(live) = live.upgrade() {
+                live.lose(why.clone());
+            }
+        }
+        Some(why)
+    }
+
+    /// A new grant, lost with the others if etcd loses its data.
+    fn register(&self, live: &Arc<Liveness>) {
+        let mut grants = lock(&self.grants);
+        grants.retain(|g| g.strong_count() > 0);
+        grants.push(Arc::downgrade(live));
+    }
 }
 
 impl Ctx {
@@ -240,8 +355,9 @@ impl Shared {
 
 /// How connecting ended.
 enum Connecting {
-    /// An endpoint answered a request: the client works.
-    Answered(Client),
+    /// An endpoint answered a request: the client works; the slower of two more requests'
+    /// round trips.
+    Answered(Client, Duration),
     /// A URL cannot be used (it does not parse): nothing was contacted.
     Unusable(String),
     /// The request failed: refused, reset, or a failed TLS handshake.
@@ -263,16 +379,29 @@ impl Connecting {
             count_only: true,
             ..RangeRequest::default()
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, client.range(probe)).await {
-            Ok(Ok(_)) => Connecting::Answered(client),
-            Ok(Err(e)) => Connecting::Failed(e),
-            Err(_) => Connecting::Silent,
+        match tokio::time::timeout(CONNECT_TIMEOUT, client.range(probe.clone())).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Connecting::Failed(e),
+            Err(_) => return Connecting::Silent,
         }
+        // The round trip, once connected (the first request paid for the connection): the
+        // slower of two, which plans the keep-alives ([`keep_alive_period`]).
+        let mut round_trip = Duration::ZERO;
+        for _ in 0..2 {
+            let sent = tokio::time::Instant::now();
+            let answered = tokio::time::timeout(CONNECT_TIMEOUT, client.range(probe.clone()))
+                .await
+                .is_ok_and(|r| r.is_ok());
+            if answered {
+                round_trip = round_trip.max(sent.elapsed());
+            }
+        }
+        Connecting::Answered(client, round_trip)
     }
 }
 
 /// A lock on an etcd v3 cluster, as an [`Arbiter`]: etcd's mutex recipe under a key prefix,
-/// held by a lease kept alive every TTL/3, with the lock key's create revision as fencing
+/// held by a lease kept alive at most TTL/3 apart, with the lock key's create revision as fencing
 /// token (see the module docs). Cloning shares the connection.
 #[derive(Clone)]
 pub struct EtcdArbiter {
@@ -346,8 +475,8 @@ impl EtcdArbiter {
         runtime.spawn(async move {
             let _ = tx.send(Connecting::attempt(&list, options).await);
         });
-        let client = match rx.recv() {
-            Ok(Connecting::Answered(c)) => c,
+        let (client, round_trip) = match rx.recv() {
+            Ok(Connecting::Answered(c, rtt)) => (c, rtt),
             Ok(Connecting::Unusable(reason)) => {
                 return Err(Error::BadEndpoints {
                     endpoints: endpoints.to_string(),
@@ -376,6 +505,13 @@ impl EtcdArbiter {
             prefix,
             holder: format!("{}@{host}", std::process::id()),
             ttl,
+            round_trip,
+            // A holder that only checks `verify` (no grace): TTL/3 unless the round trip
+            // needs a shorter period; the longest there is when none can hold.
+            period: Arc::new(AtomicU64::new(nanos(
+                keep_alive_period(ttl, Duration::ZERO, round_trip).unwrap_or(ttl / 3),
+            ))),
+            history: Arc::default(),
         };
         Ok(EtcdArbiter {
             shared: Arc::new(Shared {
@@ -399,6 +535,37 @@ impl EtcdArbiter {
     /// The lease TTL (whole seconds).
     pub fn ttl(&self) -> Duration {
         self.shared.ctx.ttl
+    }
+
+    /// The round trip to etcd measured when connecting (the slower of two requests).
+    pub fn round_trip(&self) -> Duration {
+        self.shared.ctx.round_trip
+    }
+
+    /// How often keep-alives go for the grants acquired from now on.
+    pub fn keep_alive_every(&self) -> Duration {
+        Duration::from_nanos(self.shared.ctx.period.load(Ordering::Relaxed))
+    }
+
+    /// Plans the keep-alives of the grants acquired from now on for a holder that starts
+    /// stopping `grace` before its grant's deadline (`leasehold run --etcd --grace`), at
+    /// the round trip measured when connecting ([`keep_alive_period`]); returns the period.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unschedulable`] with the arithmetic when the TTL and the grace leave too
+    /// little time at that round trip: a grant would be lost, and its holder stopped, with
+    /// etcd healthy. Nothing is changed then.
+    pub fn plan_keep_alives(&self, grace: Duration) -> Result<Duration> {
+        let ctx = &self.shared.ctx;
+        let period = keep_alive_period(ctx.ttl, grace, ctx.round_trip).map_err(|reason| {
+            Error::Unschedulable {
+                endpoints: ctx.endpoints.clone(),
+                reason,
+            }
+        })?;
+        ctx.period.store(nanos(period), Ordering::Relaxed);
+        Ok(period)
     }
 
     /// The lock's current owner: the key under the prefix with the lowest create revision
@@ -625,12 +792,14 @@ async fn acquire(ctx: Ctx, budget: Budget) -> Result<Held> {
     if !lease.error.is_empty() {
         return Err(ctx.unreachable("grant lease", lease.error));
     }
+    ctx.history.observe(lease.header.as_ref());
     let id = lease.id;
     let key = format!("{}{id:x}", ctx.prefix);
     let live = Arc::new(Liveness::new(
         key.clone(),
         sent + nanos(ctx.ttl) - nanos(margin(ctx.ttl)),
     ));
+    ctx.history.register(&live);
     let keeper = ctx
         .handle
         .spawn(keep_alive(ctx.clone(), id, live.clone()))
@@ -1084,11 +1253,13 @@ async fn cancelled(budget: &Budget) {
     }
 }
 
-/// Keeps lease `id` alive every TTL/3, moving the grant's deadline forward at each
+/// Keeps lease `id` alive — a keep-alive [`keep_alive_period`] after each answer, each
+/// answer awaited up to TTL/3 — moving the grant's deadline forward at each
 /// acknowledgement; reconnects the stream when it breaks; marks the grant lost when etcd
 /// says the lease is gone. Ends when the grant is lost or released.
 async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
-    let period = ctx.ttl / 3;
+    let period = Duration::from_nanos(ctx.period.load(Ordering::Relaxed));
+    let answer_within = ctx.ttl / 3;
     let bought = |sent: u64, ttl_secs: i64| {
         let ttl = Duration::from_secs(ttl_secs.max(0) as u64).min(ctx.ttl);
         (sent + nanos(ttl)).saturating_sub(nanos(margin(ctx.ttl)))
@@ -1100,12 +1271,18 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
         }
         // Opening the stream sends the first keep-alive; its answer is the first renewal.
         let sent = now();
-        let opened = tokio::time::timeout(period, async {
+        let opened = tokio::time::timeout(answer_within, async {
             let mut stream = ctx.client.lease_keep_alive(id).await?;
             let first = stream.message().await?;
             Ok::<_, tonic::Status>((stream, first))
         })
         .await;
+        if let Ok(Ok((_, Some(resp)))) = &opened
+            && let Some(why) = ctx.history.observe(resp.header.as_ref())
+        {
+            live.lose(why);
+            return;
+        }
         let mut stream = match opened {
             Ok(Ok((_, Some(resp)))) if resp.ttl <= 0 => {
                 live.lose(gone.into());
@@ -1131,7 +1308,14 @@ async fn keep_alive(ctx: Ctx, id: i64, live: Arc<Liveness>) {
             if stream.send(LeaseKeepAliveRequest { id }).await.is_err() {
                 break;
             }
-            match tokio::time::timeout(period, stream.message()).await {
+            let answer = tokio::time::timeout(answer_within, stream.message()).await;
+            if let Ok(Ok(Some(resp))) = &answer
+                && let Some(why) = ctx.history.observe(resp.header.as_ref())
+            {
+                live.lose(why);
+                return;
+            }
+            match answer {
                 Ok(Ok(Some(resp))) if resp.ttl <= 0 => {
                     live.lose(gone.into());
                     return;
@@ -1401,3 +1585,98 @@ impl Drop for EtcdGrant {
 }
 
 use crate::mutex::lock;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::keep_alive_period;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A near etcd and a short grace: TTL/3, as ever.
+    #[test]
+    fn a_short_round_trip_keeps_the_period_at_a_third_of_the_ttl() {
+        assert_eq!(
+            keep_alive_period(Duration::from_secs(10), ms(1000), ms(1)),
+            Ok(Duration::from_secs(10) / 3)
+        );
+        assert_eq!(
+            keep_alive_period(Duration::from_secs(2), Duration::ZERO, ms(1)),
+            Ok(Duration::from_secs(2) / 3)
+        );
+    }
+
+    /// The combinations that stopped a healthy COMMAND with the period fixed at TTL/3:
+    /// the next answer now comes within the budget, with as much again as slack.
+    #[test]
+    fn a_long_round_trip_shortens_the_period_so_that_the_next_answer_comes_in_time() {
+        for (ttl, grace, rtt) in [(10, ms(5000), ms(500)), (2, ms(800), ms(200))] {
+            let ttl = Duration::from_secs(ttl);
+            let period = keep_alive_period(ttl, grace, rtt).expect("schedulable");
+            let budget = ttl - super::margin(ttl) - grace;
+            assert!(period >= rtt, "{period:?}");
+            assert!(period + rtt * 2 <= budget, "{period:?} {budget:?}");
+            assert!(budget - (period + rtt * 2) >= period, "slack {period:?}");
+        }
+    }
+
+    fn header(cluster_id: u64, member_id: u64, revision: i64) -> super::proto::ResponseHeader {
+        super::proto::ResponseHeader {
+            cluster_id,
+            member_id,
+            revision,
+            raft_term: 1,
+        }
+    }
+
+    /// A member answering below a revision it answered at before, or another cluster ID:
+    /// etcd lost its data, and every registered grant is lost; revisions that differ between
+    /// members, or go up, are not; after a loss the etcd that answers is the new baseline.
+    #[test]
+    fn a_revision_that_goes_back_or_a_new_cluster_loses_every_grant() {
+        use std::sync::Arc;
+        let history = super::History::default();
+        let far = u64::MAX;
+        let (a, b) = (
+            Arc::new(super::Liveness::new("a".into(), far)),
+            Arc::new(super::Liveness::new("b".into(), far)),
+        );
+        history.register(&a);
+        history.register(&b);
+        assert_eq!(history.observe(None), None);
+        assert_eq!(history.observe(Some(&header(7, 1, 10))), None);
+        assert_eq!(history.observe(Some(&header(7, 1, 12))), None);
+        // Another member lagging behind the first is not a loss.
+        assert_eq!(history.observe(Some(&header(7, 2, 11))), None);
+        assert!(a.check().is_none() && b.check().is_none());
+        let why = history.observe(Some(&header(7, 1, 3))).expect("a loss");
+        assert!(why.contains("revision 3, below revision 12"), "{why}");
+        assert!(a.check().is_some_and(|w| w.contains("etcd lost its data")));
+        assert!(b.check().is_some());
+        // The restored etcd is the baseline now: its next revisions are fine.
+        assert_eq!(history.observe(Some(&header(7, 1, 4))), None);
+        let c = Arc::new(super::Liveness::new("c".into(), far));
+        history.register(&c);
+        let why = history
+            .observe(Some(&header(8, 1, 5)))
+            .expect("a new cluster");
+        assert!(why.contains("cluster ID changed from 7 to 8"), "{why}");
+        assert!(c.check().is_some());
+    }
+
+    /// Refused, with the arithmetic, where no period holds.
+    #[test]
+    fn a_combination_that_cannot_hold_is_refused_with_the_arithmetic() {
+        let err = keep_alive_period(Duration::from_secs(2), ms(800), ms(300)).unwrap_err();
+        assert!(
+            err.contains("TTL 2.0 s − margin 0.2 s − grace 0.8 s = 1.000 s"),
+            "{err}"
+        );
+        assert!(err.contains("4 × the round trip = 1.200 s"), "{err}");
+        assert!(keep_alive_period(Duration::from_secs(2), ms(1800), ms(0)).is_err());
+        assert!(keep_alive_period(Duration::from_secs(2), ms(5000), ms(0)).is_err());
+    }
+}

@@ -185,7 +185,9 @@ impl Dir {
 /// checked against).
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
-    dir: Option<Arc<OwnedFd>>,
+    /// The directory handle a lock in a [`Dir`] is named in: its descriptor for the
+    /// `*at` calls, its chain for [`verify`].
+    dir: Option<Dir>,
     name: PathBuf,
     /// How messages name the lock, where that is not `name` (a lock in a [`Dir`], or a
     /// descriptor): one path copy fewer per acquisition on the common path.
@@ -218,7 +220,7 @@ impl PlatformTarget for Target {
         let display = dir.path.join(name);
         plain(name, &display, "open lock file")?;
         Ok(Target {
-            dir: Some(dir.fd.clone()),
+            dir: Some(dir.clone()),
             name: PathBuf::from(name),
             display: Some(display),
             gated: true,
@@ -262,7 +264,7 @@ impl Target {
     fn dir(&self) -> BorrowedFd<'_> {
         match &self.dir {
             None => sys::cwd(),
-            Some(d) => d.as_fd(),
+            Some(d) => d.fd.as_fd(),
         }
     }
 
@@ -504,10 +506,9 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
             make_parents(opts, target)?;
             // The directory that is there now (ours, unless someone else made it first).
             check_dir(opts, target)?;
-            sys::open_lock_file(dir, name, true)
-                .map_err(|e| path_error(path, "open lock file", e))?
+            sys::open_lock_file(dir, name, true).map_err(|e| open_error(target, e))?
         }
-        Err(e) => return Err(path_error(path, "open lock file", e)),
+        Err(e) => return Err(open_error(target, e)),
     };
     let (entry, untrusted) = sys::fd_entry_judged(fd.as_fd(), target.judge)
         .map_err(|e| path_error(path, "stat lock file", e))?;
@@ -549,46 +550,95 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
     })
 }
 
-/// Judges the lock file's directory before anything is opened or created in it (issue 22
-/// item 10), in one `fstatat` (plus one `statfs` the first time a device is seen):
+/// The error of a failed open of the lock file. `O_CREAT` on a symlink that another user
+/// owns in a sticky directory fails with `EACCES` before `O_NOFOLLOW`'s `ELOOP` (the
+/// kernel's protected-symlink and protected-regular rules), and a FIFO there the same way:
+/// what stands at the name is then looked at (`lstat`), so the refusal says what it is, as
+/// `status` does, rather than blaming permissions.
+fn open_error(target: &Target, e: Errno) -> Error {
+    let path = target.display();
+    if e == Errno::ACCESS
+        && let Ok(Entry::Other(kind)) = sys::entry_at(target.dir(), &target.name)
+    {
+        return Error::NotRegularFile {
+            path: path.to_path_buf(),
+            kind,
+        };
+    }
+    path_error(path, "open lock file", e)
+}
+
+/// Judges the way to the lock file before anything is opened or created there, in one walk
+/// the first time a directory is seen (plus one `statfs` the first time a device is seen):
 ///
-/// * unless [`LeaseOptions::allow_shared_state`], the ownership rule (`sys::dir_judged`):
-///   whoever may write a directory that is not sticky and root's can rename the lock file
-///   away while it is held, after which a second holder locks a new file at the path — two
-///   `run`s at once (b). As OpenSSH's StrictModes, with the sticky exception `/tmp` needs.
-///   Only the lock file's own directory is judged, not every ancestor: each would cost one
-///   more path walk on every acquisition, and a store's directories are judged by the
-///   store (`check_trusted`);
+/// * unless [`LeaseOptions::allow_shared_state`], the ownership rule on every component of
+///   the lock file's directory, from the root down (`sys::chain_untrusted`, as OpenSSH's
+///   StrictModes): each directory must belong to this user or root and be writable by
+///   neither group nor others unless it is sticky and root's (`/tmp`), and a symlink on the
+///   way must belong to this user or root. Whoever may write a directory that is not sticky
+///   and root's can rename the lock file — or any directory between it and that one — away
+///   while it is held, after which a second holder locks a new file at the path: two `run`s
+///   at once. A lock in a [`Dir`] has its handle's directory judged (`fstat`, no path walk);
+///   the stores judge the chain above the directories they open (`check_trusted`);
 /// * unless [`LeaseOptions::allow_network_filesystem`], its file system: a network, FUSE or
-///   overlay mount is refused before the lock file is created there, not after (c).
+///   overlay mount is refused before the lock file is created there, not after.
 ///
 /// A directory that does not exist passes: the open then says so, or creates it
 /// ([`make_parents`]) and judges it again.
 ///
 /// A lock path's directory found fit under both rules is remembered for the life of the
-/// process ([`FIT_DIRS`]: absolute paths only, as they do not depend on the working
-/// directory): the `fstatat`, a path walk, measured ~25 % of an uncontended cold
-/// acquisition on the 2-vCPU reference VM (uncontended cold `Lease::acquire` over floor +
-/// verify, medians of five alternating `leasehold bench --quick` runs: 1.24× without the
-/// check, 1.59× with it on every acquisition, 1.30× remembered), the very cost issue 12
-/// removed from the lock file's own open. What a fit directory can become unfit by is its
-/// owner's doing (this user's or root's: nobody else may chmod or chown it) or a rename
-/// through an ancestor, which no acquisition judges; a lock held in it when that happens
-/// suffers the same either way. Directories in a [`Dir`] are judged every time: `fstat` of a
-/// handle walks no path.
+/// process ([`FIT_DIRS`], by its absolute path: a relative one is joined to the working
+/// directory, one `getcwd`), and a chain found fit under the first alone too
+/// ([`chain_judged`]): the walk, one `lstat` per component, would otherwise be paid on
+/// every acquisition (the single `fstatat` of the lock file's directory alone measured ~25 %
+/// of an uncontended cold acquisition on the 2-vCPU reference VM). What a fit chain can
+/// become unfit by is this user's or root's doing alone: every component belongs to one of
+/// them, and nobody else may write a directory on the way (or, in a sticky one, rename what
+/// is not theirs), so nobody else can rename, replace, chmod or chown anything of it. A
+/// lease held while its owner does so anyway is caught by [`verify`], which resolves the
+/// whole path again.
 fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
     let fs_check = !opts.allow_network_fs;
     if !target.judge && !fs_check {
         return Ok(());
     }
     let parent = target.parent();
-    let remember = target.judge && fs_check && target.dir.is_none() && parent.is_absolute();
-    if remember
+    // The key the verdict is remembered by: the directory's absolute path, as written.
+    let key = match (
+        target.judge && fs_check && target.dir.is_none(),
+        parent.is_absolute(),
+    ) {
+        (false, _) => None,
+        (true, true) => Some(std::borrow::Cow::Borrowed(parent)),
+        (true, false) => std::env::current_dir()
+            .ok()
+            .map(|wd| std::borrow::Cow::Owned(wd.join(parent))),
+    };
+    if let Some(key) = &key
         && guard(&FIT_DIRS)
             .iter()
-            .any(|d| d.as_os_str() == parent.as_os_str())
+            .any(|d| d.as_os_str() == key.as_os_str())
     {
         return Ok(());
+    }
+    // The chain above the directory (a path target; a [`Dir`]'s own handle is judged below).
+    // Remembered only once the whole chain was there and fit (a directory created between
+    // the walk and the look below is judged by the look, and the walk made again next time).
+    let mut complete = true;
+    if target.judge && target.dir.is_none() {
+        let chain = chain_judged(parent)
+            .map_err(|e| path_error(target.display(), "inspect lock file's directories", e))?;
+        match chain {
+            sys::Chain::Fit => {}
+            sys::Chain::Partial => complete = false,
+            sys::Chain::Unfit(unfit) => {
+                return Err(unfit_error(
+                    unfit,
+                    target.display(),
+                    Some(target.parent_display()),
+                ));
+            }
+        }
     }
     let looked = sys::dir_judged(target.dir(), parent, target.judge)
         .map_err(|e| path_error(target.display(), "inspect lock file's directory", e))?;
@@ -605,7 +655,7 @@ fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
         });
     }
     let look = || match &target.dir {
-        Some(d) => sys::network_fs(d.as_fd()),
+        Some(d) => sys::network_fs(d.fd.as_fd()),
         None => sys::network_fs_path(parent),
     };
     if fs_check
@@ -616,13 +666,41 @@ fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
             fs,
         });
     }
-    if remember {
+    if let Some(key) = key.filter(|_| complete) {
         let mut fit = guard(&FIT_DIRS);
         if fit.len() < FIT_DIRS_MAX {
-            fit.push(parent.to_path_buf());
+            fit.push(key.into_owned());
         }
     }
     Ok(())
+}
+
+/// The refusal of a component on the way to `what` ([`sys::chain_untrusted`]): named by its
+/// path (`dir`, where given, for the directory itself, as the caller wrote it), saying who
+/// could move what.
+fn unfit_error(unfit: sys::Unfit, what: &Path, dir: Option<PathBuf>) -> Error {
+    let what = what.display();
+    let (path, reason) = match (unfit.link, unfit.last, dir) {
+        (false, true, Some(dir)) => (
+            dir,
+            format!("the directory of lock file {what} {}", unfit.reason),
+        ),
+        (false, _, _) => (
+            unfit.path,
+            format!(
+                "a directory above {what} that {}: whoever may write it can move {what} away while it is in use",
+                unfit.reason
+            ),
+        ),
+        (true, _, _) => (
+            unfit.path,
+            format!(
+                "a symbolic link on the way to {what} that {}: its owner can re-point it, moving {what} away while it is in use",
+                unfit.reason
+            ),
+        ),
+    };
+    Error::Untrusted { path, reason }
 }
 
 /// Lock path directories found fit (trusted and local) under the default options; see
@@ -798,19 +876,40 @@ fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
         )
 }
 
-/// Checks that a held lease's inode is still the file at the path (one `fstatat`).
+/// Checks that a held lease's inode is still the file at the path: the path resolved again
+/// from the root (or the working directory) — so a directory renamed anywhere above the
+/// lock file, or a symlink on the way re-pointed, is a loss as much as the file's own
+/// unlinking — in one `fstatat`; for a lock in a [`Dir`], the name in the handle and then
+/// the handle's chain ([`Dir::verify`], one `fstatat` per level), since a handle keeps
+/// working after a rename that newcomers, resolving the path, do not follow.
 fn verify(target: &Target, held: &Held) -> Result<()> {
     match sys::entry_at(target.dir(), &target.name) {
-        Ok(Entry::Regular(now)) if now == held.id => Ok(()),
-        Ok(_) | Err(Errno::NOENT) => Err(Error::LeaseLost {
-            path: target.display().to_path_buf(),
-        }),
-        Err(e) => Err(path_error(target.display(), "verify lock file", e)),
+        Ok(Entry::Regular(now)) if now == held.id => {}
+        Ok(_) | Err(Errno::NOENT) => {
+            return Err(Error::LeaseLost {
+                path: target.display().to_path_buf(),
+            });
+        }
+        Err(e) => return Err(path_error(target.display(), "verify lock file", e)),
+    }
+    match &target.dir {
+        Some(dir) => dir.verify(),
+        None => Ok(()),
     }
 }
 
-/// See `lease::check_trusted`.
+/// See `lease::check_trusted`: the chain above `path` ([`chain_judged`]), then `path`
+/// itself, never followed.
 fn check_trusted(path: &Path) -> Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match chain_judged(parent) {
+        Ok(sys::Chain::Fit | sys::Chain::Partial) => {}
+        Ok(sys::Chain::Unfit(unfit)) => return Err(unfit_error(unfit, path, None)),
+        Err(e) => return Err(path_error(path, "inspect directories", e)),
+    }
     match sys::untrusted_at(sys::cwd(), path) {
         Ok(None) => Ok(()),
         Ok(Some(reason)) => Err(Error::Untrusted {
@@ -820,6 +919,38 @@ fn check_trusted(path: &Path) -> Result<()> {
         Err(e) => Err(path_error(path, "inspect", e)),
     }
 }
+
+/// [`sys::chain_untrusted`] of the directory `dir` (relative to the working directory),
+/// `None` when fit; a chain found fit and complete is remembered in [`TRUSTED_CHAINS`] by
+/// its absolute path (a relative one joined to the working directory: one `getcwd`) and not
+/// walked again: every component belongs to this user or root and nobody else may write a
+/// directory on the way (in a sticky one, rename what is not theirs), so only they can make
+/// it unfit. A chain that stops at a missing directory is not remembered: where the last
+/// one that exists is sticky, another user may create the rest.
+fn chain_judged(dir: &Path) -> std::result::Result<sys::Chain, Errno> {
+    let key = match dir.is_absolute() {
+        true => Some(dir.to_path_buf()),
+        false => std::env::current_dir().ok().map(|wd| wd.join(dir)),
+    };
+    if let Some(key) = &key
+        && guard(&TRUSTED_CHAINS)
+            .iter()
+            .any(|d| d.as_os_str() == key.as_os_str())
+    {
+        return Ok(sys::Chain::Fit);
+    }
+    let chain = sys::chain_untrusted(dir)?;
+    if let (sys::Chain::Fit, Some(key)) = (&chain, key) {
+        let mut fit = guard(&TRUSTED_CHAINS);
+        if fit.len() < FIT_DIRS_MAX {
+            fit.push(key);
+        }
+    }
+    Ok(chain)
+}
+
+/// Directories whose chain [`chain_judged`] found fit (absolute paths), as [`FIT_DIRS`].
+static TRUSTED_CHAINS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Removes a held lease's lock file, if the path still names the locked inode: `Ok(true)`
 /// when it was unlinked. Only the collector of keyed lock files calls this, holding both the
