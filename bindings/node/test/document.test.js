@@ -19,10 +19,10 @@ function docChild (...args) {
 
 async function race (path, role) {
   const workers = Array.from({ length: WORKERS }, () => docChild(role, path, String(INCREMENTS)))
-  for (const w of workers) assert.equal(await w.line(), 'ready')
+  for (const w of workers) await w.expect('ready')
   for (const w of workers) w.send('go')
   for (const w of workers) {
-    assert.equal(await w.line(), 'done')
+    await w.expect('done')
     assert.equal((await w.exited).code, 0)
   }
   return JSON.parse(fs.readFileSync(path, 'utf8')).n
@@ -63,7 +63,7 @@ test('Document: updateIf loses to a concurrent update and says so', async (t) =>
   const doc = Document.open(path)
   const seen = await doc.update(() => ({ n: 1 }))
   const other = docChild('paced', path, '1')
-  const theirs = (await other.line()).split(' ')[1]
+  const theirs = (await other.expect('version ')).split(' ')[1]
   other.send('next')
   assert.equal(await other.line(), 'done')
   await assert.rejects(doc.updateIf(seen.version, () => ({ n: 100 })), (e) => e.code === 'CONFLICT' && e.message.includes(theirs))
@@ -99,7 +99,7 @@ test('Document: watch sees every version another process writes, and stops', asy
   })
   const other = docChild('paced', path, '20')
   for (let i = 1; i <= 20; i++) {
-    const version = (await other.line()).split(' ')[1]
+    const version = (await other.expect('version ')).split(' ')[1]
     const got = await next()
     assert.equal(got.version, version)
     assert.deepEqual(got.value, { n: i })
@@ -159,10 +159,10 @@ test('Document: Node and the CLI mixed on one document lose none', async (t) => 
     new Child('sh', ['-c', loop], { env: { ...process.env, CLI, F: path } }),
     new Child('sh', ['-c', loop], { env: { ...process.env, CLI, F: path } })
   ]
-  for (const w of workers) assert.equal(await w.line(), 'ready')
+  for (const w of workers) await w.expect('ready')
   for (const w of workers) w.send('go')
   for (const w of workers) {
-    assert.equal(await w.line(), 'done')
+    await w.expect('done')
     assert.equal((await w.exited).code, 0)
   }
   assert.deepEqual(Document.open(path).read().value, { n: 4 * INCREMENTS })
