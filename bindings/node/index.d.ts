@@ -15,6 +15,7 @@ export type LeaseholdErrorCode =
   | 'NETWORK_FS'
   | 'UNSUPPORTED'
   | 'STORAGE_FAILED'
+  | 'CONFLICT'
   | 'IO'
 
 /** Every rejection and every throw of this package. */
@@ -119,4 +120,61 @@ export declare class ResultStore {
   /** Resolves to the number of results removed. */
   sweep(olderThanSec: number): Promise<number>
   gc(options?: { olderThanSec?: number }): Promise<{ removed: number; kept: number }>
+}
+
+/** How a Document's bytes are seen: parsed JSON (the default), a UTF-8 string, or a Buffer. */
+export type DocumentEncoding = 'json' | 'utf8' | 'buffer'
+
+export interface DocumentOpenOptions {
+  /** The lock file writers lease; default `FILE.lock` beside the file. Every writer must use the same. */
+  lockPath?: string
+  /**
+   * 'json' (default): a document that does not parse is never handed to an update nor
+   * overwritten (INVALID_INPUT), and a value with no JSON text is refused.
+   */
+  encoding?: DocumentEncoding
+  /** Accept a lock file another user owns or may write (LEASEHOLD_ALLOW_SHARED). */
+  allowSharedState?: boolean
+}
+
+export interface DocumentUpdateOptions {
+  /** How long to wait for the document's lease; absent: without limit; 0: try once (CONTENDED). */
+  timeoutMs?: number
+  /** Abort ends the wait for the lease promptly (CANCELLED); nothing is written. */
+  signal?: AbortSignal
+}
+
+/** One whole version: its decoded value and its version (32 hex digits, a digest of the bytes). */
+export interface DocumentVersion<T> {
+  value: T
+  version: string
+}
+
+/**
+ * A file of your own that several processes (in any language leasehold has) read and
+ * update without losing a change: each update runs under the document's lease on the content
+ * read under it, and is written durably (temporary, fsync, rename, directory fsync).
+ */
+export declare class Document<T = any> {
+  private constructor()
+  static open<T = any>(path: string, options?: DocumentOpenOptions): Document<T>
+  readonly path: string
+  readonly lockPath: string
+  readonly encoding: DocumentEncoding
+  /** The current version, or null without a document. Takes no lock (synchronous). */
+  read(): DocumentVersion<T> | null
+  /**
+   * Replaces the value with what `fn` returns (undefined: `current`, changed in place), under
+   * the lease, which is held while `fn` (possibly async) runs; `current` is undefined without
+   * a document. A throw or rejection of `fn` writes nothing.
+   */
+  update(fn: (current: T | undefined) => T | undefined | Promise<T | undefined>, options?: DocumentUpdateOptions): Promise<DocumentVersion<T>>
+  /** update() only if the document is still at `version`; otherwise rejects with CONFLICT, writing nothing. */
+  updateIf(version: string, fn: (current: T | undefined) => T | undefined | Promise<T | undefined>, options?: DocumentUpdateOptions): Promise<DocumentVersion<T>>
+  /**
+   * Calls `listener` for each new version (versions written faster than they are read may
+   * be coalesced; never an older one after a newer one). Never keeps the process alive.
+   * Returns the function that stops it.
+   */
+  watch(listener: (version: DocumentVersion<T>) => void, options?: { onError?: (e: LeaseholdError) => void }): () => void
 }

@@ -327,4 +327,131 @@ class ResultStore {
   }
 }
 
-module.exports = { Lease, holders, Registry, SessionLog, ResultStore }
+const ENCODINGS = ['json', 'utf8', 'buffer']
+
+/**
+ * A file of your own shared by several processes (see index.d.ts): lock-free reads, updates
+ * under the document's lease with the caller's function (which may be async) run while it is
+ * held, a compare-and-set and a watch. The protocol is the Rust library's.
+ */
+class Document {
+  #inner
+  #path
+  #opts
+  #encoding
+
+  constructor (inner, path, opts, encoding) {
+    if (!(inner instanceof native.NativeDocument)) throw new TypeError('use Document.open')
+    this.#inner = inner
+    this.#path = path
+    this.#opts = opts
+    this.#encoding = encoding
+  }
+
+  static open (path, options) {
+    checkString(path, 'path')
+    if (options !== undefined && (options === null || typeof options !== 'object')) throw invalid('options must be an object')
+    const { lockPath, encoding = 'json', allowSharedState } = options ?? {}
+    if (lockPath !== undefined) checkString(lockPath, 'lockPath')
+    if (!ENCODINGS.includes(encoding)) throw invalid(`encoding must be one of ${ENCODINGS.join(', ')}, not ${encoding}`)
+    const opts = { lockPath, json: encoding === 'json', allowSharedState: allowSharedState === true }
+    return new Document(native.openDocument(path, opts), path, opts, encoding)
+  }
+
+  get path () { return this.#path }
+
+  get lockPath () { return this.#inner.lockPath }
+
+  get encoding () { return this.#encoding }
+
+  #decode (content) {
+    if (content === null || content === undefined) return undefined
+    if (this.#encoding === 'json') return JSON.parse(content.toString('utf8'))
+    if (this.#encoding === 'utf8') return content.toString('utf8')
+    return content
+  }
+
+  #encode (value) {
+    if (this.#encoding === 'json') {
+      const text = JSON.stringify(value, null, 2)
+      if (text === undefined) throw invalid('the new value has no JSON text (undefined or a function)')
+      return Buffer.from(text + '\n', 'utf8')
+    }
+    if (this.#encoding === 'utf8') return Buffer.from(String(value), 'utf8')
+    return Buffer.from(value)
+  }
+
+  /** `{ value, version }` of the current version, or null without a document; no lock. */
+  read () {
+    const s = settle(this.#inner.read())
+    if (s === null) return null
+    let value
+    try {
+      value = this.#decode(s.content)
+    } catch (e) {
+      // The library's wording of the same case (an update refuses it with this code too).
+      throw toError({ code: 'INVALID_INPUT', message: `${this.#path}: the document does not parse as JSON (${e.message}); it is left as it is: repair it, or replace it explicitly` })
+    }
+    return { value, version: s.version }
+  }
+
+  update (fn, options) {
+    return this.#update(fn, options, undefined)
+  }
+
+  updateIf (version, fn, options) {
+    checkString(version, 'version')
+    return this.#update(fn, options, version)
+  }
+
+  async #update (fn, options, expected) {
+    if (typeof fn !== 'function') throw invalid('fn must be a function')
+    if (options !== undefined && (options === null || typeof options !== 'object')) throw invalid('options must be an object')
+    const { timeoutMs, signal } = options ?? {}
+    if (timeoutMs !== undefined && typeof timeoutMs !== 'number') throw invalid('timeoutMs must be a number of milliseconds')
+    const edit = settle(await withSignal(signal, (w) => w.beginDocument(this.#path, this.#opts, timeoutMs, expected)))
+    let next
+    let content
+    try {
+      const current = this.#decode(edit.current)
+      next = await fn(current)
+      if (next === undefined) next = current
+      content = this.#encode(next)
+    } catch (e) {
+      edit.abort()
+      throw e
+    }
+    const written = settle(await edit.commit(content))
+    return { value: next, version: written.version }
+  }
+
+  /**
+   * Calls `listener({ value, version })` for every new version (coalescing those written
+   * faster than they are read); errors go to `options.onError` (default: a process warning).
+   * Returns the function that stops it. A watch never keeps the process alive.
+   */
+  watch (listener, options) {
+    if (typeof listener !== 'function') throw invalid('listener must be a function')
+    const onError = options && typeof options.onError === 'function'
+      ? options.onError
+      : (e) => process.emitWarning(e.message, { code: e.code })
+    let stopped = false
+    const watch = this.#inner.watch((event) => {
+      if (stopped) return
+      if (isFailure(event)) return onError(toError(event))
+      let value
+      try {
+        value = this.#decode(event.content)
+      } catch (e) {
+        return onError(e)
+      }
+      listener({ value, version: event.version })
+    })
+    return () => {
+      stopped = true
+      watch.stop()
+    }
+  }
+}
+
+module.exports = { Lease, holders, Registry, SessionLog, ResultStore, Document }

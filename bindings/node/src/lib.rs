@@ -6,6 +6,8 @@
 //! * [`lease`]: `Lease.acquire` / `tryAcquire`, `holders`, and the [`lease::Waiter`] that
 //!   carries an `AbortSignal` to the library's `CancelToken`;
 //! * [`stores`]: `Registry`, `SessionLog`, `ResultStore`;
+//! * [`document`]: `Document`, a file of the user's own (lock-free reads, updates under its
+//!   lease with the caller's function run in JavaScript, a watch);
 //! * [`errors`]: the one table from the library's errors to the surface's `code`s.
 //!
 //! Async calls never take a thread of libuv's pool (no `AsyncTask`): `Lease.acquire`'s wait
@@ -19,6 +21,7 @@
 // No unsafe of ours: the FFI is napi-rs's (its generated glue allows its own).
 #![deny(unsafe_code)]
 
+pub mod document;
 mod drive;
 pub mod errors;
 pub mod lease;

@@ -1,6 +1,6 @@
 // Type-checked by types.test.js with `tsc --noEmit --strict`: every part of the surface
 // used as a TypeScript program would use it (nothing here runs).
-import { Lease, holders, Registry, SessionLog, ResultStore, type LeaseholdError, type HoldersAnswer, type RegistryState } from '..'
+import { Lease, holders, Registry, SessionLog, ResultStore, Document, type LeaseholdError, type HoldersAnswer, type RegistryState, type DocumentVersion } from '..'
 
 export async function usage (dir: string): Promise<void> {
   const ac = new AbortController()
@@ -55,6 +55,17 @@ export async function usage (dir: string): Promise<void> {
   const gc: { removed: number; kept: number } = await results.gc({ olderThanSec: 0 })
   await results.gc()
   void paths; void pending; void removed; void gc
+
+  const doc = Document.open<{ count: number }>(`${dir}/settings.json`, { lockPath: `${dir}/s.lock`, encoding: 'json', allowSharedState: false })
+  const now: DocumentVersion<{ count: number }> | null = doc.read()
+  const bumped = await doc.update(async (cur) => ({ count: (cur?.count ?? 0) + 1 }), { timeoutMs: 1000, signal: ac.signal })
+  const count: number = bumped.value.count
+  await doc.updateIf(bumped.version, (cur) => { if (cur) cur.count += 1; return undefined })
+  const unsubscribe: () => void = doc.watch((v) => { const c: number = v.value.count; void c }, { onError: (e) => { void e.code } })
+  unsubscribe()
+  const text = Document.open<string>(`${dir}/notes.txt`, { encoding: 'utf8' })
+  const words: string | undefined = text.read()?.value
+  void now; void count; void words
 }
 
 // Misuse does not type-check.
@@ -62,3 +73,5 @@ export async function usage (dir: string): Promise<void> {
 Lease.tryAcquire('x.lock', { timeoutMs: 5 })
 // @ts-expect-error: the constructor is private
 void new Lease()
+// @ts-expect-error: not an encoding
+Document.open('x.json', { encoding: 'yaml' })

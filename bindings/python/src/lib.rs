@@ -7,12 +7,15 @@
 //!
 //! * `lease.rs`: the functions and the `Lease` class;
 //! * `wait.rs`: how a call waits (GIL released, signals checked, async bridged);
-//! * `errors.rs`: the one table from the library's errors to the surface's codes.
+//! * `errors.rs`: the one table from the library's errors to the surface's codes;
+//! * `document.rs`: the stores' `Document` (`_Document`, `_Edit`, `_Watch`), under
+//!   `leasehold_lock.Document`.
 
 #![deny(missing_docs)]
 // No unsafe of ours: the FFI is PyO3's (its generated glue allows its own).
 #![deny(unsafe_code)]
 
+mod document;
 mod errors;
 mod lease;
 mod wait;
@@ -34,5 +37,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lease::before_fork, m)?)?;
     m.add_function(wrap_pyfunction!(lease::after_fork_in_parent, m)?)?;
     m.add_function(wrap_pyfunction!(lease::after_fork_in_child, m)?)?;
+    m.add_class::<document::PyDocument>()?;
+    m.add_class::<document::PyEdit>()?;
+    m.add_class::<document::PyWatch>()?;
     Ok(())
 }

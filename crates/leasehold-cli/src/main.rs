@@ -13,6 +13,8 @@
 //!   lease's descriptor (as with `flock(1)`), so the lease lasts while it lives.
 //! * `status` — who holds a lock file, without creating, taking or changing anything.
 //! * `flock` — a drop-in for util-linux `flock(1)`, also when the binary is run as `flock`.
+//! * `doc` — a document of the user's own: lock-free reads, updates through COMMAND under
+//!   the document's lease (COMMAND never holds it), a watch of new versions.
 //! * `registry`, `session`, `results` — the stores of `leasehold-stores`: the multi-root
 //!   workspace registry under a store-wide authority, append-only session logs, and
 //!   isolated results under per-ID leases.
@@ -67,6 +69,8 @@ enum Command {
     Results(cmd::results::ResultsArgs),
     /// Append to or read an append-only JSON-lines session log.
     Session(cmd::session::SessionArgs),
+    /// Read, update (under its lease, through COMMAND) or watch a document of your own.
+    Doc(cmd::doc::DocArgs),
     /// Crash torture: workers mutate under leases while they are SIGKILLed; checks exclusion.
     Torture(cmd::torture::TortureArgs),
     /// Internal: a worker process of `bench` or `torture` (not part of the contract).
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
         Command::Registry(args) => cmd::registry::main(args),
         Command::Results(args) => cmd::results::main(args),
         Command::Session(args) => cmd::session::main(args),
+        Command::Doc(args) => cmd::doc::main(args),
         Command::Torture(args) => cmd::torture::main(args),
         Command::Worker(args) => cmd::worker::main(args),
         Command::ExecWithParentDeathSignal(args) => cmd::etcd::exec(args),

@@ -55,6 +55,7 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "async_waiter_threads",
         "crowd_waiting_cpu",
         "registry_mutation",
+        "document_update",
         "session_append_fsync",
         "session_append_batched",
         "keyed_10_ids",

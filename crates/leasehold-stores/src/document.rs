@@ -11,6 +11,18 @@
 //!   written by a newer version are carried through a rewrite by an older one.
 //!
 //! The few file operations go through [`DocumentFiles`], so tests can fail each step.
+//!
+//! [`Document`] is the general form for a file of the user's own (any content, JSON or not):
+//! lock-free whole-version reads, updates under a sibling lease that never lose another
+//! process's change, compare-and-set, and a watch of new versions.
+
+mod shared;
+
+#[cfg(feature = "tokio")]
+pub use shared::AsyncWatch;
+pub use shared::{
+    BadVersion, Document, DocumentError, DocumentOptions, Edit, Snapshot, Version, Watch,
+};
 
 use std::io;
 use std::path::{Path, PathBuf};

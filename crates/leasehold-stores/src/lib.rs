@@ -7,7 +7,35 @@
 //! a document that does not parse. Every error implements [`leasehold::Classify`]: its
 //! `class()` tells contended, unusable input, cancelled and failed apart.
 //!
+//! For a file of the user's own — settings or state several processes of one product read
+//! and rewrite — [`Document`]: reads take no lock and always see one whole version (the file
+//! is only ever replaced by a rename); an update re-reads the durable content under the
+//! document's lease (a sibling lock file), applies the caller's change and writes it durably,
+//! so no process's update is lost; [`Document::update_if`] is a compare-and-set on the
+//! version (a digest of the content); [`Document::watch`] yields the new versions. A document
+//! that does not parse is reported and never overwritten by an update.
+//!
 //! ## One example per store
+//!
+//! **A document of your own**: several processes may run this at once; none loses another's
+//! increment.
+//!
+//! ```
+//! use leasehold::Budget;
+//! use leasehold_stores::{Document, DocumentOptions};
+//! use std::time::Duration;
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let dir = tempfile::tempdir()?;
+//!     let doc = Document::open(dir.path().join("settings.json"), DocumentOptions::new().json(true));
+//!     let wait = Budget::timeout(Duration::from_secs(5));
+//!     let (n, _version) = doc.update_json(&wait, |n: &mut u64| *n += 1)?;
+//!     assert_eq!(n, 1);
+//!     assert_eq!(doc.read()?.map(|v| v.content), Some(b"1\n".to_vec())); // lock-free
+//!     Ok(())
+//! }
+//! ```
+//!
 //!
 //! **The registry**: become the authority, grant a root, tear down (drain, close, release).
 //!
@@ -96,7 +124,8 @@
 //! `teardown_async` (drains in-flight writes, releases the lease last);
 //! `SessionStore::open_writer_async` and `AsyncSessionWriter`; and the result store's
 //! `stage_async`, `paths_async`, `finish_async`, `apply_async`, `discard_async`,
-//! `abort_async` and `sweep_async`.
+//! `abort_async` and `sweep_async`; `Document::begin_async`, `update_async` and
+//! `watch_async`.
 //!
 //! A runnable example of an async service that takes the registry authority at start
 //! (waiting asynchronously while another process holds it), serves a few mutations and hands
@@ -115,6 +144,8 @@ pub mod id;
 pub mod registry;
 pub mod results;
 pub mod session;
+
+pub use document::{Document, DocumentError, DocumentOptions, Snapshot, Version};
 
 /// The repository README's examples, compiled and run as doc tests of this crate (they use
 /// both `leasehold` and the stores): `cargo test --doc -p leasehold-stores --all-features`,

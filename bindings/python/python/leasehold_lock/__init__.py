@@ -2,7 +2,8 @@
 
 The lease (:func:`acquire`, :func:`try_acquire`, :func:`acquire_async`, :class:`Lease`,
 :func:`holders`) is the Rust library's, through its native module; :class:`FileLock` gives it
-filelock's interface. Every error is a :class:`LeaseError` with a stable ``code``;
+filelock's interface. :class:`Document` is a file of your own that several processes read and
+update without losing a change. Every error is a :class:`LeaseError` with a stable ``code``;
 :class:`Timeout` is raised when a lease could not be had in time.
 """
 
@@ -13,6 +14,7 @@ import os
 from typing import Optional, Union
 
 from . import _native
+from ._document import Document, DocumentWatch, Snapshot
 from ._errors import LeaseError, Timeout
 from ._filelock import AcquireReturnProxy, AsyncFileLock, FileLock, ReadWriteLock
 from ._native import Lease, __version__, acquire, holders, try_acquire
@@ -32,10 +34,13 @@ if hasattr(os, "register_at_fork"):
 __all__ = [
     "AcquireReturnProxy",
     "AsyncFileLock",
+    "Document",
+    "DocumentWatch",
     "FileLock",
     "Lease",
     "LeaseError",
     "ReadWriteLock",
+    "Snapshot",
     "Timeout",
     "__version__",
     "acquire",

@@ -16,7 +16,8 @@ class LeaseError(OSError):
     """A lease could not be had, or no longer stands.
 
     ``code`` is one of ``CONTENDED``, ``CANCELLED``, ``LOST``, ``INVALID_INPUT``,
-    ``UNTRUSTED``, ``NETWORK_FS``, ``UNSUPPORTED``, ``IO``; ``path`` names the lock file (or
+    ``UNTRUSTED``, ``NETWORK_FS``, ``UNSUPPORTED``, ``IO``, and for a :class:`Document`
+    ``CONFLICT`` (an ``update_if`` another update came before); ``path`` names the lock file (or
     ``None``); ``pids`` lists the holders the OS revealed (empty when it does not tell). The
     message names the path and says what to do.
     """

@@ -5,6 +5,7 @@
 #[cfg_attr(not(any(target_os = "linux", windows)), path = "unsupported.rs")]
 #[cfg_attr(not(any(target_os = "linux", windows)), allow(clippy::duplicate_mod))]
 pub mod bench;
+pub mod doc;
 pub mod etcd;
 // flock(2) and inherited descriptors: POSIX only.
 #[cfg_attr(windows, path = "unsupported.rs")]

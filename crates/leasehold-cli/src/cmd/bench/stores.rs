@@ -3,6 +3,9 @@
 //! * **Registry mutation** (`add`/`remove` through an active [`Registry`]) next to a raw
 //!   durable-rewrite loop of a document of the same size: temp file → write → fsync → rename
 //!   → fsync directory, issued directly (the directory kept open).
+//! * **Document update** (`Document::update_json`, one writer: the lease taken per update,
+//!   leftovers collected, the content re-read, the lease verified before the rename) next to
+//!   the same raw durable rewrite of a document of the same size.
 //! * **Session append** ([`SessionWriter::append_json`](leasehold_stores::session::SessionWriter::append_json)), fsync per record and batched, next
 //!   to raw `write` + `fdatasync` on an `O_APPEND` descriptor with records of the same size.
 //! * **Keyed lease cost** ([`KeyedLeases::try_acquire`] + release) with 10 and with 100,000
@@ -24,6 +27,7 @@ use std::time::{Duration, Instant};
 use leasehold::patterns::append::Durability;
 use leasehold::patterns::keyed::{KeyedLeases, lock_name};
 use leasehold::{Budget, Lease};
+use leasehold_stores::document::{Document, DocumentOptions};
 use leasehold_stores::registry::{Registry, RegistryPaths};
 use leasehold_stores::session::{SessionId, SessionStore};
 #[cfg(unix)]
@@ -45,7 +49,7 @@ const KEY_SETUP_LIMIT: Duration = Duration::from_secs(20);
 
 /// All store figures.
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
-    let mut rows = vec![registry(dir, plan)?];
+    let mut rows = vec![registry(dir, plan)?, document(dir, plan)?];
     rows.extend(session(dir, plan)?);
     rows.extend(keyed(dir, plan)?);
     // Windows keyed leases keep no lock files: nothing for a collection to remove.
@@ -207,6 +211,61 @@ fn registry(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
         format!(
             "registry mutation (add/remove, {}-byte document; mutations/s)",
             with.len()
+        ),
+        &t[0],
+        &t[1],
+        1.0,
+        if cfg!(unix) {
+            "raw temp+fsync+rename+fsync dir"
+        } else {
+            "raw temp+flush+rename"
+        },
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
+// Document
+// ---------------------------------------------------------------------------------------
+
+/// Uncontended `Document::update_json` of a small JSON document (a counter incremented; one
+/// writer), next to the raw durable rewrite of a document of the same size: what the lease,
+/// the collection of leftovers, the re-read and the verification before the rename add.
+fn document(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
+    #[derive(Default, serde::Serialize, serde::Deserialize)]
+    struct Settings {
+        count: u64,
+        theme: String,
+        recent: Vec<String>,
+    }
+    let base = dir.join("document");
+    std::fs::create_dir_all(&base).map_err(io_fail("create directory"))?;
+    let doc = Document::open(
+        base.join("settings.json"),
+        DocumentOptions::new().json(true),
+    );
+    let failed = |e: leasehold_stores::document::DocumentError| {
+        Failure::failed(format!("bench: document: {e}"))
+    };
+    let fill = |s: &mut Settings| {
+        s.count += 1;
+        s.theme = "dark".into();
+        s.recent = (0..4).map(|i| format!("/home/me/project-{i}")).collect();
+    };
+    let wait = Budget::timeout(Duration::from_secs(10));
+    doc.update_json(&wait, fill).map_err(failed)?;
+    let sample = std::fs::read(doc.path()).map_err(io_fail("read document"))?;
+    let raw = RawRewrite::new(&base, "raw.json")?;
+    let mut ops: Vec<Op<'_>> = vec![
+        Box::new(|| doc.update_json(&wait, fill).map(drop).map_err(failed)),
+        Box::new(|| raw.rewrite(&sample)),
+    ];
+    let t = measure_batches(&mut ops, plan.durable_samples, 1)?;
+    drop(ops);
+    Ok(throughput_row(
+        "document_update",
+        format!(
+            "Document::update_json, one writer ({}-byte document; updates/s)",
+            sample.len()
         ),
         &t[0],
         &t[1],

@@ -1,0 +1,994 @@
+//! [`Document`]: one file of the user's own (settings, state), read and rewritten by several
+//! processes without losing an update.
+//!
+//! The protocol, and why each step is there:
+//!
+//! * **Writers take the document's lease**, a sibling lock file (`<file>.lock` unless
+//!   [`DocumentOptions::lock_path`] says otherwise): every update is a read–modify–write,
+//!   and two of them interleaved drop one of the changes. The lease makes them one at a
+//!   time, across processes.
+//! * **Under the lease, the durable content is read again** — never a copy cached from
+//!   before the lease was had — so the change is applied to the latest version.
+//! * **The new content is written whole and durably** by the library's one rewrite
+//!   ([`replace_file_observed`]: a temporary beside the file, fsync, rename over the file,
+//!   fsync of the directory). The lease is verified after the temporary's fsync and before
+//!   the rename: a writer whose lock file was removed or replaced meanwhile (so another
+//!   writer may hold a new one) renames nothing. Temporaries a killed writer left are
+//!   removed at the next update, under the lease ([`remove_temporaries`]), when no writer
+//!   can be writing one.
+//! * **Readers take no lock.** The file at the path is only ever replaced by a rename, and
+//!   a rename swaps the whole file at once: a reader opens either the old file or the new
+//!   one and reads it to the end, never a mix, whatever the writers do meanwhile.
+//!
+//! A **version** ([`Version`]) is a digest of the content (the first 128 bits of its
+//! SHA-256), not something stored with it: the file holds exactly what the caller wrote, a
+//! reader can compute the version of what it read, and the same bytes are the same version in
+//! every process and every face (Rust, the CLI, Node, Python). An update that writes the bytes
+//! already there makes no new version; [`Document::update_if`] compares the content a caller
+//! saw with the content there now, which is what a compare-and-set on a document means.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use leasehold::patterns::durable::{Step, create_dirs, remove_temporaries, replace_file_observed};
+use leasehold::{Budget, Classify, Error as LeaseError, ErrorClass, Lease, LeaseOptions, LockDir};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::MAX_DOCUMENT_BYTES;
+
+/// The version of a document's content: the first 128 bits of the SHA-256 of its bytes,
+/// written as 32 lowercase hex digits ([`Display`](fmt::Display), parsed back by
+/// [`FromStr`](std::str::FromStr)). The same bytes are the same version in every process.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Version([u8; 16]);
+
+impl Version {
+    /// The version of `content`.
+    pub fn of(content: &[u8]) -> Version {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(content);
+        let mut v = [0u8; 16];
+        v.copy_from_slice(&digest[..16]);
+        Version(v)
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Version({self})")
+    }
+}
+
+/// A text that is not a [`Version`] (32 hex digits).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a document version (32 hex digits, as `doc read` prints them)")]
+pub struct BadVersion(pub String);
+
+impl std::str::FromStr for Version {
+    type Err = BadVersion;
+    fn from_str(s: &str) -> Result<Version, BadVersion> {
+        let bad = || BadVersion(s.to_string());
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let mut v = [0u8; 16];
+        for (i, byte) in v.iter_mut().enumerate() {
+            let pair = s.get(2 * i..2 * i + 2).ok_or_else(bad)?;
+            *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+        }
+        Ok(Version(v))
+    }
+}
+
+/// One whole version of a document: its content and the [`Version`] of that content.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The file's bytes, exactly as written.
+    pub content: Vec<u8>,
+    /// Their version.
+    pub version: Version,
+}
+
+impl Snapshot {
+    fn new(content: Vec<u8>) -> Snapshot {
+        Snapshot {
+            version: Version::of(&content),
+            content,
+        }
+    }
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("version", &self.version)
+            .field("len", &self.content.len())
+            .finish()
+    }
+}
+
+/// Errors of a [`Document`]. Each names the document's path; none leaves a torn document.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DocumentError {
+    /// Opening the document or taking its lease failed: the path is a symlink, FIFO or
+    /// directory ([`LeaseError::NotRegularFile`], naming the path), permission denied, the
+    /// lease is held by another process and the budget ran out ([`LeaseError::TimedOut`]),
+    /// the lease was lost before the rename ([`LeaseError::LeaseLost`]; nothing was
+    /// written), … The inner error says which and what to do.
+    #[error(transparent)]
+    Lease(LeaseError),
+    /// The document, or the content an update would write, is larger than the limit
+    /// ([`DocumentOptions::max_bytes`]); nothing was written.
+    #[error(
+        "{}: {what} is larger than the limit of {limit} bytes; nothing was written (keep documents small, or raise the limit)",
+        path.display()
+    )]
+    TooLarge {
+        /// The document.
+        path: PathBuf,
+        /// "the document" or "the new content".
+        what: &'static str,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The document is JSON ([`DocumentOptions::json`], or a JSON helper was used) but what
+    /// is in the file does not parse. It is left exactly as it is: an update never
+    /// overwrites it; [`Document::replace`] does, when the caller means to.
+    #[error(
+        "{}: the document does not parse as JSON ({reason}); it is left as it is: repair it, or replace it explicitly",
+        path.display()
+    )]
+    NotParsable {
+        /// The document.
+        path: PathBuf,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// The content an update would write is not valid (not JSON, for a JSON document);
+    /// nothing was written.
+    #[error(
+        "{}: the new content does not parse as JSON ({reason}); nothing was written",
+        path.display()
+    )]
+    InvalidContent {
+        /// The document.
+        path: PathBuf,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// [`Document::update_if`] lost: the document is no longer the version the caller saw
+    /// (another update came first, or it was removed). Nothing was written; read it again
+    /// and retry.
+    #[error(
+        "{}: the document changed: expected version {expected}, found {}; nothing was written (read it again and retry)",
+        path.display(),
+        current.map_or_else(|| "no document".to_string(), |v| format!("version {v}"))
+    )]
+    Conflict {
+        /// The document.
+        path: PathBuf,
+        /// The version the caller expected.
+        expected: Version,
+        /// The version there now; `None` when there is no document.
+        current: Option<Version>,
+    },
+    /// The caller's closure failed; nothing was written.
+    #[error("{}: the update was abandoned: {source}; nothing was written", path.display())]
+    Aborted {
+        /// The document.
+        path: PathBuf,
+        /// What the closure reported.
+        source: Box<dyn StdError + Send + Sync>,
+    },
+    /// Reading the document or writing its new version failed before the rename (a full
+    /// disk, a read-only file system, …): the old version is whole and in place, and the
+    /// update did not happen.
+    #[error("{}: {op}: {source}; the old version is left whole", path.display())]
+    Io {
+        /// The document.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// Syncing the directory failed after the new version was renamed into place: readers
+    /// see the new version, but it is not known to survive a crash. Do not treat the update
+    /// as done; read the document to see which version is there.
+    #[error(
+        "{}: the new version is in place but may not survive a crash (directory fsync: {source}); the outcome is unknown, read the document again",
+        path.display()
+    )]
+    OutcomeUnknown {
+        /// The document.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Classify for DocumentError {
+    /// How a caller should treat this error: a lease or path error has its own class (a
+    /// symlink, FIFO or directory at the path is [`ErrorClass::Usage`], a lease held
+    /// elsewhere past the budget [`ErrorClass::Contended`]); a document or new content that
+    /// is too large or does not parse is [`ErrorClass::Usage`]; a lost
+    /// [`update_if`](Document::update_if) is [`ErrorClass::Contended`] (retry after reading
+    /// again); anything else is [`ErrorClass::Failure`].
+    fn class(&self) -> ErrorClass {
+        match self {
+            DocumentError::Lease(e) => e.class(),
+            DocumentError::TooLarge { .. }
+            | DocumentError::NotParsable { .. }
+            | DocumentError::InvalidContent { .. } => ErrorClass::Usage,
+            DocumentError::Conflict { .. } => ErrorClass::Contended,
+            DocumentError::Aborted { .. }
+            | DocumentError::Io { .. }
+            | DocumentError::OutcomeUnknown { .. } => ErrorClass::Failure,
+        }
+    }
+}
+
+/// How a [`Document`] is opened.
+#[derive(Clone)]
+pub struct DocumentOptions {
+    lock_path: Option<PathBuf>,
+    json: bool,
+    max_bytes: u64,
+    allow_shared_state: bool,
+    recheck: Duration,
+    observer: Option<Observer>,
+}
+
+/// A test seam: called after each step of a durable write ([`DocumentOptions::observe`]).
+type Observer = std::sync::Arc<dyn Fn(Step) -> io::Result<()> + Send + Sync>;
+
+impl fmt::Debug for DocumentOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DocumentOptions")
+            .field("lock_path", &self.lock_path)
+            .field("json", &self.json)
+            .field("max_bytes", &self.max_bytes)
+            .field("allow_shared_state", &self.allow_shared_state)
+            .field("recheck", &self.recheck)
+            .field("observed", &self.observer.is_some())
+            .finish()
+    }
+}
+
+impl Default for DocumentOptions {
+    fn default() -> Self {
+        DocumentOptions {
+            lock_path: None,
+            json: false,
+            max_bytes: MAX_DOCUMENT_BYTES,
+            allow_shared_state: false,
+            recheck: Duration::from_secs(1),
+            observer: None,
+        }
+    }
+}
+
+impl DocumentOptions {
+    /// The defaults: the lease is `<file>.lock` beside the file, the content is bytes (not
+    /// checked as JSON), the size limit is [`MAX_DOCUMENT_BYTES`] (16 MiB), a watcher
+    /// re-reads at least once a second.
+    pub fn new() -> DocumentOptions {
+        DocumentOptions::default()
+    }
+
+    /// The lock file writers lease; by default `<file>.lock` beside the file. Every process
+    /// writing the document must use the same one.
+    #[must_use]
+    pub fn lock_path(mut self, path: impl Into<PathBuf>) -> DocumentOptions {
+        self.lock_path = Some(path.into());
+        self
+    }
+
+    /// With `true`, the document is JSON: an update refuses to run on a document that does
+    /// not parse ([`DocumentError::NotParsable`]; it is left as it is) and refuses to write
+    /// content that does not parse ([`DocumentError::InvalidContent`]).
+    #[must_use]
+    pub fn json(mut self, json: bool) -> DocumentOptions {
+        self.json = json;
+        self
+    }
+
+    /// The largest document read or written, in bytes (default [`MAX_DOCUMENT_BYTES`]): a
+    /// reader holds a whole version in memory, so the limit bounds what it must hold.
+    #[must_use]
+    pub fn max_bytes(mut self, limit: u64) -> DocumentOptions {
+        self.max_bytes = limit;
+        self
+    }
+
+    /// With `true`, the lock file and its directory may belong to another user or be
+    /// group/other-writable ([`LeaseOptions::allow_shared_state`]).
+    #[must_use]
+    pub fn allow_shared_state(mut self, allow: bool) -> DocumentOptions {
+        self.allow_shared_state = allow;
+        self
+    }
+
+    /// Calls `hook` after each step of an update's durable write ([`Step`]: the temporary
+    /// created, written, fsynced, renamed, the directory fsynced), under the lease. The seam
+    /// crash and fault-injection tests use (as [`replace_file_observed`] is): a hook that
+    /// blocks lets a test SIGKILL the writer at that step; an error it returns is handled as
+    /// that step's I/O error (before the rename: the old version stays, the temporary is
+    /// removed; after it: [`DocumentError::OutcomeUnknown`]).
+    #[must_use]
+    pub fn observe(
+        mut self,
+        hook: impl Fn(Step) -> io::Result<()> + Send + Sync + 'static,
+    ) -> DocumentOptions {
+        self.observer = Some(std::sync::Arc::new(hook));
+        self
+    }
+
+    /// How long a [`Watch`] waits for a change notification before it re-reads the document
+    /// anyway (default one second; at least a millisecond). Where the platform has no
+    /// notifications it re-reads this often.
+    #[must_use]
+    pub fn watch_recheck(mut self, every: Duration) -> DocumentOptions {
+        self.recheck = every.max(Duration::from_millis(1));
+        self
+    }
+}
+
+/// One file of the user's own, shared by several processes: lock-free whole-version reads,
+/// and updates that never lose another process's change (the module docs give the protocol).
+///
+/// ```
+/// use leasehold::Budget;
+/// use leasehold_stores::document::{Document, DocumentOptions};
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir().expect("a temporary directory");
+/// let doc = Document::open(dir.path().join("settings.json"), DocumentOptions::new());
+/// assert!(doc.read().unwrap().is_none()); // no document yet
+/// let wait = Budget::timeout(Duration::from_secs(5));
+/// #[derive(Default, serde::Serialize, serde::Deserialize)]
+/// struct Settings { count: u64 }
+/// let (settings, _version) = doc.update_json(&wait, |s: &mut Settings| s.count += 1).unwrap();
+/// assert_eq!(settings.count, 1);
+/// let seen = doc.read().unwrap().unwrap(); // a whole version, without the lease
+/// assert_eq!(seen.content, b"{\n  \"count\": 1\n}\n");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Document {
+    path: PathBuf,
+    lock: PathBuf,
+    options: DocumentOptions,
+}
+
+impl Document {
+    /// The document at `path` (nothing is opened or created until it is read or updated).
+    pub fn open(path: impl Into<PathBuf>, options: DocumentOptions) -> Document {
+        let path = path.into();
+        let lock = options.lock_path.clone().unwrap_or_else(|| {
+            let mut name = path.file_name().unwrap_or_default().to_os_string();
+            name.push(".lock");
+            path.with_file_name(name)
+        });
+        Document {
+            path,
+            lock,
+            options,
+        }
+    }
+
+    /// The document's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The lock file writers lease.
+    pub fn lock_path(&self) -> &Path {
+        &self.lock
+    }
+
+    /// Whether the document is checked as JSON ([`DocumentOptions::json`]).
+    pub fn is_json(&self) -> bool {
+        self.options.json
+    }
+
+    /// The current version, whole, or `None` when there is no document. Takes no lock and
+    /// never waits for a writer: the file is only ever replaced by a rename, so what is read
+    /// is one writer's whole content. A symlink, FIFO or directory at the path is refused
+    /// ([`LeaseError::NotRegularFile`], naming it) without being opened for reading.
+    pub fn read(&self) -> Result<Option<Snapshot>, DocumentError> {
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let Some(name) = self.path.file_name().and_then(|n| n.to_str()) else {
+            return Err(self.io(
+                "open",
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "not a file name a document can have (not valid UTF-8, or none)",
+                ),
+            ));
+        };
+        let opened = LockDir::open(dir).and_then(|d| d.open_read(name));
+        let file = match opened {
+            Ok(Some((file, _))) => file,
+            Ok(None) | Err(LeaseError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(DocumentError::Lease(e)),
+        };
+        let limit = self.options.max_bytes;
+        let mut bytes = Vec::new();
+        file.take(limit.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|e| self.io("read", e))?;
+        if bytes.len() as u64 > limit {
+            return Err(DocumentError::TooLarge {
+                path: self.path.clone(),
+                what: "the document",
+                limit,
+            });
+        }
+        Ok(Some(Snapshot::new(bytes)))
+    }
+
+    /// The current version parsed as JSON into `T`, or `None` when there is no document.
+    /// Lock-free, like [`read`](Self::read).
+    pub fn read_json<T: DeserializeOwned>(&self) -> Result<Option<(T, Version)>, DocumentError> {
+        let Some(snap) = self.read()? else {
+            return Ok(None);
+        };
+        let value = serde_json::from_slice(&snap.content).map_err(|e| self.not_parsable(e))?;
+        Ok(Some((value, snap.version)))
+    }
+
+    /// Replaces the document with what `f` makes of its current content (`None`: there is
+    /// no document), under the lease, waiting for it as `budget` allows; returns the version
+    /// written. `f` is given the durable content read under the lease, so no other update
+    /// is lost. If `f` panics or the process dies before the rename, the old version stays
+    /// whole.
+    pub fn update(
+        &self,
+        budget: &Budget,
+        f: impl FnOnce(Option<&[u8]>) -> Vec<u8>,
+    ) -> Result<Snapshot, DocumentError> {
+        self.modify(budget, None, false, |cur| {
+            Ok::<_, io::Error>(Some(f(cur.map(|s| s.content.as_slice()))))
+        })
+        .and_then(|s| self.written(s))
+    }
+
+    /// [`update`](Self::update) whose closure may decline: `Ok(None)` writes nothing (the
+    /// current version is returned, `None` if there is none), `Err` writes nothing and is
+    /// returned as [`DocumentError::Aborted`].
+    pub fn try_update<E>(
+        &self,
+        budget: &Budget,
+        f: impl FnOnce(Option<&[u8]>) -> Result<Option<Vec<u8>>, E>,
+    ) -> Result<Option<Snapshot>, DocumentError>
+    where
+        E: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        self.modify(budget, None, false, |cur| {
+            f(cur.map(|s| s.content.as_slice()))
+        })
+    }
+
+    /// [`update`](Self::update) only if the document is still at `expected` (a
+    /// compare-and-set): when another update came first, or the document is gone, nothing is
+    /// written and the error is [`DocumentError::Conflict`] with the current version.
+    pub fn update_if(
+        &self,
+        budget: &Budget,
+        expected: Version,
+        f: impl FnOnce(&[u8]) -> Vec<u8>,
+    ) -> Result<Snapshot, DocumentError> {
+        self.modify(budget, Some(expected), false, |cur| {
+            // `modify` checked the version, so there is a current document here.
+            let content = cur.map(|s| s.content.as_slice()).unwrap_or_default();
+            Ok::<_, io::Error>(Some(f(content)))
+        })
+        .and_then(|s| self.written(s))
+    }
+
+    /// [`update_if`](Self::update_if) whose closure may decline, as for
+    /// [`try_update`](Self::try_update).
+    pub fn try_update_if<E>(
+        &self,
+        budget: &Budget,
+        expected: Version,
+        f: impl FnOnce(Option<&[u8]>) -> Result<Option<Vec<u8>>, E>,
+    ) -> Result<Option<Snapshot>, DocumentError>
+    where
+        E: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        self.modify(budget, Some(expected), false, |cur| {
+            f(cur.map(|s| s.content.as_slice()))
+        })
+    }
+
+    /// Replaces the document with `content` under the lease, without looking at what is
+    /// there: the explicit replacement of a document that does not parse. (Content that is
+    /// not JSON is still refused for a JSON document.)
+    pub fn replace(&self, budget: &Budget, content: Vec<u8>) -> Result<Snapshot, DocumentError> {
+        self.modify(budget, None, true, |_| Ok::<_, io::Error>(Some(content)))
+            .and_then(|s| self.written(s))
+    }
+
+    /// The JSON document as a `T` (its `Default` when there is none), changed by `f`, written
+    /// back (pretty-printed, with a final newline) under the lease. A document that does not
+    /// parse as a `T` is [`DocumentError::NotParsable`] and is left as it is. Returns the
+    /// value written and its version.
+    pub fn update_json<T, F>(&self, budget: &Budget, f: F) -> Result<(T, Version), DocumentError>
+    where
+        T: DeserializeOwned + Serialize + Default,
+        F: FnOnce(&mut T),
+    {
+        let mut out = None;
+        let snap = self.modify(budget, None, false, |cur| {
+            let mut value: T = match cur {
+                Some(s) => serde_json::from_slice(&s.content).map_err(|e| self.not_parsable(e))?,
+                None => T::default(),
+            };
+            f(&mut value);
+            let mut bytes =
+                serde_json::to_vec_pretty(&value).map_err(|e| DocumentError::InvalidContent {
+                    path: self.path.clone(),
+                    reason: e.to_string(),
+                })?;
+            bytes.push(b'\n');
+            out = Some(value);
+            Ok::<_, DocumentError>(Some(bytes))
+        })?;
+        let version = snap.map(|s| s.version);
+        match (out, version) {
+            (Some(v), Some(version)) => Ok((v, version)),
+            _ => Err(self.io("update", io::Error::other("the update wrote nothing"))),
+        }
+    }
+
+    /// A blocking iterator of the versions other processes (or this one) write from now on;
+    /// see [`Watch`].
+    pub fn watch(&self) -> Result<Watch, DocumentError> {
+        Watch::new(self.clone())
+    }
+
+    /// [`watch`](Self::watch) for async code (feature `tokio`): see [`AsyncWatch`].
+    #[cfg(feature = "tokio")]
+    pub async fn watch_async(&self) -> Result<AsyncWatch, DocumentError> {
+        let doc = self.clone();
+        let every = self.options.recheck;
+        let watch = leasehold::patterns::offload(move || doc.watch()).await?;
+        Ok(AsyncWatch {
+            inner: std::sync::Arc::new(std::sync::Mutex::new(watch)),
+            every,
+        })
+    }
+
+    /// The one read–modify–write: lease, collect leftovers, read the durable content, check
+    /// `expected`, run `f`, check what it made, write it durably with the lease verified
+    /// before the rename, release. `Ok(None)`: `f` declined and there is no document.
+    fn modify<E>(
+        &self,
+        budget: &Budget,
+        expected: Option<Version>,
+        replacing: bool,
+        f: impl FnOnce(Option<&Snapshot>) -> Result<Option<Vec<u8>>, E>,
+    ) -> Result<Option<Snapshot>, DocumentError>
+    where
+        E: Into<Box<dyn StdError + Send + Sync>>,
+    {
+        let edit = self.begin_edit(budget, replacing)?;
+        if let Some(expected) = expected {
+            edit.expect(expected)?;
+        }
+        let new = match f(edit.current.as_ref()) {
+            Ok(Some(new)) => new,
+            Ok(None) => return Ok(edit.abort()),
+            Err(e) => {
+                let source: Box<dyn StdError + Send + Sync> = e.into();
+                // A closure that reports one of our own errors (the JSON helpers) is passed on.
+                return Err(match source.downcast::<DocumentError>() {
+                    Ok(ours) => *ours,
+                    Err(source) => DocumentError::Aborted {
+                        path: self.path.clone(),
+                        source,
+                    },
+                });
+            }
+        };
+        edit.commit(new).map(Some)
+    }
+
+    /// Starts an update by hand, for callers whose change cannot be one closure call (a
+    /// binding running a callback of another language, a `with` block, an `await`): takes
+    /// the lease as `budget` allows, collects killed writers' temporaries and reads the
+    /// durable content, as [`update`](Self::update) does before it runs its closure. The
+    /// lease is held until the [`Edit`] is committed, aborted or dropped. A JSON document
+    /// that does not parse is [`DocumentError::NotParsable`] here.
+    pub fn begin(&self, budget: &Budget) -> Result<Edit, DocumentError> {
+        self.begin_edit(budget, false)
+    }
+
+    /// [`begin`](Self::begin) without blocking the executor (feature `tokio`): the wait for
+    /// the lease is driven by tokio's reactor (dropping the future abandons it, nothing
+    /// held), and the collection and the read run on tokio's blocking pool.
+    #[cfg(feature = "tokio")]
+    pub async fn begin_async(&self, budget: &Budget) -> Result<Edit, DocumentError> {
+        let lease = self
+            .lease_options()
+            .acquire_async(&self.lock, budget)
+            .await
+            .map_err(DocumentError::Lease)?;
+        let doc = self.clone();
+        leasehold::patterns::offload(move || doc.under_lease(lease, false)).await
+    }
+
+    /// [`update`](Self::update) without blocking the executor (feature `tokio`): the wait
+    /// as [`begin_async`](Self::begin_async), `f` on the calling task (keep it short: it
+    /// holds the lease), the durable write on tokio's blocking pool.
+    #[cfg(feature = "tokio")]
+    pub async fn update_async(
+        &self,
+        budget: &Budget,
+        f: impl FnOnce(Option<&[u8]>) -> Vec<u8>,
+    ) -> Result<Snapshot, DocumentError> {
+        let edit = self.begin_async(budget).await?;
+        let new = f(edit.current().map(|s| s.content.as_slice()));
+        leasehold::patterns::offload(move || edit.commit(new)).await
+    }
+
+    fn lease_options(&self) -> LeaseOptions {
+        LeaseOptions::new().allow_shared_state(self.options.allow_shared_state)
+    }
+
+    fn begin_edit(&self, budget: &Budget, replacing: bool) -> Result<Edit, DocumentError> {
+        let lease = self
+            .lease_options()
+            .acquire(&self.lock, budget)
+            .map_err(DocumentError::Lease)?;
+        self.under_lease(lease, replacing)
+    }
+
+    /// The steps of a start once the lease is held: collect, read, check.
+    fn under_lease(&self, lease: Lease, replacing: bool) -> Result<Edit, DocumentError> {
+        // Under the lease no writer is mid-rewrite: any temporary is a killed one's.
+        remove_temporaries(&self.path).map_err(|e| self.io("remove leftover temporaries", e))?;
+        let current = self.read()?;
+        if self.options.json
+            && !replacing
+            && let Some(cur) = &current
+        {
+            serde_json::from_slice::<serde::de::IgnoredAny>(&cur.content)
+                .map_err(|e| self.not_parsable(e))?;
+        }
+        Ok(Edit {
+            doc: self.clone(),
+            lease,
+            current,
+        })
+    }
+
+    /// Refuses content an update must not write: over the limit, or not JSON for a JSON
+    /// document.
+    fn check_new(&self, new: &[u8]) -> Result<(), DocumentError> {
+        let limit = self.options.max_bytes;
+        if new.len() as u64 > limit {
+            return Err(DocumentError::TooLarge {
+                path: self.path.clone(),
+                what: "the new content",
+                limit,
+            });
+        }
+        if self.options.json {
+            serde_json::from_slice::<serde::de::IgnoredAny>(new).map_err(|e| {
+                DocumentError::InvalidContent {
+                    path: self.path.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Writes `new` durably, verifying `lease` after the temporary's fsync and before the
+    /// rename.
+    fn write(&self, lease: &Lease, new: &[u8]) -> Result<(), DocumentError> {
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_dirs(dir).map_err(|e| self.io("create the directory", e))?;
+        }
+        let mut lost = None;
+        let mut renamed = false;
+        let written = replace_file_observed(&self.path, new, &mut |step, _| {
+            match step {
+                Step::Synced => {
+                    if let Err(e) = lease.verify() {
+                        lost = Some(e);
+                        return Err(io::Error::other("the lease was lost"));
+                    }
+                }
+                Step::Renamed => renamed = true,
+                _ => {}
+            }
+            match &self.options.observer {
+                Some(hook) => hook(step),
+                None => Ok(()),
+            }
+        });
+        match (written, lost) {
+            (Ok(()), _) => Ok(()),
+            (Err(_), Some(lost)) => Err(DocumentError::Lease(lost)),
+            (Err(e), None) if renamed => Err(DocumentError::OutcomeUnknown {
+                path: self.path.clone(),
+                source: e,
+            }),
+            (Err(e), None) => Err(self.io("write the new version", e)),
+        }
+    }
+
+    /// What an update whose closure wrote returns: `modify` answers `None` only when the
+    /// closure declined, which these callers' closures never do.
+    fn written(&self, s: Option<Snapshot>) -> Result<Snapshot, DocumentError> {
+        s.ok_or_else(|| self.io("update", io::Error::other("the update wrote nothing")))
+    }
+
+    fn io(&self, op: &'static str, source: io::Error) -> DocumentError {
+        DocumentError::Io {
+            path: self.path.clone(),
+            op,
+            source,
+        }
+    }
+
+    fn not_parsable(&self, e: serde_json::Error) -> DocumentError {
+        DocumentError::NotParsable {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// An update in progress ([`Document::begin`]): the document's lease is held and
+/// [`current`](Self::current) is the durable content read under it. [`commit`](Self::commit)
+/// writes the new version; [`abort`](Self::abort), or dropping the `Edit` (a panic, an
+/// exception in a binding's callback), writes nothing and releases the lease.
+pub struct Edit {
+    doc: Document,
+    lease: Lease,
+    current: Option<Snapshot>,
+}
+
+impl fmt::Debug for Edit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Edit")
+            .field("path", &self.doc.path)
+            .field("current", &self.current)
+            .finish()
+    }
+}
+
+impl Edit {
+    /// The current version, read under the lease (`None`: there is no document).
+    pub fn current(&self) -> Option<&Snapshot> {
+        self.current.as_ref()
+    }
+
+    /// Writes `new` as the next version (refused, writing nothing, when it is over the size
+    /// limit or, for a JSON document, does not parse), durably, with the lease verified
+    /// before the rename; then releases the lease. Returns the version written.
+    pub fn commit(mut self, new: Vec<u8>) -> Result<Snapshot, DocumentError> {
+        self.doc.check_new(&new)?;
+        self.doc.write(&self.lease, &new)?;
+        self.lease.release();
+        Ok(Snapshot::new(new))
+    }
+
+    /// [`DocumentError::Conflict`] unless the current version is `expected` (a
+    /// compare-and-set done by hand: check, then [`commit`](Self::commit)); the lease is
+    /// still held either way.
+    pub fn expect(&self, expected: Version) -> Result<(), DocumentError> {
+        let now = self.current.as_ref().map(|s| s.version);
+        if now == Some(expected) {
+            return Ok(());
+        }
+        Err(DocumentError::Conflict {
+            path: self.doc.path.clone(),
+            expected,
+            current: now,
+        })
+    }
+
+    /// Writes nothing and releases the lease; returns the current version.
+    pub fn abort(mut self) -> Option<Snapshot> {
+        self.lease.release();
+        self.current.take()
+    }
+}
+
+/// A blocking iterator of a document's new versions ([`Document::watch`]): each item is the
+/// whole version there when the watcher looked, different from the last one it yielded.
+///
+/// * **Coalescing.** Versions written faster than the watcher reads may be skipped: it
+///   yields the version it finds, never an older one after a newer one, and always the
+///   latest one eventually. A removal of the document is not a version (the watcher waits
+///   for the next one).
+/// * **Notifications and the re-check.** On Linux it waits for the directory's change
+///   notifications (inotify) and re-reads at least once per
+///   [`DocumentOptions::watch_recheck`] anyway (a notification can be lost, e.g. when the
+///   directory is replaced); elsewhere it re-reads that often.
+/// * An error reading the document is yielded as an `Err` item; the watch goes on.
+pub struct Watch {
+    doc: Document,
+    last: Option<Version>,
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    notify: Option<std::os::fd::OwnedFd>,
+}
+
+impl fmt::Debug for Watch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Watch")
+            .field("path", &self.doc.path)
+            .field("last", &self.last)
+            .finish()
+    }
+}
+
+impl Watch {
+    fn new(doc: Document) -> Result<Watch, DocumentError> {
+        // Subscribed before the first read: a change after it is then never missed.
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let notify = subscribe(&doc.path);
+        let last = doc.read()?.map(|s| s.version);
+        Ok(Watch {
+            doc,
+            last,
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            notify,
+        })
+    }
+
+    /// The version the watcher last saw (at the start: the one there when it began).
+    pub fn seen(&self) -> Option<Version> {
+        self.last
+    }
+
+    /// The next new version, waiting at most `timeout` for one: `Ok(None)` when none came
+    /// in that time. The building block of the iterator, for callers that must stop a watch
+    /// (a binding's unsubscribe checks its flag between calls).
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Snapshot>, DocumentError> {
+        let end = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(snap) = self.doc.read()?
+                && Some(snap.version) != self.last
+            {
+                self.last = Some(snap.version);
+                return Ok(Some(snap));
+            }
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            self.wait(left.min(self.doc.options.recheck));
+        }
+    }
+
+    /// Waits for a change notification, or `at_most`.
+    fn wait(&mut self, at_most: Duration) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(fd) = &self.notify {
+            use rustix::event::{PollFd, PollFlags, Timespec, poll};
+            let timeout = Timespec {
+                tv_sec: at_most.as_secs().try_into().unwrap_or(i64::MAX),
+                tv_nsec: at_most.subsec_nanos().into(),
+            };
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            if poll(&mut fds, Some(&timeout)).is_ok() {
+                // Drain what is queued: the document is re-read whatever the events said.
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = rustix::io::read(fd, &mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                return;
+            }
+        }
+        std::thread::sleep(at_most);
+    }
+}
+
+impl Iterator for Watch {
+    type Item = Result<Snapshot, DocumentError>;
+
+    /// Blocks until a new version is there (never ends by itself).
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_timeout(Duration::from_secs(3600)) {
+                Ok(Some(snap)) => return Some(Ok(snap)),
+                Ok(None) => {}
+                Err(e) => {
+                    // Not re-read at once: an error that persists is reported once a re-check.
+                    let every = self.doc.options.recheck;
+                    self.wait(every);
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// A [`Watch`] for async code ([`Document::watch_async`], feature `tokio`):
+/// [`next`](Self::next) resolves with the next new version, with the same coalescing. The
+/// waiting runs on tokio's blocking pool, one re-check interval at a time, so no executor
+/// thread is blocked; dropping a `next` future abandons it (the pool's step ends within the
+/// interval) and loses no version: the next call yields the latest.
+#[cfg(feature = "tokio")]
+#[derive(Clone)]
+pub struct AsyncWatch {
+    inner: std::sync::Arc<std::sync::Mutex<Watch>>,
+    every: Duration,
+}
+
+#[cfg(feature = "tokio")]
+impl fmt::Debug for AsyncWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncWatch").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl AsyncWatch {
+    /// The next new version (never ends by itself; an error reading the document is
+    /// returned, and the watch goes on at the next call).
+    pub async fn next(&self) -> Result<Snapshot, DocumentError> {
+        loop {
+            let watch = self.inner.clone();
+            let every = self.every;
+            let step = leasehold::patterns::offload(move || {
+                watch
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .next_timeout(every)
+            });
+            if let Some(snap) = step.await? {
+                return Ok(snap);
+            }
+        }
+    }
+}
+
+/// An inotify descriptor watching the document's directory for the events a new version
+/// makes (a rename into it, a file closed after writing, a creation or removal); `None` where
+/// it cannot be had (the watch then re-reads every re-check).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn subscribe(path: &Path) -> Option<std::os::fd::OwnedFd> {
+    use rustix::fs::inotify::{CreateFlags, WatchFlags, add_watch, init};
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let fd = init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+    let flags = WatchFlags::MOVED_TO
+        | WatchFlags::CLOSE_WRITE
+        | WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR;
+    add_watch(&fd, dir, flags).ok()?;
+    Some(fd)
+}
