@@ -1109,6 +1109,8 @@ mod tests {
                 .create(true)
                 .acquire_at_mode(&ns.dir, COLLECTOR_LOCK, &once, Mode::Exclusive)
         };
+        // A collection made the collector lock (acquisitions never create it).
+        drop(collect().expect("free"));
         let (mut first, mut second) = (ns.door(&options).unwrap(), ns.door(&options).unwrap());
         let held_first = first.handle.lock(&once).unwrap();
         let held_second = second.handle.lock(&once).unwrap();
