@@ -793,13 +793,21 @@ mod with_etcd {
         fn spawn(test: &str, argv: &[&str]) -> Option<Pty> {
             use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
             use std::os::unix::fs::OpenOptionsExt;
-            let master = match openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY) {
+            // Close-on-exec: the session (and every other test's child) must not hold the
+            // master side, or closing it here would not hang the terminal up.
+            #[cfg(target_os = "linux")]
+            let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+            #[cfg(not(target_os = "linux"))]
+            let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY;
+            let master = match openpt(flags) {
                 Ok(m) => m,
                 Err(e) => {
                     eprintln!("SKIP: {test}: no pseudo-terminal: {e}");
                     return None;
                 }
             };
+            #[cfg(not(target_os = "linux"))]
+            rustix::io::fcntl_setfd(&master, rustix::io::FdFlags::CLOEXEC).expect("FD_CLOEXEC");
             grantpt(&master).expect("grantpt");
             unlockpt(&master).expect("unlockpt");
             let name = ptsname(&master, Vec::new()).expect("ptsname");
@@ -965,6 +973,189 @@ mod with_etcd {
         assert!(!tty.seen.contains("never"), "{:?}", tty.seen);
         let out = run(leasehold().args(["status", "--etcd", &server.endpoint, "cc"]));
         assert_eq!(out.stdout, "free\n", "released: {out:?}");
+    }
+
+    /// An interactive bash (no startup files) in a new [`Pty`], at a prompt `p2> ` (typed as
+    /// `p$((1+1))> `, so that the terminal's echo of what is typed never matches what the
+    /// shell prints), notifying job state changes at once (`set -b`).
+    fn interactive_bash(test: &str) -> Option<Pty> {
+        let mut tty = Pty::spawn(test, &["bash", "--norc", "--noprofile", "-i"])?;
+        tty.type_in("PS1='p$((1+1))> '; set -b\n");
+        tty.expect("p2> ");
+        Some(tty)
+    }
+
+    /// Ctrl-Z, `fg` and Ctrl-C at an interactive shell, for `leasehold run RUN_ARGS -- sh
+    /// -c …` (the kernel arbiter's `run` and `run --etcd` alike): the shell says the job is
+    /// stopped and runs what is typed next; `fg` gives COMMAND the terminal again (it reads
+    /// the line typed); Ctrl-C ends it with status 130.
+    fn ctrl_z_then_fg_then_ctrl_c(tty: &mut Pty, run_args: &str) {
+        let exe = super::common::bin();
+        tty.type_in(&format!(
+            "'{}' run {run_args} -- sh -c 'echo up$((1+1)); read x; echo got$x; exec sleep 1000'\n",
+            exe.display()
+        ));
+        tty.expect("up2");
+        tty.type_in("\x1a");
+        tty.expect("Stopped");
+        tty.expect("p2> ");
+        tty.type_in("echo back$((1+1))\n");
+        tty.expect("back2");
+        tty.expect("p2> ");
+        tty.type_in("fg\n");
+        tty.type_in("more\n");
+        tty.expect("gotmore");
+        tty.type_in("\x03");
+        tty.expect("p2> ");
+        tty.type_in("echo st=$?\n");
+        tty.expect("st=130");
+        tty.expect("p2> ");
+    }
+
+    /// Job control at a shell's prompt: Ctrl-Z stops `run --etcd` as a job — the shell says
+    /// "Stopped" and has the terminal back (COMMAND's group had it) — and `fg` continues it
+    /// with the terminal, as for `leasehold run` on the kernel arbiter. (Ctrl-Z used to stop
+    /// COMMAND alone: the shell, waiting for `run`, never got the terminal back.)
+    #[test]
+    fn ctrl_z_stops_the_job_and_fg_continues_it_with_the_terminal() {
+        let Some(server) = EtcdServer::start("etcd run ctrl-z") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let Some(mut tty) = interactive_bash("etcd run ctrl-z") else {
+            return;
+        };
+        let lock = dir.path().join("jc.lock");
+        ctrl_z_then_fg_then_ctrl_c(&mut tty, &format!("'{}'", lock.display()));
+        // A TTL the stop cannot outlast (while `run` is stopped, no keep-alive is sent).
+        ctrl_z_then_fg_then_ctrl_c(&mut tty, &format!("--etcd {} --ttl 30 jc", server.endpoint));
+        tty.type_in("exit\n");
+        assert!(tty.wait().success(), "{:?}", tty.seen);
+        let out = run(leasehold().args(["status", "--etcd", &server.endpoint, "jc"]));
+        assert_eq!(out.stdout, "free\n", "released: {out:?}");
+    }
+
+    /// A background job whose COMMAND touches the terminal (`stty` from the background:
+    /// SIGTTOU) is stopped as a job, and `fg` resumes it to completion, for `run --etcd` as
+    /// for `leasehold run`. (COMMAND used to stay stopped, and `fg` continued `run` only.)
+    #[test]
+    fn a_background_job_stopped_by_sigttou_is_resumed_by_fg() {
+        let Some(server) = EtcdServer::start("etcd run sigttou") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let Some(mut tty) = interactive_bash("etcd run sigttou") else {
+            return;
+        };
+        let exe = super::common::bin();
+        let lock = dir.path().join("bg.lock");
+        for run_args in [
+            format!("'{}'", lock.display()),
+            format!("--etcd {} --ttl 30 bg", server.endpoint),
+        ] {
+            tty.type_in(&format!(
+                "'{}' run {run_args} -- sh -c 'stty tostop; echo out$((1+1))' &\n",
+                exe.display()
+            ));
+            tty.expect("Stopped");
+            tty.type_in("fg\n");
+            tty.expect("out2");
+            tty.expect("p2> ");
+            tty.type_in("echo st=$?\n");
+            tty.expect("st=0");
+            tty.expect("p2> ");
+        }
+        tty.type_in("exit\n");
+        assert!(tty.wait().success(), "{:?}", tty.seen);
+    }
+
+    /// The terminal goes (its master side closed) while COMMAND is stopped — by Ctrl-Z at
+    /// the prompt, or by SIGTTOU in a background job: `run`, its supervisor, ns-init and
+    /// COMMAND all end, and the lock is free again. (The background job's stayed, keeping
+    /// the lock for good: the shell's hang-up reached `run`, running, and was passed on to
+    /// COMMAND's group, stopped, without a SIGCONT.)
+    #[test]
+    fn a_hang_up_ends_a_stopped_job_and_frees_the_lock() {
+        let Some(server) = EtcdServer::start("etcd run hang-up") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let exe = super::common::bin();
+        let pid_file = dir.path().join("pid");
+        // (How COMMAND is stopped, how the job starts.)
+        for (stop, start) in [("read _x", ""), ("stty tostop", "&")] {
+            let Some(mut tty) = interactive_bash("etcd run hang-up") else {
+                return;
+            };
+            let _ = std::fs::remove_file(&pid_file);
+            let script = format!("{}; {stop}; exec sleep 1000", me!("echo $me >\"$1\""));
+            tty.type_in(&format!(
+                "'{}' run --etcd {} --ttl 30 hup -- sh -c '{script}' sh '{}' {start}\n",
+                exe.display(),
+                server.endpoint,
+                pid_file.display()
+            ));
+            // COMMAND stopped (whether or not the shell has seen its job stop); Ctrl-Z once
+            // it runs (it wrote its pid), with the terminal.
+            let end = Instant::now() + Duration::from_secs(20);
+            let mut typed = !start.is_empty();
+            let command = loop {
+                let pid = std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .and_then(|p| p.trim().parse::<u32>().ok());
+                if let Some(pid) = pid {
+                    if !typed {
+                        tty.type_in("\x1a");
+                        typed = true;
+                    }
+                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+                    if stat
+                        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.starts_with(" T")))
+                    {
+                        break pid;
+                    }
+                }
+                assert!(
+                    Instant::now() < end,
+                    "COMMAND was not stopped ({stop} {start})"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            // The shell has seen its job stop: a job hung up as it stops may stay stopped
+            // until its lease's deadline (docs/cli.md).
+            tty.expect("Stopped");
+            let init = parent_of(command);
+            let supervisor = parent_of(init);
+            let leasehold_run = parent_of(supervisor);
+            assert!(cmdline(supervisor).contains("etcd-supervisor"));
+            assert!(cmdline(leasehold_run).contains("hup"));
+            // The hang-up: the only descriptor of the master side closes.
+            drop(std::mem::replace(
+                &mut tty.master,
+                std::fs::File::open("/dev/null").unwrap(),
+            ));
+            for (what, pid) in [
+                ("COMMAND", command),
+                ("ns-init", init),
+                ("the supervisor", supervisor),
+                ("run", leasehold_run),
+            ] {
+                assert!(
+                    wait_dead(pid, Duration::from_secs(20)),
+                    "{what} (pid {pid}) outlived the hang-up ({stop} {start})"
+                );
+            }
+            let out = run(leasehold().args([
+                "run",
+                "--etcd",
+                &server.endpoint,
+                "--no-wait",
+                "hup",
+                "--",
+                "true",
+            ]));
+            assert_eq!(out.code, 0, "the lock after the hang-up: {out:?}");
+        }
     }
 
     #[test]
