@@ -1158,6 +1158,40 @@ mod with_etcd {
         }
     }
 
+    /// A `run` stopped where no shell will continue it — its process group orphaned, here
+    /// the leader of a session of its own — is continued by its supervisor once the tree is
+    /// gone (at the deadline: no keep-alive comes from a stopped `run`), so it says `lease
+    /// lost` and exits 1 instead of staying stopped for good. (A job hung up just as
+    /// COMMAND's stop stops it is left so: the kernel continues an orphaned group only if
+    /// its stop had completed.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_stopped_run_nobody_can_continue_is_continued_once_its_tree_is_gone() {
+        let Some(server) = EtcdServer::start("etcd run orphaned") else {
+            return;
+        };
+        let mut p = Proc::spawn(
+            std::process::Command::new("setsid")
+                .arg("--wait")
+                .arg(super::common::bin())
+                .args(["run", "--etcd", &server.endpoint, "--ttl", "2", "orph"])
+                .args(["--", "sh", "-c", HOLD])
+                .stderr(std::process::Stdio::piped()),
+        );
+        locked(&mut p);
+        // `setsid` forks (it leads a process group): `run` is its child.
+        let children = children_of(p.pid());
+        assert_eq!(children.len(), 1, "{children:?}");
+        signal(children[0], Signal::STOP);
+        let status = p
+            .wait_timeout(Duration::from_secs(20))
+            .expect("the stopped run was continued and exited");
+        assert_eq!(status.code(), Some(1));
+        let mut err = String::new();
+        std::io::Read::read_to_string(p.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(err.starts_with("leasehold: orph: lease lost"), "{err:?}");
+    }
+
     #[test]
     fn etcd_restarted_on_its_data_never_gives_two_holders() {
         let Some(mut server) = EtcdServer::start("etcd restart") else {
