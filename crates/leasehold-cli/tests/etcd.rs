@@ -1158,6 +1158,54 @@ mod with_etcd {
         }
     }
 
+    /// A job stopped whole — COMMAND's group and `run`, as Ctrl-Z stops them — has no
+    /// keep-alive sent, and at the deadline its tree gets SIGTERM with SIGCONT: a COMMAND
+    /// that shuts down on SIGTERM does so within the grace (it was SIGKILLed, still
+    /// stopped, at the deadline), and `run`, continued, says `lease lost`.
+    #[test]
+    fn a_stopped_job_past_its_deadline_gets_sigterm_with_sigcont() {
+        let Some(server) = EtcdServer::start("etcd run stopped job") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let said = dir.path().join("term");
+        let script = me!(
+            "trap 'echo term >\"$1\"; exit 3' TERM; ",
+            "echo locked $LEASEHOLD_FENCING_TOKEN $me; while :; do sleep 0.1; done"
+        );
+        let mut a = Proc::spawn(
+            leasehold()
+                .args(["run", "--etcd", &server.endpoint, "--ttl", "2", "sj"])
+                .args(["--", "sh", "-c", script, "sh"])
+                .arg(&said)
+                .stderr(std::process::Stdio::piped()),
+        );
+        let (_, command) = locked(&mut a);
+        // COMMAND's group (led by ns-init, its parent), then `run`.
+        let group = rustix::process::Pid::from_raw(parent_of(command) as i32).unwrap();
+        rustix::process::kill_process_group(group, Signal::STOP).unwrap();
+        a.signal(Signal::STOP);
+        let end = Instant::now() + Duration::from_secs(20);
+        while std::fs::read_to_string(&said).unwrap_or_default() != "term\n" {
+            assert!(
+                Instant::now() < end,
+                "the stopped COMMAND never ran its SIGTERM handler"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        a.signal(Signal::CONT);
+        let status = a.wait_timeout(Duration::from_secs(20)).expect("run exits");
+        assert_eq!(status.code(), Some(1));
+        let mut err = String::new();
+        std::io::Read::read_to_string(a.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        // (Before it, maybe the shell's word on its `sleep`, ended by the SIGTERM.)
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("leasehold: sj: lease lost")),
+            "{err:?}"
+        );
+    }
+
     /// A `run` stopped where no shell will continue it — its process group orphaned, here
     /// the leader of a session of its own — is continued by its supervisor once the tree is
     /// gone (at the deadline: no keep-alive comes from a stopped `run`), so it says `lease
