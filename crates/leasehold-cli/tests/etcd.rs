@@ -1206,6 +1206,43 @@ mod with_etcd {
         );
     }
 
+    /// SIGTERM or SIGHUP sent to `run` reaches a stopped COMMAND with SIGCONT (as a shell's
+    /// `kill` or hang-up of a stopped job continues it), so COMMAND ends — by its handler,
+    /// or of the SIGHUP — and `run` exits with its status. (The signal used to wait,
+    /// pending, while the stopped COMMAND kept the lease.)
+    #[test]
+    fn sigterm_and_sighup_end_a_stopped_command() {
+        let Some(server) = EtcdServer::start("etcd run signals to a stopped command") else {
+            return;
+        };
+        let script = me!(
+            "trap 'exit 3' TERM; ",
+            "echo locked $LEASEHOLD_FENCING_TOKEN $me; while :; do sleep 0.1; done"
+        );
+        for (sig, code) in [(Signal::TERM, 3), (Signal::HUP, 129)] {
+            let mut a = Proc::spawn(
+                leasehold()
+                    .args(["run", "--etcd", &server.endpoint, "--ttl", "30", "sg"])
+                    .args(["--", "sh", "-c", script]),
+            );
+            let (_, command) = locked(&mut a);
+            let group = rustix::process::Pid::from_raw(parent_of(command) as i32).unwrap();
+            rustix::process::kill_process_group(group, Signal::STOP).unwrap();
+            let end = Instant::now() + Duration::from_secs(20);
+            while !testkit::stopped(command) {
+                assert!(Instant::now() < end, "COMMAND was not stopped");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            a.signal(sig);
+            let status = a.wait_timeout(Duration::from_secs(20));
+            assert_eq!(
+                status.and_then(|s| s.code()),
+                Some(code),
+                "{sig:?} to run, COMMAND stopped"
+            );
+        }
+    }
+
     /// A `run` stopped where no shell will continue it — its process group orphaned, here
     /// the leader of a session of its own — is continued by its supervisor once the tree is
     /// gone (at the deadline: no keep-alive comes from a stopped `run`), so it says `lease
