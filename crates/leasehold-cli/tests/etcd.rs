@@ -1230,7 +1230,11 @@ mod with_etcd {
             rustix::process::kill_process_group(group, Signal::STOP).unwrap();
             let end = Instant::now() + Duration::from_secs(20);
             while !testkit::stopped(command) {
-                assert!(Instant::now() < end, "COMMAND was not stopped");
+                assert!(
+                    Instant::now() < end,
+                    "COMMAND was not stopped: {:?}",
+                    std::fs::read_to_string(format!("/proc/{command}/stat"))
+                );
                 std::thread::sleep(Duration::from_millis(5));
             }
             a.signal(sig);
