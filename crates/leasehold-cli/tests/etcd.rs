@@ -606,7 +606,11 @@ mod with_etcd {
             stdout_closed_within(&a, Duration::from_secs(20)),
             "COMMAND's descendants outlived run and its supervisor"
         );
-        assert!(!alive(command), "COMMAND outlived run and its supervisor");
+        // (Its descriptors close before it is a zombie: give its exit that moment.)
+        assert!(
+            wait_dead(command, Duration::from_secs(5)),
+            "COMMAND outlived run and its supervisor"
+        );
     }
 
     /// The supervisor SIGSTOPped, then the lease lost (etcd paused: a partition): the
@@ -1169,9 +1173,11 @@ mod with_etcd {
         };
         let dir = tempfile::tempdir().unwrap();
         let said = dir.path().join("term");
+        // (COMMAND waits in a builtin: a shell stopped while it starts a child, by vfork,
+        // waits for it unstoppably.)
         let script = me!(
             "trap 'echo term >\"$1\"; exit 3' TERM; ",
-            "echo locked $LEASEHOLD_FENCING_TOKEN $me; while :; do sleep 0.1; done"
+            "echo locked $LEASEHOLD_FENCING_TOKEN $me; read _x"
         );
         let mut a = Proc::spawn(
             leasehold()
@@ -1198,7 +1204,6 @@ mod with_etcd {
         assert_eq!(status.code(), Some(1));
         let mut err = String::new();
         std::io::Read::read_to_string(a.child.stderr.as_mut().unwrap(), &mut err).unwrap();
-        // (Before it, maybe the shell's word on its `sleep`, ended by the SIGTERM.)
         assert!(
             err.lines()
                 .any(|l| l.starts_with("leasehold: sj: lease lost")),
@@ -1215,9 +1220,11 @@ mod with_etcd {
         let Some(server) = EtcdServer::start("etcd run signals to a stopped command") else {
             return;
         };
+        // (COMMAND waits in a builtin: a shell stopped while it starts a child, by vfork,
+        // waits for it unstoppably, never stopped.)
         let script = me!(
             "trap 'exit 3' TERM; ",
-            "echo locked $LEASEHOLD_FENCING_TOKEN $me; while :; do sleep 0.1; done"
+            "echo locked $LEASEHOLD_FENCING_TOKEN $me; read _x"
         );
         for (sig, code) in [(Signal::TERM, 3), (Signal::HUP, 129)] {
             let mut a = Proc::spawn(
