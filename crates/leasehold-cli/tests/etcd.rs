@@ -606,7 +606,11 @@ mod with_etcd {
             stdout_closed_within(&a, Duration::from_secs(20)),
             "COMMAND's descendants outlived run and its supervisor"
         );
-        assert!(!alive(command), "COMMAND outlived run and its supervisor");
+        // (Its descriptors close before it is a zombie: give its exit that moment.)
+        assert!(
+            wait_dead(command, Duration::from_secs(5)),
+            "COMMAND outlived run and its supervisor"
+        );
     }
 
     /// The supervisor SIGSTOPped, then the lease lost (etcd paused: a partition): the
@@ -793,13 +797,21 @@ mod with_etcd {
         fn spawn(test: &str, argv: &[&str]) -> Option<Pty> {
             use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
             use std::os::unix::fs::OpenOptionsExt;
-            let master = match openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY) {
+            // Close-on-exec: the session (and every other test's child) must not hold the
+            // master side, or closing it here would not hang the terminal up.
+            #[cfg(target_os = "linux")]
+            let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+            #[cfg(not(target_os = "linux"))]
+            let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY;
+            let master = match openpt(flags) {
                 Ok(m) => m,
                 Err(e) => {
                     eprintln!("SKIP: {test}: no pseudo-terminal: {e}");
                     return None;
                 }
             };
+            #[cfg(not(target_os = "linux"))]
+            rustix::io::fcntl_setfd(&master, rustix::io::FdFlags::CLOEXEC).expect("FD_CLOEXEC");
             grantpt(&master).expect("grantpt");
             unlockpt(&master).expect("unlockpt");
             let name = ptsname(&master, Vec::new()).expect("ptsname");
@@ -965,6 +977,315 @@ mod with_etcd {
         assert!(!tty.seen.contains("never"), "{:?}", tty.seen);
         let out = run(leasehold().args(["status", "--etcd", &server.endpoint, "cc"]));
         assert_eq!(out.stdout, "free\n", "released: {out:?}");
+    }
+
+    /// An interactive bash (no startup files) in a new [`Pty`], at a prompt `p2> ` (typed as
+    /// `p$((1+1))> `, so that the terminal's echo of what is typed never matches what the
+    /// shell prints), notifying job state changes at once (`set -b`).
+    fn interactive_bash(test: &str) -> Option<Pty> {
+        let mut tty = Pty::spawn(test, &["bash", "--norc", "--noprofile", "-i"])?;
+        tty.type_in("PS1='p$((1+1))> '; set -b\n");
+        tty.expect("p2> ");
+        Some(tty)
+    }
+
+    /// Ctrl-Z, `fg` and Ctrl-C at an interactive shell, for `leasehold run RUN_ARGS -- sh
+    /// -c …` (the kernel arbiter's `run` and `run --etcd` alike): the shell says the job is
+    /// stopped and runs what is typed next; `fg` gives COMMAND the terminal again (it reads
+    /// the line typed); Ctrl-C ends it with status 130.
+    fn ctrl_z_then_fg_then_ctrl_c(tty: &mut Pty, run_args: &str) {
+        let exe = super::common::bin();
+        tty.type_in(&format!(
+            "'{}' run {run_args} -- sh -c 'echo up$((1+1)); read x; echo got$x; exec sleep 1000'\n",
+            exe.display()
+        ));
+        tty.expect("up2");
+        tty.type_in("\x1a");
+        tty.expect("Stopped");
+        tty.expect("p2> ");
+        tty.type_in("echo back$((1+1))\n");
+        tty.expect("back2");
+        tty.expect("p2> ");
+        tty.type_in("fg\n");
+        tty.type_in("more\n");
+        tty.expect("gotmore");
+        tty.type_in("\x03");
+        tty.expect("p2> ");
+        tty.type_in("echo st=$?\n");
+        tty.expect("st=130");
+        tty.expect("p2> ");
+    }
+
+    /// Job control at a shell's prompt: Ctrl-Z stops `run --etcd` as a job — the shell says
+    /// "Stopped" and has the terminal back (COMMAND's group had it) — and `fg` continues it
+    /// with the terminal, as for `leasehold run` on the kernel arbiter. (Ctrl-Z used to stop
+    /// COMMAND alone: the shell, waiting for `run`, never got the terminal back.)
+    #[test]
+    fn ctrl_z_stops_the_job_and_fg_continues_it_with_the_terminal() {
+        let Some(server) = EtcdServer::start("etcd run ctrl-z") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let Some(mut tty) = interactive_bash("etcd run ctrl-z") else {
+            return;
+        };
+        let lock = dir.path().join("jc.lock");
+        ctrl_z_then_fg_then_ctrl_c(&mut tty, &format!("'{}'", lock.display()));
+        // A TTL the stop cannot outlast (while `run` is stopped, no keep-alive is sent).
+        ctrl_z_then_fg_then_ctrl_c(&mut tty, &format!("--etcd {} --ttl 30 jc", server.endpoint));
+        tty.type_in("exit\n");
+        assert!(tty.wait().success(), "{:?}", tty.seen);
+        let out = run(leasehold().args(["status", "--etcd", &server.endpoint, "jc"]));
+        assert_eq!(out.stdout, "free\n", "released: {out:?}");
+    }
+
+    /// A background job whose COMMAND touches the terminal (`stty` from the background:
+    /// SIGTTOU) is stopped as a job, and `fg` resumes it to completion, for `run --etcd` as
+    /// for `leasehold run`. (COMMAND used to stay stopped, and `fg` continued `run` only.)
+    #[test]
+    fn a_background_job_stopped_by_sigttou_is_resumed_by_fg() {
+        let Some(server) = EtcdServer::start("etcd run sigttou") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let Some(mut tty) = interactive_bash("etcd run sigttou") else {
+            return;
+        };
+        let exe = super::common::bin();
+        let lock = dir.path().join("bg.lock");
+        for run_args in [
+            format!("'{}'", lock.display()),
+            format!("--etcd {} --ttl 30 bg", server.endpoint),
+        ] {
+            tty.type_in(&format!(
+                "'{}' run {run_args} -- sh -c 'stty tostop; echo out$((1+1))' &\n",
+                exe.display()
+            ));
+            tty.expect("Stopped");
+            tty.type_in("fg\n");
+            tty.expect("out2");
+            tty.expect("p2> ");
+            tty.type_in("echo st=$?\n");
+            tty.expect("st=0");
+            tty.expect("p2> ");
+        }
+        tty.type_in("exit\n");
+        assert!(tty.wait().success(), "{:?}", tty.seen);
+    }
+
+    /// The terminal goes (its master side closed) while COMMAND is stopped — by Ctrl-Z at
+    /// the prompt, or by SIGTTOU in a background job: `run`, its supervisor, ns-init and
+    /// COMMAND all end, and the lock is free again. (The background job's stayed, keeping
+    /// the lock for good: the shell's hang-up reached `run`, running, and was passed on to
+    /// COMMAND's group, stopped, without a SIGCONT.)
+    #[test]
+    fn a_hang_up_ends_a_stopped_job_and_frees_the_lock() {
+        let Some(server) = EtcdServer::start("etcd run hang-up") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let exe = super::common::bin();
+        let pid_file = dir.path().join("pid");
+        // (How COMMAND is stopped, how the job starts.)
+        for (stop, start) in [("read _x", ""), ("stty tostop", "&")] {
+            let Some(mut tty) = interactive_bash("etcd run hang-up") else {
+                return;
+            };
+            let _ = std::fs::remove_file(&pid_file);
+            let script = format!("{}; {stop}; exec sleep 1000", me!("echo $me >\"$1\""));
+            tty.type_in(&format!(
+                "'{}' run --etcd {} --ttl 30 hup -- sh -c '{script}' sh '{}' {start}\n",
+                exe.display(),
+                server.endpoint,
+                pid_file.display()
+            ));
+            // COMMAND stopped (whether or not the shell has seen its job stop); Ctrl-Z once
+            // it runs (it wrote its pid), with the terminal.
+            let end = Instant::now() + Duration::from_secs(20);
+            let mut typed = !start.is_empty();
+            let command = loop {
+                let pid = std::fs::read_to_string(&pid_file)
+                    .ok()
+                    .and_then(|p| p.trim().parse::<u32>().ok());
+                if let Some(pid) = pid {
+                    if !typed {
+                        tty.type_in("\x1a");
+                        typed = true;
+                    }
+                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+                    if stat
+                        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.starts_with(" T")))
+                    {
+                        break pid;
+                    }
+                }
+                assert!(
+                    Instant::now() < end,
+                    "COMMAND was not stopped ({stop} {start})"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            // The shell has seen its job stop: a job hung up as it stops may stay stopped
+            // until its lease's deadline (docs/cli.md).
+            tty.expect("Stopped");
+            let init = parent_of(command);
+            let supervisor = parent_of(init);
+            let leasehold_run = parent_of(supervisor);
+            assert!(cmdline(supervisor).contains("etcd-supervisor"));
+            assert!(cmdline(leasehold_run).contains("hup"));
+            // The hang-up: the only descriptor of the master side closes.
+            drop(std::mem::replace(
+                &mut tty.master,
+                std::fs::File::open("/dev/null").unwrap(),
+            ));
+            for (what, pid) in [
+                ("COMMAND", command),
+                ("ns-init", init),
+                ("the supervisor", supervisor),
+                ("run", leasehold_run),
+            ] {
+                assert!(
+                    wait_dead(pid, Duration::from_secs(20)),
+                    "{what} (pid {pid}) outlived the hang-up ({stop} {start})"
+                );
+            }
+            let out = run(leasehold().args([
+                "run",
+                "--etcd",
+                &server.endpoint,
+                "--no-wait",
+                "hup",
+                "--",
+                "true",
+            ]));
+            assert_eq!(out.code, 0, "the lock after the hang-up: {out:?}");
+        }
+    }
+
+    /// A job stopped whole — COMMAND's group and `run`, as Ctrl-Z stops them — has no
+    /// keep-alive sent, and at the deadline its tree gets SIGTERM with SIGCONT: a COMMAND
+    /// that shuts down on SIGTERM does so within the grace (it was SIGKILLed, still
+    /// stopped, at the deadline), and `run`, continued, says `lease lost`.
+    #[test]
+    fn a_stopped_job_past_its_deadline_gets_sigterm_with_sigcont() {
+        let Some(server) = EtcdServer::start("etcd run stopped job") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let said = dir.path().join("term");
+        // (COMMAND waits in a builtin: a shell stopped while it starts a child, by vfork,
+        // waits for it unstoppably.)
+        let script = me!(
+            "trap 'echo term >\"$1\"; exit 3' TERM; ",
+            "echo locked $LEASEHOLD_FENCING_TOKEN $me; read _x"
+        );
+        let mut a = Proc::spawn(
+            leasehold()
+                .args(["run", "--etcd", &server.endpoint, "--ttl", "2", "sj"])
+                .args(["--", "sh", "-c", script, "sh"])
+                .arg(&said)
+                .stderr(std::process::Stdio::piped()),
+        );
+        let (_, command) = locked(&mut a);
+        // COMMAND's group (led by ns-init, its parent), then `run`.
+        let group = rustix::process::Pid::from_raw(parent_of(command) as i32).unwrap();
+        rustix::process::kill_process_group(group, Signal::STOP).unwrap();
+        a.signal(Signal::STOP);
+        let end = Instant::now() + Duration::from_secs(20);
+        while std::fs::read_to_string(&said).unwrap_or_default() != "term\n" {
+            assert!(
+                Instant::now() < end,
+                "the stopped COMMAND never ran its SIGTERM handler"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        a.signal(Signal::CONT);
+        let status = a.wait_timeout(Duration::from_secs(20)).expect("run exits");
+        assert_eq!(status.code(), Some(1));
+        let mut err = String::new();
+        std::io::Read::read_to_string(a.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("leasehold: sj: lease lost")),
+            "{err:?}"
+        );
+    }
+
+    /// SIGTERM or SIGHUP sent to `run` reaches a stopped COMMAND with SIGCONT (as a shell's
+    /// `kill` or hang-up of a stopped job continues it), so COMMAND ends — by its handler,
+    /// or of the SIGHUP — and `run` exits with its status. (The signal used to wait,
+    /// pending, while the stopped COMMAND kept the lease.)
+    #[test]
+    fn sigterm_and_sighup_end_a_stopped_command() {
+        let Some(server) = EtcdServer::start("etcd run signals to a stopped command") else {
+            return;
+        };
+        // (COMMAND waits in a builtin: a shell stopped while it starts a child, by vfork,
+        // waits for it unstoppably, never stopped.)
+        let script = me!(
+            "trap 'exit 3' TERM; ",
+            "echo locked $LEASEHOLD_FENCING_TOKEN $me; read _x"
+        );
+        for (sig, code) in [(Signal::TERM, 3), (Signal::HUP, 129)] {
+            let mut a = Proc::spawn(
+                leasehold()
+                    .args(["run", "--etcd", &server.endpoint, "--ttl", "30", "sg"])
+                    .args(["--", "sh", "-c", script]),
+            );
+            let (_, command) = locked(&mut a);
+            let group = rustix::process::Pid::from_raw(parent_of(command) as i32).unwrap();
+            rustix::process::kill_process_group(group, Signal::STOP).unwrap();
+            let end = Instant::now() + Duration::from_secs(20);
+            while !testkit::stopped(command) {
+                assert!(
+                    Instant::now() < end,
+                    "COMMAND was not stopped: {:?}",
+                    std::fs::read_to_string(format!("/proc/{command}/stat"))
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            a.signal(sig);
+            let status = a.wait_timeout(Duration::from_secs(20));
+            assert_eq!(
+                status.and_then(|s| s.code()),
+                Some(code),
+                "{sig:?} to run, COMMAND stopped"
+            );
+        }
+    }
+
+    /// A `run` stopped where no shell will continue it — its process group orphaned, here
+    /// the leader of a session of its own — is continued by its supervisor once the tree is
+    /// gone (at the deadline: no keep-alive comes from a stopped `run`), so it says `lease
+    /// lost` and exits 1 instead of staying stopped for good. (A job hung up just as
+    /// COMMAND's stop stops it is left so: the kernel continues an orphaned group only if
+    /// its stop had completed.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_stopped_run_nobody_can_continue_is_continued_once_its_tree_is_gone() {
+        let Some(server) = EtcdServer::start("etcd run orphaned") else {
+            return;
+        };
+        let mut p = Proc::spawn(
+            std::process::Command::new("setsid")
+                .arg("--wait")
+                .arg(super::common::bin())
+                .args(["run", "--etcd", &server.endpoint, "--ttl", "2", "orph"])
+                .args(["--", "sh", "-c", HOLD])
+                .stderr(std::process::Stdio::piped()),
+        );
+        locked(&mut p);
+        // `setsid` forks (it leads a process group): `run` is its child.
+        let children = children_of(p.pid());
+        assert_eq!(children.len(), 1, "{children:?}");
+        signal(children[0], Signal::STOP);
+        let status = p
+            .wait_timeout(Duration::from_secs(20))
+            .expect("the stopped run was continued and exited");
+        assert_eq!(status.code(), Some(1));
+        let mut err = String::new();
+        std::io::Read::read_to_string(p.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(err.starts_with("leasehold: orph: lease lost"), "{err:?}");
     }
 
     #[test]

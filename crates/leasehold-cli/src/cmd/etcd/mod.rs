@@ -9,7 +9,8 @@
 //! The supervisor and COMMAND's process start before the wait and wait for the word, so the
 //! grant costs two messages and COMMAND's `exec`, not two process starts (issue 26 item 6);
 //! a wait that ends without a grant dismisses them and COMMAND never runs. The terminal, if
-//! `run` has it, goes to COMMAND's group while COMMAND runs (`etcd/terminal.rs`).
+//! `run` has it, goes to COMMAND's group while COMMAND runs, and a COMMAND stopped by the
+//! terminal (Ctrl-Z, SIGTTIN, SIGTTOU) stops `run`'s job with it (`etcd/terminal.rs`).
 //!
 //! * **deadline**: every acknowledged keep-alive moves the instant at which the grant counts
 //!   itself lost (send time + TTL − margin, margin = max(TTL/10, 0.2 s)); `run` passes each
@@ -29,6 +30,9 @@
 //!   half the margin after the deadline the supervisor acknowledged last, or after `lost`;
 //!   where both are stopped no process can act, and the fencing token keeps a late write
 //!   out (docs/cli.md);
+//! * **job stopped** (Ctrl-Z): `run` is stopped too and sends no keep-alive, so a stop past
+//!   the deadline minus the grace is the first case; a hang-up (SIGHUP) of the job is
+//!   forwarded with SIGCONT and ends the tree;
 //! * **clean exit** (COMMAND ended, or SIGINT/SIGTERM forwarded to its group): what COMMAND
 //!   left running gets SIGTERM, then SIGKILL after `--grace`; then the lease is revoked at
 //!   once, so a waiter's COMMAND starts within a round trip.
@@ -370,6 +374,10 @@ mod imp {
         // From now on termination signals go to the supervisor, which passes them on to
         // COMMAND's group (it queues what comes before COMMAND runs).
         super::super::run::forward_signals(standby.child.id());
+        // A hung-up job is not stopped again: its tree is ending (job control below).
+        let hung_up = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, hung_up.clone())
+            .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
         if interrupts.signal().is_some() {
             // Interrupted in the instant the lock arrived: COMMAND must not start.
             grant.release();
@@ -454,8 +462,10 @@ mod imp {
                 }
             })
         };
+        // SIGCONT, for job control: a byte each time this process is continued.
+        let continued = continued()?;
         // The supervisor's report (sent once COMMAND's whole tree is gone), or EOF when it
-        // died without one; its acknowledgements meanwhile.
+        // died without one; its acknowledgements and COMMAND's stops meanwhile.
         let mut report = None;
         for line in standby.reports.by_ref() {
             let Ok(line) = line else { break };
@@ -464,6 +474,15 @@ mod imp {
                 && let Ok(ns) = ns.parse::<u64>()
             {
                 acked.fetch_max(ns, Ordering::SeqCst);
+            } else if let ["stopped", sig] = words.as_slice()
+                && let Ok(sig) = sig.parse::<i32>()
+            {
+                // Stopped at the terminal: this job stops too, and continues COMMAND when
+                // it is continued (`terminal.rs`); the supervisor gives back a terminal
+                // given to COMMAND meanwhile.
+                if super::terminal::follow_stop(sig, group, &continued, &hung_up) {
+                    let _ = (&standby.sock).write_all(b"terminal\n");
+                }
             } else if let ["exit", status, why] = words.as_slice()
                 && let (Ok(status), Some(why)) = (status.parse::<u8>(), Why::parse(why))
             {
@@ -516,6 +535,16 @@ mod imp {
                 }
             }
         }
+    }
+
+    /// A socket that receives a byte each time this process gets SIGCONT (from now on).
+    fn continued() -> Result<UnixStream, Failure> {
+        let fail = |e: std::io::Error| Failure::failed(format!("cannot watch for SIGCONT: {e}"));
+        let (ours, theirs) = UnixStream::pair().map_err(fail)?;
+        theirs.set_nonblocking(true).map_err(fail)?;
+        signal_hook::low_level::pipe::register(signal_hook::consts::SIGCONT, theirs)
+            .map_err(fail)?;
+        Ok(ours)
     }
 
     /// When `run` gives up on its supervisor (it watches the supervisor as the supervisor

@@ -43,7 +43,9 @@
 //! ns-init's stdin is a socket to the supervisor: ns-init says `ready` once its parent-death
 //! signal is armed (so the supervisor was alive after it was: no window in which its death
 //! goes unnoticed); the supervisor then passes it COMMAND's socket (one byte, `w`, with the
-//! descriptor attached); ns-init says `exit STATUS` as above.
+//! descriptor attached); ns-init says `stopped SIG` each time COMMAND is stopped (it waits
+//! for its child's stops too: Ctrl-Z, or SIGTTIN/SIGTTOU of a background COMMAND — job
+//! control, see `supervisor.rs`), and `exit STATUS` as above.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -165,17 +167,21 @@ pub fn ns_init(args: NsInitArgs) -> Outcome {
     let mut told = false;
     loop {
         let nohang = status.is_some() && !told;
-        let options = if nohang {
-            WaitOptions::NOHANG
-        } else {
-            WaitOptions::empty()
-        };
+        // Stops and continues too: COMMAND's are told to the supervisor (`run` then stops
+        // its own group as the terminal stopped COMMAND's); any other child's are nothing.
+        let mut options = WaitOptions::UNTRACED | WaitOptions::CONTINUED;
+        if nohang {
+            options |= WaitOptions::NOHANG;
+        }
         match rustix::process::wait(options) {
-            Ok(Some((pid, st))) => {
-                if pid.as_raw_nonzero().get() == command {
+            Ok(Some((pid, st))) if pid.as_raw_nonzero().get() == command => {
+                if let Some(sig) = st.stopping_signal() {
+                    let _ = (&sock).write_all(format!("stopped {sig}\n").as_bytes());
+                } else if !st.continued() {
                     status = Some(super::supervisor::status_code(st));
                 }
             }
+            Ok(Some(_)) => {}
             Ok(None) => {
                 // COMMAND ended and left processes behind: the supervisor stops them.
                 let line = format!("exit {}\n", status.unwrap_or(1));

@@ -31,10 +31,13 @@
 //!   (`1`/`0`); then `deadline NS` each time a keep-alive is acknowledged (and every TTL/6 at
 //!   least) — the instant, on a clock both processes read alike ([`now`]), at which the
 //!   grant counts itself lost, which is [`margin`] before etcd can expire the lease; `lost`
-//!   when etcd says the lease is gone. EOF: `run` died, or (before `go`) gave up waiting.
+//!   when etcd says the lease is gone; `terminal` when `run`, continued, made group C the
+//!   terminal's foreground group (job control, below). EOF: `run` died, or (before `go`)
+//!   gave up waiting.
 //! * supervisor → `run`: `pid N` once COMMAND's process (group C) waits for the word; `ok
-//!   NS` after `go` and after each `deadline`: the deadline it now enforces; `exit STATUS
-//!   WHY` at the end, WHY one of [`Why`]'s names.
+//!   NS` after `go` and after each `deadline`: the deadline it now enforces; `stopped SIG`
+//!   each time COMMAND is stopped (by signal number SIG); `exit STATUS WHY` at the end, WHY
+//!   one of [`Why`]'s names.
 //! * `run` → exec helper: one line, the token, with the user's stdin attached; the
 //!   helper then becomes COMMAND with `LEASEHOLD_FENCING_TOKEN` set. EOF: no grant, exit.
 //!
@@ -69,6 +72,20 @@
 //! The terminal: when `run` had it (its group G in the foreground), group C gets it for
 //! COMMAND's lifetime ([`super::terminal`]), and the supervisor hands it back to G once the
 //! tree is gone — also when `run` died meanwhile.
+//!
+//! Job control: the terminal's stop signals (Ctrl-Z's SIGTSTP to the foreground group C,
+//! SIGTTIN/SIGTTOU to a background C that touches the terminal) reach group C alone, while
+//! the shell waits for `run` in G. So COMMAND's stops are passed up — ns-init waits for its
+//! child's stops and says `stopped SIG` (without a namespace the supervisor waits for
+//! COMMAND's itself) — and `run` stops G with the same signal and, once continued, continues
+//! C ([`super::terminal::follow_stop`]). What the supervisor passes on to C — SIGHUP and
+//! SIGTERM sent to `run`, and its own SIGTERM of the tree — comes with SIGCONT, so that a
+//! stopped COMMAND ends too (a shell's hang-up or `kill` of a stopped job continues only
+//! G). While `run` is stopped it sends no deadline: a job stopped past the deadline minus
+//! the grace has its tree stopped as above. Once the tree is gone, the supervisor continues
+//! G if `run`'s job was hung up or G is orphaned — a `run` stopped there (its stop still
+//! under way when its shell went) would be continued by nobody — so that `run` reads the
+//! report and exits.
 //!
 //! [`margin`]: leasehold::arbiters::etcd::margin
 
@@ -198,10 +215,13 @@ fn group_alive(group: Option<Pid>) -> bool {
     group.is_some_and(|g| rustix::process::test_kill_process_group(g).is_ok())
 }
 
-/// Reaps every child that has ended, telling `ended` each; returns whether children remain.
+/// Reaps every child that has ended, telling `ended` each — and each stop and continue of
+/// a child, which `ended` tells apart ([`WaitStatus::stopped`], [`WaitStatus::continued`]);
+/// returns whether children remain.
 fn reap(mut ended: impl FnMut(Pid, WaitStatus)) -> bool {
+    let options = WaitOptions::NOHANG | WaitOptions::UNTRACED | WaitOptions::CONTINUED;
     loop {
-        match rustix::process::wait(WaitOptions::NOHANG) {
+        match rustix::process::wait(options) {
             Ok(Some((pid, status))) => ended(pid, status),
             Ok(None) => return true,
             Err(rustix::io::Errno::INTR) => continue,
@@ -410,6 +430,11 @@ struct Supervisor {
     killed: bool,
     /// The socket to ns-init (COMMAND in a PID namespace), until it closes.
     init: Option<UnixStream>,
+    /// Whether `run` gave the terminal to group C (`go … 1`, or `terminal` after a
+    /// continue), so that it goes back to `run`'s group at the end.
+    handed: bool,
+    /// A SIGHUP was passed on (`run`'s job hung up).
+    hung_up: bool,
     /// Bytes from ns-init not yet making a whole line.
     init_pending: Vec<u8>,
 }
@@ -431,6 +456,16 @@ impl Supervisor {
         };
         self.stop = Some(Stop { why, kill_at });
         signal_tree(self.group(), Signal::TERM);
+        // A stopped tree (a job stopped at the terminal, with `run`) acts on SIGTERM only
+        // once continued, as a shell's `kill` continues a stopped job.
+        signal_tree(self.group(), Signal::CONT);
+    }
+
+    /// Tells `run` that COMMAND was stopped by `sig` (job control: `run` stops its own
+    /// group likewise, so that the shell sees its job stopped).
+    fn stopped(&self, sig: i32) {
+        // The socket is non-blocking; `run` reads all the time, so it has room.
+        let _ = (&self.sock).write_all(format!("stopped {sig}\n").as_bytes());
     }
 
     /// Reads what `run` sent, acting on each whole line.
@@ -458,6 +493,7 @@ impl Supervisor {
                     }
                 }
                 _ if line == "lost" => self.begin(Why::Lost, now()),
+                _ if line == "terminal" => self.handed = true,
                 _ => {}
             }
         }
@@ -468,8 +504,9 @@ impl Supervisor {
         }
     }
 
-    /// Reads what ns-init sent: `exit STATUS` when COMMAND ended with processes left in
-    /// its namespace. EOF: ns-init ended (it is reaped with the other children).
+    /// Reads what ns-init sent: `stopped SIG` when COMMAND was stopped (passed on to
+    /// `run`), `exit STATUS` when COMMAND ended with processes left in its namespace. EOF:
+    /// ns-init ended (it is reaped with the other children).
     fn read_init(&mut self) {
         let Some(init) = &self.init else { return };
         let mut buf = [0u8; 64];
@@ -488,6 +525,8 @@ impl Supervisor {
             let line = String::from_utf8_lossy(&line[..end]).into_owned();
             if let Some(Ok(status)) = line.strip_prefix("exit ").map(str::parse::<u8>) {
                 self.status.get_or_insert(status);
+            } else if let Some(Ok(sig)) = line.strip_prefix("stopped ").map(str::parse::<i32>) {
+                self.stopped(sig);
             }
         }
     }
@@ -606,7 +645,6 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
     };
     // The terminal goes back through the user's stdin if it is the terminal, else stdout.
     let terminal = match stdin {
-        _ if !go.terminal => None,
         Some(fd) if rustix::termios::isatty(&fd) => Some(fd),
         _ => rustix::stdio::stdout().try_clone_to_owned().ok(),
     };
@@ -623,21 +661,40 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         killed: false,
         init,
         init_pending: Vec::new(),
+        handed: go.terminal,
+        hung_up: false,
     };
     // The first deadline is acknowledged too (`run` watches that we answer).
     let _ = (&s.sock).write_all(format!("ok {}\n", s.deadline).as_bytes());
     loop {
+        let mut stops = Vec::new();
         let children = reap(|pid, status| {
-            // (COMMAND's status, or ns-init's if it died before saying COMMAND's.)
-            if pid == s.command && s.status.is_none() {
+            if pid != s.command || status.continued() {
+                return;
+            }
+            if let Some(sig) = status.stopping_signal() {
+                // COMMAND stopped (without a namespace; in one, ns-init tells).
+                stops.push(sig);
+            } else if s.status.is_none() {
+                // (COMMAND's status, or ns-init's if it died before saying COMMAND's.)
                 s.status = Some(status_code(status));
             }
         });
+        for sig in stops {
+            s.stopped(sig);
+        }
         for (sig, flag) in &forward {
             if flag.swap(false, Ordering::SeqCst)
                 && let Some(sig) = Signal::from_named_raw(*sig)
             {
                 let _ = kill_process_group(s.command, sig);
+                s.hung_up |= sig == Signal::HUP;
+                if matches!(sig, Signal::HUP | Signal::TERM) {
+                    // A stopped COMMAND must be able to end: a hang-up or SIGTERM of a
+                    // stopped job comes with SIGCONT (from the shell, or the kernel for an
+                    // orphaned group), which reaches `run`'s group only.
+                    let _ = kill_process_group(s.command, Signal::CONT);
+                }
             }
         }
         let t = now();
@@ -709,13 +766,22 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
             s.read_init();
         }
     }
-    if let Some(tty) = &terminal {
+    if let Some(tty) = terminal.as_ref().filter(|_| s.handed) {
         super::terminal::take_back(tty, command, args.caller_group);
     }
     let status = s.status.unwrap_or(1);
     let why = s.stop.as_ref().map_or(Why::Command, |stop| stop.why);
     let _ = s.sock.set_nonblocking(false);
     let _ = (&s.sock).write_all(format!("exit {status} {}\n", why.name()).as_bytes());
+    if let Some(caller) = Pid::from_raw(args.caller_group)
+        && (s.hung_up || super::terminal::orphaned(caller))
+    {
+        // `run` may be stopped (it stops its job when COMMAND is stopped) where no shell
+        // will continue it: its job hung up, or its shell gone (the kernel continues an
+        // orphaned group only if its stop had completed when it became orphaned). It reads
+        // the report above once continued.
+        let _ = kill_process_group(caller, Signal::CONT);
+    }
     Ok(status)
 }
 

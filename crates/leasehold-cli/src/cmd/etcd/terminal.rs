@@ -17,9 +17,15 @@
 //! where `tcsetpgrp` raises SIGTTOU unless the caller blocks or ignores it: the supervisor
 //! blocks it in its calling thread for that one call (`pthread_sigmask`, safe through
 //! `nix`; the kernel then sends nothing, see `tty_check_change`).
+//!
+//! Job control ([`follow_stop`]): the terminal's stop signals reach group C only, so when
+//! COMMAND is stopped by one `run` takes the terminal back (the same masked call) and stops
+//! its own group with the same signal, and gives the terminal to C again when the shell
+//! continues the job in the foreground.
 
 use std::os::fd::{AsFd, BorrowedFd};
 
+use rustix::event::{PollFd, PollFlags, poll};
 use rustix::process::Pid;
 
 /// If stdin or stdout is this process's controlling terminal and this process's group is
@@ -70,4 +76,151 @@ pub fn take_back(tty: &impl AsFd, command: Pid, caller: i32) {
     // Fails when `caller` is gone (a job of its own that died): its shell takes it back.
     let _ = rustix::termios::tcsetpgrp(tty, caller);
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None);
+}
+
+/// Job control, `run`'s side: COMMAND (in group `command`) was stopped by `sig`. A COMMAND
+/// in `run`'s own group — `leasehold run` on the kernel arbiter, `flock(1)` — is stopped
+/// with its whole job by the terminal's SIGTSTP (Ctrl-Z), SIGTTIN or SIGTTOU, and the shell
+/// sees the job stopped; here the terminal's signal reached group C only. So `run` takes
+/// the terminal back for its group if C has it, and stops its group with the same signal:
+/// the shell sees its job stopped, says so, and has the terminal. Once continued (`fg` or
+/// `bg`: SIGCONT, which `continued` reads a byte for), `run` gives the terminal to C again
+/// if the shell gave it to `run`'s group (`fg`), and continues C. Returns whether it gave
+/// the terminal to C.
+///
+/// Only the terminal's stop signals are followed (a SIGSTOP of COMMAND stops COMMAND alone,
+/// as it would in `run`'s own group). Where the kernel would discard the stop for a COMMAND
+/// in `run`'s group — the group is orphaned (no shell can continue it), or `run` ignores the
+/// signal (so COMMAND inherited the ignoring) — `run` continues C at once instead; and so it
+/// does once `run` has had a SIGHUP (`hung_up`): a job being hung up is ending, and one
+/// stopped now might be continued by nobody (the supervisor continues `run`'s group once
+/// the tree is gone after a hang-up, for a stop already under way).
+pub fn follow_stop(
+    sig: i32,
+    command: Pid,
+    continued: &std::os::unix::net::UnixStream,
+    hung_up: &std::sync::atomic::AtomicBool,
+) -> bool {
+    use rustix::process::{Signal, kill_process_group};
+    let Some(sig) = Signal::from_named_raw(sig)
+        .filter(|s| matches!(*s, Signal::TSTP | Signal::TTIN | Signal::TTOU))
+    else {
+        return false;
+    };
+    let ours = rustix::process::getpgrp();
+    if !hung_up.load(std::sync::atomic::Ordering::SeqCst) && !discarded(sig, ours) {
+        if let Some(tty) = controlling() {
+            take_back(&tty, command, ours.as_raw_nonzero().get());
+        }
+        // A SIGCONT that came before is not the one awaited.
+        let _ = continued.set_nonblocking(true);
+        let mut buf = [0u8; 16];
+        while std::io::Read::read(&mut &*continued, &mut buf).is_ok_and(|n| n > 0) {}
+        let _ = continued.set_nonblocking(false);
+        if kill_process_group(ours, sig).is_ok() {
+            // Stopped until the shell (or anyone) continues the group; a SIGCONT before the
+            // stop took effect cancels it, and is read here as well. The group may become
+            // orphaned before the stop is delivered (the shell hung up and gone): the kernel
+            // then discards it, which a look every tenth of a second finds (a stopped
+            // process does not look).
+            let tenth = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000_000,
+            };
+            loop {
+                let mut fds = [PollFd::new(continued, PollFlags::IN)];
+                let ready = matches!(poll(&mut fds, Some(&tenth)), Ok(n) if n > 0);
+                if ready {
+                    let _ = std::io::Read::read(&mut &*continued, &mut buf);
+                    break;
+                }
+                if discarded(sig, ours) {
+                    break;
+                }
+            }
+        }
+    }
+    let handed = hand_to(command);
+    let _ = kill_process_group(command, Signal::CONT);
+    handed
+}
+
+/// The controlling terminal among stdin and stdout, if either is it.
+fn controlling() -> Option<BorrowedFd<'static>> {
+    [rustix::stdio::stdin(), rustix::stdio::stdout()]
+        .into_iter()
+        .find(|fd| rustix::termios::isatty(fd) && rustix::termios::tcgetpgrp(fd).is_ok())
+}
+
+/// Whether the kernel would discard the terminal stop signal `sig` sent to `group` (this
+/// process's): the group is orphaned — no member has a parent in another group of the same
+/// session, so no shell can continue it — or this process ignores `sig` (Linux, from
+/// `/proc`; elsewhere: never, as far as this knows).
+fn discarded(sig: rustix::process::Signal, group: Pid) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        ignored(sig) || orphaned(group)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (sig, group);
+        false
+    }
+}
+
+/// Whether this process ignores `sig` (`SigIgn` of `/proc/self/status`).
+#[cfg(target_os = "linux")]
+fn ignored(sig: rustix::process::Signal) -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1u64 << (sig.as_raw() - 1)) != 0)
+}
+
+/// Whether process group `group` is orphaned (POSIX): no member has a parent in another
+/// group of the same session. From `/proc/*/stat` ("PID (comm) S PPID PGRP SID …"); off
+/// Linux, never as far as this knows.
+#[cfg(not(target_os = "linux"))]
+pub(super) fn orphaned(_: Pid) -> bool {
+    false
+}
+
+/// Whether process group `group` is orphaned (POSIX): no member has a parent in another
+/// group of the same session. From `/proc/*/stat` ("PID (comm) S PPID PGRP SID …").
+#[cfg(target_os = "linux")]
+pub(super) fn orphaned(group: Pid) -> bool {
+    let group = group.as_raw_nonzero().get();
+    // (pid, ppid, pgrp, session) of every process.
+    let mut all: Vec<(i32, i32, i32, i32)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace().skip(1).map(str::parse::<i32>);
+        if let (Some(Ok(ppid)), Some(Ok(pgrp)), Some(Ok(sid))) =
+            (fields.next(), fields.next(), fields.next())
+        {
+            all.push((pid, ppid, pgrp, sid));
+        }
+    }
+    !all.iter()
+        .filter(|p| p.2 == group)
+        .any(|&(_, ppid, _, sid)| {
+            all.iter()
+                .any(|&(pid, _, pgrp, psid)| pid == ppid && pgrp != group && psid == sid)
+        })
 }
