@@ -153,6 +153,11 @@ impl KernelWait {
         drop(pending);
         let (id, job_slot) = (opened.id, slot.clone());
         let watch = crate::sys::dup_cloexec(opened.fd.as_fd()).ok();
+        // A copy a forked child inherits would keep the description, and so a grant the
+        // parent abandons, locked: the child lets it go with the others (`fork.rs`).
+        if let Some(watch) = &watch {
+            super::fork::register(watch.as_fd(), opened.id);
+        }
         // Opened here, by the waiter, so the helper needs nothing of the target.
         let gates = gate::open_for_wait(target, opened.id, shared);
         let started = helpers::run(Box::new(move || {
