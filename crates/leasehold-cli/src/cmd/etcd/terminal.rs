@@ -190,37 +190,8 @@ pub(super) fn orphaned(_: Pid) -> bool {
 }
 
 /// Whether process group `group` is orphaned (POSIX): no member has a parent in another
-/// group of the same session. From `/proc/*/stat` ("PID (comm) S PPID PGRP SID …").
+/// group of the same session (`procs.rs`).
 #[cfg(target_os = "linux")]
 pub(super) fn orphaned(group: Pid) -> bool {
-    let group = group.as_raw_nonzero().get();
-    // (pid, ppid, pgrp, session) of every process.
-    let mut all: Vec<(i32, i32, i32, i32)> = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace().skip(1).map(str::parse::<i32>);
-        if let (Some(Ok(ppid)), Some(Ok(pgrp)), Some(Ok(sid))) =
-            (fields.next(), fields.next(), fields.next())
-        {
-            all.push((pid, ppid, pgrp, sid));
-        }
-    }
-    !all.iter()
-        .filter(|p| p.2 == group)
-        .any(|&(_, ppid, _, sid)| {
-            all.iter()
-                .any(|&(pid, _, pgrp, psid)| pid == ppid && pgrp != group && psid == sid)
-        })
+    crate::procs::orphaned(group)
 }
