@@ -49,11 +49,25 @@ pub fn main(args: &[String]) -> Result {
         report.push(python_sdist(&dist, &work, &path, newest)?);
     }
     report.extend(node(&dist, &work, &path, cli.as_deref())?);
+    if !dist_has(&dist, "win_amd64.whl")? {
+        println!(
+            "SKIP: the Windows wheel and addon under Wine: dist/ has none (they are MSVC builds, \
+             made and tested on a Windows runner by .github/workflows/release.yml)"
+        );
+    }
     println!("\n=== install-test");
     for line in report {
         println!("{line}");
     }
     Ok(())
+}
+
+/// Whether a file of `dist` ends with `suffix`.
+fn dist_has(dist: &Path, suffix: &str) -> Result<bool> {
+    Ok(std::fs::read_dir(dist)
+        .map_err(|e| format!("{}: {e}", dist.display()))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .any(|n| n.ends_with(suffix)))
 }
 
 /// PATH without any directory that has `cargo` or `rustc` in it; an error if that leaves

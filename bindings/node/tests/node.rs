@@ -282,3 +282,40 @@ fn npm_pack_yields_a_package_whose_main_loads_the_addon() {
     check("loading the packed package", &out);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
 }
+
+#[test]
+fn npm_pack_dry_run_lists_only_what_a_user_needs() {
+    if let Err(why) = node() {
+        println!("SKIP: node: {why}");
+        return;
+    }
+    // bindings/node itself, as `npm pack` there (or `npm publish`) would pack it: package.json's
+    // `files` decides, so a repo-only file listed there (build.js, tests) fails this.
+    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+    let out = match Command::new(npm)
+        .args(["pack", "--dry-run", "--json", "--ignore-scripts"])
+        .current_dir(source())
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            println!("SKIP: node: npm pack --dry-run: npm is not installed ({e})");
+            return;
+        }
+    };
+    check("npm pack --dry-run", &out);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("npm pack --json prints JSON");
+    let mut listed: Vec<String> = doc[0]["files"]
+        .as_array()
+        .expect("npm pack --json lists files")
+        .iter()
+        .filter_map(|f| f["path"].as_str().map(str::to_string))
+        // An addon a local build put beside index.js (`npm run build`) is packed too.
+        .filter(|p| !(p.starts_with("leasehold.") && p.ends_with(".node")))
+        .collect();
+    listed.sort();
+    let mut want: Vec<String> = PACKAGE_FILES.iter().map(|f| f.to_string()).collect();
+    want.sort();
+    assert_eq!(listed, want, "npm pack --dry-run in bindings/node");
+}
