@@ -220,7 +220,9 @@ fn python_wheel(
         ])
         .arg("--find-links")
         .arg(dist)
-        .arg("leasehold-lock"))?;
+        .arg("leasehold-lock")
+        // dist/ alone: no wheel directory of the machine's pip configuration.
+        .env_remove("PIP_FIND_LINKS"))?;
     let took = started.elapsed();
     // The suite must import the installed package, not a checkout's.
     let file = output(user_command(&py, path).current_dir(work).args([
