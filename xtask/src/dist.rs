@@ -7,7 +7,8 @@ use std::process::Command;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    Result, copy_licenses, output, path_with, root, run, target_dir, tools_venv, venv_bin, version,
+    Result, copy_licenses, on_path, output, path_with, root, run, target_dir, tools_venv, venv_bin,
+    version,
 };
 
 /// One platform the release ships for: a Python wheel, an npm platform package and, where
@@ -25,6 +26,9 @@ pub struct Target {
     pub wheel_tag: Option<&'static str>,
     /// Whether a CLI archive is built for this target (Linux ships the static musl binaries).
     pub cli: bool,
+    /// Whether the release publishes this target's packages (and the main npm package names
+    /// its platform package as an optional dependency).
+    pub published: bool,
 }
 
 pub const TARGETS: &[Target] = &[
@@ -36,6 +40,7 @@ pub const TARGETS: &[Target] = &[
         libc: Some("glibc"),
         wheel_tag: Some("manylinux2014"),
         cli: false,
+        published: true,
     },
     Target {
         triple: "aarch64-unknown-linux-gnu",
@@ -45,6 +50,7 @@ pub const TARGETS: &[Target] = &[
         libc: Some("glibc"),
         wheel_tag: Some("manylinux2014"),
         cli: false,
+        published: true,
     },
     Target {
         triple: "x86_64-unknown-linux-musl",
@@ -54,6 +60,7 @@ pub const TARGETS: &[Target] = &[
         libc: Some("musl"),
         wheel_tag: Some("musllinux_1_2"),
         cli: true,
+        published: true,
     },
     Target {
         triple: "aarch64-unknown-linux-musl",
@@ -63,6 +70,7 @@ pub const TARGETS: &[Target] = &[
         libc: Some("musl"),
         wheel_tag: Some("musllinux_1_2"),
         cli: true,
+        published: true,
     },
     Target {
         triple: "x86_64-apple-darwin",
@@ -72,6 +80,7 @@ pub const TARGETS: &[Target] = &[
         libc: None,
         wheel_tag: None,
         cli: true,
+        published: true,
     },
     Target {
         triple: "aarch64-apple-darwin",
@@ -81,6 +90,7 @@ pub const TARGETS: &[Target] = &[
         libc: None,
         wheel_tag: None,
         cli: true,
+        published: true,
     },
     Target {
         triple: "x86_64-pc-windows-msvc",
@@ -90,6 +100,19 @@ pub const TARGETS: &[Target] = &[
         libc: None,
         wheel_tag: None,
         cli: true,
+        published: true,
+    },
+    // Cross-built on Linux with MinGW, to build and load the Windows artifacts under Wine;
+    // the release publishes the MSVC build instead (same wheel tag, win_amd64).
+    Target {
+        triple: "x86_64-pc-windows-gnu",
+        npm: "win32-x64-gnu",
+        os: "win32",
+        cpu: "x64",
+        libc: None,
+        wheel_tag: None,
+        cli: true,
+        published: false,
     },
 ];
 
@@ -114,6 +137,21 @@ fn how(host: &str, t: &Target) -> Result<How> {
         "linux" if linux_host => Ok(How::Zig),
         "darwin" if linux_host => Ok(How::Zig),
         "darwin" if host.contains("apple") => Ok(How::Native),
+        "win32" if linux_host && t.triple.ends_with("-gnu") => {
+            // cargo's default linker for the target is MinGW's gcc.
+            match on_path(
+                "x86_64-w64-mingw32-gcc",
+                &std::env::var_os("PATH").unwrap_or_default(),
+            ) {
+                true => Ok(How::Native),
+                false => {
+                    Err("x86_64-w64-mingw32-gcc is missing (Debian: gcc-mingw-w64-x86-64)".into())
+                }
+            }
+        }
+        "win32" if t.triple.ends_with("-gnu") => Err(format!(
+            "the MinGW build is made on Linux; a Windows host builds the MSVC one (this host is {host})"
+        )),
         "win32" => Err(format!(
             "needs the MSVC toolchain (what Windows' Python and Node are built with): built on a \
              Windows runner by .github/workflows/release.yml (this host is {host})"
@@ -183,6 +221,15 @@ pub fn main(args: &[String]) -> Result {
         ];
         for (what, step) in steps {
             if what == "the CLI archive" && !t.cli {
+                continue;
+            }
+            if what == "the CLI archive" && t.os == "darwin" && how == How::Zig {
+                cannot.push(format!(
+                    "{}: the CLI: its etcd feature's TLS links Apple's Security and \
+                     CoreFoundation frameworks, which zig does not ship: built on a macOS \
+                     runner by .github/workflows/release.yml",
+                    t.triple
+                ));
                 continue;
             }
             if let Err(e) = step(&venv, &dist, t, how) {
@@ -385,6 +432,7 @@ fn npm_main(dist: &Path) -> Result {
     object.remove("devDependencies");
     let deps: serde_json::Map<String, serde_json::Value> = TARGETS
         .iter()
+        .filter(|t| t.published)
         .map(|t| (format!("leasehold-lock-{}", t.npm), version().into()))
         .collect();
     object.insert("optionalDependencies".into(), deps.into());
