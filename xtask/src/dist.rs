@@ -165,12 +165,16 @@ fn how(host: &str, t: &Target) -> Result<How> {
 /// One artifact's build: (the tools' venv, dist/, the target, how).
 type Step = fn(&Path, &Path, &Target, How) -> Result;
 
-/// `cargo xtask dist [--target TRIPLE]...`.
+/// `cargo xtask dist [--target TRIPLE]... [--no-cli]`.
 pub fn main(args: &[String]) -> Result {
     let mut only: Vec<&str> = Vec::new();
+    let mut no_cli = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
+            // The packages only (.ci/run: the CLI archives are the slowest builds, and the
+            // gate tests the CLI itself).
+            "--no-cli" => no_cli = true,
             "--target" => only.push(it.next().ok_or("--target needs a target triple")?.as_str()),
             other => return Err(format!("dist: unknown argument {other:?}")),
         }
@@ -220,7 +224,7 @@ pub fn main(args: &[String]) -> Result {
             ("the CLI archive", cli),
         ];
         for (what, step) in steps {
-            if what == "the CLI archive" && !t.cli {
+            if what == "the CLI archive" && (!t.cli || no_cli) {
                 continue;
             }
             if what == "the CLI archive" && t.os == "darwin" && how == How::Zig {

@@ -1,7 +1,7 @@
 //! The repository's tasks (the cargo-xtask convention: `cargo xtask TASK`, an alias in
 //! `.cargo/config.toml`).
 //!
-//! * `cargo xtask dist [--target TRIPLE]...`: builds into `dist/` every release artifact this
+//! * `cargo xtask dist [--target TRIPLE]... [--no-cli]`: builds into `dist/` every release artifact this
 //!   machine can build (the Python wheels and sdist, the npm packages — the main one and one per
 //!   platform — and the CLI archives) and `dist/SHA256SUMS`; what it cannot build it says, one
 //!   `cannot build:` line each. CONTRIBUTING.md has the table of targets and builders.
@@ -37,7 +37,8 @@ fn main() -> ExitCode {
         Some("dist") => dist::main(&args[1..]),
         Some("install-test") => install_test::main(&args[1..]),
         _ => Err(
-            "usage: cargo xtask dist [--target TRIPLE]... | cargo xtask install-test".to_string(),
+            "usage: cargo xtask dist [--target TRIPLE]... [--no-cli] | cargo xtask install-test"
+                .to_string(),
         ),
     };
     match result {
