@@ -7,17 +7,29 @@
 
 const { existsSync } = require('node:fs')
 const { join } = require('node:path')
-const { addonNames } = require('./platform')
+const { addonNames, packageNames, platforms } = require('./platform')
 
 function load () {
-  const tried = []
+  // A local build beside this file first (build.js), then the platform package npm installed.
   for (const name of addonNames()) {
     const file = join(__dirname, name)
-    tried.push(file)
     if (existsSync(file)) return require(file)
   }
+  const packages = packageNames()
+  for (const pkg of packages) {
+    try {
+      return require(pkg)
+    } catch (e) {
+      // Only "this package is not installed" moves on; an addon that fails to load says why.
+      if (e.code !== 'MODULE_NOT_FOUND' || !String(e.message).includes(pkg)) throw e
+    }
+  }
+  const here = platforms()[0] || `${process.platform}-${process.arch}`
+  const wanted = packages.length
+    ? `the package ${packages.join(' or ')} should have provided it: npm installs it with leasehold-lock as an optional dependency, unless optional dependencies were omitted or the lockfile was made on another platform (reinstall leasehold-lock on this machine)`
+    : 'no prebuilt package exists for this platform'
   throw new Error(
-    `leasehold: no native addon for ${process.platform}-${process.arch} in this package (looked for ${tried.join(', ') || 'nothing: platform not supported'}); build it with \`cargo build --release -p leasehold-node\` and copy the library to one of those names`
+    `leasehold-lock: no native addon for ${here}: ${wanted}; or build it from source (Rust 1.88+): \`cargo build --release -p leasehold-node && node bindings/node/build.js --release\` in a checkout of leasehold`
   )
 }
 

@@ -1,7 +1,10 @@
 'use strict'
 // The names of the native addon for this platform, most specific first (napi-rs's
-// per-platform pattern: `leasehold.<platform>-<arch>[-<abi>].node`). One list, used by the
-// loader (index.js), by build.js and by the Rust integration test.
+// per-platform pattern): the platform `<platform>-<arch>[-<abi>]`, the addon file
+// `leasehold.<platform>.node` and the npm package `leasehold-lock-<platform>` that carries it
+// (an optional dependency of leasehold-lock; `cargo xtask dist` makes one per release
+// target). One list, used by the loader (index.js), by build.js and by the Rust integration
+// test.
 
 function isMusl () {
   try {
@@ -13,7 +16,7 @@ function isMusl () {
   }
 }
 
-function addonNames () {
+function platforms () {
   const { platform, arch } = process
   const names = []
   if (platform === 'linux') {
@@ -25,7 +28,17 @@ function addonNames () {
   } else if (platform === 'freebsd') {
     names.push(`freebsd-${arch}`)
   }
-  return names.map((n) => `leasehold.${n}.node`)
+  return names
 }
 
-module.exports = { addonNames }
+/** The addon's file names, for a build beside index.js (build.js). */
+function addonNames () {
+  return platforms().map((p) => `leasehold.${p}.node`)
+}
+
+/** The npm packages that carry the addon for this platform. */
+function packageNames () {
+  return platforms().map((p) => `leasehold-lock-${p}`)
+}
+
+module.exports = { platforms, addonNames, packageNames }

@@ -11,14 +11,17 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The package's own files (what `package.json`'s `files` lists, but the addon).
+/// The package's own files (what `package.json`'s `files` lists, but the addon): everything
+/// a user's `npm pack` tarball holds besides the addon, and nothing the repository alone uses
+/// (build.js, the tests, Cargo's files).
 const PACKAGE_FILES: &[&str] = &[
     "package.json",
     "index.js",
     "index.d.ts",
     "platform.js",
-    "build.js",
     "README.md",
+    "LICENSE-MIT",
+    "LICENSE-APACHE",
 ];
 
 /// `bindings/node`.
@@ -178,6 +181,18 @@ fn node_test_suite() {
 }
 
 #[test]
+fn the_license_files_are_the_repositorys() {
+    for name in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let here = std::fs::read(source().join(name)).expect("the package's license file");
+        let root = std::fs::read(source().join("../..").join(name)).expect("the repository's");
+        assert!(
+            here == root,
+            "bindings/node/{name} differs from /{name}: copy it again"
+        );
+    }
+}
+
+#[test]
 fn the_package_version_follows_the_crate() {
     let text = std::fs::read_to_string(source().join("package.json")).expect("package.json");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("package.json is JSON");
@@ -212,6 +227,34 @@ fn npm_pack_yields_a_package_whose_main_loads_the_addon() {
         tarball,
         format!("leasehold-lock-{}.tgz", env!("CARGO_PKG_VERSION"))
     );
+    // What a user gets: the package's files and the addon, nothing repo-only.
+    let out = Command::new("tar")
+        .arg("tzf")
+        .arg(packed.path().join(&tarball))
+        .output()
+        .expect("run tar");
+    check("listing the tarball", &out);
+    let mut listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim_start_matches("package/").to_string())
+        .collect();
+    listed.sort();
+    let mut want: Vec<String> = PACKAGE_FILES.iter().map(|f| f.to_string()).collect();
+    want.extend(
+        listed
+            .iter()
+            .filter(|f| f.starts_with("leasehold.") && f.ends_with(".node"))
+            .cloned(),
+    );
+    want.sort();
+    assert_eq!(
+        listed, want,
+        "the tarball holds what a user needs, and only that"
+    );
+    assert!(
+        listed.iter().any(|f| f.ends_with(".node")),
+        "the addon is in the tarball: {listed:?}"
+    );
     let out = Command::new("tar")
         .arg("xzf")
         .arg(packed.path().join(&tarball))
@@ -238,4 +281,41 @@ fn npm_pack_yields_a_package_whose_main_loads_the_addon() {
         .expect("run node");
     check("loading the packed package", &out);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+}
+
+#[test]
+fn npm_pack_dry_run_lists_only_what_a_user_needs() {
+    if let Err(why) = node() {
+        println!("SKIP: node: {why}");
+        return;
+    }
+    // bindings/node itself, as `npm pack` there (or `npm publish`) would pack it: package.json's
+    // `files` decides, so a repo-only file listed there (build.js, tests) fails this.
+    let npm = if cfg!(windows) { "npm.cmd" } else { "npm" };
+    let out = match Command::new(npm)
+        .args(["pack", "--dry-run", "--json", "--ignore-scripts"])
+        .current_dir(source())
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            println!("SKIP: node: npm pack --dry-run: npm is not installed ({e})");
+            return;
+        }
+    };
+    check("npm pack --dry-run", &out);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("npm pack --json prints JSON");
+    let mut listed: Vec<String> = doc[0]["files"]
+        .as_array()
+        .expect("npm pack --json lists files")
+        .iter()
+        .filter_map(|f| f["path"].as_str().map(str::to_string))
+        // An addon a local build put beside index.js (`npm run build`) is packed too.
+        .filter(|p| !(p.starts_with("leasehold.") && p.ends_with(".node")))
+        .collect();
+    listed.sort();
+    let mut want: Vec<String> = PACKAGE_FILES.iter().map(|f| f.to_string()).collect();
+    want.sort();
+    assert_eq!(listed, want, "npm pack --dry-run in bindings/node");
 }

@@ -443,3 +443,17 @@ fn filelocks_own_suite_passes_against_the_package() {
         "filelock {version}'s suite against leasehold_lock: {status}"
     );
 }
+
+#[test]
+fn the_license_files_are_the_repositorys() {
+    // The wheel and sdist carry bindings/python's copies (maturin takes a package's license
+    // files from beside pyproject.toml); they must be the repository's.
+    for name in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let here = std::fs::read(crate_dir().join(name)).expect("the package's license file");
+        let root = std::fs::read(crate_dir().join("../..").join(name)).expect("the repository's");
+        assert!(
+            here == root,
+            "bindings/python/{name} differs from /{name}: copy it again"
+        );
+    }
+}
