@@ -29,8 +29,9 @@
 //! find the lock "held by this process". Each JS thread's environment gets one clean-up
 //! hook (napi's `add_env_cleanup_hook`), which drops every wait of that thread still in
 //! progress: the library's acquisition ends as a dropped future does, nothing held or
-//! queued. (Leases a terminated worker holds are released by their objects' finalizers,
-//! which Node runs when it tears the environment down.)
+//! queued; and it releases every lease made on that thread (`lease.rs`): their objects'
+//! finalizers would too, but a worker terminated while a lease was being handed to
+//! JavaScript can lose the object half-made.
 //!
 //! Timers (a `timeoutMs`) are tokio's: each poll runs inside napi's runtime context, whose
 //! workers drive the timer and wake the same waker. Nothing else of the wait changes: its
@@ -124,13 +125,7 @@ where
     // Off any hand-over's path: this wait has not started yet.
     let ended = std::mem::take(&mut *retired());
     drop(ended);
-    // Before the first threadsafe function of this thread: Node runs clean-up hooks in the
-    // reverse order of their registration, so every wait's function is finalized first.
-    if !HOOKED.get() {
-        let mut env = *env;
-        env.add_env_cleanup_hook((), |()| abandon_all())?;
-        HOOKED.set(true);
-    }
+    hook(env)?;
     static IDS: AtomicU64 = AtomicU64::new(0);
     let task = Arc::new(Task {
         id: IDS.fetch_add(1, Ordering::Relaxed),
@@ -148,6 +143,18 @@ where
         })?;
     *task.poll.lock().unwrap_or_else(PoisonError::into_inner) = Some(tsfn);
     Ok(task.step(env))
+}
+
+/// Gives this JS thread's environment its clean-up hook ([`abandon_all`]), once. Before the
+/// first threadsafe function of this thread: Node runs clean-up hooks in the reverse order
+/// of their registration, so every wait's function is finalized first.
+pub(crate) fn hook(env: &Env) -> napi::Result<()> {
+    if !HOOKED.get() {
+        let mut env = *env;
+        env.add_env_cleanup_hook((), |()| abandon_all())?;
+        HOOKED.set(true);
+    }
+    Ok(())
 }
 
 /// The threadsafe functions of waits that have ended, unreferenced, until the next wait
@@ -201,4 +208,5 @@ fn abandon_all() {
             task.abandon();
         }
     }
+    crate::lease::release_all();
 }

@@ -6,7 +6,9 @@
 //! `AbortSignal` reaches the wait through a [`Waiter`]'s [`CancelToken`], which ends the
 //! kernel wait at once; napi's own signal support would only cancel a task not yet started.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use leasehold::{Budget, CancelToken, Holders, Lease, LeaseOptions, SharedLease};
@@ -65,7 +67,7 @@ pub(crate) fn budget(
 /// the process dies. It never expires.
 #[napi]
 pub struct NativeLease {
-    held: Held,
+    held: Arc<Mutex<Held>>,
     path: String,
     shared: bool,
 }
@@ -80,7 +82,7 @@ impl NativeLease {
         NativeLease {
             path: lease.path().to_string_lossy().into_owned(),
             shared: false,
-            held: Held::Exclusive(lease),
+            held: kept(Held::Exclusive(lease)),
         }
     }
 
@@ -88,8 +90,51 @@ impl NativeLease {
         NativeLease {
             path: lease.path().to_string_lossy().into_owned(),
             shared: true,
-            held: Held::Shared(lease),
+            held: kept(Held::Shared(lease)),
         }
+    }
+
+    fn held(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Held {
+    fn release(&mut self) {
+        match self {
+            Held::Exclusive(l) => l.release(),
+            Held::Shared(l) => l.release(),
+        }
+    }
+}
+
+thread_local! {
+    /// The leases made on this JS thread (always the one whose environment gets them: a
+    /// wait is polled there, `drive.rs`), for [`release_all`].
+    static MADE: RefCell<Vec<Weak<Mutex<Held>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `held`, remembered for [`release_all`] (entries of leases gone since are dropped here).
+fn kept(held: Held) -> Arc<Mutex<Held>> {
+    let held = Arc::new(Mutex::new(held));
+    MADE.with(|made| {
+        let mut made = made.borrow_mut();
+        made.retain(|w| w.strong_count() > 0);
+        made.push(Arc::downgrade(&held));
+    });
+    held
+}
+
+/// This thread's environment is being torn down (a worker terminated, the process exiting):
+/// every lease made on it is released now. Its object's finalizer would release it too —
+/// but a worker terminated while a lease was being handed to JavaScript can lose the object
+/// half-made, and the lease with it, which then stayed held by this process for good.
+pub(crate) fn release_all() {
+    let made = MADE.with(|made| std::mem::take(&mut *made.borrow_mut()));
+    for held in made.iter().filter_map(Weak::upgrade) {
+        held.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .release();
     }
 }
 
@@ -111,7 +156,7 @@ impl NativeLease {
     /// release.
     #[napi]
     pub fn verify(&self) -> Option<Failure> {
-        let checked = match &self.held {
+        let checked = match &*self.held() {
             Held::Exclusive(l) => l.verify(),
             Held::Shared(l) => l.verify(),
         };
@@ -121,10 +166,7 @@ impl NativeLease {
     /// Releases the lease (closes its descriptor). Idempotent.
     #[napi]
     pub fn release(&mut self) {
-        match &mut self.held {
-            Held::Exclusive(l) => l.release(),
-            Held::Shared(l) => l.release(),
-        }
+        self.held().release();
     }
 }
 
@@ -133,6 +175,15 @@ impl NativeLease {
 /// wait), or a failure.
 #[napi]
 pub fn try_acquire(
+    env: Env,
+    path: String,
+    options: Option<NativeLeaseOptions>,
+) -> napi::Result<Option<Either<NativeLease, Failure>>> {
+    drive::hook(&env)?;
+    Ok(try_acquire_hooked(path, options))
+}
+
+fn try_acquire_hooked(
     path: String,
     options: Option<NativeLeaseOptions>,
 ) -> Option<Either<NativeLease, Failure>> {
