@@ -8,6 +8,8 @@ struct Stat {
     pid: i32,
     ppid: i32,
     pgrp: i32,
+    /// Asked by [`orphaned`] alone (`run --etcd`'s job control).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     session: i32,
     /// Not a zombie (a zombie cannot be signalled, and waits for its reaper).
     live: bool,
@@ -84,6 +86,7 @@ pub fn descendants(group: Option<Pid>) -> Vec<Pid> {
 
 /// Whether process group `group` is orphaned (POSIX): no member has a parent in another
 /// group of the same session — the kernel then discards a stop signal sent to it.
+#[cfg(feature = "etcd")]
 pub fn orphaned(group: Pid) -> bool {
     let group = group.as_raw_nonzero().get();
     let all = all();
