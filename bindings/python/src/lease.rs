@@ -299,7 +299,11 @@ pub(crate) fn holders(py: Python<'_>, path: PathBuf) -> PyResult<Option<Vec<u32>
 #[pyfunction]
 #[pyo3(name = "_after_fork_in_child")]
 pub(crate) fn after_fork_in_child() -> bool {
-    leasehold::after_fork_in_child()
+    // No fork without exec elsewhere (Windows): Python registers nothing there.
+    #[cfg(unix)]
+    return leasehold::after_fork_in_child();
+    #[cfg(not(unix))]
+    true
 }
 
 /// Registered with `os.register_at_fork(before=...)`: the library's `before_fork`, on the
@@ -307,6 +311,7 @@ pub(crate) fn after_fork_in_child() -> bool {
 #[pyfunction]
 #[pyo3(name = "_before_fork")]
 pub(crate) fn before_fork() {
+    #[cfg(unix)]
     leasehold::before_fork();
 }
 
@@ -315,5 +320,6 @@ pub(crate) fn before_fork() {
 #[pyfunction]
 #[pyo3(name = "_after_fork_in_parent")]
 pub(crate) fn after_fork_in_parent() {
+    #[cfg(unix)]
     leasehold::after_fork_in_parent();
 }

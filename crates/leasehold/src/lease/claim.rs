@@ -205,6 +205,7 @@ impl Claim {
     /// Records that this claim's lease now holds the lock: where it is shared, later shared
     /// claims on the key are granted at once and pass the lock's gate
     /// ([`holds_shared`]). Idempotent; nothing for an exclusive claim.
+    #[cfg_attr(not(unix), allow(dead_code))] // POSIX only (`posix/`)
     pub(crate) fn hold(&mut self) {
         if self.mode != Mode::Shared || self.holding || self.forgotten() {
             return;
@@ -232,10 +233,12 @@ pub(crate) fn generation() -> u64 {
 }
 
 /// The claim table's lock, held across a `fork` ([`freeze`]).
+#[cfg_attr(not(unix), allow(dead_code))] // POSIX only (`posix/`)
 pub(crate) struct Frozen(MutexGuard<'static, Option<Table>>);
 
 /// Takes the table's lock for a `fork` about to happen on this thread, so that the child
 /// finds the table whole and its lock held by its one thread (`after_fork_in_child`).
+#[cfg_attr(not(unix), allow(dead_code))] // POSIX only (`posix/`)
 pub(crate) fn freeze() -> Frozen {
     Frozen(table())
 }
@@ -246,6 +249,7 @@ pub(crate) fn freeze() -> Frozen {
 /// does nothing). `frozen`: the lock this thread took before the fork; without it, `false`
 /// where the lock was held at the fork by a thread that is gone (it can never be taken
 /// again): the old table stays, and this process's later acquisitions would wait for ever.
+#[cfg_attr(not(unix), allow(dead_code))] // POSIX only (`posix/`)
 pub(crate) fn forget_all(frozen: Option<Frozen>) -> bool {
     GENERATION.fetch_add(1, Ordering::AcqRel);
     if let Some(Frozen(mut t)) = frozen {
@@ -261,6 +265,7 @@ pub(crate) fn forget_all(frozen: Option<Frozen>) -> bool {
 }
 
 /// Whether a shared lease of this process holds the lock `key` right now.
+#[cfg_attr(not(unix), allow(dead_code))] // POSIX only (`posix/`)
 pub(crate) fn holds_shared(key: Key) -> bool {
     table()
         .as_ref()
