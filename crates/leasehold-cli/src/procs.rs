@@ -8,7 +8,7 @@ struct Stat {
     pid: i32,
     ppid: i32,
     pgrp: i32,
-    /// Asked by [`orphaned`] alone (`run --etcd`'s job control).
+    /// Asked by `orphaned` alone (`run --etcd`'s job control).
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     session: i32,
     /// Not a zombie (a zombie cannot be signalled, and waits for its reaper).
