@@ -917,6 +917,10 @@ impl<'a, 'k, F: FnOnce(&str) -> bool> Admission<'a, 'k, F> {
         match tried {
             Ok(lease) => Ok(Try::Held(lease)),
             Err(e) if e.is_contended() => Ok(Try::Busy(e)),
+            // A collection removed the file under the try again and again (each time between
+            // the open and the lock): with no collector lock on the way in, that is the
+            // collector passing by, not someone else deleting lock files — try afresh.
+            Err(Error::Unstable { .. }) => Ok(Try::Again),
             Err(e) => self.missing(e),
         }
     }
