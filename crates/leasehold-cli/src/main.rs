@@ -117,8 +117,7 @@ fn main() -> ExitCode {
 const ETCD_BUILT: bool = cfg!(all(feature = "etcd", unix));
 
 /// The command line clap parses: the derive's, except that a build without etcd says so
-/// (issue 23 item 7: `--etcd` was listed as if it
-/// worked). There `--etcd` and `--etcd-server` are marked as not in this build (using one
+/// (a help that lists `--etcd` as if it worked misleads). There `--etcd` and `--etcd-server` are marked as not in this build (using one
 /// says how to rebuild), and the options that mean something only with them are hidden.
 fn command() -> clap::Command {
     let cli = Cli::command();
@@ -144,7 +143,7 @@ fn without_etcd(cmd: clap::Command) -> clap::Command {
 ///
 /// Help and version go through [`out::Stdout`] like every other output: clap's own
 /// `exit()` swallows a failed write, so `leasehold --help > /dev/full` exited 0 with the
-/// text lost (issue 22 item 13).
+/// text lost.
 fn not_parsed(mut e: clap::Error) -> ExitCode {
     if e.use_stderr() {
         hint_double_dash(&mut e);
@@ -163,7 +162,7 @@ fn not_parsed(mut e: clap::Error) -> ExitCode {
 
 /// `leasehold run LOCKFILE echo hi` (COMMAND without `--` before it) is clap's "unexpected
 /// argument 'echo'", which does not say what to do: add the tip that `--` goes before
-/// COMMAND (issue 23 item 7). An unexpected
+/// COMMAND. An unexpected
 /// argument that looks like an option keeps clap's own tip.
 fn hint_double_dash(e: &mut clap::Error) {
     use clap::error::{ContextKind, ContextValue, ErrorKind};

@@ -14,8 +14,7 @@
 //! Why any other write error is one: `> /dev/full`, a full disk or a failing device lose the
 //! output, and a script that goes on as if it had it acts on nothing. util-linux tools
 //! (`close_stdout`) report it as `write error` and exit 1; so do we, with one line naming
-//! the error (issue 22 item 13: `results` and
-//! `registry` used to exit 0 with their output lost). A closed stdout (`>&-`) is neither:
+//! the error, so that no verb exits 0 with its output lost. A closed stdout (`>&-`) is neither:
 //! the Rust runtime opens `/dev/null` on a closed descriptor 0–2 before `main`, so the
 //! output is discarded as the caller asked.
 

@@ -73,7 +73,7 @@ impl Wait {
     /// The whole wait's budget for one lease's acquisition, which says the notice itself
     /// ([`Budget::with_notice`]) and goes on: `waiting_for` tells from the contention what
     /// is waited for and who holds it, as for [`run`](Self::run). A waiting `run` uses it
-    /// (issue 22 item 4): a second acquisition after the notice would open the path again,
+    /// itself: a second acquisition after the notice would open the path again,
     /// and so lock a lock file replaced meanwhile beside the old file's holder.
     pub fn lease_budget(
         &self,

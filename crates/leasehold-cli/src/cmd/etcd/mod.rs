@@ -7,7 +7,7 @@
 //! COMMAND runs in a process group of its own under a supervisor (`etcd/supervisor.rs`, a
 //! hidden re-execution of this binary) that owns the whole tree and stops it by itself.
 //! The supervisor and COMMAND's process start before the wait and wait for the word, so the
-//! grant costs two messages and COMMAND's `exec`, not two process starts (issue 26 item 6);
+//! grant costs two messages and COMMAND's `exec`, not two process starts;
 //! a wait that ends without a grant dismisses them and COMMAND never runs. The terminal, if
 //! `run` has it, goes to COMMAND's group while COMMAND runs, and a COMMAND stopped by the
 //! terminal (Ctrl-Z, SIGTTIN, SIGTTOU) stops `run`'s job with it (`etcd/terminal.rs`).
@@ -210,7 +210,7 @@ mod imp {
         let interrupts = Interrupts::install()?;
         // Orphans of a supervisor that is killed become ours, and are killed below.
         supervisor::become_subreaper()?;
-        // Before the wait, so that it is ready when the grant comes (issue 26 item 6); every
+        // Before the wait, so that it is ready when the grant comes; every
         // return without a grant dismisses it (drop), and COMMAND never starts.
         let standby = Standby::start(&args)?;
         let arbiter = connect(&args.endpoints, &args.name, args.ttl)?;

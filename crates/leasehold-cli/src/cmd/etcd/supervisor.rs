@@ -1,4 +1,4 @@
-//! The supervisor of `run --etcd`'s COMMAND (issue 22 items 2, 3 and 5): a process of its
+//! The supervisor of `run --etcd`'s COMMAND: a process of its
 //! own between `leasehold run` and COMMAND that binds COMMAND's whole process tree to the
 //! lease, and does not depend on `run` being scheduled to do so.
 //!
@@ -15,7 +15,7 @@
 //! COMMAND is the supervisor's child and leads group C itself, and the supervisor says so in
 //! one line at start.
 //!
-//! Both processes below `run` start *before* the wait (issue 26 item 6): each is a
+//! Both processes below `run` start *before* the wait, so the grant is not kept waiting: each is a
 //! re-execution of this binary (a few milliseconds), and started after the grant they made
 //! the hand-over 1.5–1.9× `etcdctl lock`'s. So the supervisor starts with `run`, starts
 //! COMMAND's process — the exec helper (`_exec-with-parent-death-signal`), which arms the
@@ -702,7 +702,7 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
             if s.status.is_some() && !children && !group_alive(s.group()) {
                 // COMMAND ended and left nothing behind (no child — with a subreaper, no
                 // descendant — and nobody in its group): nothing to stop, and no scan of
-                // every process on the machine while a successor waits (issue 26 item 6).
+                // every process on the machine while a successor waits.
                 break;
             } else if s.status.is_some() {
                 s.begin(Why::Command, t);
