@@ -1,4 +1,4 @@
-//! COMMAND and the terminal (`run --etcd`, issue 22 item 2 follow-up): COMMAND runs in a
+//! COMMAND and the terminal (`run --etcd`): COMMAND runs in a
 //! process group of its own (C, so that its whole tree can be signalled), which to the
 //! terminal is a background job — one that reads the terminal is stopped (SIGTTIN) while it
 //! holds the lease, and Ctrl-C reaches `run` only. So when `run` is in the terminal's
