@@ -153,3 +153,8 @@ pub use document::{Document, DocumentError, DocumentOptions, Snapshot, Version};
 #[cfg(all(doctest, feature = "tokio", feature = "etcd", unix))]
 #[doc = include_str!("../../../README.md")]
 mod readme {}
+
+/// The examples of docs/examples.md, compiled and run as the README's are.
+#[cfg(all(doctest, feature = "tokio", feature = "etcd", unix))]
+#[doc = include_str!("../../../docs/examples.md")]
+mod examples {}
