@@ -710,7 +710,7 @@ mod with_etcd {
         (supervisor, init, helper)
     }
 
-    /// Issue 26 item 6: the supervisor and COMMAND's process start before the wait, so the
+    /// The supervisor and COMMAND's process start before the wait, so the
     /// grant costs messages rather than process starts — and a wait that ends without a
     /// grant dismisses both, COMMAND never running: when `run` is SIGKILLed while waiting,
     /// when its `--timeout` runs out, and on SIGINT.

@@ -1,5 +1,5 @@
-//! `registry --etcd --prefix P` and the lock keys of `run --etcd NAME` share etcd's key space
-//! (issue 22 item 7): a registry keeps its lock under `P/lock/` and its document at
+//! `registry --etcd --prefix P` and the lock keys of `run --etcd NAME` share etcd's key space:
+//! a registry keeps its lock under `P/lock/` and its document at
 //! `P/storages/multi_root_workspace`; `run --etcd NAME` keeps its lock under
 //! `leasehold/lock/NAME/`. Through the real binary against a real etcd started by the test:
 //! a prefix that would put a registry's keys inside another lock's range (or another lock's

@@ -500,7 +500,7 @@ fn shared_newcomers_queue_behind_a_waiting_exclusive_leasehold_flock() {
 
 /// flock(1)'s cross-user case, a `/var/lock`-style lock file in a shared sticky directory:
 /// a FILE that another user owns, or that its group or others may write, is locked as
-/// flock(1) locks it — not refused with 66 (issue 22 item 11). A script that switches to us
+/// flock(1) locks it — not refused with 66. A script that switches to us
 /// by `PATH` shares such files between users; the lease is the open file description, and
 /// the ownership rule guards the stores `run` and the other verbs keep, not a bare lock
 /// file the caller chose. Across users the lock still excludes, both ways.

@@ -74,8 +74,8 @@ fn number_that_is_not_open_is_one_line_and_exit_65() {
     testkit::assert_one_line_error(&out, "descriptor 47");
 }
 
-/// A FIFO: two open file descriptions of it exclude each other, as with flock(1) (issue 22
-/// item 14: a FIFO descriptor was refused, and the message named our internal duplicate,
+/// A FIFO: two open file descriptions of it exclude each other, as with flock(1) (a FIFO
+/// descriptor was refused, and the message named our internal duplicate,
 /// "descriptor 8", for the user's 9).
 #[test]
 fn number_locks_a_fifo_as_flock_does() {

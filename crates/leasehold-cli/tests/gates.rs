@@ -1,4 +1,4 @@
-//! Issue 22 items 4 and 10(b, c), black-box with real processes: the gate files beside a lock
+//! Black-box with real processes: the gate files beside a lock
 //! (the shared-mode turnstile, `.<name>.leasehold-gate`, `-readers`, `-writers`) are trusted
 //! no more than the lock file; a wait held up at a gate says so, naming the gate and its
 //! holders; a lock file's directory that others may write is refused; and lock files on
@@ -314,7 +314,7 @@ fn blocker_release(mut p: Proc) {
     assert!(p.wait().success());
 }
 
-/// Item 10(b): in a directory that others may write (and that is not sticky and root's),
+/// In a directory that others may write (and that is not sticky and root's),
 /// another user can move the lock file away while `run` holds it and a second `run` starts;
 /// such a directory — or one that belongs to another user — is refused, nothing created in
 /// it, unless sharing is opted into.
@@ -378,7 +378,7 @@ fn a_lock_file_in_a_directory_others_may_write_is_refused_unless_opted_in() {
     assert_eq!((out.code, out.stdout.as_str()), (0, "ran\n"), "{out:?}");
 }
 
-/// The attack of item 10(b) itself, through the opt-in: it is what the refusal prevents.
+/// The attack itself, through the opt-in: it is what the refusal prevents.
 #[test]
 fn in_a_directory_another_user_may_write_they_can_move_a_held_lock_file_away() {
     if !is_root() {
@@ -442,7 +442,7 @@ fn overlay_options(lower: &Path, upper: &Path, work: &Path) -> std::ffi::OsStrin
     opts
 }
 
-/// Item 10(c): a lock taken through an overlay's merged path does not exclude one taken
+/// A lock taken through an overlay's merged path does not exclude one taken
 /// through its upper directory (shown with util-linux flock(1) first), so a lock file on
 /// an overlay whose layer directories are reachable here is refused, like FUSE, unless
 /// opted into — and nothing is created on the mount (neither the lock file nor missing
@@ -504,7 +504,7 @@ fn a_lock_file_on_overlayfs_is_refused_before_anything_is_created_unless_opted_i
     assert_eq!((out.code, out.stdout.as_str()), (0, "ran\n"), "{out:?}");
 }
 
-/// Issue 22 item 10(c), narrowed: an overlay is refused only where its upper or lower
+/// An overlay is refused only where its upper or lower
 /// directory can be reached — a container's root overlay, whose layers only the host sees,
 /// is not. In a private mount namespace (`unshare -m`) the test mounts an overlay, then
 /// covers the upper directory's parent with a tmpfs: the lower is still reachable, so a lock
@@ -580,7 +580,7 @@ fn refused_before_anything_is_created(mnt: &Path, backing: &Path) {
     }
 }
 
-/// Item 10(c): a FUSE refusal came after the lock file had been created on the mount; now it
+/// A FUSE refusal came after the lock file had been created on the mount; now it
 /// comes first, for a missing lock file and for missing parents.
 #[test]
 fn a_lock_path_on_fuse_is_refused_before_anything_is_created_on_the_mount() {

@@ -1,4 +1,4 @@
-//! Issue 18, a hostile neighbour and hostile input: each test reproduces one finding against
+//! A hostile neighbour and hostile input: each test reproduces one finding against
 //! the real binary with real processes (other users through `chown`/`setpriv` to `nobody`,
 //! FIFOs, symlinks, a FUSE mount, signals, closed pipes) and checks the fix.
 //!

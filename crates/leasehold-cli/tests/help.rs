@@ -1,4 +1,4 @@
-//! The help a user reads and the usage errors a user meets, black-box (issue 23 item 7):
+//! The help a user reads and the usage errors a user meets, black-box:
 //! every page of `--help` describes every argument, option and subcommand, states each
 //! default once, and lists `--etcd` as working only where it was built; `run --help` gives
 //! `run`'s own exit statuses; and COMMAND written after LOCKFILE without `--` gets a tip

@@ -4,7 +4,7 @@
 //! descendant and exits must leave the lock held — `status` says held, `run --no-wait` exits
 //! 75, util-linux `flock -n` exits 1 — until that descendant is gone.
 //!
-//! Issue 22 item 1: an exclusive waiter kept the gate with its lease and, when it released,
+//! An exclusive waiter kept the gate with its lease and, when it released,
 //! unlocked the lock through a duplicate of its descriptor — the very open file description
 //! COMMAND's tree inherited — so the lock was free beside COMMAND's background child. Every
 //! path the gates create is driven here with real processes: a plain gate (a shared user came

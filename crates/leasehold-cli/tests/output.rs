@@ -77,7 +77,7 @@ fn registry(home: &Path) -> Command {
 }
 
 /// `results paths/pending/sweep/gc` printed through a writer whose errors they dropped:
-/// `> /dev/full` exited 0 with the output lost (issue 22 item 13).
+/// `> /dev/full` exited 0 with the output lost.
 #[test]
 fn results_verbs_report_a_full_stdout() {
     let tmp = tempfile::tempdir().unwrap();
@@ -114,7 +114,7 @@ fn results_verbs_report_a_full_stdout() {
 }
 
 /// `registry list` (plain and `--json`, active and contended) and `registry serve` wrote
-/// with `let _ = writeln!`: a full stdout exited 0 (issue 22 item 13).
+/// with `let _ = writeln!`: a full stdout exited 0.
 #[test]
 fn registry_list_and_serve_report_a_full_stdout() {
     let tmp = tempfile::tempdir().unwrap();
@@ -158,7 +158,7 @@ fn registry_list_and_serve_report_a_full_stdout() {
 
 /// `flock --help`, `-V` and `--verbose` printed with `print!`/`println!`, which panic (exit
 /// 101) on a failed write; with `--verbose` the panic came after the lock was taken and
-/// before COMMAND ran (issue 22 item 12). Now: flock(1)'s behaviour — COMMAND runs, and a
+/// before COMMAND ran. Now: flock(1)'s behaviour — COMMAND runs, and a
 /// full stdout fails the run with 1 afterwards, one line.
 #[test]
 fn flock_help_version_and_verbose_survive_any_stdout() {

@@ -494,7 +494,7 @@ fn holds_a_lock(pid: u32) -> bool {
         .any(|l| !l.contains("->") && l.split_whitespace().nth(4) == Some(pid.as_str()))
 }
 
-/// Issue 22 item 6: `results gc` held the collector lock for its whole run (and listed every
+/// `results gc` held the collector lock for its whole run (and listed every
 /// record again every 256 lock files), so at 100,000 lock files an unrelated `paths ID
 /// --timeout 0.2` failed with 75. Now it collects in batches and releases the collector lock
 /// between them: during a collection of 100,000 lock files (with 5,000 records to list),
@@ -767,7 +767,7 @@ fn mkfifo(path: &Path) {
     assert!(status.success(), "mkfifo {}", path.display());
 }
 
-/// A managed root or lock namespace that others may write (issue 18, item 6) could have its
+/// A managed root or lock namespace that others may write could have its
 /// lock files removed or replaced under their holders: it is refused (exit 2, one line naming
 /// it and the mode) unless the user opts in with LEASEHOLD_ALLOW_SHARED=1, and nothing is
 /// created or changed by the refusal.

@@ -231,7 +231,7 @@ fn a_long_wait_gives_notice_once_and_reports_the_whole_wait_when_it_gives_up() {
     release(holder);
 }
 
-/// The notice does not restart the wait (issue 22 item 4): a waiting `run` whose lock file
+/// The notice does not restart the wait: a waiting `run` whose lock file
 /// is replaced (by rename, as a backup restore would) stays in line behind the old file's
 /// holder after it says it waits, rather than opening the path again and taking the free
 /// new file beside that holder. It waits until its deadline, and COMMAND never runs.

@@ -567,7 +567,7 @@ fn read_into_a_closed_pipe_is_not_a_failure() {
     assert!(out.stderr.is_empty());
 }
 
-/// Issue 22 item 9: a writer whose session directory is renamed under it keeps working
+/// A writer whose session directory is renamed under it keeps working
 /// through its directory handles, while a second writer resolves `DIR/ID` to a fresh
 /// directory and owns the ID there. The first must notice at its next append (the whole
 /// chain is verified before each durable append) and stop with one line and status 1,
@@ -600,7 +600,7 @@ fn a_writer_whose_session_directory_was_renamed_stops_before_its_next_append() {
     assert_eq!(records(&dir, "s"), [r#"{"from":"b"}"#, r#"{"from":"b2"}"#]);
 }
 
-/// Issue 22 item 8: a session another user prepared — a session directory or log that
+/// A session another user prepared — a session directory or log that
 /// belongs to someone else or that others may write, holding forged records — is neither
 /// appended to nor served by `read` (exit 2, one line naming it), and the refusal creates
 /// nothing (no lock file in their directory); `LEASEHOLD_ALLOW_SHARED=1` accepts it. The
@@ -702,7 +702,7 @@ fn a_session_another_user_could_have_prepared_is_neither_appended_to_nor_read() 
 /// The record limit of `session --help` (64 MiB), written independently of the store.
 const RECORD_LIMIT: usize = 64 << 20;
 
-/// Issue 22 item 15: a line longer than the record limit (valid JSON, one byte over) is
+/// A line longer than the record limit (valid JSON, one byte over) is
 /// refused — exit 2, one line naming the limit — with nothing of it or after it written,
 /// while the lines before it stay; `session --help` states the limit. (The boundary itself,
 /// a record of exactly the limit, is pinned down by the library's tests.)
@@ -722,7 +722,7 @@ fn append_refuses_a_line_over_the_record_limit() {
     assert!(help.stdout.contains("at most 67108864 bytes"), "{help:?}");
 }
 
-/// Issue 22 item 15: `read` holds at most the record limit of a line. A torn tail of 512 MiB
+/// `read` holds at most the record limit of a line. A torn tail of 512 MiB
 /// (sparse: it costs no disk) is skipped under a 256 MiB address-space limit, where reading
 /// it whole aborted with a backtrace; a whole line over the limit (no writer writes one) ends the output
 /// after the records before it, with one line and status 1.

@@ -226,7 +226,7 @@ pub const ETCD_RUN_LOCKS: &str = "leasehold/lock";
 /// * must not be empty;
 /// * must have no segment `lock` (between `/`s): such a prefix lies inside the lock range of
 ///   the registry (or of the `run --etcd` lock) named by what precedes that segment, and the
-///   registry's never-expiring document there blocked that lock for ever (issue 22 item 7);
+///   registry's never-expiring document there blocked that lock for ever;
 ///   conversely no other registry can then lie inside this one's;
 /// * must not be `leasehold`, whose `lock/` range is where `leasehold run --etcd` keeps
 ///   every lock ([`ETCD_RUN_LOCKS`]).

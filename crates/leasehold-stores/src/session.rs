@@ -33,7 +33,7 @@
 //!   sharing is intended. Whoever may write the session directory can move `session.lock`
 //!   away and admit a second writer; whoever may write the log can forge the records that
 //!   readers serve. Writers and readers alike refuse such a session before anything is
-//!   created, opened or served (issue 22 item 8).
+//!   created, opened or served.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -819,7 +819,7 @@ mod tests {
         assert_eq!(mode(dir.join("s").join(LOCK_NAME)), 0o600);
     }
 
-    /// Issue 22 item 8: a session directory or log that others may write is refused by
+    /// A session directory or log that others may write is refused by
     /// writers and readers alike, before anything is created in it, unless shared state is
     /// allowed. (Other users' files: the CLI's tests, which run as root and chown.)
     #[cfg(unix)] // Windows does not judge ACLs

@@ -137,7 +137,7 @@ fn apply_failing_part_way_reports_what_was_and_was_not_done() {
     let msg = e.to_string();
     assert!(matches!(e, ResultError::Partial { .. }), "{msg}");
     assert!(msg.contains("wrote 1 file(s)"), "{msg}");
-    // Never published: what is kept is said as it is (issue 22 item 10a).
+    // Never published: what is kept is said as it is.
     assert!(
         msg.contains("candidate kept (it has no publication)"),
         "{msg}"

@@ -729,7 +729,7 @@ mod tests {
             contended(NotWaited::SingleTry),
             "/var/lib/app/store.lock: lock is held by another process (pid 42); not waited for (a single try; to wait, acquire with a Budget::timeout)"
         );
-        // A budget that had a timeout is not told to get one (issue 23 item 6): it is told
+        // A budget that had a timeout is not told to get one: it is told
         // that it was spent before this acquisition began.
         let spent = contended(NotWaited::Expired {
             late: Duration::from_millis(500),
@@ -752,7 +752,7 @@ mod tests {
     }
 
     /// A wait held up at a gate is told what is true of it in the Budget's terms, never to
-    /// "acquire with a Budget that has a timeout" when it had one (issue 23 item 6); the
+    /// "acquire with a Budget that has a timeout" when it had one; the
     /// situation alone, for the other faces, is the message without the advice.
     #[test]
     fn a_wait_held_up_at_a_gate_is_worded_in_the_budgets_terms_and_its_situation_has_no_advice() {

@@ -1,4 +1,4 @@
-//! What a [`Budget`] means to an acquisition (issue 23 item 6): a timeout is measured from
+//! What a [`Budget`] means to an acquisition: a timeout is measured from
 //! the start of each acquisition that uses it, a deadline (`until`, or a timeout `started`
 //! once) is shared by every step, and a contention error says truly why it did not wait —
 //! never "acquire with a Budget that has a timeout" to a budget that had one.

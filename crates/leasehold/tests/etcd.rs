@@ -25,7 +25,7 @@ fn arbiter(server: &EtcdServer, name: &str) -> EtcdArbiter {
     EtcdArbiter::connect(&server.endpoint, &format!("test/{name}"), TTL).expect("connect")
 }
 
-/// Two test servers never share one (issue 22 item 3 of the etcd work: a stores test once
+/// Two test servers never share one (a stores test once
 /// failed at `acquire(no_wait)` because two tests' servers were one): a server whose port
 /// another already has starts again on fresh ports, and is ready only once its own process
 /// listens — another server's `/health` on that port is not its.
@@ -170,8 +170,7 @@ fn a_deposed_writer_is_refused_by_etcd_itself() {
 /// its current revision. One that starts *at* it — etcd's own mutex.go watches its
 /// predecessor from the revision of the read that found it — counts as a slow watcher until a
 /// loop that runs every 100 ms catches it up, so a holder that releases soon after its
-/// waiter queued hands over up to 100 ms late (most of `bench --etcd`'s hand-over figure,
-/// issue 26 item 6). A waiter must watch from the next revision: etcd never counts it slow.
+/// waiter queued hands over up to 100 ms late (most of `bench --etcd`'s hand-over figure). A waiter must watch from the next revision: etcd never counts it slow.
 /// (etcd's own gauges are the observation: `watcher_total` says the waiter's watch exists,
 /// `slow_watcher_total` whether it is waiting for that loop.)
 #[test]
@@ -234,7 +233,7 @@ fn the_last_predecessors_deletion_grants_without_another_look() {
 
 /// A key under a lock's prefix that is attached to no lease never expires: it is not a
 /// process's claim (every holder's and waiter's key has a lease) but debris — a registry
-/// document written there by a prefix inside the lock's range (issue 22 item 7), or a stray
+/// document written there by a prefix inside the lock's range, or a stray
 /// `etcdctl put`. Counted as the oldest holder it would refuse the lock for ever; counted as
 /// a predecessor it would leave a waiter watching it for ever.
 #[test]

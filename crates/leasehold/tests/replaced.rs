@@ -1,4 +1,4 @@
-//! Issue 22 item 19: a waiter does not poll — neither the lock nor its path. It waits on the
+//! A waiter does not poll — neither the lock nor its path. It waits on the
 //! inode it opened; a lock file replaced meanwhile is followed when that inode's holder lets
 //! go (the kernel wakes the waiter, whose grant's inode check finds the replacement), never
 //! earlier: a waiter queued behind a holder must not take the lease beside it. (Waiters

@@ -1,4 +1,4 @@
-//! Shared leases (issue 15) with real processes: shared holders coexist, shared and exclusive
+//! Shared leases with real processes: shared holders coexist, shared and exclusive
 //! exclude each other across processes and across implementations (util-linux `flock(1)`,
 //! Python's `fcntl.flock`, std's `File::lock`/`File::lock_shared`), and an exclusive waiter
 //! is not starved by shared holders of other processes that overlap each other without a gap.
@@ -550,7 +550,7 @@ fn blocked_elsewhere(pid: u32, path: &Path) -> bool {
     anywhere && !blocked_on(pid, path)
 }
 
-/// Readers are not starved by a queue of writers either (issue 15: the same fairness as
+/// Readers are not starved by a queue of writers either (the same fairness as
 /// exclusive waits): a shared waiter queued behind an exclusive waiter gets the lease before
 /// exclusive waiters that queue after it — a reader phase between writer phases. The
 /// reader is stopped (SIGSTOP) while the first writer gets the lock, so that the later
@@ -627,7 +627,7 @@ fn a_waiting_reader_goes_before_writers_that_queue_after_it() {
 }
 
 /// A writer that releases and acquires again at once does not barge in ahead of a reader
-/// its release woke (issue 15: readers are not starved by writers): once this process has
+/// its release woke (readers are not starved by writers): once this process has
 /// waited where shared waiters queue, its next `Lease::acquire` defers to the shared waiters
 /// (it finds the readers' gate held) instead of taking the lock back with its first try. The
 /// waiting reader is stopped (SIGSTOP) while the writer releases, so without deferring the
@@ -796,7 +796,7 @@ fn a_writer_keeps_the_gate_with_its_lease_and_readers_wait_for_it_on_the_lock() 
 
 /// A lease handed to a child with `share_with_children` lasts until the child exits, also
 /// when the acquisition waited next to the shared-mode gates and so kept the gate with its
-/// lease (issue 22 item 1: the gate's hand-back unlocked the lock through a duplicate of the
+/// lease (the gate's hand-back unlocked the lock through a duplicate of the
 /// lease's descriptor — the child's open file description — and a second holder got in
 /// beside the child). Both waits: inline (unlimited) and through the helper (a deadline).
 #[test]

@@ -1,4 +1,4 @@
-//! The waiter of the primitive (issue 12): waits sit in the kernel's own flock queue, and a
+//! The waiter of the primitive: waits sit in the kernel's own flock queue, and a
 //! waiter that gives up leaves nothing of ours holding the lease, ever.
 //!
 //! Holders are real processes (util-linux `flock`); every wait here is ended by its budget or

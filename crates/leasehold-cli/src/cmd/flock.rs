@@ -578,7 +578,7 @@ fn lock_path(path: &Path, op: Op, budget: &Budget) -> Result<Held, Failed> {
     );
     // The environment's opt-ins, as for every verb (`LEASEHOLD_ALLOW_NETWORK_FS=1` is the
     // only way past a network, FUSE or overlay refusal); then a FILE another user owns or
-    // may write is locked, as flock(1) locks it (issue 22 item 11): see the module docs,
+    // may write is locked, as flock(1) locks it: see the module docs,
     // "Deliberate differences".
     let opts = crate::env::lease_options()
         .create_parents(false)
@@ -663,8 +663,7 @@ fn lock_number(n: i32, op: Op, budget: &Budget) -> Result<Held, Failed> {
 }
 
 /// `e` about descriptor `n`. The library names a descriptor by the number it was given —
-/// here the duplicate [`inherited`] made ("descriptor 8" for the user's 9, issue 22 item
-/// 14) — while the user knows only `n`.
+/// here the duplicate [`inherited`] made ("descriptor 8" for the user's 9) — while the user knows only `n`.
 fn for_number(e: Error, n: i32) -> Error {
     let path = PathBuf::from(format!("descriptor {n}"));
     match e {

@@ -39,7 +39,7 @@ pub fn mono_ns() -> u64 {
     {
         // std's SystemTime is GetSystemTimePreciseAsFileTime here: 100 ns steps, and one
         // clock for all processes. (QueryPerformanceCounter would need an unsafe Win32 call,
-        // and the library exposes nothing for benchmarks, issue 12.) It can step when the
+        // and the library exposes nothing for benchmarks.) It can step when the
         // system clock is set; a bench run or torture spanning such a step says so in an odd
         // figure or a checker complaint, never in a silent pass.
         std::time::SystemTime::now()

@@ -456,7 +456,7 @@ fn handle(registry: &Registry, line: &str) -> Value {
     if op == "refresh" {
         // Look at the state first: an authority whose etcd grant ran out meanwhile (a short
         // outage) withdraws then, so refresh really tries again instead of finding itself
-        // still "active"; and ok means active (issue 22 item 18).
+        // still "active"; and ok means active.
         let _ = registry.state();
         let refreshed = registry.refresh().and_then(|()| registry.ensure_active());
         return answer(registry, refreshed.err().map(|e| error_of(&e)));

@@ -161,7 +161,7 @@ pub fn main(args: ResultsArgs) -> Outcome {
         Ok(()) => stdout.finish().map(|()| OK).map_err(Failure::from),
         Err(e) if e.class() == ErrorClass::Contended => Err(Failure::of_with(&e, &wait.gave_up())),
         Err(e @ ResultError::Stopped { .. }) => {
-            // A signal stopped the operation part-way (issue 22 item 16). Unlike a cancelled
+            // A signal stopped the operation part-way. Unlike a cancelled
             // wait, which changed nothing and exits silently, it says what it did and what is
             // left; the status is still the signal's (130/143).
             crate::out::error_line(&e.to_string());

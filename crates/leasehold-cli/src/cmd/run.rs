@@ -261,7 +261,7 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
     let wait = Wait::of(args.no_wait, args.timeout, token);
     // What holds the lease up, after "{path}: lock is " (and, in the notice, after the
     // path): "held by another process (pid N)", or, for a wait held up at one of the lock's
-    // gates (issue 22 item 4), that gate, who holds it and what the lock itself is.
+    // gates, that gate, who holds it and what the lock itself is.
     let holders = |e: &Error| match e {
         Error::Contended { path, holders, .. } | Error::TimedOut { path, holders, .. } => Some((
             path.display().to_string(),

@@ -54,7 +54,7 @@ impl ResultStore {
     /// operation runs lets a newcomer take the ID's lease in a fresh namespace; the running
     /// one notices at its next write ([`KeyLease::verify`] walks the chain), but the newcomer
     /// would act meanwhile — a discard removed what an apply was applying, and the apply
-    /// then said they were kept (issue 22 item 10a). The candidate is what both reach
+    /// then said they were kept. The candidate is what both reach
     /// whatever the namespace, so every operation on it also locks it: the newcomer waits
     /// for the running one to end, and gives up with [`ResultError::Split`] at its deadline.
     /// Without a split this lock is always free (one `openat` and one `flock`).

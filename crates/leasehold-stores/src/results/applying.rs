@@ -4,7 +4,7 @@
 //! (`.NAME.tmp.PID.N`, [`temporary_name`](leasehold::patterns::durable::temporary_name)),
 //! renamed over it. A process killed between creating and renaming one leaves it behind,
 //! in a directory that is not the store's: neither a re-apply nor `sweep` could tell it from
-//! a file of the user's (issue 22 item 17). So before it writes, `apply` records in the
+//! a file of the user's. So before it writes, `apply` records in the
 //! candidate which TARGET it writes into and the process number its temporaries carry
 //! (`results/<id>/applying.json`); whoever next holds the ID's lease — a re-apply, discard,
 //! abort, sweep — finds the record, removes exactly that process's temporaries of the

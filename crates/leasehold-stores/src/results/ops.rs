@@ -396,7 +396,7 @@ impl ResultStore {
     }
 
     /// What of `id` is still in the store, as a message's "not done" says it: looked at, not
-    /// assumed (issue 22 item 10a: an apply whose lease had been split said "candidate and
+    /// assumed (an apply whose lease had been split said "candidate and
     /// publication kept" of what another process had removed).
     pub(super) fn kept(&self, id: &str) -> String {
         let stands = |area: &str, name: &str| match self.area(area, false) {
@@ -555,7 +555,7 @@ impl ResultStore {
 
 /// Whether the operation's cancellation token fired. Asked at every file boundary once an
 /// operation is admitted, so that SIGINT/SIGTERM (the CLI's token) stop a long stage, apply
-/// or discard within one file, with the store consistent (issue 22 item 16: they ran on for
+/// or discard within one file, with the store consistent (they ran on for
 /// up to 14 s). One `poll` of the token's pipe per file.
 fn stopped(cancel: Option<&CancelToken>) -> bool {
     cancel.is_some_and(CancelToken::is_cancelled)

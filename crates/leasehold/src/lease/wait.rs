@@ -30,7 +30,7 @@
 //!    (Windows, WASI) it polls with back-off, and on a slow timer also checks that the file
 //!    it waits for is still the one at the path.
 //!
-//! Why no re-check of the path where the kernel wakes the waiter (issue 22 item 19: waiters
+//! Why no re-check of the path where the kernel wakes the waiter (waiters
 //! looked at the path every 100 ms while the README said waits do not poll; one process's
 //! CPU while 100 of its waiters wait 1 s, `leasehold bench`'s `crowd_waiting_cpu` on the
 //! 2-vCPU reference VM: 1.36 % of a core for sync waiters and 0.42 % for async ones with the

@@ -11,8 +11,7 @@
 //!   chain was opened as). Two writers appending to one file interleave their bytes and tear
 //!   each other's records; a lease whose lock file was replaced excludes nobody; and a log
 //!   whose directory was renamed keeps taking our appends through the open handles while a
-//!   newcomer creates a fresh directory under the old name and becomes its writer (issue 22
-//!   item 9: a session writer appended, exit 0, into a moved log beside a second owner).
+//!   newcomer creates a fresh directory under the old name and becomes its writer (a session writer appended, exit 0, into a moved log beside a second owner).
 //! * **One `write` per record.** A record and its newline are written with a single `write(2)`
 //!   on an `O_APPEND` descriptor, so a record is never split by our own buffering and always
 //!   lands at the end of the file. (The kernel completes a regular-file write in one call
@@ -50,8 +49,7 @@ use crate::lease::{self, Lease, LockDir};
 /// Writers refuse a longer record ([`AppendError::InvalidRecord`]), so that a reader never
 /// needs more than this much memory for one record: [`LogReader`] holds at most this many
 /// bytes of a line, skips a longer final line without a newline (a torn tail) in constant
-/// memory, and reports a longer whole line as an error rather than reading it in (issue 22
-/// item 15: a 1.5 GB torn tail cost `session read` 1.5 GB, and a 3 GB one under a 2 GB
+/// memory, and reports a longer whole line as an error rather than reading it in (a 1.5 GB torn tail cost `session read` 1.5 GB, and a 3 GB one under a 2 GB
 /// memory limit aborted it).
 pub const MAX_RECORD_LEN: usize = 64 << 20;
 
@@ -863,7 +861,7 @@ mod tests {
         assert_eq!(content(&f), b"1\n");
     }
 
-    /// Issue 22 item 15: the reader holds at most the limit of a line. A torn tail far
+    /// The reader holds at most the limit of a line. A torn tail far
     /// longer than the limit (sparse: no disk is spent on it) is skipped and reported; a
     /// whole line longer than the limit, which no writer writes, stops reading with an error
     /// after the records before it.
@@ -995,7 +993,7 @@ mod tests {
         assert_eq!(content(&f), b"1\n");
     }
 
-    /// Issue 22 item 9: a log whose directory is renamed keeps working through our handles,
+    /// A log whose directory is renamed keeps working through our handles,
     /// while a newcomer resolves the old name to a fresh directory and takes a fresh lock
     /// there; the next append must fail closed instead of going into the moved log.
     #[cfg(unix)] // Windows binds names to the real path at open (its verify answers Ok)

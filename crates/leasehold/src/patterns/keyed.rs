@@ -336,7 +336,7 @@ impl KeyedLeases {
     /// to another user or be writable by others (see [`check_trusted`](crate::check_trusted)),
     /// as lock files then may; without it (the default) such a root or namespace is refused
     /// with [`Error::Untrusted`]: whoever may write it can remove or replace lock files under
-    /// their holders (issue 18).
+    /// their holders.
     #[must_use]
     pub fn with_options(mut self, options: LeaseOptions) -> KeyedLeases {
         self.options = options;

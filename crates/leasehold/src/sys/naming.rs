@@ -60,7 +60,7 @@ pub(crate) fn object_name(key: &str) -> String {
 /// case-sensitive file system must have one spelling.
 ///
 /// A table, not `write!("{b:02x}")`: the formatter measured a tenth of a keyed acquisition
-/// (32 calls through `fmt`; issue 26 item 5).
+/// (32 calls through `fmt`).
 pub(crate) fn push_sha256_hex(out: &mut String, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(64);

@@ -1,6 +1,5 @@
 //! Whether an overlayfs mount's layer directories can be reached from this mount namespace
-//! (Linux): what decides if a lock file on the overlay is refused (issue 22 item 10(c),
-//! narrowed).
+//! (Linux): what decides if a lock file on the overlay is refused.
 //!
 //! A lock taken through an overlay's merged path is the overlay inode's; one taken through
 //! its upper (or a lower) directory is the underlying inode's, and the two do not exclude

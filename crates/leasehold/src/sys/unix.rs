@@ -218,7 +218,7 @@ pub(crate) fn fd_entry(fd: BorrowedFd<'_>) -> Result<Entry, Errno> {
 }
 
 /// [`fd_entry`] and, when `judge` is set, [`untrusted_at`]'s verdict on the descriptor, from one `fstat`: a
-/// second `fstat` measured ~7 % of an uncontended acquisition on the reference VM (issue 12).
+/// second `fstat` measured ~7 % of an uncontended acquisition on the reference VM.
 pub(crate) fn fd_entry_judged(
     fd: BorrowedFd<'_>,
     judge: bool,
@@ -665,7 +665,7 @@ pub(crate) fn network_fs_magic(magic: u64) -> Option<&'static str> {
         0x6573_5546 => Some("fuse"),
         // overlayfs: a lock taken through the merged path is the overlay inode's, one taken
         // through the upper (or lower) directory the underlying inode's, and the two do not
-        // exclude each other (issue 22 item 10(c); tried with util-linux `flock -n`
+        // exclude each other (tried with util-linux `flock -n`
         // through both paths). Refused like FUSE where a layer directory can be reached
         // ([`overlay_judged`] looks): otherwise every user of a lock goes through the
         // merged path, as the processes inside one container do.

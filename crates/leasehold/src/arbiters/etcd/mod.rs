@@ -1088,7 +1088,7 @@ async fn scan(
 /// Every holder's and waiter's key is attached to its lease, so that it goes when its
 /// process stops renewing. A key under a lock's prefix without a lease never expires and is
 /// no process's claim — a document that a registry whose prefix lay inside the lock's range
-/// wrote there (issue 22 item 7), or a stray `etcdctl put` — and counted as the oldest holder
+/// wrote there, or a stray `etcdctl put` — and counted as the oldest holder
 /// it would keep the lock from everyone for ever; counted as a predecessor it would keep a
 /// waiter watching for a deletion that never comes. It is skipped.
 async fn first_leased(
@@ -1159,7 +1159,7 @@ fn reads(resp: TxnResponse) -> Vec<Vec<KeyValue>> {
 /// starts at the revision after that read. etcd sends a watch's events as they happen only to
 /// a watcher that starts after its current revision; one that starts at or before it (as
 /// mutex.go's does, from the read's own revision) is caught up by a loop that runs every
-/// 100 ms, which delayed a hand-over by up to that much (issue 26 item 6). Nothing is missed:
+/// 100 ms, which delayed a hand-over by up to that much. Nothing is missed:
 /// the predecessor existed at the read's revision, so its deletion comes after it.
 async fn wait_deletes(ctx: &Ctx, key: &str, mine: i64) -> Result<bool> {
     loop {

@@ -128,7 +128,7 @@
 //! every user, in a sticky `/tmp` — deny every shared lease and every exclusive wait on a
 //! lock file they cannot even open, while ignoring costs this lock's fairness only, which
 //! exclusion never depends on. Trusted, such a gate let its planter hold it and hang shared
-//! acquirers on a free lock, and exclusive waiters behind it for ever (issue 22 item 4).
+//! acquirers on a free lock, and exclusive waiters behind it for ever.
 //! `LeaseOptions::allow_shared_state` does not extend to gates: it would buy next to
 //! nothing (gates are created 0600, so another user's gate cannot even be opened unless its
 //! owner made it so) and would hand every acquirer that opts in — `leasehold flock` does,
@@ -243,7 +243,7 @@ pub(crate) struct Gates {
 /// Where a wait through the gates is blocked: on the lock itself or on one of its gates.
 /// [`block`] sets it before each blocking `flock`; the waiter reads it when its budget runs
 /// out ([`Place::held_up`]), so that a wait stuck at a gate says so instead of blaming the
-/// lock's holders — who may be nobody (issue 22 item 4: "held by another process" while
+/// lock's holders — who may be nobody ("held by another process" while
 /// `status` said `free`).
 #[derive(Debug, Default)]
 pub(crate) struct Place {

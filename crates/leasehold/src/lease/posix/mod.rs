@@ -329,7 +329,7 @@ pub(crate) struct Opened {
 ///
 /// Any kind of file is accepted, as `flock(2)` and `flock(1)` accept it: the refusal of
 /// FIFOs, devices and sockets guards *opening a path* (which could block or follow), and the
-/// caller has already opened this one (issue 22 item 14: `flock 9` on a FIFO or a pipe was
+/// caller has already opened this one (`flock 9` on a FIFO or a pipe was
 /// refused).
 pub(crate) fn open_descriptor(target: &Target, fd: BorrowedFd<'_>) -> Result<Opened> {
     let path = target.display();
@@ -366,7 +366,7 @@ impl PlatformOpened for Opened {
 /// A lease is released by closing, never by `flock(LOCK_UN)` on its description: the
 /// description may be shared (COMMAND of `run` and `flock`, a child given the lease with
 /// `share_with_children`, a `fork`), and `LOCK_UN` drops the lock for every holder of it
-/// (issue 22 item 1: a waiting `run` whose gate
+/// (a waiting `run` whose gate
 /// hand-back unlocked a duplicate of its descriptor let a second `run` in beside COMMAND's
 /// background child).
 #[derive(Debug)]
@@ -513,7 +513,7 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
     // whatever else got opened. A device node is thus opened (non-blocking, never as a
     // controlling terminal) before it is refused. Why not `lstat` first, as before: it
     // measured ~20 % of an uncontended cycle on the reference VM (a path walk), the one
-    // system call beyond what the contract needed then (issue 12), and it still left a race
+    // system call beyond what the contract needed then, and it still left a race
     // between the look and the open.
     let fd = match sys::open_lock_file(dir, name, opts.create) {
         Ok(fd) => fd,
@@ -731,7 +731,7 @@ const FIT_DIRS_MAX: usize = 64;
 /// Creates the missing parent directories of a lock path (mode 0700), unless
 /// [`LeaseOptions::allow_network_filesystem`] only after the nearest one that exists was
 /// found on a file system the lock is allowed on: nothing is created on a mount where the
-/// lock would be refused (issue 22 item 10(c)).
+/// lock would be refused.
 fn make_parents(opts: &LeaseOptions, target: &Target) -> Result<()> {
     let path = target.display();
     let Some(parent) = target.name.parent().filter(|p| !p.as_os_str().is_empty()) else {
