@@ -1546,8 +1546,9 @@ impl Grant for EtcdGrant {
 
     /// Stops the keep-alive and revokes the lease, which deletes the lock key at once: a
     /// waiting successor is granted within a round trip, not after the TTL. Waits for etcd's
-    /// answer (at most a few seconds) unless the grant was already lost; if etcd does not
-    /// answer, the lease expires by itself.
+    /// answer (at most a few seconds, and never past the moment the lease would expire by
+    /// itself: waiting longer gains a successor nothing) unless the grant was already lost;
+    /// if etcd does not answer, the lease expires by itself.
     fn release(&mut self) {
         if self.released {
             return;
@@ -1556,15 +1557,18 @@ impl Grant for EtcdGrant {
         lock(&self.shared.live).remove(&self.held.token);
         // A lost grant's lease has expired or is about to, and etcd may not be answering:
         // revoke it in passing instead of waiting for an answer that may never come.
-        let lost = self.held.live.check().is_some();
+        let left = self.held.live.remaining();
         if let Some(revoke) = self.held.disarm() {
-            if lost {
-                self.shared.ctx.handle.spawn(revoke);
-            } else {
-                let _ = self.shared.block(async move {
-                    revoke.await;
-                    Ok(())
-                });
+            match left {
+                Some(left) if !left.is_zero() => {
+                    let _ = self.shared.block(async move {
+                        let _ = tokio::time::timeout(left, revoke).await;
+                        Ok(())
+                    });
+                }
+                _ => {
+                    self.shared.ctx.handle.spawn(revoke);
+                }
             }
         }
     }
