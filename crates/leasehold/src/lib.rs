@@ -276,8 +276,8 @@ pub use kind::{FileId, FileKind, Holders};
 #[cfg(unix)]
 pub use lease::unlock_descriptor;
 pub use lease::{
-    HandleGuard, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS, SharedLease,
-    check_trusted, holders,
+    AnyLease, HandleGuard, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS,
+    SharedLease, check_trusted, holders,
 };
 #[cfg(unix)]
 pub use lease::{after_fork_in_child, after_fork_in_parent, before_fork};

@@ -58,7 +58,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use leasehold::{Budget, Error, ErrorClass, Lease, LeaseOptions, LockMode, SharedLease};
+use leasehold::{AnyLease, Budget, Error, ErrorClass, LeaseOptions, LockMode};
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
@@ -455,7 +455,7 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
     let mut cmd = Command::new(program);
     cmd.args(rest);
     if (plan.no_fork || !plan.close)
-        && let Held::Shared(l) = &held
+        && let Held::Lease(l) = &held
         && let Some((name, value)) = l.child_env()
     {
         // COMMAND inherits a shared lease: its own shared acquisitions of the file are
@@ -493,8 +493,8 @@ fn written(e: std::io::Error) -> Failure {
 
 /// What stands locked while COMMAND runs.
 enum Held {
-    Exclusive(Lease),
-    Shared(SharedLease),
+    /// A lock file's lease, in the mode asked for.
+    Lease(AnyLease),
     /// A directory (or, for `-u`, a file) opened here.
     Fd(OwnedFd),
     /// The NUMBER form: the lock is the inherited description's.
@@ -504,8 +504,7 @@ enum Held {
 impl Held {
     fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
-            Held::Exclusive(l) => l.as_fd(),
-            Held::Shared(l) => l.as_fd(),
+            Held::Lease(l) => l.as_fd(),
             Held::Fd(fd) => Some(fd.as_fd()),
             Held::Nothing => None,
         }
@@ -584,13 +583,9 @@ fn lock_path(path: &Path, op: Op, budget: &Budget) -> Result<Held, Failed> {
         .create_parents(false)
         .allow_shared_state(true);
     match (op, is_dir) {
-        (Op::Lock(LockMode::Exclusive), false) => opts
-            .acquire(path, budget)
-            .map(Held::Exclusive)
-            .map_err(|e| failed(&e, true)),
-        (Op::Lock(LockMode::Shared), false) => opts
-            .acquire_shared(path, budget)
-            .map(Held::Shared)
+        (Op::Lock(mode), false) => opts
+            .acquire_mode(path, mode, budget)
+            .map(Held::Lease)
             .map_err(|e| failed(&e, true)),
         (Op::Lock(mode), true) => {
             let fd = open_plain(path, true)?;

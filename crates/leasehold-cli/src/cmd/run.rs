@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use clap::Args;
-use leasehold::{Error, ErrorClass, Lease, SharedLease};
+use leasehold::{AnyLease, Error, ErrorClass, LockMode};
 #[cfg(unix)]
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
@@ -176,7 +176,7 @@ pub fn main(args: RunArgs) -> Outcome {
 }
 
 /// How often `run` checks, while COMMAND runs, that LOCKFILE's path still leads to the file
-/// it locked ([`Held::verify`]: one `fstatat` of the whole path).
+/// it locked ([`AnyLease::verify`]: one `fstatat` of the whole path).
 #[cfg(unix)]
 const WATCH_EVERY: Duration = Duration::from_millis(200);
 
@@ -192,7 +192,7 @@ const MOVED_GRACE: Duration = Duration::from_secs(2);
 /// locks a new file there and runs beside COMMAND. Once the path leads elsewhere COMMAND's
 /// tree is stopped ([`stop_tree`]) and the loss returned.
 #[cfg(unix)]
-fn watch(lease: &Held, command: u32, ended: std::sync::mpsc::Receiver<()>) -> Option<Error> {
+fn watch(lease: &AnyLease, command: u32, ended: std::sync::mpsc::Receiver<()>) -> Option<Error> {
     use std::sync::mpsc::RecvTimeoutError;
     loop {
         match ended.recv_timeout(WATCH_EVERY) {
@@ -256,7 +256,7 @@ fn stop_tree(command: u32, ended: &std::sync::mpsc::Receiver<()>) {
 /// Waits for the lease within the user's budget (see [`Wait`]: it says once when it takes
 /// over a second). Contention names the lock file, its holders, how long `run` waited and
 /// the option that waits longer.
-fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
+fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure> {
     let token = interrupts.token();
     let wait = Wait::of(args.no_wait, args.timeout, token);
     // What holds the lease up, after "{path}: lock is " (and, in the notice, after the
@@ -297,14 +297,11 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
     // One acquisition for the whole wait, which says the notice and goes on waiting on the
     // file it opened (see `Wait::lease_budget`).
     let budget = wait.lease_budget(held_by);
-    let acquired = match args.shared {
-        true => options
-            .acquire_shared(&args.lockfile, &budget)
-            .map(Held::Shared),
-        false => options
-            .acquire(&args.lockfile, &budget)
-            .map(Held::Exclusive),
+    let mode = match args.shared {
+        true => LockMode::Shared,
+        false => LockMode::Exclusive,
     };
+    let acquired = options.acquire_mode(&args.lockfile, mode, &budget);
     acquired.map_err(|e| {
         // How long it waited, before the holders are looked up (that takes a moment).
         let tail = wait.gave_up();
@@ -316,42 +313,6 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
             None => Failure::of(&e),
         }
     })
-}
-
-/// The lease `run` holds: exclusive, or shared with `--shared`.
-#[cfg_attr(windows, allow(dead_code))] // only Unix hands the lease to COMMAND
-enum Held {
-    Exclusive(Lease),
-    Shared(SharedLease),
-}
-
-impl Held {
-    /// Whether LOCKFILE's path still leads to the locked file (see `Lease::verify`).
-    #[cfg(unix)]
-    fn verify(&self) -> Result<(), Error> {
-        match self {
-            Held::Exclusive(l) => l.verify(),
-            Held::Shared(l) => l.verify(),
-        }
-    }
-
-    #[cfg(unix)]
-    fn share_with_children(&self, share: bool) -> Result<(), Error> {
-        match self {
-            Held::Exclusive(l) => l.share_with_children(share),
-            Held::Shared(l) => l.share_with_children(share),
-        }
-    }
-
-    /// What COMMAND's environment gains from a shared lease it inherits
-    /// ([`SharedLease::child_env`]).
-    #[cfg(unix)]
-    fn child_env(&self) -> Option<(&'static str, String)> {
-        match self {
-            Held::Exclusive(_) => None,
-            Held::Shared(l) => l.child_env(),
-        }
-    }
 }
 
 /// Passes termination signals sent to us on to COMMAND, so a supervisor stopping `run`

@@ -50,6 +50,7 @@ use crate::holders::{self as lookup, Unusable};
 use crate::kind::{FileId, FileKind, Holders};
 use crate::sys::Notifier;
 
+mod any;
 #[cfg(feature = "tokio")]
 mod asynchronous;
 mod blocking;
@@ -407,6 +408,7 @@ pub fn after_fork_in_parent() {
     imp::fork::after_fork_in_parent();
 }
 
+pub use any::AnyLease;
 pub use options::LeaseOptions;
 #[cfg(unix)]
 pub use shared::unlock_descriptor;
