@@ -1,9 +1,10 @@
 //! Notice-then-wait: the one way a verb (`run`, `run --etcd`, `registry`, `results`) waits
 //! for a lease.
 //!
-//! A verb first waits quietly for up to [`NOTICE_AFTER`]; if the resource is still held
-//! then, it says once on stderr what it waits for and who holds it — users otherwise cannot
-//! tell a wait from a hang — and goes on waiting within what is left of the user's budget.
+//! A verb waits quietly for up to [`NOTICE_AFTER`]; if the resource is still held then, the
+//! wait says once on stderr what it waits for and who holds it — users otherwise cannot tell
+//! a wait from a hang — and goes on, in its place, within what is left of the user's budget
+//! (one acquisition: the budget's notice, [`Wait::budget_saying`]).
 //! Every wait is cancellable by SIGINT/SIGTERM (the [`Interrupts`](crate::signals) token).
 //! When the wait ends without the lease, [`Wait::gave_up`] says how long it waited in all
 //! (the quiet first second included) and which option waits longer.
@@ -70,51 +71,35 @@ impl Wait {
         .with_cancel(self.token.clone())
     }
 
-    /// The whole wait's budget for one lease's acquisition, which says the notice itself
-    /// ([`Budget::with_notice`]) and goes on: `waiting_for` tells from the contention what
-    /// is waited for and who holds it, as for [`run`](Self::run). A waiting `run` uses it
-    /// itself: a second acquisition after the notice would open the path again,
-    /// and so lock a lock file replaced meanwhile beside the old file's holder.
-    pub fn lease_budget(
-        &self,
-        waiting_for: impl Fn(&leasehold::Error) -> Option<String> + Send + 'static,
-    ) -> Budget {
+    /// The whole wait's budget, which calls `say` once with the contention if the wait is
+    /// still on after [`NOTICE_AFTER`] ([`Budget::with_notice`]) and goes on waiting: the
+    /// acquisition keeps its place — the lock file it opened, the etcd key it queued — so
+    /// there is never a second acquisition after the notice (which would open the path
+    /// again, and lock a lock file replaced meanwhile beside the old file's holder; or queue
+    /// a new etcd key behind everyone who came in the meantime). `say` runs on the waiting
+    /// thread or task, between two steps of the wait: it must not block on the lock's arbiter.
+    /// A wait shorter than the notice says nothing.
+    pub fn budget_saying(&self, say: impl FnOnce(&leasehold::Error) + Send + 'static) -> Budget {
         let budget = self.budget(self.deadline);
         let notice_at = self.started + NOTICE_AFTER;
         if self.deadline.is_some_and(|d| d <= notice_at) {
             return budget;
         }
-        budget.with_notice(notice_at, move |e| {
+        budget.with_notice(notice_at, say)
+    }
+
+    /// [`budget_saying`](Self::budget_saying) a line on stderr, "waiting for WHAT", where
+    /// `waiting_for` tells from the contention what is waited for and who holds it ("the
+    /// registry, held by another process (pid 7)"); `None` says nothing.
+    pub fn lease_budget(
+        &self,
+        waiting_for: impl Fn(&leasehold::Error) -> Option<String> + Send + 'static,
+    ) -> Budget {
+        self.budget_saying(move |e| {
             if let Some(what) = waiting_for(e) {
                 crate::out::error_line(&format!("waiting for {what}"));
             }
         })
-    }
-
-    /// Runs `attempt` within this wait. `attempt` must change nothing when it fails for
-    /// contention (it is called a second time, with the rest of the budget, after the
-    /// notice); a lease's acquisition takes [`lease_budget`](Self::lease_budget) instead. `waiting_for` tells from an error whether it is contention and, if so, what
-    /// is waited for and who holds it ("the registry, held by another process (pid 7)"); it
-    /// answers `None` for any other error, which ends the wait at once.
-    pub fn run<T, E>(
-        &self,
-        mut attempt: impl FnMut(&Budget) -> Result<T, E>,
-        waiting_for: impl Fn(&E) -> Option<String>,
-    ) -> Result<T, E> {
-        let notice_at = self.started + NOTICE_AFTER;
-        if self.deadline.is_some_and(|d| d <= notice_at) {
-            return attempt(&self.budget(self.deadline));
-        }
-        match attempt(&self.budget(Some(notice_at))) {
-            Err(e) => match waiting_for(&e) {
-                Some(what) => {
-                    crate::out::error_line(&format!("waiting for {what}"));
-                    attempt(&self.budget(self.deadline))
-                }
-                None => Err(e),
-            },
-            done => done,
-        }
     }
 
     /// What to append to a contention message once the wait ended without the lease: how
@@ -174,40 +159,13 @@ mod tests {
     }
 
     #[test]
-    fn a_short_budget_tries_without_a_notice_and_a_long_one_retries_after_it() {
+    fn a_budget_shorter_than_the_notice_says_nothing_and_a_longer_one_says_it_at_a_second() {
         let token = CancelToken::new();
-        // Shorter than the notice: one attempt, with the user's deadline.
-        let wait = Wait::up_to(Duration::from_millis(10), &token);
-        let mut budgets = Vec::new();
-        let r: Result<(), ()> = wait.run(
-            |b| {
-                budgets.push(b.deadline());
-                Err(())
-            },
-            |_| Some("x".into()),
-        );
-        assert!(r.is_err());
-        assert_eq!(budgets, vec![wait.deadline]);
-        // Longer: a quiet attempt up to the notice, then one with the rest of the budget;
-        // an error that is not contention ends the wait after the first attempt.
-        let wait = Wait::unlimited(&token);
-        let mut budgets = Vec::new();
-        let _ = wait.run(
-            |b| {
-                budgets.push(b.deadline());
-                Err::<(), u8>(budgets.len() as u8)
-            },
-            |e| (*e == 1).then(|| "x".into()),
-        );
-        assert_eq!(budgets, vec![Some(wait.started + NOTICE_AFTER), None]);
-        let mut calls = 0;
-        let _ = wait.run(
-            |_| {
-                calls += 1;
-                Err::<(), ()>(())
-            },
-            |_| None,
-        );
-        assert_eq!(calls, 1);
+        let short = Wait::up_to(Duration::from_millis(10), &token);
+        let budget = short.budget_saying(|_| panic!("a short wait says nothing"));
+        assert_eq!(budget.deadline(), short.deadline);
+        let long = Wait::unlimited(&token);
+        let budget = long.budget_saying(|_| {});
+        assert_eq!(budget.deadline(), None, "the notice does not end the wait");
     }
 }

@@ -246,6 +246,78 @@ mod with_etcd {
         assert!(b.wait().success());
     }
 
+    /// A waiter that has said it is waiting keeps its place in etcd's queue: one that queued
+    /// after it, while it still waited quietly, is still behind it when the lock is released.
+    /// (The notice once ended the first acquisition and started another, whose new key went
+    /// to the back of the queue.)
+    #[test]
+    fn the_notice_keeps_a_waiters_place_in_the_queue() {
+        let Some(server) = EtcdServer::start("etcd notice keeps the queue") else {
+            return;
+        };
+        if super::support::etcdctl_path().is_none() {
+            eprintln!("SKIP: etcd notice keeps the queue: etcdctl is not installed");
+            return;
+        }
+        let e = server.endpoint.as_str();
+        let keys = || {
+            let out = server
+                .etcdctl(&["get", "--prefix", "--keys-only", "leasehold/lock/q/"])
+                .expect("etcdctl");
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .count()
+        };
+        let mut a = holder(e, "q", HOLD, &[]);
+        locked(&mut a);
+        let waiter = |word: &str| {
+            Proc::spawn(
+                leasehold()
+                    .args(["run", "--etcd", e, "--ttl", "2", "--timeout", "60", "q"])
+                    .args(["--", "sh", "-c", &format!("echo {word}; read _x")])
+                    .stderr(std::process::Stdio::piped()),
+            )
+        };
+        let mut b = waiter("b");
+        testkit::until("b queued", || keys() == 2);
+        let mut c = waiter("c");
+        testkit::until("c queued", || keys() == 3);
+        let mut notice = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(b.child.stderr.as_mut().unwrap()),
+            &mut notice,
+        )
+        .unwrap();
+        assert!(
+            notice.starts_with(&format!(
+                "leasehold: waiting for q held by another process (pid {}",
+                a.pid()
+            )),
+            "{notice:?}"
+        );
+        a.send("go");
+        assert_eq!(a.line(), "done");
+        // Whoever holds the lock next: b, which queued first.
+        let mut next = String::new();
+        testkit::until("the lock passed on", || {
+            let out = run(leasehold().args(["status", "--etcd", e, "q"]));
+            next = out.stdout;
+            !next.starts_with(&format!("held by {}@", a.pid())) && next.starts_with("held by ")
+        });
+        assert!(
+            next.starts_with(&format!("held by {}@", b.pid())),
+            "c ({}) went before b ({}): {next:?}",
+            c.pid(),
+            b.pid()
+        );
+        assert_eq!(b.line(), "b");
+        b.send("go");
+        assert_eq!(c.line(), "c");
+        c.send("go");
+        assert!(b.wait().success() && c.wait().success());
+    }
+
     #[test]
     fn sigkill_of_the_holder_kills_its_command_and_a_successor_follows_within_ttl() {
         let Some(server) = EtcdServer::start("etcd run sigkill") else {

@@ -283,8 +283,11 @@ impl Budget {
     /// [`LeaseHandle`](crate::LeaseHandle) lock, their async forms) has not ended by then, it
     /// calls `say` with the error a deadline at `at` would have ended it with
     /// ([`Error::TimedOut`](crate::Error::TimedOut) or
-    /// [`Error::GateHeld`](crate::Error::GateHeld), naming the holders) and goes on waiting within the rest of the budget. Other waits (etcd,
-    /// single-process) do not say it.
+    /// [`Error::GateHeld`](crate::Error::GateHeld), naming the holders) and goes on waiting
+    /// within the rest of the budget. An etcd wait says it too, keeping its key in the queue
+    /// (its error names no holders: etcd's are looked up with
+    /// `EtcdArbiter::owner`, from another thread than `say`'s). A single-process wait does
+    /// not say it.
     ///
     /// Why not end the wait at `at` and start another: a new wait opens the path again, and
     /// if the lock file was replaced meanwhile it locks the new file while the old one's

@@ -184,17 +184,16 @@ fn acquire(
     interrupts: &Interrupts,
 ) -> Result<(), Failure> {
     let wait = Wait::up_to(timeout.unwrap_or(Duration::ZERO), interrupts.token());
-    let held_by = |e: &RegistryError| match e {
-        RegistryError::Contended { holders } => {
-            Some(format!("the registry, held by {}", holders.who()))
-        }
-        _ => None,
-    };
-    wait.run(|budget| registry.acquire(budget), held_by)
-        .map_err(|e| match e.class() {
-            ErrorClass::Contended => Failure::of_with(&e, &wait.gave_up()),
-            _ => Failure::of(&e),
+    let budget = wait.lease_budget(|e: &leasehold::Error| {
+        e.is_contended().then(|| {
+            let who = e.holders().map_or("another process".into(), |h| h.who());
+            format!("the registry, held by {who}")
         })
+    });
+    registry.acquire(&budget).map_err(|e| match e.class() {
+        ErrorClass::Contended => Failure::of_with(&e, &wait.gave_up()),
+        _ => Failure::of(&e),
+    })
 }
 
 /// Each primary root on a line, each of its granted roots below it, indented.

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use leasehold::{Classify, ErrorClass, HolderInfo};
+use leasehold::{Classify, ErrorClass};
 use leasehold_stores::results::{ResultError, ResultStore};
 
 use crate::exit::{Failure, OK, Outcome};
@@ -102,13 +102,16 @@ pub fn main(args: ResultsArgs) -> Outcome {
     let store = ResultStore::new(root)
         .max_wait(None)
         .with_lease_options(crate::env::lease_options());
-    // A busy ID fails admission before anything is changed, so the operation may be tried
-    // again after the notice (see `Wait::run`).
+    // One acquisition of the ID's lease per operation, which says the notice itself
+    // (`Wait::lease_budget`).
     let waited = |id: &str, op: &dyn Fn(&leasehold::Budget) -> Result<(), ResultError>| {
-        let held_by = |e: &ResultError| {
-            busy(e).map(|holders| format!("result {id:?}: held by another process{holders}"))
-        };
-        wait.run(op, held_by)
+        let id = id.to_string();
+        op(&wait.lease_budget(move |e: &leasehold::Error| {
+            e.is_contended().then(|| {
+                let holders = e.holders().map(ToString::to_string).unwrap_or_default();
+                format!("result {id:?}: held by another process{holders}")
+            })
+        }))
     };
     let json = args.json;
     // Printed from inside the work (`paths` under the ID's lease); a failed write is
@@ -168,17 +171,6 @@ pub fn main(args: ResultsArgs) -> Outcome {
             Err(Failure::of(&e))
         }
         Err(e) => Err(Failure::of(&e)),
-    }
-}
-
-/// The holders of a busy ID, when `e` says the ID is busy (also inside `finish`'s "not
-/// published", and when its candidate is held by an operation admitted before the lock
-/// namespace moved).
-fn busy(e: &ResultError) -> Option<&HolderInfo> {
-    match e {
-        ResultError::Busy { holders, .. } | ResultError::Split { holders, .. } => Some(holders),
-        ResultError::NotPublished { source, .. } => busy(source),
-        _ => None,
     }
 }
 

@@ -202,6 +202,38 @@ mod imp {
         }
     }
 
+    /// Acquires within `wait`, saying once after a second whom it waits for. The notice is
+    /// said by this thread while the wait goes on in the arbiter's runtime, which the
+    /// holder's look-up needs (the budget's `say` runs on that runtime and must not block on
+    /// it); the line is out before this returns.
+    fn acquire_saying(arbiter: &EtcdArbiter, wait: &Wait, name: &str) -> Result<EtcdGrant, Error> {
+        enum Said {
+            Notice,
+            Done,
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let notice = tx.clone();
+        let budget = wait.budget_saying(move |e| {
+            if e.is_contended() {
+                let _ = notice.send(Said::Notice);
+            }
+        });
+        std::thread::scope(|s| {
+            let acquiring = s.spawn(move || {
+                let got = arbiter.acquire(&budget);
+                let _ = tx.send(Said::Done);
+                got
+            });
+            if let Ok(Said::Notice) = rx.recv() {
+                let who = holder(arbiter);
+                crate::out::error_line(&format!("waiting for {name} held by another process{who}"));
+            }
+            acquiring
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+
     pub fn run(args: RunEtcd) -> Outcome {
         check_name(&args.name)?;
         let Some((_, _)) = args.command.split_first() else {
@@ -222,11 +254,7 @@ mod imp {
         // Waits within the user's budget, saying once after a second whom it waits for (the
         // CLI's one notice-then-wait, `wait.rs`).
         let wait = Wait::of(args.no_wait, args.timeout, interrupts.token());
-        let held_by = |e: &Error| {
-            e.is_contended()
-                .then(|| format!("{} held by another process{}", args.name, holder(&arbiter)))
-        };
-        let grant = match wait.run(|budget| arbiter.acquire(budget), held_by) {
+        let grant = match acquire_saying(&arbiter, &wait, &args.name) {
             Ok(g) => g,
             Err(Error::Cancelled { .. }) => return Ok(interrupts.exit_code()),
             Err(e) if e.is_contended() => {

@@ -123,25 +123,37 @@ pub(super) async fn take(
         return Err(contended());
     }
     let started = std::time::Instant::now();
+    let timed_out = || Error::TimedOut {
+        path: ctx.prefix.trim_end_matches('/').into(),
+        holders: crate::HolderInfo::default(),
+        waited: started.elapsed(),
+    };
     let deadline = async {
         match budget.remaining() {
             Some(r) => tokio::time::sleep(r).await,
             None => std::future::pending().await,
         }
     };
-    let outlived = tokio::select! {
-        waited = wait_deletes(ctx, key, mine) => waited?,
-        () = deadline => {
-            return Err(Error::TimedOut {
-                path: ctx.prefix.trim_end_matches('/').into(),
-                holders: crate::HolderInfo::default(),
-                waited: started.elapsed(),
-            });
+    let waiting = wait_deletes(ctx, key, mine);
+    tokio::pin!(deadline, waiting);
+    let outlived = loop {
+        // The budget's notice, said once while this wait keeps its key — its place in the
+        // queue — as a lock-file wait keeps its file (`Budget::with_notice`).
+        let notice = async {
+            match budget.wake_in(None) {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            waited = &mut waiting => break waited?,
+            () = &mut deadline => return Err(timed_out()),
+            () = cancelled(budget) => {
+                return Err(Error::Cancelled { path: ctx.prefix.trim_end_matches('/').into() });
+            }
+            why = live.lost() => return Err(Error::Expired { name: key.to_string(), reason: why }),
+            () = notice => budget.notice_due(timed_out),
         }
-        () = cancelled(budget) => {
-            return Err(Error::Cancelled { path: ctx.prefix.trim_end_matches('/').into() });
-        }
-        why = live.lost() => return Err(Error::Expired { name: key.to_string(), reason: why }),
     };
     // The predecessors are gone; our own key must have outlived the wait, and our grant's
     // deadline not have passed (after which etcd may expire the lease at any moment).
