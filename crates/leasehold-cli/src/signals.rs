@@ -82,3 +82,80 @@ impl Interrupts {
         exit_code()
     }
 }
+
+/// Passes termination signals sent to us on to COMMAND, so a supervisor stopping the verb
+/// that runs COMMAND (`run`, `run --etcd`, `flock`) stops COMMAND too; the verb then exits
+/// with COMMAND's status.
+///
+/// Installed before the wait for SIGINT/SIGTERM (which also cancel the wait, see
+/// [`Interrupts`]) and, once the lease is held, for SIGHUP/SIGQUIT (which until then keep
+/// their default action: they end a wait by ending the verb). signal-hook queues what
+/// arrives before [`start`](Self::start); the forwarding thread delivers it first.
+#[cfg(unix)]
+pub struct Forward(signal_hook::iterator::Signals);
+
+#[cfg(unix)]
+impl Forward {
+    /// Takes SIGINT and SIGTERM, queued until [`start`](Self::start).
+    pub fn install() -> std::io::Result<Forward> {
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).map(Forward)
+    }
+
+    /// Takes SIGHUP and SIGQUIT as well.
+    pub fn hangups(&self) -> std::io::Result<()> {
+        use signal_hook::consts::{SIGHUP, SIGQUIT};
+        for sig in [SIGHUP, SIGQUIT] {
+            self.0.add_signal(sig)?;
+        }
+        Ok(())
+    }
+
+    /// Delivers every signal taken, from now on, to process `pid`.
+    pub fn start(self, pid: u32) {
+        let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
+            return;
+        };
+        let mut signals = self.0;
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                if let Some(sig) = rustix::process::Signal::from_named_raw(sig) {
+                    let _ = rustix::process::kill_process(pid, sig);
+                }
+            }
+        });
+    }
+}
+
+/// For the verbs that spawn COMMAND once the lease is held (`run --etcd`, `flock`): forward
+/// every termination signal to COMMAND from now on.
+#[cfg(unix)]
+pub fn forward_signals(pid: u32) {
+    if let Ok(forward) = Forward::install() {
+        let _ = forward.hangups();
+        forward.start(pid);
+    }
+}
+
+/// COMMAND's exit status as a shell reports it: its code (the low byte), or 128 + N when
+/// signal N ended it.
+pub fn exit_status(status: std::process::ExitStatus) -> u8 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return 128u8.wrapping_add(sig as u8);
+        }
+    }
+    status.code().map_or(1, |code| code as u8)
+}
+
+/// [`exit_status`] of a child reaped with `waitpid` (rustix's status): `run --etcd`'s
+/// supervisor and its PID namespace's init.
+#[cfg(all(feature = "etcd", unix))]
+pub fn wait_status_code(status: rustix::process::WaitStatus) -> u8 {
+    match (status.exit_status(), status.terminating_signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => 1,
+    }
+}

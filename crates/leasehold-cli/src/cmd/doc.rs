@@ -295,25 +295,13 @@ fn run_command(
         ))));
     }
     if !status.success() {
-        let code = exit_status(status);
+        let code = crate::signals::exit_status(status);
         return Err(NotWritten(Failure::with_status(
             code,
             format!("{name} exited with status {code}; nothing was written"),
         )));
     }
     Ok(out)
-}
-
-/// COMMAND's exit status, 128 + N when signal N ended it (as a shell reports it).
-fn exit_status(status: std::process::ExitStatus) -> u8 {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = status.signal() {
-            return 128u8.wrapping_add(sig as u8);
-        }
-    }
-    status.code().map_or(1, |code| code as u8)
 }
 
 /// Stops COMMAND (its whole process group, SIGKILL) when SIGINT or SIGTERM arrives,

@@ -476,14 +476,14 @@ pub fn run(args: &[OsString], prog: &str) -> Outcome {
     }
     let mut child = cmd.spawn().map_err(fail_exec)?;
     held.inherit(false)?;
-    super::run::forward_signals(child.id());
+    crate::signals::forward_signals(child.id());
     let status = child
         .wait()
         .map_err(|e| Failure::failed(format!("flock: waiting for the command: {e}")))?;
     drop(held);
     // A `--verbose` line that could not be written fails the run, as in flock(1).
     stdout.finish().map_err(written)?;
-    Ok(super::run::exit_status(status))
+    Ok(crate::signals::exit_status(status))
 }
 
 /// A failed write to stdout, as flock(1) reports it: exit 1, one line.

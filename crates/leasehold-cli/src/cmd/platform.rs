@@ -1,6 +1,7 @@
-//! The one platform seam of the verbs with worker processes (`bench`, `torture`): the clock
-//! that crosses process boundaries, how a worker is started so that it can be killed whole,
-//! the kill itself, and how its end is recognised as that kill.
+//! The one platform seam of the verbs with worker processes (`bench`, `torture`, `run
+//! --etcd`'s supervisor): how this binary is started as a worker, the clock that crosses
+//! process boundaries, how a worker is started so that it can be killed whole, the kill
+//! itself, and how its end is recognised as that kill.
 //!
 //! Everything else those verbs do between processes is portable already: parent and
 //! workers talk through the child's stdin and stdout (one line per event, `std::process`
@@ -16,6 +17,21 @@
 
 use std::io;
 use std::process::{Child, Command, ExitStatus};
+
+use crate::exit::Failure;
+
+/// The arguments that make this binary a worker: `exe worker VERB ...` (`cmd/worker.rs`).
+pub const WORKER_ARGS: [&str; 1] = ["worker"];
+
+/// The command that starts this binary as a worker of `verb` (add the worker's arguments).
+#[allow(dead_code)] // bench only (Linux, Windows); the torture builds its command once per run
+pub fn worker_command(verb: &str) -> Result<Command, Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(WORKER_ARGS).arg(verb);
+    Ok(cmd)
+}
 
 /// How the platform ends a worker, for reports ("takeover after SIGKILL").
 #[cfg(unix)]

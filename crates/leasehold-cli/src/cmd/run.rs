@@ -13,14 +13,13 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use clap::Args;
-use leasehold::{AnyLease, Error, ErrorClass, LockMode};
-#[cfg(unix)]
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-
 use crate::exit::{CONTENDED, Failure, Outcome};
+#[cfg(unix)]
+use crate::signals::Forward;
 use crate::signals::Interrupts;
 use crate::wait::Wait;
+use clap::Args;
+use leasehold::{AnyLease, Error, ErrorClass, LockMode};
 
 /// `run`'s own exit statuses, closing `run --help` (contract v1.3, `run`).
 macro_rules! run_exit_statuses {
@@ -105,11 +104,11 @@ pub fn main(args: RunArgs) -> Outcome {
     // the grant — before or while COMMAND is spawned — is queued and delivered to COMMAND
     // once it exists, never lost (the handlers above would otherwise swallow it).
     #[cfg(unix)]
-    let forward = Forward::install()?;
+    let forward = Forward::install().map_err(handler_failure)?;
     let lease = acquire(&args, &interrupts)
         .map_err(|failure| failure.conflict_code(args.conflict_exit_code))?;
     #[cfg(unix)]
-    forward.hangups()?;
+    forward.hangups().map_err(handler_failure)?;
     if interrupts.signal().is_some() {
         // Interrupted in the instant the lease arrived: COMMAND must not start.
         return Ok(interrupts.exit_code());
@@ -168,11 +167,17 @@ pub fn main(args: RunArgs) -> Outcome {
             crate::exit::MOVED,
             format!(
                 "{lost}; COMMAND was stopped (status {}), since a newcomer could lock a new file at the path",
-                exit_status(status)
+                crate::signals::exit_status(status)
             ),
         ));
     }
-    Ok(exit_status(status))
+    Ok(crate::signals::exit_status(status))
+}
+
+/// The failure to install a signal handler.
+#[cfg(unix)]
+fn handler_failure(e: std::io::Error) -> Failure {
+    Failure::failed(format!("cannot install signal handler: {e}"))
 }
 
 /// How often `run` checks, while COMMAND runs, that LOCKFILE's path still leads to the file
@@ -313,73 +318,4 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure>
             None => Failure::of(&e),
         }
     })
-}
-
-/// Passes termination signals sent to us on to COMMAND, so a supervisor stopping `run`
-/// stops COMMAND too; we then exit with COMMAND's status.
-///
-/// Installed before the wait for SIGINT/SIGTERM (which also cancel the wait, see
-/// [`Interrupts`]) and, once the lease is held, for SIGHUP/SIGQUIT (which until then keep
-/// their default action: they end a wait by ending `run`). signal-hook queues what arrives
-/// before [`start`](Self::start); the forwarding thread delivers it first.
-#[cfg(unix)]
-struct Forward(signal_hook::iterator::Signals);
-
-#[cfg(unix)]
-impl Forward {
-    fn install() -> Result<Forward, Failure> {
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-            .map(Forward)
-            .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))
-    }
-
-    fn hangups(&self) -> Result<(), Failure> {
-        for sig in [SIGHUP, SIGQUIT] {
-            self.0
-                .add_signal(sig)
-                .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
-        }
-        Ok(())
-    }
-
-    fn start(self, pid: u32) {
-        let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
-            return;
-        };
-        let mut signals = self.0;
-        std::thread::spawn(move || {
-            for sig in signals.forever() {
-                if let Some(sig) = rustix::process::Signal::from_named_raw(sig) {
-                    let _ = rustix::process::kill_process(pid, sig);
-                }
-            }
-        });
-    }
-}
-
-/// For `run --etcd` and `flock`, which spawn COMMAND themselves: forward every termination
-/// signal to COMMAND from now on.
-#[cfg(unix)]
-pub(crate) fn forward_signals(pid: u32) {
-    if let Ok(forward) = Forward::install() {
-        let _ = forward.hangups();
-        forward.start(pid);
-    }
-}
-
-/// COMMAND's exit status, or 128+N when a signal N killed it.
-#[cfg(unix)]
-pub(crate) fn exit_status(status: std::process::ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
-        _ => 1,
-    }
-}
-
-/// COMMAND's exit status (its low byte, as a POSIX shell would report it).
-#[cfg(windows)]
-fn exit_status(status: std::process::ExitStatus) -> u8 {
-    status.code().map_or(1, |code| code as u8)
 }

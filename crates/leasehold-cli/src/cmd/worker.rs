@@ -1,18 +1,14 @@
 //! `leasehold worker VERB ...`: the one hidden entry point through which `bench` and
 //! `torture` re-execute this binary as their worker processes, and `run --etcd` as the
 //! supervisor of its COMMAND (`etcd-supervisor`) (on POSIX and Windows; what
-//! differs between them is `cmd/platform.rs`). It is not part of the
+//! differs between them, and how a worker's command line is made, is `cmd/platform.rs`).
+//! It only dispatches: the verbs import nothing from it. It is not part of the
 //! contract (not listed in `--help`), and each verb's worker arguments are its own
 //! (`bench::WorkerArgs`, `torture::WorkerArgs`).
 
-use std::process::Command;
-
 use clap::{Args, Subcommand};
 
-use crate::exit::{Failure, Outcome};
-
-/// The arguments that make this binary a worker: `exe worker VERB ...`.
-pub const ARGS: [&str; 1] = ["worker"];
+use crate::exit::Outcome;
 
 /// Arguments of `leasehold worker`.
 #[derive(Args, Debug)]
@@ -49,14 +45,4 @@ pub fn main(args: WorkerArgs) -> Outcome {
         #[cfg(all(feature = "etcd", unix))]
         Of::EtcdNsInit(args) => super::etcd::namespace::ns_init(args),
     }
-}
-
-/// The command that starts this binary as a worker of `verb` (add the worker's arguments).
-#[allow(dead_code)] // bench only (Linux, Windows); the torture builds its command once per run
-pub fn command(verb: &str) -> Result<Command, Failure> {
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
-    let mut cmd = Command::new(exe);
-    cmd.args(ARGS).arg(verb);
-    Ok(cmd)
 }

@@ -33,7 +33,8 @@ use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::json;
 
 use super::median;
-use crate::cmd::etcd::{LOCK_PREFIX, PrivateEtcd};
+use crate::cmd::etcd::LOCK_PREFIX;
+use crate::cmd::etcd::private::PrivateEtcd;
 use crate::exit::{Failure, OK, Outcome};
 
 const TTL: &str = "2";

@@ -155,7 +155,13 @@ pub struct ExecArgs {
 }
 
 #[cfg(all(feature = "etcd", unix))]
-pub use imp::{PrivateEtcd, exec, registry, run, status};
+pub use imp::{exec, registry, run, status};
+
+#[cfg(all(feature = "etcd", unix))]
+mod fds;
+
+#[cfg(all(feature = "etcd", unix))]
+pub mod private;
 
 #[cfg(all(feature = "etcd", unix))]
 pub mod supervisor;
@@ -175,7 +181,7 @@ mod imp {
     use std::process::{Command, Stdio};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use leasehold::Error;
     use leasehold::arbiters::etcd::{EtcdArbiter, EtcdGrant};
@@ -296,7 +302,7 @@ mod imp {
             let exe = std::env::current_exe()
                 .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
             let mut child = Command::new(exe)
-                .args(crate::cmd::worker::ARGS)
+                .args(crate::cmd::platform::WORKER_ARGS)
                 .arg("etcd-supervisor")
                 .arg("--grace")
                 .arg(supervisor::nanos(args.grace).to_string())
@@ -401,7 +407,7 @@ mod imp {
         };
         // From now on termination signals go to the supervisor, which passes them on to
         // COMMAND's group (it queues what comes before COMMAND runs).
-        super::super::run::forward_signals(standby.child.id());
+        crate::signals::forward_signals(standby.child.id());
         // A hung-up job is not stopped again: its tree is ending (job control below).
         let hung_up = Arc::new(AtomicBool::new(false));
         signal_hook::flag::register(signal_hook::consts::SIGHUP, hung_up.clone())
@@ -665,82 +671,5 @@ mod imp {
             code,
             format!("cannot run {}: {e}", program.to_string_lossy()),
         ))
-    }
-    /// A private single-node etcd on free loopback ports, stopped when dropped.
-    pub struct PrivateEtcd {
-        child: std::process::Child,
-        /// Its client URL.
-        pub endpoint: String,
-    }
-
-    impl PrivateEtcd {
-        /// The server's process ID.
-        pub fn pid(&self) -> u32 {
-            self.child.id()
-        }
-
-        /// Starts etcd with its data under `dir` and waits until it answers.
-        pub fn start(dir: &std::path::Path) -> Result<PrivateEtcd, Failure> {
-            let port = || {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .and_then(|l| l.local_addr())
-                    .map(|a| a.port())
-                    .map_err(|e| Failure::failed(format!("no free loopback port: {e}")))
-            };
-            let (client, peer) = (port()?, port()?);
-            let endpoint = format!("http://127.0.0.1:{client}");
-            let peer_url = format!("http://127.0.0.1:{peer}");
-            let log = std::fs::File::create(dir.join("etcd.log"))
-                .map_err(|e| Failure::failed(format!("etcd log: {e}")))?;
-            let log2 = log
-                .try_clone()
-                .map_err(|e| Failure::failed(format!("etcd log: {e}")))?;
-            let child = std::process::Command::new("etcd")
-                .arg("--name=leasehold")
-                .arg(format!("--data-dir={}", dir.join("etcd-data").display()))
-                .arg(format!("--listen-client-urls={endpoint}"))
-                .arg(format!("--advertise-client-urls={endpoint}"))
-                .arg(format!("--listen-peer-urls={peer_url}"))
-                .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-                .arg(format!("--initial-cluster=leasehold={peer_url}"))
-                .arg("--logger=zap")
-                .arg("--log-level=warn")
-                .stdin(std::process::Stdio::null())
-                .stdout(log)
-                .stderr(log2)
-                .spawn()
-                .map_err(|e| {
-                    Failure::failed(format!(
-                        "cannot start etcd ({e}); install it (Debian: etcd-server) or pass --etcd ENDPOINTS"
-                    ))
-                })?;
-            let mut etcd = PrivateEtcd { child, endpoint };
-            // Readiness handshake: connecting succeeds once etcd answers a request.
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                if let Ok(Some(status)) = etcd.child.try_wait() {
-                    return Err(Failure::failed(format!("etcd exited at start: {status}")));
-                }
-                match EtcdArbiter::connect(
-                    &etcd.endpoint,
-                    "leasehold/ready",
-                    leasehold::arbiters::etcd::MIN_TTL,
-                ) {
-                    Ok(_) => return Ok(etcd),
-                    Err(e) if Instant::now() >= deadline => {
-                        let _ = etcd.child.kill();
-                        return Err(Failure::failed(format!("etcd never became ready: {e}")));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
-                }
-            }
-        }
-    }
-
-    impl Drop for PrivateEtcd {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }

@@ -111,7 +111,7 @@ pub fn hand_over(init: &UnixStream, word: OwnedFd) -> std::io::Result<()> {
     if &ready != b"ready\n" {
         return Err(std::io::Error::other("ns-init said something unexpected"));
     }
-    super::supervisor::send_with_fds(init, b"w", &[word.as_fd()])
+    super::fds::send_with_fds(init, b"w", &[word.as_fd()])
 }
 
 /// The hidden role's arguments: `leasehold worker etcd-ns-init -- COMMAND...`, stdin a Unix
@@ -145,7 +145,7 @@ pub fn ns_init(args: NsInitArgs) -> Outcome {
         return Ok(0); // the supervisor is gone: nothing ran
     }
     let mut tag = [0u8; 1];
-    let Ok((1, fds)) = super::supervisor::receive_with_fds(&sock, &mut tag) else {
+    let Ok((1, fds)) = super::fds::receive_with_fds(&sock, &mut tag) else {
         return Ok(0);
     };
     let Some(word) = fds.into_iter().next() else {
@@ -178,7 +178,7 @@ pub fn ns_init(args: NsInitArgs) -> Outcome {
                 if let Some(sig) = st.stopping_signal() {
                     let _ = (&sock).write_all(format!("stopped {sig}\n").as_bytes());
                 } else if !st.continued() {
-                    status = Some(super::supervisor::status_code(st));
+                    status = Some(crate::signals::wait_status_code(st));
                 }
             }
             Ok(Some(_)) => {}

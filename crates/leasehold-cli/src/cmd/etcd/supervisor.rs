@@ -90,8 +90,7 @@
 //! [`margin`]: leasehold::arbiters::etcd::margin
 
 use std::ffi::OsString;
-use std::io::{IoSlice, IoSliceMut, Read, Write};
-use std::mem::MaybeUninit;
+use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -101,15 +100,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rustix::event::{PollFd, PollFlags, poll};
-use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
-};
 #[cfg(target_os = "linux")]
 use rustix::process::kill_process;
 use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, kill_process_group};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
+use super::fds::{receive_with_fds, send_with_fds};
 use super::namespace::Binding;
 use crate::exit::{Failure, Outcome};
 
@@ -178,15 +174,6 @@ impl Why {
     }
 }
 
-/// An exit status as a shell reports it: the code, or 128+N when signal N killed it.
-pub(super) fn status_code(status: WaitStatus) -> u8 {
-    match (status.exit_status(), status.terminating_signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
-        _ => 1,
-    }
-}
-
 /// Sends `sig` once to every process of the tree: on Linux each descendant of this process
 /// and each member of process group `group`; elsewhere the group (all that can be found
 /// there). Once each: a COMMAND that handles SIGTERM must not run its handler twice.
@@ -249,67 +236,6 @@ pub fn kill_all(group: Option<Pid>) {
         }
     }
 }
-
-/// Sends `message` over `sock` with `fds` attached (`SCM_RIGHTS`, at most [`MAX_FDS`]).
-pub(super) fn send_with_fds(
-    sock: &UnixStream,
-    message: &[u8],
-    fds: &[std::os::fd::BorrowedFd<'_>],
-) -> std::io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    if !fds.is_empty() {
-        control.push(SendAncillaryMessage::ScmRights(fds));
-    }
-    let sent = loop {
-        match sendmsg(
-            sock,
-            &[IoSlice::new(message)],
-            &mut control,
-            SendFlags::empty(),
-        ) {
-            Err(rustix::io::Errno::INTR) => continue,
-            other => break other?,
-        }
-    };
-    // The descriptors went with the first byte; the rest (if the socket took less) follows.
-    (&*sock).write_all(&message[sent..])
-}
-
-/// Receives up to `buf.len()` bytes and the descriptors (at most [`MAX_FDS`]) sent with
-/// them, close-on-exec, as [`send_with_fds`] sent them; the count is 0 at EOF. The kernel
-/// ends a read at a message that carries descriptors, so what follows it is left for later
-/// reads.
-pub(super) fn receive_with_fds(
-    sock: &UnixStream,
-    buf: &mut [u8],
-) -> std::io::Result<(usize, Vec<OwnedFd>)> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-    let mut control = RecvAncillaryBuffer::new(&mut space);
-    #[cfg(target_os = "linux")]
-    let flags = RecvFlags::CMSG_CLOEXEC;
-    #[cfg(not(target_os = "linux"))]
-    let flags = RecvFlags::empty();
-    let got = loop {
-        match recvmsg(sock, &mut [IoSliceMut::new(buf)], &mut control, flags) {
-            Err(rustix::io::Errno::INTR) => continue,
-            other => break other?,
-        }
-    };
-    let mut fds = Vec::new();
-    for message in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(received) = message {
-            fds.extend(received);
-        }
-    }
-    for fd in &fds {
-        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)?;
-    }
-    Ok((got.bytes, fds))
-}
-
-/// The most descriptors one message carries: COMMAND's socket and the user's stdin.
-const MAX_FDS: usize = 2;
 
 /// What `run` hands the supervisor before anything else: the socket on which COMMAND's
 /// process will wait for the word (`run` gives it the word directly: one hop, not two),
@@ -596,7 +522,7 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         Binding::Kernel => {
             let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socket pair", &e))?;
             let mut child = Command::new(exe)
-                .args(crate::cmd::worker::ARGS)
+                .args(crate::cmd::platform::WORKER_ARGS)
                 .arg("etcd-ns-init")
                 .arg("--")
                 .args(&args.command)
@@ -677,7 +603,7 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
                 stops.push(sig);
             } else if s.status.is_none() {
                 // (COMMAND's status, or ns-init's if it died before saying COMMAND's.)
-                s.status = Some(status_code(status));
+                s.status = Some(crate::signals::wait_status_code(status));
             }
         });
         for sig in stops {

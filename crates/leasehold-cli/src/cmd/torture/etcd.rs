@@ -52,7 +52,7 @@ use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::{Map, Value, json};
 
 use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
-use crate::cmd::etcd::PrivateEtcd;
+use crate::cmd::etcd::private::PrivateEtcd;
 use crate::exit::{Failure, OK, Outcome};
 
 /// The workers' lease TTL: short, so that pauses and kills cost little time.

@@ -264,7 +264,7 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags)
         let spawned = Instant::now();
         let mut child = match stderr.and_then(|err| {
             let mut cmd = Command::new(exe);
-            cmd.args(crate::cmd::worker::ARGS)
+            cmd.args(crate::cmd::platform::WORKER_ARGS)
                 .arg("torture")
                 .arg(format!("{slot}:{generation}"))
                 .arg("--dir")

@@ -199,7 +199,7 @@ fn counter_op(layout: &Layout, logs: &Logs, exe: &Path, seq: u64) -> Result<(), 
 
 /// The worker arguments of an increment as COMMAND (after the executable).
 fn increment_args(layout: &Layout, logs: &Logs) -> Vec<std::ffi::OsString> {
-    let mut args: Vec<std::ffi::OsString> = crate::cmd::worker::ARGS
+    let mut args: Vec<std::ffi::OsString> = crate::cmd::platform::WORKER_ARGS
         .iter()
         .chain(&["torture", "--increment"])
         .map(Into::into)
@@ -219,7 +219,7 @@ fn shared_read(layout: &Layout, logs: &Logs, exe: &Path) -> Result<(), Failure> 
         .arg(layout.counter_lock())
         .arg("--")
         .arg(exe)
-        .args(crate::cmd::worker::ARGS)
+        .args(crate::cmd::platform::WORKER_ARGS)
         .args(["torture", "--read"])
         .arg(format!("{}:{}", logs.slot, logs.generation))
         .arg("--dir")
