@@ -185,8 +185,8 @@ impl Backend {
     }
 
     /// Writes `doc`, stamped with `fence` when there is one. The file refuses to write over a
-    /// document stamped with a higher token (a successor's); etcd checks the token itself, in
-    /// the same transaction as the write.
+    /// document stamped with a higher token (a successor's, or one an etcd that since lost its
+    /// data handed out); etcd checks the token itself, in the same transaction as the write.
     fn save(&self, doc: &mut Map<String, Value>, fence: Option<u64>) -> Result<(), StoreFailure> {
         if let Some(token) = fence {
             doc.insert(FENCING_TOKEN.into(), json!(token));
@@ -198,7 +198,9 @@ impl Backend {
                     if let Some(newer) = stamped(&on_disk).filter(|t| *t > token) {
                         return Err(d.failure(
                             format!("refusing to write under fencing token {token}"),
-                            format!("the document was written under {newer} by a later holder"),
+                            format!(
+                                "the document records fencing token {newer}: either a later holder wrote it (this one was deposed), or the etcd cluster that hands out the tokens lost its data (wiped, or restored from a backup) and counts from a lower revision again; in that case, once every holder from before has stopped, remove the document's \"{FENCING_TOKEN}\" field"
+                            ),
                         ));
                     }
                 }
