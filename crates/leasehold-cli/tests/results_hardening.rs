@@ -436,3 +436,67 @@ fn an_apply_that_fails_part_way_says_what_is_really_kept() {
     }
     panic!("apply finished {TRIES} times before it could be stopped part-way");
 }
+
+/// The two halves above at once: the lock namespace is renamed under a stopped `apply`, the
+/// `discard` of the same ID is refused (75, nothing removed), and then the candidate and its
+/// publication are removed behind the store's back. The apply, continued, finds its lease
+/// lost and says what is really left: that the candidate and publication are no longer in
+/// the store — not that they are kept.
+#[test]
+fn after_a_namespace_rename_discard_is_refused_and_apply_says_what_is_gone() {
+    if !can_see_stops("after_a_namespace_rename_discard_is_refused_and_apply_says_what_is_gone") {
+        return;
+    }
+    const N: usize = 400;
+    for _ in 0..TRIES {
+        let home = tempfile::tempdir().unwrap();
+        let root = home.path().join("r");
+        let target = home.path().join("t");
+        let written = target.join("d");
+        plant(&root, "x", N);
+        assert_eq!(run(results(&root).args(["finish", "x"])).code, 0);
+        let mut apply = start(&root, &["apply", "x", "--to", target.to_str().unwrap()]);
+        if !stop_when(&mut apply, || count(&written) > 0) || count(&written) >= N - 1 {
+            eprintln!("apply finished before it could be stopped part-way; again");
+            continue;
+        }
+        fs::rename(root.join(".result-locks-v1"), root.join(".moved")).unwrap();
+        let out = run(results(&root).args(["--timeout", "0.3", "discard", "x"]));
+        assert_eq!(out.code, 75, "{out:?}");
+        assert_one_line_error(&out, "another operation");
+        assert!(
+            root.join("results/x/entry.json").is_file(),
+            "discard removed nothing"
+        );
+        assert!(
+            root.join("published/x.json").is_file(),
+            "discard removed nothing"
+        );
+        fs::remove_dir_all(root.join("results/x")).unwrap();
+        fs::remove_file(root.join("published/x.json")).unwrap();
+
+        apply.signal(Signal::CONT);
+        let status = apply.wait_timeout(BOUND).expect("apply did not exit");
+        let mut err = String::new();
+        apply
+            .child
+            .stderr
+            .as_mut()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        let out = Out {
+            code: status.code().unwrap_or(-1),
+            stdout: String::new(),
+            stderr: err,
+        };
+        assert_eq!(out.code, 1, "{out:?}");
+        assert_one_line_error(&out, "candidate and publication are no longer in the store");
+        assert!(
+            !out.stderr.contains("candidate and publication kept"),
+            "{out:?}"
+        );
+        return;
+    }
+    panic!("apply finished {TRIES} times before it could be stopped part-way");
+}

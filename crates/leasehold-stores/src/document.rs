@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use leasehold::patterns::authority::StoreFailure;
-use leasehold::patterns::durable::{create_dirs, replace_file};
+use leasehold::patterns::durable::{Step, create_dirs, replace_file, replace_file_observed};
 use leasehold::{Error as LeaseError, LockDir};
 use serde_json::{Map, Value};
 
@@ -39,6 +39,22 @@ pub trait DocumentFiles: Send + Sync {
     fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>>;
     /// Durably and atomically replaces the file with `bytes`.
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// [`replace`](Self::replace), calling `check` once the new version is staged beside the
+    /// file (created, written, synced) and before it is renamed into place; an error from
+    /// `check` abandons the write (the temporary removed, the file untouched). A store
+    /// passes its lease's verification: a directory above the file moved away before that
+    /// moment fails the write, and one moved after it fails the rename (the staged file is
+    /// in the directory that moved), so the write never lands in what then stands at the
+    /// path. The default calls `check`, then `replace`.
+    fn replace_checked(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        check: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        check()?;
+        self.replace(path, bytes)
+    }
 }
 
 /// The real file system, with [`replace_file`] for writes.
@@ -63,6 +79,21 @@ impl DocumentFiles for RealFiles {
             create_dirs(dir)?;
         }
         replace_file(path, bytes)
+    }
+
+    fn replace_checked(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        check: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_dirs(dir)?;
+        }
+        replace_file_observed(path, bytes, &mut |step, _| match step {
+            Step::Synced => check(),
+            _ => Ok(()),
+        })
     }
 }
 
@@ -187,12 +218,33 @@ impl JsonDocument {
 
     /// Replaces the document with `doc`, durably (returns once it would survive a crash).
     pub fn save(&self, doc: &Map<String, Value>) -> Result<(), StoreFailure> {
+        self.save_checked(doc, &mut || Ok(()))
+    }
+
+    /// [`save`](Self::save), calling `check` once the new version is staged and before it is
+    /// put in place ([`DocumentFiles::replace_checked`]); its error abandons the write and is
+    /// returned as it is.
+    pub fn save_checked(
+        &self,
+        doc: &Map<String, Value>,
+        check: &mut dyn FnMut() -> Result<(), StoreFailure>,
+    ) -> Result<(), StoreFailure> {
         let mut bytes =
             serde_json::to_vec_pretty(doc).map_err(|e| self.failure("cannot encode", e))?;
         bytes.push(b'\n');
-        self.files
-            .replace(&self.path, &bytes)
-            .map_err(|e| self.failure("cannot write", e))
+        let mut refused = None;
+        let written = self.files.replace_checked(&self.path, &bytes, &mut || {
+            check().map_err(|e| {
+                let text = e.to_string();
+                refused = Some(e);
+                io::Error::other(text)
+            })
+        });
+        match (written, refused) {
+            (Ok(()), _) => Ok(()),
+            (Err(_), Some(refused)) => Err(refused),
+            (Err(e), None) => Err(self.failure("cannot write", e)),
+        }
     }
 
     /// The failure of `op` on this document because of `source`: it names the file and

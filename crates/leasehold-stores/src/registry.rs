@@ -185,9 +185,14 @@ impl Backend {
     }
 
     /// Writes `doc`, stamped with `fence` when there is one. The file refuses to write over a
-    /// document stamped with a higher token (a successor's); etcd checks the token itself, in
-    /// the same transaction as the write.
-    fn save(&self, doc: &mut Map<String, Value>, fence: Option<u64>) -> Result<(), StoreFailure> {
+    /// document stamped with a higher token (a successor's, or one an etcd that since lost its
+    /// data handed out); etcd checks the token itself, in the same transaction as the write.
+    fn save(
+        &self,
+        doc: &mut Map<String, Value>,
+        fence: Option<u64>,
+        check: &mut dyn FnMut() -> Result<(), StoreFailure>,
+    ) -> Result<(), StoreFailure> {
         if let Some(token) = fence {
             doc.insert(FENCING_TOKEN.into(), json!(token));
         }
@@ -198,14 +203,20 @@ impl Backend {
                     if let Some(newer) = stamped(&on_disk).filter(|t| *t > token) {
                         return Err(d.failure(
                             format!("refusing to write under fencing token {token}"),
-                            format!("the document was written under {newer} by a later holder"),
+                            format!(
+                                "the document records fencing token {newer}: either a later holder wrote it (this one was deposed), or the etcd cluster that hands out the tokens lost its data (wiped, or restored from a backup) and counts from a lower revision again; in that case, once every holder from before has stopped, remove the document's \"{FENCING_TOKEN}\" field"
+                            ),
                         ));
                     }
                 }
-                d.save(doc)
+                d.save_checked(doc, check)
             }
+            // One transaction, checked by etcd itself against the token.
             #[cfg(all(feature = "etcd", unix))]
-            Backend::Etcd(d) => d.save(doc, fence),
+            Backend::Etcd(d) => {
+                check()?;
+                d.save(doc, fence)
+            }
         }
     }
 }
@@ -396,6 +407,17 @@ impl Store for RegistryStore {
     }
 
     fn commit(&mut self, scope: &Scope, fence: Option<u64>) -> Result<(), StoreFailure> {
+        self.commit_checked(scope, fence, &mut || Ok(()))
+    }
+
+    /// Stages the new document and calls `check` before renaming it into place
+    /// ([`JsonDocument::save_checked`]).
+    fn commit_checked(
+        &mut self,
+        scope: &Scope,
+        fence: Option<u64>,
+        check: &mut dyn FnMut() -> Result<(), StoreFailure>,
+    ) -> Result<(), StoreFailure> {
         let Some(mut doc) = self.loaded.clone() else {
             return Err(self
                 .doc
@@ -422,7 +444,7 @@ impl Store for RegistryStore {
         doc.entry("version").or_insert(json!(1));
         doc.insert("workspaces".into(), Value::Object(workspaces));
         self.ensure_durable_dirs()?;
-        self.doc.save(&mut doc, fence)?;
+        self.doc.save(&mut doc, fence, check)?;
         self.loaded = Some(doc);
         Ok(())
     }

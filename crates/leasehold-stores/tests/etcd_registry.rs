@@ -175,3 +175,81 @@ mod on_etcd {
         );
     }
 }
+
+/// A wiped etcd (killed, its data directory removed, started again on the same ports) counts
+/// its revisions, and so its fencing tokens, from 1 again. A holder that acquired before
+/// loses its grant (its etcd answers below a revision it answered at before, and its lease is
+/// gone); a file store that recorded the old holder's higher token refuses the new holder's
+/// write under its lower one, naming the document, both tokens and what to do — the
+/// document is left as it is.
+#[cfg(feature = "etcd")]
+#[test]
+fn after_etcd_is_wiped_a_file_store_refuses_the_lower_token_of_the_new_cluster() {
+    use leasehold::Budget;
+    use leasehold::arbiters::etcd::EtcdArbiter;
+    use leasehold::patterns::authority::{Authority, State};
+    use std::time::Duration;
+
+    let Some(mut server) = support::EtcdServer::start("etcd wiped") else {
+        return;
+    };
+    // Revisions the wiped etcd will not have reached when the new holder locks.
+    for n in 0..10 {
+        if server
+            .etcdctl(&["put", "leasehold-test/before", &n.to_string()])
+            .is_none()
+        {
+            eprintln!("SKIP: etcd wiped: etcdctl is not installed");
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("doc.json");
+    let endpoint = server.endpoint.clone();
+    let authority = |label: &str| {
+        let arbiter = EtcdArbiter::connect(&endpoint, "t/wiped/lock", Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("{label}: connect: {e}"));
+        Authority::new(arbiter, RegistryStore::new(JsonDocument::new(&path)))
+    };
+    let entry = (PathBuf::from("/p"), vec![PathBuf::from("/r")]);
+    let old = authority("old holder");
+    old.acquire(&Budget::no_wait()).unwrap();
+    old.mutate(|s| s.insert(entry.0.clone(), entry.1.clone()))
+        .unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let doc: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&before).unwrap();
+    let high = stamped(&doc).expect("stamped with the old holder's token");
+    assert!(high > 10, "token {high} after 10 writes");
+
+    server.wipe();
+    testkit::until("the old holder counts its lease as lost", || {
+        old.state() != State::Active
+    });
+    old.mutate(|s| s.remove(&entry.0))
+        .expect_err("the old holder writes nothing after the wipe");
+
+    let new = authority("new holder");
+    new.acquire(&Budget::timeout(Duration::from_secs(10)))
+        .unwrap();
+    let err = new
+        .mutate(|s| s.clear())
+        .expect_err("the lower token is refused");
+    let text = err.to_string();
+    let low = (1..high)
+        .find(|t| text.contains(&format!("fencing token {t}")))
+        .unwrap_or_else(|| panic!("names the new holder's lower token: {text}"));
+    assert!(low < high);
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    assert!(text.contains(&format!("fencing token {high}")), "{text}");
+    assert!(
+        text.contains("etcd"),
+        "says the cluster may have lost its data: {text}"
+    );
+    assert!(
+        text.contains("\"fencing_token\""),
+        "says what to do: {text}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before, "left as it is");
+    new.teardown();
+    old.teardown();
+}

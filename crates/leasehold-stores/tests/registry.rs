@@ -350,3 +350,88 @@ fn opening_the_store_under_the_lease_removes_killed_rewrites_temporaries_and_fol
     assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
     assert_eq!(reg.scope().get(&p).map(|v| v.len()), Some(1));
 }
+
+/// Real files, except that the directory holding the home (`area`) is moved away — renamed
+/// to `moved`, a fresh one with an empty `home/storages/` put in its place, as another user
+/// who may rename it can — at a chosen moment of the first write: before the new version is
+/// staged, or right after the store's last check of the lease, before the rename.
+struct MovedDuringTheWrite {
+    area: PathBuf,
+    before_staging: bool,
+    done: Mutex<bool>,
+}
+
+impl MovedDuringTheWrite {
+    fn move_once(&self) {
+        let mut done = self.done.lock().unwrap();
+        if !std::mem::replace(&mut *done, true) {
+            std::fs::rename(&self.area, self.area.with_file_name("moved")).unwrap();
+            std::fs::create_dir_all(self.area.join("home/storages")).unwrap();
+        }
+    }
+}
+
+impl DocumentFiles for MovedDuringTheWrite {
+    fn read(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        RealFiles.read(path)
+    }
+    fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.replace_checked(path, bytes, &mut || Ok(()))
+    }
+    fn replace_checked(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        check: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        if self.before_staging {
+            self.move_once();
+            return RealFiles.replace_checked(path, bytes, check);
+        }
+        RealFiles.replace_checked(path, bytes, &mut || {
+            let checked = check();
+            self.move_once();
+            checked
+        })
+    }
+}
+
+/// The registry verifies its lease once the new document is staged, not only before the
+/// write: a directory above it moved away after the authority's check (here, before the
+/// temporary file is made, or after the last check and before the rename) fails the write,
+/// unacknowledged, instead of putting the document in the fresh directory now at the path,
+/// where the path's next holder writes. The moved store keeps what it had.
+#[test]
+fn a_directory_moved_above_the_registry_during_a_write_fails_the_write() {
+    for before_staging in [true, false] {
+        let home = Home::new();
+        let area = home.path().join("area");
+        let (p, r) = (home.dir("p"), home.dir("r"));
+        let paths = RegistryPaths::in_home(&area.join("home"), None);
+        let files = Arc::new(MovedDuringTheWrite {
+            area: area.clone(),
+            before_staging,
+            done: Mutex::new(false),
+        });
+        let registry = Registry::with_files(paths.clone(), files, None);
+        registry.acquire(&Budget::no_wait()).unwrap();
+        let err = registry
+            .add(&p, &r)
+            .expect_err("a write whose store moved away is not acknowledged");
+        assert!(
+            matches!(err, RegistryError::StorageFailed { .. }),
+            "before staging {before_staging}: {err:?}"
+        );
+        assert!(
+            !paths.document.exists(),
+            "before staging {before_staging}: the write landed in the fresh directory at the path"
+        );
+        assert_eq!(
+            registry.state(),
+            State::StorageFailed {
+                reason: "lease lost".into()
+            }
+        );
+        registry.teardown();
+    }
+}

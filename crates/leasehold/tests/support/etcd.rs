@@ -361,6 +361,20 @@ impl EtcdServer {
         }
     }
 
+    /// SIGKILLs etcd, removes its data directory and starts it again on the same ports: a
+    /// wiped etcd, revisions counting from 1 again (the same member name, peer URL and
+    /// cluster token, so the same cluster ID).
+    pub fn wipe(&mut self) {
+        self.kill();
+        std::fs::remove_dir_all(self.dir.path().join("data")).expect("remove etcd's data");
+        if self.spawn().is_err() {
+            panic!(
+                "etcd could not start on an empty data directory; log: {}",
+                self.log()
+            );
+        }
+    }
+
     /// Saves a snapshot of etcd's data to `path` (`etcdctl snapshot save`); `false` without
     /// etcdctl.
     pub fn snapshot(&self, path: &Path) -> bool {

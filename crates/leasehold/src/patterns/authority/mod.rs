@@ -231,6 +231,23 @@ pub trait Store: Send {
     /// Makes `records` durable before returning (an acknowledged write survives a crash).
     /// `fence` is the grant's [`Grant::fencing_token`].
     fn commit(&mut self, records: &Self::Records, fence: Option<u64>) -> Result<(), StoreFailure>;
+    /// [`commit`](Self::commit), calling `check` once the new version is staged and only
+    /// putting it in place remains — for a file, after the temporary file beside it was
+    /// written and synced, before it is renamed over the file. An error from `check`
+    /// abandons the write (the stored version untouched) and is returned. The authority
+    /// passes its grant's [`Grant::verify`], so that a directory above the store moved away
+    /// after the check before the write fails the write instead of letting it land in what
+    /// now stands at the path, beside that path's next holder. The default calls `check`,
+    /// then `commit`; a store that writes through a path overrides it.
+    fn commit_checked(
+        &mut self,
+        records: &Self::Records,
+        fence: Option<u64>,
+        check: &mut dyn FnMut() -> Result<(), StoreFailure>,
+    ) -> Result<(), StoreFailure> {
+        check()?;
+        self.commit(records, fence)
+    }
     /// Closes the store; it will be opened again before any further use.
     fn close(&mut self);
 }
@@ -596,7 +613,26 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
             }
         };
         self.emit(Event::WriteBegin);
-        let written = w.store.commit(&next, fence);
+        // Verified again once the write is staged (`Store::commit_checked`): the path may
+        // have been moved away since the check above.
+        let lost = std::cell::Cell::new(false);
+        let mut check = || -> Result<(), StoreFailure> {
+            let verified = match lock(&self.core).lease.as_ref() {
+                Some(g) => g.verify(),
+                None => Err(Error::Released {
+                    path: PathBuf::new(),
+                }),
+            };
+            verified.map_err(|e| {
+                lost.set(true);
+                StoreFailure::new(
+                    "the lease",
+                    "lease lost before the write was put in place",
+                    e,
+                )
+            })
+        };
+        let written = w.store.commit_checked(&next, fence, &mut check);
         self.emit(Event::WriteEnd);
         let mut core = lock(&self.core);
         match written {
@@ -611,6 +647,14 @@ impl<A: Arbiter, S: Store> Authority<A, S> {
                 core.state = State::Contended;
                 Err(AuthorityError::Contended {
                     holders: HolderInfo::default(),
+                })
+            }
+            // The lease was lost before the write was put in place, or (a directory above a
+            // file store moved after that last check) the rename found the staged file gone.
+            Err(_) if lost.get() || core.lease.as_ref().is_some_and(|g| g.verify().is_err()) => {
+                self.fail(&mut core, "lease lost".into());
+                Err(AuthorityError::StorageFailed {
+                    reason: "lease lost".into(),
                 })
             }
             Err(failure) => {
