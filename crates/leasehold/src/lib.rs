@@ -229,22 +229,11 @@
 //!
 //! ## `unsafe`
 //!
-//! Denied in every crate of the workspace (`#![deny(unsafe_code)]` at each crate root), and
-//! allowed only on the platform modules under `sys/` that cannot do without it, with an
-//! `#[allow(unsafe_code)]` on that module's declaration in `sys/mod.rs` naming why:
-//! `sys/windows.rs` (`CreateSemaphoreW` through `windows-sys`: no safe wrapper exists for
-//! named semaphores), `sys/fork.rs` (a forked child lets go of its copies of lock and gate
-//! descriptors by number: borrowing a raw number), and, in the library's own tests on Linux only, `sys/test_signal.rs` (a
-//! handler installed without `SA_RESTART` and `pthread_kill`, to interrupt a blocked `flock`)
-//! and `sys/test_fork.rs` (`fork` and `waitpid`, to test what a forked child's copies of
-//! descriptors do). Every other system call goes through `rustix` or `std` (waiters are
-//! woken by `Thread::unpark` or a task's `Waker`, so nothing is registered with tokio's
-//! reactor). Each `unsafe` block carries a
-//! `// SAFETY:` argument that the contract of the call holds, and the workspace lints
-//! enforce it (`clippy::undocumented_unsafe_blocks`; `unsafe_op_in_unsafe_fn`, so that an
-//! `unsafe fn`'s body states its unsafe calls the same way). `deny` rather than `forbid`, as
-//! rustix and cargo do: `forbid` cannot be relaxed for the one module that needs it, which
-//! bent the code (a deprecated, unsound constructor kept only to avoid the keyword).
+//! Denied in every crate of the workspace (`#![deny(unsafe_code)]` at each crate root) and
+//! allowed only in the few platform modules under `sys/` that cannot do without it (named
+//! semaphores on Windows; letting go of descriptors by number in a forked child), each block
+//! with a `// SAFETY:` argument; the policy and its list are stated once, in the repository's
+//! `docs/design.md` ("`unsafe`").
 //!
 
 #![deny(unsafe_code)]

@@ -79,18 +79,9 @@
 //! `leasehold flock -s` still deadlocks behind a leasehold writer).
 //!
 //! Why a writer keeps the gate with its lease, readers wait on the lock while a writer holds
-//! it, and writers queue apart from readers: every wake-up on a hand-over's path costs, and
-//! on the 2-vCPU reference VM a `flock` call that wakes waiters takes ~8 µs and a woken
-//! waiter runs ~15 µs later. Letting the gate go on the grant woke the readers queued on it
-//! from the writer's acquisition and queued them on the lock again, and readers that then
-//! waited on the gate were woken only by a second wake-up after the writer's release
-//! (release to grant 29–34 µs, against 14–15 µs for a reader woken from the lock). And a
-//! writer queued on the gate had the readers that came after it queued behind its request
-//! (Linux puts a conflicting request behind the waiting one), which the kernel wakes when
-//! that writer is granted, before its `flock` returns: writer → writer hand-overs took
-//! 29–44 µs against the floor + verify's 15–19 µs. Measured in the bench's mixed loop, the
-//! handoff p50 went from 1.45× to 1.00–1.19× the floor + verify figure (BENCHMARKS.md,
-//! "Shared mode — one wake-up per hand-over").
+//! it, and writers queue apart from readers: every wake-up on a hand-over's path costs, so
+//! each hand-over takes one (the argument: docs/design.md, "Shared leases"; the figures:
+//! BENCHMARKS.md).
 //!
 //! An abandoned exclusive wait (deadline, cancellation, dropped future) keeps its place on
 //! the gate until the kernel grants its helper the lock, which it drops at once (see
