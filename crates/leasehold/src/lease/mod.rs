@@ -5,32 +5,13 @@
 //! [`LeaseOptions::single_process`]), each of which meets the one contract written here,
 //! [`Platform`].
 //!
-//! Contract, in the order things happen:
-//!
-//! * **Open.** The final path component is never followed (`O_NOFOLLOW`), the open never
-//!   blocks (`O_NONBLOCK`: a FIFO cannot hang us), the descriptor is close-on-exec, a missing
-//!   file is created with mode 0600 (missing parents 0700), and the file is never truncated,
-//!   written or removed. Anything but a regular file is refused with
-//!   [`Error::NotRegularFile`] and left exactly as it was.
-//! * **Claim.** Two leases on one lock in one process exclude each other on every file
-//!   system, through an in-process table that also queues this process's waiters first come,
-//!   first served (`claim.rs`).
-//! * **Lock.** `flock(LOCK_EX|LOCK_NB)`. The kernel is the only arbiter: there is no TTL, no
-//!   pid file and no stale-lock guessing, so a crashed holder never blocks a successor (the
-//!   kernel drops its lock when its descriptors close) and a live but wedged holder is never
-//!   expropriated (its resumed writes would tear the store).
-//! * **Verify.** After locking, the locked `(dev, ino)` must still be what stands at the
-//!   path. If the file was unlinked or replaced in between, the lock is on an orphan inode and
-//!   proves nothing: close, reopen, retry — at most [`MAX_REOPENS`] times.
-//! * **Wait.** Within a [`Budget`]: a waiter sleeps in the kernel's own lock queue (through a
-//!   helper thread, so that a deadline or a [`CancelToken`](crate::CancelToken) still ends
-//!   the wait at once), which makes it as fair and as fast as a blocking `flock` (`wait.rs`
-//!   has the decisions, `blocking.rs` and `asynchronous.rs` the two drivers).
-//! * **Release** closes the descriptor; it is idempotent, and `Drop` does it.
-//! * **Shared leases** ([`SharedLease`], `shared.rs`) take `LOCK_SH` on the same files with
-//!   the same open and verification; they cannot be upgraded, and an exclusive waiter is
-//!   never starved by them (a turnstile: the claim queue in-process, the lock's gate across
-//!   processes, `posix/gate.rs`).
+//! Contract, in the order things happen — open (no-follow, non-blocking, 0600, never
+//! truncated or removed; anything but a regular file refused), claim (the in-process table,
+//! `claim.rs`), lock (`flock`, the kernel the only arbiter), verify (the locked inode still
+//! stands at the path, else reopen, at most [`MAX_REOPENS`] times), wait (in the kernel's
+//! queue, within a [`Budget`]: `wait.rs`), release (by closing). Each step's reasons are
+//! stated once, in docs/design.md ("The lease primitive"); shared leases ([`SharedLease`],
+//! `shared.rs`, `posix/gate.rs`) in its "Shared leases".
 //!
 //! One acquisition, from the top: [`LeaseOptions::acquire`] → `wait.rs`
 //! (`Acquisition::next`) → `posix/mod.rs` (`open`, `try_lock`) and `posix/kernel_wait.rs`
