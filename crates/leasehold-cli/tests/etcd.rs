@@ -73,8 +73,7 @@ fn usage_errors_are_exit_2() {
 }
 
 #[cfg(feature = "etcd")]
-#[path = "../../leasehold/tests/support/etcd.rs"]
-mod support;
+use testkit::etcd as support;
 
 #[cfg(feature = "etcd")]
 mod with_etcd {

@@ -9,8 +9,7 @@
 
 mod common;
 
-#[path = "../../leasehold/tests/support/etcd.rs"]
-mod support;
+use testkit::etcd as support;
 
 use common::leasehold;
 use support::EtcdServer;

@@ -32,8 +32,7 @@ fn the_file_store_stamps_its_token_and_refuses_to_write_over_a_higher_one() {
 }
 
 #[cfg(feature = "etcd")]
-#[path = "../../leasehold/tests/support/etcd.rs"]
-mod support;
+use testkit::etcd as support;
 
 #[cfg(feature = "etcd")]
 mod on_etcd {

@@ -1,5 +1,5 @@
 //! The etcd arbiter against a real single-node etcd (started by the test on loopback, see
-//! `support/etcd.rs`). Each test starts its own server, so they are independent.
+//! `testkit::etcd`, `crates/testkit/src/etcd.rs`). Each test starts its own server, so they are independent.
 //!
 //! Synchronisation: acquisitions and releases are the handshakes; waits for loss are bounded
 //! by the deadline the grant computes, and measured against the TTL. Multi-process scenarios
@@ -7,8 +7,7 @@
 
 #![cfg(all(feature = "etcd", unix))]
 
-#[path = "support/etcd.rs"]
-mod support;
+use testkit::etcd as support;
 
 use std::sync::mpsc;
 use std::thread;

@@ -28,6 +28,8 @@
 #![deny(missing_docs)]
 
 mod canary;
+#[cfg(unix)]
+pub mod etcd;
 mod free;
 #[cfg(unix)]
 mod locks;

@@ -1,8 +1,8 @@
 //! A throwaway single-node etcd for tests: the real server (Debian's `etcd-server`), on
 //! loopback with free ports and a temporary data directory, stopped and removed on drop.
 //!
-//! Shared by the library, store and CLI test suites (`#[path]`-included, so there is one
-//! copy). Readiness is a handshake: the server's `/health` endpoint is asked until it answers
+//! Shared by the library, store and CLI test suites (`use testkit::etcd as support;`).
+//! Readiness is a handshake: the server's `/health` endpoint is asked until it answers
 //! healthy, within a deadline — and, where `/proc` tells, the socket listening on the port
 //! asked must be this server's own.
 //!
@@ -17,8 +17,6 @@
 //! throwaway CA and server certificate made by the test (rcgen): the CA's PEM file is what a
 //! client trusts through `SSL_CERT_FILE`. `/health` is then asked on a plain-HTTP metrics
 //! URL, so readiness needs no TLS client in the helper.
-
-#![allow(dead_code)] // each suite uses a different part
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
