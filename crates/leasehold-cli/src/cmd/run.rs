@@ -313,7 +313,7 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<Held, Failure> {
                 ErrorClass::Contended,
                 format!("{path}: lock is {held}{tail}"),
             ),
-            None => Failure::of(&e),
+            None => Failure::lease(&e),
         }
     })
 }
