@@ -28,7 +28,7 @@ test('every failure is a LeaseholdError with its code, and instanceof tells it a
   assert.ok(!(new Error('x') instanceof LeaseholdError))
 })
 
-test('an empty path, or one with a NUL byte, is INVALID_INPUT and creates nothing', async (t) => {
+test('an empty path, or one with a NUL byte, is INVALID_INPUT (holders too) and creates nothing', async (t) => {
   const dir = tempDir(t)
   const cwd = process.cwd()
   process.chdir(dir)
@@ -41,6 +41,7 @@ test('an empty path, or one with a NUL byte, is INVALID_INPUT and creates nothin
       assert.ok(e.message.includes('not a usable path') && e.message.includes('give the path of the lock file'), e.message)
     }
     assert.throws(() => Lease.tryAcquire(path), { code: 'INVALID_INPUT' })
+    assert.throws(() => lh.holders(path), { code: 'INVALID_INPUT' })
   }
   assert.deepEqual(fs.readdirSync(dir), [])
 })

@@ -117,6 +117,7 @@ def test_an_empty_or_nul_path_is_invalid_input(tmp_path, monkeypatch):
             lambda: leasehold_lock.acquire(path, 0, shared=True),
             lambda: leasehold_lock.try_acquire(path),
             lambda: asyncio.run(leasehold_lock.acquire_async(path, 0)),
+            lambda: leasehold_lock.holders(path),
         ):
             with pytest.raises(leasehold_lock.LeaseError) as caught:
                 attempt()

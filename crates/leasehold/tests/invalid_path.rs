@@ -1,8 +1,8 @@
 //! A path that can name no file (empty, or holding a NUL byte) is refused as the caller's
 //! input, before anything is opened: `Error::InvalidPath`, class `Usage`, by every way of
-//! taking a lease on a path.
+//! taking a lease on a path, and by `holders`.
 
-use leasehold::{Budget, Classify, Error, ErrorClass, Lease, LeaseOptions, SharedLease};
+use leasehold::{Budget, Classify, Error, ErrorClass, Lease, LeaseOptions, SharedLease, holders};
 
 fn assert_invalid(e: Error, given: &str) {
     assert!(

@@ -448,6 +448,13 @@ impl LeaseOptions {
 /// holding a NUL byte, is [`Error::InvalidPath`] before anything is opened (the system calls
 /// would answer "not found" or a bare "invalid argument", which say nothing of the cause).
 fn lock_target(opts: &LeaseOptions, path: &Path) -> Result<imp::Target> {
+    usable(path)?;
+    imp::Target::path(opts, path)
+}
+
+/// [`Error::InvalidPath`] for a path no file can have (empty, or holding a NUL byte): the
+/// check every call that takes a lock path makes first.
+pub(crate) fn usable(path: &Path) -> Result<()> {
     let reason = if path.as_os_str().is_empty() {
         Some("it is empty")
     } else if path.as_os_str().as_encoded_bytes().contains(&0) {
@@ -455,11 +462,11 @@ fn lock_target(opts: &LeaseOptions, path: &Path) -> Result<imp::Target> {
     } else {
         None
     };
-    if let Some(reason) = reason {
-        return Err(Error::InvalidPath {
+    match reason {
+        Some(reason) => Err(Error::InvalidPath {
             path: path.to_path_buf(),
             reason,
-        });
+        }),
+        None => Ok(()),
     }
-    imp::Target::path(opts, path)
 }
