@@ -34,6 +34,7 @@ fn an_empty_or_nul_path_is_invalid_input_before_anything_is_opened() {
                 .unwrap_err(),
             given,
         );
+        assert_invalid(holders(given).unwrap_err(), given);
     }
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     std::env::set_current_dir(cwd).unwrap();
