@@ -3,12 +3,13 @@
 // fairness, ownership rule and fail-closed authority; a Node process and a `leasehold` CLI
 // process exclude each other on the same path.
 
-/** The stable codes of every failure (`Error.code`). */
+/** The stable codes of every failure (`Error.code`); each names one kind of failure. */
 export type LeaseholdErrorCode =
   | 'CONTENDED'
   | 'CANCELLED'
   | 'LOST'
   | 'INVALID_INPUT'
+  | 'NOT_FOUND'
   | 'NOT_AUTHORITY'
   | 'SESSION_OWNED'
   | 'UNTRUSTED'
@@ -18,18 +19,44 @@ export type LeaseholdErrorCode =
   | 'CONFLICT'
   | 'IO'
 
-/** Every rejection and every throw of this package. */
-export interface LeaseholdError extends Error {
-  code: LeaseholdErrorCode
+/**
+ * Every rejection and every throw of this package, but an aborted wait's: `instanceof
+ * LeaseholdError` tells them from other errors. A wait ended by its `signal` rejects with
+ * `signal.reason` instead (an `AbortError` DOMException, or a `TimeoutError` for
+ * `AbortSignal.timeout`), on which `code` is `'CANCELLED'`.
+ */
+export declare class LeaseholdError extends Error {
+  constructor(message: string, code: LeaseholdErrorCode, pids?: number[])
+  readonly name: 'LeaseholdError'
+  readonly code: LeaseholdErrorCode
   /** The holders' pids, present when the OS revealed them. */
-  pids?: number[]
+  readonly pids?: number[]
+}
+
+/**
+ * What the package needs of an `AbortSignal` (any standard one is one): written out so that
+ * these types check without the DOM library or `@types/node`.
+ */
+export interface AbortSignalLike {
+  readonly aborted: boolean
+  readonly reason: any
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void
+  removeEventListener(type: 'abort', listener: () => void): void
+}
+
+// `Symbol.dispose` (TypeScript's esnext.disposable library and @types/node declare it too;
+// this lets the types check without either).
+declare global {
+  interface SymbolConstructor {
+    readonly dispose: unique symbol
+  }
 }
 
 export interface LeaseOptions {
   /** Absent: wait without limit; 0: try once. A wait that runs out rejects with CONTENDED. */
   timeoutMs?: number
-  /** Abort ends the wait promptly: rejects with CANCELLED, and nothing is held. */
-  signal?: AbortSignal
+  /** Abort ends the wait promptly: rejects with `signal.reason` (code CANCELLED), and nothing is held. */
+  signal?: AbortSignalLike
   /** A shared (reader) lease; exclusive waiters are not starved. */
   shared?: boolean
   /** Accept lock files on network and FUSE file systems (LEASEHOLD_ALLOW_NETWORK_FS). */
@@ -71,7 +98,7 @@ export interface RegistryOpenOptions {
   leasePath?: string
   /** How long to wait for the authority; absent or 0: try once (the CLI's default). */
   timeoutMs?: number
-  signal?: AbortSignal
+  signal?: AbortSignalLike
 }
 
 /** The store-wide authority over the multi-root workspace registry. */
@@ -98,10 +125,13 @@ export declare class SessionLog {
   private constructor()
   /** Takes no lease yet; INVALID_INPUT for an unsafe ID. */
   static open(dir: string, id: string): SessionLog
-  /** Takes the write lease lazily; SESSION_OWNED when another has it. Appends run in call order. */
+  /**
+   * Takes the write lease lazily; SESSION_OWNED when another has it. Appends run in call
+   * order. A record with no JSON text (undefined, a function, a symbol) is INVALID_INPUT.
+   */
   append(record: unknown): Promise<void>
   close(): void
-  /** Never takes the lock; whole records only. */
+  /** Never takes the lock; whole records only. NOT_FOUND for a session that does not exist. */
   static read(dir: string, id: string): unknown[]
 }
 
@@ -140,8 +170,8 @@ export interface DocumentOpenOptions {
 export interface DocumentUpdateOptions {
   /** How long to wait for the document's lease; absent: without limit; 0: try once (CONTENDED). */
   timeoutMs?: number
-  /** Abort ends the wait for the lease promptly (CANCELLED); nothing is written. */
-  signal?: AbortSignal
+  /** Abort ends the wait for the lease promptly (`signal.reason`, code CANCELLED); nothing is written. */
+  signal?: AbortSignalLike
 }
 
 /** One whole version: its decoded value and its version (32 hex digits, a digest of the bytes). */

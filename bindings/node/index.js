@@ -40,11 +40,40 @@ function isFailure (r) {
   return r !== null && typeof r === 'object' && typeof r.code === 'string' && typeof r.message === 'string' && !Array.isArray(r)
 }
 
+/** Every failure of this package (see index.d.ts): an Error with a stable `code`. */
+class LeaseholdError extends Error {
+  constructor (message, code, pids) {
+    super(message)
+    this.code = code
+    if (pids !== undefined && pids !== null) this.pids = pids
+  }
+
+  get name () {
+    return 'LeaseholdError'
+  }
+}
+
 /** The Error a failure is thrown as. */
 function toError (f) {
-  const e = new Error(f.message)
-  e.code = f.code
-  if (f.pids !== undefined && f.pids !== null) e.pids = f.pids
+  return new LeaseholdError(f.message, f.code, f.pids)
+}
+
+/**
+ * What a wait its `signal` ended rejects with: `signal.reason` (an AbortError, or a
+ * TimeoutError for AbortSignal.timeout) with `code: 'CANCELLED'` on it, as the platform's own
+ * APIs reject; a reason that is not an object (`abort('stop')`), or one that takes no
+ * property, is the `cause` of a LeaseholdError CANCELLED instead.
+ */
+function aborted (signal, cancelled) {
+  const reason = signal.reason
+  if (reason !== null && (typeof reason === 'object' || typeof reason === 'function')) {
+    try {
+      Object.defineProperty(reason, 'code', { value: 'CANCELLED', configurable: true, writable: true })
+      return reason
+    } catch {}
+  }
+  const e = new LeaseholdError(cancelled.message, 'CANCELLED')
+  e.cause = reason
   return e
 }
 
@@ -90,8 +119,15 @@ async function withSignal (signal, wait) {
   const onAbort = () => waiter.cancel()
   signal.addEventListener('abort', onAbort, { once: true })
   if (signal.aborted) waiter.cancel()
+  // The wait ended by the signal, thrown or returned as a failure: the signal's reason.
+  const cancelled = (e) => e !== null && typeof e === 'object' && e.code === 'CANCELLED' && signal.aborted &&
+    (e instanceof LeaseholdError || isFailure(e))
   try {
-    return await wait(waiter)
+    const got = await wait(waiter)
+    if (cancelled(got)) throw aborted(signal, toError(got))
+    return got
+  } catch (e) {
+    throw (e instanceof LeaseholdError && cancelled(e)) ? aborted(signal, e) : e
   } finally {
     signal.removeEventListener('abort', onAbort)
   }
@@ -257,8 +293,10 @@ class SessionLog {
     } catch (e) {
       return Promise.reject(invalid(`record cannot be written as JSON: ${e.message}`))
     }
-    // `undefined` (or a function) has no JSON text: the library refuses the empty record.
-    const run = () => this.#inner.append(text === undefined ? '' : text).then(settle)
+    if (text === undefined) {
+      return Promise.reject(invalid(`a record of type ${typeof record} has no JSON text; append a value JSON can write (an object, array, string, number, boolean or null)`))
+    }
+    const run = () => this.#inner.append(text).then(settle)
     const done = this.#tail.then(run, run)
     this.#tail = done.catch(() => {})
     return done
@@ -466,4 +504,4 @@ class Document {
   }
 }
 
-module.exports = { Lease, holders, Registry, SessionLog, ResultStore, Document }
+module.exports = { Lease, holders, Registry, SessionLog, ResultStore, Document, LeaseholdError }

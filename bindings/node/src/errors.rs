@@ -10,8 +10,15 @@
 //!
 //! Codes follow the error's [`ErrorClass`] (usage → `INVALID_INPUT`, contended → `CONTENDED`,
 //! cancelled → `CANCELLED`, failure → `IO`) except where the surface names the case itself.
+//! Each code means one thing: an ID that names nothing is `NOT_FOUND`, never `INVALID_INPUT`.
+//!
+//! Messages are in this surface's words: a setting the library's message names is named as a
+//! JavaScript caller writes it ([`option`], the one table), and the stores' errors whose
+//! library messages start with the CLI contract's codes (`invalid-root:`, `unknown-result:`)
+//! or say nothing of what to do next are worded here from their facts ([`registry`],
+//! [`session`], [`results`]).
 
-use leasehold::{Classify, Error, ErrorClass, HolderInfo, NotWaited};
+use leasehold::{Classify, Error, ErrorClass, HolderInfo, NotWaited, OptIn};
 use leasehold_stores::registry::RegistryError;
 use leasehold_stores::results::ResultError;
 use leasehold_stores::session::SessionError;
@@ -41,6 +48,7 @@ pub(crate) const UNTRUSTED: &str = "UNTRUSTED";
 pub(crate) const NETWORK_FS: &str = "NETWORK_FS";
 pub(crate) const UNSUPPORTED: &str = "UNSUPPORTED";
 pub(crate) const STORAGE_FAILED: &str = "STORAGE_FAILED";
+pub(crate) const NOT_FOUND: &str = "NOT_FOUND";
 pub(crate) const IO: &str = "IO";
 
 impl Failure {
@@ -72,12 +80,24 @@ fn of_class(class: ErrorClass) -> &'static str {
     }
 }
 
+/// A setting the library names in a refusal, as a JavaScript caller writes it: the surface's
+/// one table of them.
+fn option(setting: OptIn) -> String {
+    match setting {
+        OptIn::NetworkFilesystem => "the option allowNetworkFs: true".into(),
+        OptIn::SharedState => "the option allowSharedState: true".into(),
+        // Node runs only where other processes honour locks: there is nothing to opt into.
+        _ => "a single-process lease, which this package does not offer".into(),
+    }
+}
+
 /// A lease error. A contention is worded in this surface's terms ([`contention`]); any
-/// other error keeps the library's message.
+/// other error keeps the library's message, with the setting that opts out of a refusal
+/// named as this surface spells it ([`option`]).
 pub(crate) fn lease(e: &Error) -> Failure {
     match contention(e) {
         Some(message) => Failure::new(lease_code(e), message, e.holders()),
-        None => Failure::new(lease_code(e), e, e.holders()),
+        None => Failure::new(lease_code(e), e.worded(option), e.holders()),
     }
 }
 
@@ -127,11 +147,24 @@ fn lease_code(e: &Error) -> &'static str {
 pub(crate) fn registry(e: &RegistryError) -> Failure {
     match e {
         RegistryError::Lease(e) => lease(e),
-        RegistryError::Contended { holders } => Failure::new(NOT_AUTHORITY, e, Some(holders)),
+        RegistryError::Contended { holders } => Failure::new(
+            NOT_AUTHORITY,
+            format!(
+                "registry is held by {}, its authority until it closes the registry or exits; refresh() takes over then (or open it with a timeoutMs to wait for it)",
+                holders.who()
+            ),
+            Some(holders),
+        ),
         RegistryError::StorageFailed { .. } => Failure::new(STORAGE_FAILED, e, None),
-        RegistryError::InvalidRoot { .. } | RegistryError::InvalidPrefix { .. } => {
-            Failure::new(INVALID_INPUT, e, None)
-        }
+        RegistryError::InvalidRoot { path, reason } => Failure::new(
+            INVALID_INPUT,
+            format!(
+                "{}: {reason}; pass the path of an existing directory",
+                path.display()
+            ),
+            None,
+        ),
+        RegistryError::InvalidPrefix { .. } => Failure::new(INVALID_INPUT, e, None),
     }
 }
 
@@ -140,9 +173,22 @@ pub(crate) fn session(e: &SessionError) -> Failure {
     match e {
         SessionError::Lease(inner) => lease(inner),
         SessionError::Log(leasehold::patterns::append::AppendError::Lease(inner)) => lease(inner),
-        SessionError::SessionAlreadyOwned { holders, .. } => {
-            Failure::new(SESSION_OWNED, e, Some(holders))
-        }
+        SessionError::SessionAlreadyOwned { id, holders } => Failure::new(
+            SESSION_OWNED,
+            format!(
+                "session {id} is owned by {}; one process writes a session at a time: append under another ID, or once that writer has closed the log (or exited), open it again",
+                holders.who()
+            ),
+            Some(holders),
+        ),
+        SessionError::UnknownSession { id, dir } => Failure::new(
+            NOT_FOUND,
+            format!(
+                "there is no session {id} in {}; check the ID and the directory (reading never creates a session)",
+                dir.display()
+            ),
+            None,
+        ),
         other => Failure::new(of_class(other.class()), other, None),
     }
 }
@@ -151,7 +197,29 @@ pub(crate) fn session(e: &SessionError) -> Failure {
 pub(crate) fn results(e: &ResultError) -> Failure {
     match e {
         ResultError::Lock(inner) => lease(inner),
-        ResultError::Busy { holders, .. } => Failure::new(CONTENDED, e, Some(holders)),
+        ResultError::Busy { holders, .. } => Failure::new(
+            CONTENDED,
+            format!(
+                "{e}; retry once it has ended, or open the store with a larger timeoutMs to wait for it"
+            ),
+            Some(holders),
+        ),
+        ResultError::Unknown { id, root } => Failure::new(
+            NOT_FOUND,
+            format!(
+                "no result {id:?} in {}; nothing was created (stage it first, or check the ID)",
+                root.display()
+            ),
+            None,
+        ),
+        ResultError::Exists { id, root } => Failure::new(
+            INVALID_INPUT,
+            format!(
+                "result {id:?} already exists in {}; discard it or choose another ID",
+                root.display()
+            ),
+            None,
+        ),
         // Not published because admission failed: the cause's code, the whole message.
         ResultError::NotPublished { source, .. } => Failure {
             message: e.to_string(),

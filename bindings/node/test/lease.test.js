@@ -135,9 +135,8 @@ test('abort ends a wait with CANCELLED promptly, timeoutMs with CONTENDED; nothi
   const aborted = now()
   ac.abort()
   const outcome = await within(2000, waiting)
-  assert.ok(outcome instanceof Error, `the aborted wait: ${outcome}`)
+  assert.equal(outcome, ac.signal.reason, `the aborted wait: ${outcome}`)
   assert.equal(outcome.code, 'CANCELLED')
-  assert.ok(outcome.message.includes(lock), outcome.message)
   const took = ms(now() - aborted)
   assert.ok(took < 1000, `abort took ${took} ms`)
   // A signal aborted already: CANCELLED without waiting, even for a free lease.

@@ -98,7 +98,7 @@ test('Registry: a store that does not parse is storage-failed and left as it was
 test('SessionLog: one writer, lock-free readers, SESSION_OWNED for a second writer', async (t) => {
   const dir = tempDir(t)
   assert.throws(() => SessionLog.open(dir, '../escape'), { code: 'INVALID_INPUT' })
-  assert.throws(() => SessionLog.read(dir, 'nobody'), { code: 'INVALID_INPUT' })
+  assert.throws(() => SessionLog.read(dir, 'nobody'), { code: 'NOT_FOUND' })
   const writer = nodeChild('session', dir, 's1')
   assert.equal(await writer.line(), 'open')
   writer.send('append {"n":1}')
@@ -154,7 +154,7 @@ test('ResultStore: stage, paths, finish, apply; discard, abort, pending, sweep, 
   await store.apply('r1', target)
   assert.equal(fs.readFileSync(join(target, 'sub', 'b.txt'), 'utf8'), 'B')
   assert.deepEqual(await store.pending(), [])
-  await assert.rejects(store.paths('r1'), { code: 'INVALID_INPUT' }) // gone: unknown-result
+  await assert.rejects(store.paths('r1'), { code: 'NOT_FOUND' }) // gone
 
   await store.stage('r2', src)
   await store.finish('r2')
@@ -162,10 +162,10 @@ test('ResultStore: stage, paths, finish, apply; discard, abort, pending, sweep, 
   assert.deepEqual(await store.pending(), [])
   await store.stage('r3', src)
   await store.abort('r3')
-  await assert.rejects(store.paths('r3'), { code: 'INVALID_INPUT' })
+  await assert.rejects(store.paths('r3'), { code: 'NOT_FOUND' })
   await store.stage('r4', src)
   assert.equal(await store.sweep(0), 1)
-  await assert.rejects(store.paths('r4'), { code: 'INVALID_INPUT' })
+  await assert.rejects(store.paths('r4'), { code: 'NOT_FOUND' })
   // Every ID is gone now; their lock files are collected (none is held).
   const report = await store.gc({ olderThanSec: 0 })
   assert.equal(report.removed, 4)
@@ -176,7 +176,7 @@ test('ResultStore: stage, paths, finish, apply; discard, abort, pending, sweep, 
   for (const bad of ['../x', '', '   ', 'a/b']) {
     await assert.rejects(store.stage(bad, src), { code: 'INVALID_INPUT' }, JSON.stringify(bad))
   }
-  await assert.rejects(store.paths('never-staged'), { code: 'INVALID_INPUT' })
+  await assert.rejects(store.paths('never-staged'), { code: 'NOT_FOUND' })
   assert.deepEqual(idLocks(), [], 'unknown IDs allocate no lock file')
   await assert.rejects(store.sweep(-1), { code: 'INVALID_INPUT' })
   assert.throws(() => ResultStore.open(root, { timeoutMs: -5 }), { code: 'INVALID_INPUT' })

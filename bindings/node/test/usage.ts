@@ -1,6 +1,6 @@
 // Type-checked by types.test.js with `tsc --noEmit --strict`: every part of the surface
 // used as a TypeScript program would use it (nothing here runs).
-import { Lease, holders, Registry, SessionLog, ResultStore, Document, type LeaseholdError, type HoldersAnswer, type RegistryState, type DocumentVersion } from '..'
+import { Lease, holders, Registry, SessionLog, ResultStore, Document, LeaseholdError, type LeaseholdErrorCode, type AbortSignalLike, type HoldersAnswer, type RegistryState, type DocumentVersion } from '..'
 
 export async function usage (dir: string): Promise<void> {
   const ac = new AbortController()
@@ -20,12 +20,22 @@ export async function usage (dir: string): Promise<void> {
   try {
     await Lease.acquire(path, { timeoutMs: 0 })
   } catch (e) {
-    const err = e as LeaseholdError
-    const code: 'CONTENDED' | 'CANCELLED' | string = err.code
-    const pids: number[] | undefined = err.pids
-    void code
-    void pids
+    if (e instanceof LeaseholdError) {
+      const code: LeaseholdErrorCode = e.code
+      const pids: number[] | undefined = e.pids
+      const message: string = e.message
+      void code; void pids; void message
+    }
   }
+  const made: Error = new LeaseholdError('refused', 'NOT_FOUND', [1])
+  const signal: AbortSignalLike = AbortSignal.timeout(1000)
+  try {
+    await Lease.acquire(path, { signal })
+  } catch (e) {
+    // An aborted wait rejects with signal.reason, which carries code CANCELLED.
+    if (e === signal.reason) void (e as { code?: LeaseholdErrorCode }).code
+  }
+  void made
 
   const reg = await Registry.open({ home: dir, leasePath: `${dir}/r.lock`, timeoutMs: 0, signal: ac.signal })
   const state: RegistryState = reg.state

@@ -118,8 +118,9 @@ fn package() -> tempfile::TempDir {
     dir
 }
 
-/// Installs the devDependencies (typescript, @types/node, proper-lockfile) when they are
-/// missing; `Err` says why they could not be (the type check then SKIPs).
+/// Installs the devDependencies when they are missing; `Err` says why they could not be (the
+/// tests that need them then SKIP; `test/types.test.js` installs the compilers it checks with
+/// itself).
 fn dev_dependencies() -> Result<(), String> {
     if source().join("node_modules/typescript").exists() {
         return Ok(());
@@ -146,7 +147,7 @@ fn node_test_suite() {
         return;
     }
     if let Err(why) = dev_dependencies() {
-        println!("SKIP: node: type check of index.d.ts: {why}");
+        println!("SKIP: node: npm ci (the devDependencies): {why}");
     }
     let pkg = package();
     let cli = profile_dir().join(if cfg!(windows) {

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use leasehold::Budget;
 use leasehold_stores::document::{
     Document, DocumentError, DocumentOptions, Edit, Snapshot, Version, Watch,
 };
@@ -119,7 +118,9 @@ impl PyDocument {
     ) -> PyResult<PyEdit> {
         let expected = expected.map(parse_version).transpose()?;
         let doc = &self.doc;
-        let began = match timeout {
+        // The package's one reading of a timeout (`lease.rs`): no limit waits inline.
+        let budget = crate::lease::budget(timeout)?;
+        let began = match budget.remaining() {
             None => {
                 // The library's blocking wait, inline, with Python's signal handlers asked
                 // on EINTR (`wait.rs`). A lease error goes through the wait's own channel,
@@ -134,15 +135,7 @@ impl PyDocument {
                     Waited::Interrupted(raised) => return Err(raised),
                 }
             }
-            Some(t) => {
-                let t = Duration::try_from_secs_f64(t).map_err(|_| {
-                    PyValueError::new_err(format!(
-                        "timeout must be a non-negative number of seconds, not {t}"
-                    ))
-                })?;
-                let budget = Budget::timeout(t);
-                py.detach(|| doc.begin(&budget))
-            }
+            Some(_) => py.detach(|| doc.begin(&budget)),
         };
         let edit = began.map_err(|e| document_error(py, e))?;
         if let Some(expected) = expected {

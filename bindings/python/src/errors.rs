@@ -10,7 +10,7 @@ use std::path::Path;
 
 use std::sync::OnceLock;
 
-use leasehold::{Classify, Error, ErrorClass, NotWaited};
+use leasehold::{Classify, Error, ErrorClass, NotWaited, OptIn};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
@@ -31,6 +31,7 @@ pub(crate) fn classify(e: &Error) -> (&'static str, Option<&Path>) {
         | Error::ParentNotDirectory { path }
         | Error::PermissionDenied { path }
         | Error::NameTooLong { path } => ("INVALID_INPUT", Some(path)),
+        Error::InvalidPath { path, .. } => ("INVALID_INPUT", Some(path)),
         Error::BadEndpoints { .. } => ("INVALID_INPUT", None),
         Error::Untrusted { path, .. } => ("UNTRUSTED", Some(path)),
         Error::NetworkFilesystem { path, .. } => ("NETWORK_FS", Some(path)),
@@ -118,15 +119,21 @@ fn contention_message(e: &Error) -> String {
     }
 }
 
-/// The library's message, with the keyword that opts in from Python where it names a Rust
-/// option.
+/// A setting the library names in a refusal, as a Python caller writes it: the surface's one
+/// table of them.
+fn keyword(setting: OptIn) -> String {
+    match setting {
+        OptIn::NetworkFilesystem => "allow_network_fs=True".into(),
+        OptIn::SharedState => "allow_shared_state=True".into(),
+        // The package runs only where other processes honour locks: nothing to opt into.
+        _ => "a single-process lease, which this package does not offer".into(),
+    }
+}
+
+/// The library's message, with the setting that opts out of a refusal named as the Python
+/// keyword ([`keyword`]).
 fn message(e: &Error) -> String {
-    let hint = match e {
-        Error::NetworkFilesystem { .. } => "; from Python: allow_network_fs=True",
-        Error::Untrusted { .. } => "; from Python: allow_shared_state=True",
-        _ => "",
-    };
-    format!("{e}{hint}")
+    e.worded(keyword)
 }
 
 static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();

@@ -108,10 +108,10 @@ impl Lease {
         slf
     }
 
+    /// Releases the lease; returns `None`, so an exception in the block propagates.
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) {
         self.release();
-        false
     }
 
     fn __repr__(&self) -> String {
@@ -125,6 +125,14 @@ impl Lease {
     }
 }
 
+/// A path argument as every function of the package takes one: a `str`, `bytes`, or an
+/// `os.PathLike` of either (`bytes` decoded as `os.fsdecode` does, so any file name the
+/// system has comes through).
+pub(crate) fn path_arg(obj: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
+    let decoded = obj.py().import("os")?.getattr("fsdecode")?.call1((obj,))?;
+    decoded.extract()
+}
+
 /// What the keyword options of `acquire`, `try_acquire` and `acquire_async` ask for.
 fn options(allow_network_fs: bool, allow_shared_state: bool) -> LeaseOptions {
     LeaseOptions::new()
@@ -132,16 +140,17 @@ fn options(allow_network_fs: bool, allow_shared_state: bool) -> LeaseOptions {
         .allow_shared_state(allow_shared_state)
 }
 
-/// The budget for a Python `timeout`: `None` (or infinity) waits without limit, `0` tries
-/// once, a positive number of seconds waits at most that long.
-fn budget(timeout: Option<f64>) -> PyResult<Budget> {
+/// The budget for a Python `timeout`, as every call of the package reads one: `None`, `-1`
+/// (filelock's spelling) or infinity waits without limit, `0` tries once, a positive number
+/// of seconds waits at most that long; anything else is a `ValueError`.
+pub(crate) fn budget(timeout: Option<f64>) -> PyResult<Budget> {
     match timeout {
         None => Ok(Budget::unlimited()),
-        Some(t) if t == f64::INFINITY => Ok(Budget::unlimited()),
+        Some(t) if t == f64::INFINITY || t == -1.0 => Ok(Budget::unlimited()),
         Some(0.0) => Ok(Budget::no_wait()),
         Some(t) if t > 0.0 => Ok(Budget::timeout(Duration::from_secs_f64(t))),
         Some(t) => Err(PyValueError::new_err(format!(
-            "timeout must be None (no limit), 0 (try once) or a positive number of seconds, not {t}"
+            "timeout must be None or -1 (no limit), 0 (try once) or a positive number of seconds, not {t}"
         ))),
     }
 }
@@ -153,7 +162,7 @@ fn budget(timeout: Option<f64>) -> PyResult<Budget> {
 #[pyo3(signature = (path, timeout=None, *, shared=false, allow_network_fs=false, allow_shared_state=false))]
 pub(crate) fn acquire(
     py: Python<'_>,
-    path: PathBuf,
+    #[pyo3(from_py_with = path_arg)] path: PathBuf,
     timeout: Option<f64>,
     shared: bool,
     allow_network_fs: bool,
@@ -192,7 +201,7 @@ pub(crate) fn acquire(
 #[pyo3(signature = (path, *, shared=false, allow_network_fs=false, allow_shared_state=false))]
 pub(crate) fn try_acquire(
     py: Python<'_>,
-    path: PathBuf,
+    #[pyo3(from_py_with = path_arg)] path: PathBuf,
     shared: bool,
     allow_network_fs: bool,
     allow_shared_state: bool,
@@ -241,7 +250,7 @@ impl AsyncWait {
 #[pyo3(signature = (path, timeout, shared, allow_network_fs, allow_shared_state, event_loop, finish))]
 #[allow(clippy::too_many_arguments)] // the surface's keywords, then the loop's two ends
 pub(crate) fn start_acquire(
-    path: PathBuf,
+    #[pyo3(from_py_with = path_arg)] path: PathBuf,
     timeout: Option<f64>,
     shared: bool,
     allow_network_fs: bool,
@@ -282,7 +291,10 @@ pub(crate) fn start_acquire(
 /// holder pids (`[]`: free), or `None` where the system does not reveal holders (or hides
 /// who holds it).
 #[pyfunction]
-pub(crate) fn holders(py: Python<'_>, path: PathBuf) -> PyResult<Option<Vec<u32>>> {
+pub(crate) fn holders(
+    py: Python<'_>,
+    #[pyo3(from_py_with = path_arg)] path: PathBuf,
+) -> PyResult<Option<Vec<u32>>> {
     match py.detach(|| leasehold::holders(&path)) {
         Ok(Holders::Free) => Ok(Some(Vec::new())),
         Ok(Holders::Held { pids }) if !pids.is_empty() => Ok(Some(pids)),

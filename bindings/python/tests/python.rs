@@ -457,3 +457,130 @@ fn the_license_files_are_the_repositorys() {
         );
     }
 }
+
+/// What type-checks the typed surface: mypy and pyright (the PyPI wrapper, which fetches
+/// pyright itself from npm on first use).
+const TYPECHECK_REQUIREMENTS: &[&str] = &["mypy", "pyright"];
+
+/// `tests/typecheck/uses_every_name.py`, a program that uses every public name of the package
+/// as a typed program would, passes `mypy --strict` and pyright's strict mode, with the package
+/// installed as a user has it (on the checker's `sys.path` through a `.pth` file, so the
+/// checkers read its stubs and `py.typed` as they read any installed package's). Prints
+/// `SKIP: typecheck: <why>` where the checkers cannot be installed (offline).
+#[test]
+fn every_public_name_type_checks_under_mypy_strict_and_pyright() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(why) => {
+            println!("SKIP: typecheck: {why}");
+            return;
+        }
+    };
+    let dir = scratch().join("typecheck-venv");
+    let bin = dir.join("bin").join("python");
+    let marker = dir.join("leasehold-requirements.txt");
+    let want = TYPECHECK_REQUIREMENTS.join("\n");
+    if std::fs::read_to_string(&marker).ok().as_deref() != Some(want.as_str()) || !bin.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        run(
+            Command::new(&python).arg("-m").arg("venv").arg(&dir),
+            "python3 -m venv",
+        );
+        let out = Command::new(&bin)
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .args(TYPECHECK_REQUIREMENTS)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run pip");
+        if !out.status.success() {
+            println!(
+                "SKIP: typecheck: pip cannot install mypy and pyright: {}",
+                last_line(&out.stderr)
+            );
+            return;
+        }
+        std::fs::write(&marker, want).expect("write the venv marker");
+    }
+    let staged = staged_package();
+    let site = Command::new(&bin)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .expect("ask the venv for its site-packages");
+    let site = PathBuf::from(String::from_utf8_lossy(&site.stdout).trim());
+    std::fs::write(
+        site.join("leasehold-under-test.pth"),
+        format!("{}\n", staged.display()),
+    )
+    .expect("write the .pth file");
+
+    let program = crate_dir().join("tests/typecheck/uses_every_name.py");
+    let names = r#"
+import sys, leasehold_lock
+text = open(sys.argv[1]).read()
+missing = [n for n in leasehold_lock.__all__ if n not in text]
+assert not missing, "the program does not use " + ", ".join(missing)
+"#;
+    run(
+        Command::new(&bin).args(["-c", names]).arg(&program),
+        "uses_every_name.py names every public name",
+    );
+
+    let work = tempfile::tempdir_in(scratch()).expect("a temporary dir");
+    let out = Command::new(&bin)
+        .args(["-m", "mypy", "--strict", "--no-incremental", "--cache-dir"])
+        .arg(work.path().join("mypy-cache"))
+        .arg("--python-executable")
+        .arg(&bin)
+        .arg(&program)
+        .current_dir(work.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mypy");
+    assert!(
+        out.status.success(),
+        "mypy --strict {}:\n{}{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // pyright takes files under its project directory: a copy of the program, beside a
+    // config naming the venv.
+    std::fs::copy(&program, work.path().join("uses_every_name.py")).expect("copy the program");
+    let config = pyright_config(&dir);
+    std::fs::write(work.path().join("pyrightconfig.json"), config).expect("write the config");
+    let out = Command::new(dir.join("bin").join("pyright"))
+        .args(["-p", "pyrightconfig.json"])
+        .current_dir(work.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run pyright");
+    let said = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() && !said.contains(" - error: ") {
+        println!(
+            "SKIP: typecheck: pyright cannot run here (it fetches itself from npm): {}",
+            last_line(&[out.stdout.as_slice(), out.stderr.as_slice()].concat())
+        );
+        return;
+    }
+    assert!(
+        out.status.success() && said.contains("0 errors"),
+        "pyright (strict) {}:\n{said}{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// pyright's configuration: strict, Python 3.9 (the package's oldest), the checker venv.
+fn pyright_config(venv: &Path) -> String {
+    let parent = venv.parent().expect("the venv's directory");
+    let name = venv.file_name().expect("the venv's name");
+    format!(
+        r#"{{ "typeCheckingMode": "strict", "pythonVersion": "3.9", "venvPath": {:?}, "venv": {:?}, "include": ["uses_every_name.py"] }}"#,
+        parent.display().to_string(),
+        name.to_string_lossy()
+    )
+}

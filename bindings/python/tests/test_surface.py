@@ -176,7 +176,8 @@ def test_contention_messages_name_the_timeout_argument_not_the_rust_budget(lock_
 
 
 def test_bad_timeouts_are_value_errors(lock_path):
-    for bad in (-1, float("nan")):
+    # -1 is filelock's "without limit", as everywhere in the package (test_conventions.py).
+    for bad in (-2, -0.5, float("nan")):
         with pytest.raises(ValueError):
             leasehold_lock.acquire(lock_path, bad)
 

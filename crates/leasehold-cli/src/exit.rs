@@ -68,6 +68,12 @@ impl Failure {
         Failure::new(e.class(), e)
     }
 
+    /// A lease error, its message in this tool's terms: a setting that opts out of a refusal
+    /// named as the environment variable that sets it ([`crate::env::opt_in`]).
+    pub fn lease(e: &leasehold::Error) -> Failure {
+        Failure::new(e.class(), e.worded(crate::env::opt_in))
+    }
+
     /// A library or store error whose message gets `more` appended (for example how long the
     /// verb waited and which option waits longer).
     pub fn of_with(e: &impl Classify, more: &str) -> Failure {

@@ -168,6 +168,8 @@ fn a_lock_file_of_another_user_or_writable_by_others_is_refused_unless_sharing_i
         assert_one_line_error(&out, reason);
         assert_one_line_error(&out, &lock.display().to_string());
         assert_one_line_error(&out, "LEASEHOLD_ALLOW_SHARED=1");
+        // In this tool's terms: the variable, never the Rust option.
+        assert!(!out.stderr.contains("LeaseOptions"), "{out:?}");
         // Where sharing is intended, the opt-in accepts it.
         let out = run(leasehold()
             .env("LEASEHOLD_ALLOW_SHARED", "1")
@@ -325,6 +327,7 @@ fn a_lock_file_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
     assert_eq!(out.stdout, "");
     assert_one_line_error(&out, "network, FUSE or overlay file system (fuse)");
     assert_one_line_error(&out, "LEASEHOLD_ALLOW_NETWORK_FS=1");
+    assert!(!out.stderr.contains("LeaseOptions"), "{out:?}");
     drop(holder);
     let out = run(leasehold()
         .env("LEASEHOLD_ALLOW_NETWORK_FS", "1")

@@ -115,15 +115,25 @@ pub enum Error {
         /// The lock path.
         path: PathBuf,
     },
+    /// The path can name no file at all: it is empty, or it holds a NUL byte (which no
+    /// file name may). Refused before anything is opened or created.
+    #[error("{path:?} is not a usable path: {reason}; give the path of the lock file")]
+    InvalidPath {
+        /// The path as given.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The lock file lives on a network, FUSE or overlay file system, where flock may block
     /// forever even with LOCK_NB, or silently fail to exclude other machines or other paths
     /// (an overlay's merged path and its upper directory, a FUSE mount and its backing path).
     /// Refused before anything was created there. An overlay only where one of its layer
     /// directories can be reached, or that cannot be told (see
     /// [`LeaseOptions::allow_network_filesystem`](crate::LeaseOptions::allow_network_filesystem)).
-    #[error(
-        "{path}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)"
-    )]
+    ///
+    /// The message names the option in the library's terms; a face with options of its own
+    /// names them with [`Error::worded`] ([`OptIn::NetworkFilesystem`]).
+    #[error("{}", self.worded(library_terms::opt_in))]
     NetworkFilesystem {
         /// The lock path.
         path: PathBuf,
@@ -133,9 +143,9 @@ pub enum Error {
     /// An existing lock file (or a directory or file a store keeps its state in) belongs to
     /// another user or may be written by its group or others, so someone else could remove
     /// or replace it under a holder; it is left untouched.
-    #[error(
-        "{path}: {reason}; refusing to trust it, since another user could remove or replace it (make it yours and not group/other-writable, e.g. chmod go-w, or where sharing is intended opt in with LeaseOptions::allow_shared_state; CLI: LEASEHOLD_ALLOW_SHARED=1)"
-    )]
+    /// The message names the option in the library's terms ([`OptIn::SharedState`]; see
+    /// [`Error::worded`]).
+    #[error("{}", self.worded(library_terms::opt_in))]
     Untrusted {
         /// The file or directory.
         path: PathBuf,
@@ -217,9 +227,9 @@ pub enum Error {
     /// declare itself the only user with
     /// [`LeaseOptions::single_process`](crate::LeaseOptions::single_process). Granting a
     /// lease anyway would fail open; nothing was taken.
-    #[error(
-        "{path}: {platform} has no lock that other processes or instances honour, so a lease here would exclude only this program's own leases; if this program is truly the only one using this directory, opt in with LeaseOptions::single_process(true)"
-    )]
+    /// The message names the option in the library's terms ([`OptIn::SingleProcess`]; see
+    /// [`Error::worded`]).
+    #[error("{}", self.worded(library_terms::opt_in))]
     Unsupported {
         /// The lock path.
         path: PathBuf,
@@ -281,6 +291,7 @@ impl Classify for Error {
             | Error::ParentNotDirectory { .. }
             | Error::PermissionDenied { .. }
             | Error::NameTooLong { .. }
+            | Error::InvalidPath { .. }
             | Error::NetworkFilesystem { .. }
             | Error::Untrusted { .. }
             | Error::SharedUnsupported { .. }
@@ -392,6 +403,45 @@ impl Error {
         }
     }
 
+    /// The setting that would have let this error's refusal through, for an error a caller
+    /// may opt out of ([`Error::NetworkFilesystem`], [`Error::Untrusted`],
+    /// [`Error::Unsupported`]); `None` for any other. Each face names the setting in its own
+    /// terms ([`Error::worded`]).
+    pub fn opt_in(&self) -> Option<OptIn> {
+        match self {
+            Error::NetworkFilesystem { .. } => Some(OptIn::NetworkFilesystem),
+            Error::Untrusted { .. } => Some(OptIn::SharedState),
+            Error::Unsupported { .. } => Some(OptIn::SingleProcess),
+            _ => None,
+        }
+    }
+
+    /// The message, with the setting that opts out of a refusal ([`Error::opt_in`]) named by
+    /// `name` — how the caller's face writes it (a binding's keyword, a CLI's flag or
+    /// environment variable). The message is the library's; the face supplies only the name.
+    /// For an error with no such setting, the message as [`Display`](std::fmt::Display)
+    /// gives it.
+    pub fn worded(&self, name: impl Fn(OptIn) -> String) -> String {
+        match self {
+            Error::NetworkFilesystem { path, fs } => format!(
+                "{}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with {}",
+                path.display(),
+                name(OptIn::NetworkFilesystem)
+            ),
+            Error::Untrusted { path, reason } => format!(
+                "{}: {reason}; refusing to trust it, since another user could remove or replace it (make it yours and not group/other-writable, e.g. chmod go-w, or where sharing is intended opt in with {})",
+                path.display(),
+                name(OptIn::SharedState)
+            ),
+            Error::Unsupported { path, platform } => format!(
+                "{}: {platform} has no lock that other processes or instances honour, so a lease here would exclude only this program's own leases; if this program is truly the only one using this directory, opt in with {}",
+                path.display(),
+                name(OptIn::SingleProcess)
+            ),
+            other => other.to_string(),
+        }
+    }
+
     /// The holders recorded in a contention error: the lock's (for [`Error::GateHeld`] too;
     /// the gate's are [`gate_holders`](Self::gate_holders)).
     pub fn holders(&self) -> Option<&HolderInfo> {
@@ -487,6 +537,23 @@ pub enum NotWaited {
     },
 }
 
+/// A rule a caller may opt out of, as [`Error::opt_in`] names it: the setting's identity,
+/// which each face (the Rust [`LeaseOptions`](crate::LeaseOptions), the CLI, the bindings)
+/// names in its own terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OptIn {
+    /// Accept a lock file on a network, FUSE or overlay file system
+    /// ([`LeaseOptions::allow_network_filesystem`](crate::LeaseOptions::allow_network_filesystem)).
+    NetworkFilesystem,
+    /// Accept a lock file (or store state) another user owns or may write
+    /// ([`LeaseOptions::allow_shared_state`](crate::LeaseOptions::allow_shared_state)).
+    SharedState,
+    /// Grant leases where the platform has no inter-process lock, this program being its
+    /// only user ([`LeaseOptions::single_process`](crate::LeaseOptions::single_process)).
+    SingleProcess,
+}
+
 /// The library's face: contention worded for a Rust caller, whose setting is the
 /// [`Budget`](crate::Budget). The one place these messages are worded; the CLI and the
 /// bindings word the same facts in their own terms (a flag, a `timeout` argument).
@@ -518,6 +585,20 @@ mod library_terms {
     /// the acquisition began (the error does not tell which; both are mended the same way).
     pub(super) fn not_waited_at_gate() -> String {
         "not waited for (a single try, or a budget already spent when this acquisition began; to wait, give it a Budget::timeout of its own)".into()
+    }
+
+    /// A setting named for a Rust caller, with the CLI's environment variable where it
+    /// has one (the CLI prints the library's message).
+    pub(super) fn opt_in(setting: super::OptIn) -> String {
+        match setting {
+            super::OptIn::NetworkFilesystem => {
+                "LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)".into()
+            }
+            super::OptIn::SharedState => {
+                "LeaseOptions::allow_shared_state; CLI: LEASEHOLD_ALLOW_SHARED=1".into()
+            }
+            super::OptIn::SingleProcess => "LeaseOptions::single_process(true)".into(),
+        }
     }
 
     pub(super) fn gave_up(waited: Duration) -> String {
@@ -701,6 +782,54 @@ mod tests {
             assert_eq!(e.is_contended(), class == ErrorClass::Contended, "{e:?}");
             assert_eq!(e.is_unusable_path(), class == ErrorClass::Usage, "{e:?}");
         }
+    }
+
+    /// A refusal a caller may opt out of names its setting through `worded`: the library's
+    /// message names the Rust option (and the CLI's variable), a face's names its own, and
+    /// nothing else of the message changes.
+    #[test]
+    fn an_opt_in_is_named_by_the_face_and_the_message_is_the_librarys() {
+        let path = PathBuf::from("/mnt/nfs/app.lock");
+        let cases = [
+            (
+                Error::NetworkFilesystem {
+                    path: path.clone(),
+                    fs: "nfs",
+                },
+                OptIn::NetworkFilesystem,
+                "LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)",
+            ),
+            (
+                Error::Untrusted {
+                    path: path.clone(),
+                    reason: "owned by uid 7".into(),
+                },
+                OptIn::SharedState,
+                "LeaseOptions::allow_shared_state; CLI: LEASEHOLD_ALLOW_SHARED=1",
+            ),
+            (
+                Error::Unsupported {
+                    path: path.clone(),
+                    platform: "WASI",
+                },
+                OptIn::SingleProcess,
+                "LeaseOptions::single_process(true)",
+            ),
+        ];
+        for (e, setting, rust) in cases {
+            assert_eq!(e.opt_in(), Some(setting));
+            let message = e.to_string();
+            assert!(message.starts_with("/mnt/nfs/app.lock: "), "{message}");
+            assert!(
+                message.contains(&format!("opt in with {rust}")),
+                "{message}"
+            );
+            let ours = e.worded(|o| format!("<{o:?}>"));
+            assert_eq!(ours, message.replace(rust, &format!("<{setting:?}>")));
+        }
+        let lost = Error::LeaseLost { path };
+        assert_eq!(lost.opt_in(), None);
+        assert_eq!(lost.worded(|_| unreachable!()), lost.to_string());
     }
 
     #[test]

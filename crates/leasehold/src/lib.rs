@@ -259,7 +259,7 @@ pub mod patterns;
 mod sys;
 
 pub use budget::{Budget, CancelToken};
-pub use error::{Classify, Error, ErrorClass, NotWaited, Result};
+pub use error::{Classify, Error, ErrorClass, NotWaited, OptIn, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};
 #[cfg(unix)]

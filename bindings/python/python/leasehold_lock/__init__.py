@@ -7,15 +7,14 @@ update without losing a change. Every error is a :class:`LeaseError` with a stab
 :class:`Timeout` is raised when a lease could not be had in time.
 """
 
-from __future__ import annotations
-
-import asyncio
-import os
-from typing import Optional, Union
+# Only the package's public names, and its private modules, are bound here (dir() lists
+# nothing else): no `from __future__` import, and `os` under a private name.
+import os as _os
 
 from . import _native
+from ._aio import acquire_async
 from ._document import Document, DocumentWatch, Snapshot
-from ._errors import LeaseError, Timeout
+from ._errors import LeaseError, LeaseErrorCode, Timeout
 from ._filelock import AcquireReturnProxy, AsyncFileLock, FileLock, ReadWriteLock
 from ._native import Lease, __version__, acquire, holders, try_acquire
 
@@ -24,8 +23,8 @@ from ._native import Lease, __version__, acquire, holders, try_acquire
 # a lease locked after the parent releases it, until the child exits. Its Lease objects then
 # say they are not held. The forking thread holds the library's locks across the fork, so
 # that the child finds its state whole.
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(
         before=_native._before_fork,
         after_in_parent=_native._after_fork_in_parent,
         after_in_child=_native._after_fork_in_child,
@@ -39,6 +38,7 @@ __all__ = [
     "FileLock",
     "Lease",
     "LeaseError",
+    "LeaseErrorCode",
     "ReadWriteLock",
     "Snapshot",
     "Timeout",
@@ -49,47 +49,3 @@ __all__ = [
     "try_acquire",
 ]
 
-
-async def acquire_async(
-    path: Union[str, "os.PathLike[str]"],
-    timeout: Optional[float] = None,
-    *,
-    shared: bool = False,
-    allow_network_fs: bool = False,
-    allow_shared_state: bool = False,
-) -> Lease:
-    """:func:`acquire` for asyncio: waits without blocking the event loop (the wait runs on
-    the library's tokio driver); cancelling the awaiting task ends the wait and leaves
-    nothing held. Raises :class:`Timeout` when the lease could not be had in time."""
-    loop = asyncio.get_running_loop()
-    done: "asyncio.Future[Lease]" = loop.create_future()
-    abandoned = False
-
-    def finish(outcome: Union[Lease, BaseException]) -> None:
-        # Called on the loop once the native acquisition has ended.
-        if abandoned and isinstance(outcome, Lease):
-            outcome.release()  # granted as the task was cancelled: nobody will hold it
-        if done.done():
-            return
-        if isinstance(outcome, BaseException):
-            done.set_exception(outcome)
-        else:
-            done.set_result(outcome)
-
-    waiter = _native.start_acquire(
-        path, timeout, shared, allow_network_fs, allow_shared_state, loop, finish
-    )
-    try:
-        return await asyncio.shield(done)
-    except asyncio.CancelledError:
-        abandoned = True
-        waiter.cancel()
-        # The cancellation completes once the wait has ended, so nothing of it is in line
-        # (or holding) when the caller hears of it.
-        try:
-            lease = await done
-        except BaseException:
-            pass
-        else:
-            lease.release()
-        raise

@@ -42,9 +42,9 @@ class Document:
 
     def __init__(
         self,
-        path: Union[str, "os.PathLike[str]"],
+        path: Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"],
         *,
-        lock_path: Optional[Union[str, "os.PathLike[str]"]] = None,
+        lock_path: Optional[Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]] = None,
         encoding: str = "json",
         allow_shared_state: bool = False,
     ) -> None:
@@ -52,8 +52,8 @@ class Document:
             raise ValueError(f"encoding must be one of {_ENCODINGS}, not {encoding!r}")
         self._encoding = encoding
         self._native = _native._Document(
-            os.fspath(path),
-            None if lock_path is None else os.fspath(lock_path),
+            os.fsdecode(path),
+            None if lock_path is None else os.fsdecode(lock_path),
             encoding == "json",
             allow_shared_state,
         )

@@ -7,9 +7,22 @@ errors to the codes); they are Python classes so that :class:`Timeout` can be bo
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Literal, Optional, Tuple
 
-__all__ = ["LeaseError", "Timeout"]
+__all__ = ["LeaseError", "LeaseErrorCode", "Timeout"]
+
+#: The stable codes of :attr:`LeaseError.code`; each names one kind of failure.
+LeaseErrorCode = Literal[
+    "CONTENDED",
+    "CANCELLED",
+    "LOST",
+    "INVALID_INPUT",
+    "UNTRUSTED",
+    "NETWORK_FS",
+    "UNSUPPORTED",
+    "CONFLICT",
+    "IO",
+]
 
 
 class LeaseError(OSError):
@@ -22,14 +35,14 @@ class LeaseError(OSError):
     message names the path and says what to do.
     """
 
-    code: str
+    code: LeaseErrorCode
     path: Optional[str]
 
     def __init__(
         self,
         message: Optional[str] = None,
         *,
-        code: str = "IO",
+        code: LeaseErrorCode = "IO",
         path: Optional[str] = None,
         cause: Any = None,
     ) -> None:
@@ -81,7 +94,7 @@ class Timeout(LeaseError, TimeoutError):
         return f"{type(self).__name__}({self.lock_file!r})"
 
 
-def _rebuild(cls: Any, message: str, code: str, path: Optional[str], pids: List[int]) -> LeaseError:
+def _rebuild(cls: Any, message: str, code: LeaseErrorCode, path: Optional[str], pids: List[int]) -> LeaseError:
     """Unpickles an exception (its message and holders already resolved)."""
     if issubclass(cls, Timeout):
         err: LeaseError = cls(path or "", message)

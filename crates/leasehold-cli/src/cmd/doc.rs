@@ -215,6 +215,7 @@ fn update(
                 None => Err(Failure::of(&e)),
             }
         }
+        Err(DocumentError::Lease(e)) => Err(Failure::lease(&e)),
         Err(e) => Err(Failure::of(&e)),
     }
 }

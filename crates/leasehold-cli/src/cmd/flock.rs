@@ -564,7 +564,7 @@ fn failed(e: &Error, opening: bool) -> Failed {
         _ if e.is_unusable_path() || matches!(e, Error::NotFound { .. }) => EX_NOINPUT,
         _ => EX_DATAERR,
     };
-    Failed::Other(Failure::with_status(code, e))
+    Failed::Other(Failure::with_status(code, e.worded(crate::env::opt_in)))
 }
 
 /// FILE|DIRECTORY: a regular file (or a missing one, created 0600) gets leasehold's lease;

@@ -315,7 +315,7 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure>
                 ErrorClass::Contended,
                 format!("{path}: lock is {held}{tail}"),
             ),
-            None => Failure::of(&e),
+            None => Failure::lease(&e),
         }
     })
 }

@@ -939,9 +939,11 @@ impl Drop for HandleGuard<'_> {
 ///
 /// # Errors
 /// [`Error::NotRegularFile`] for anything but a regular file, [`Error::ParentNotDirectory`]
-/// when a component that exists is not a directory, [`Error::PermissionDenied`].
+/// when a component that exists is not a directory, [`Error::PermissionDenied`];
+/// [`Error::InvalidPath`] for an empty path or one holding a NUL byte.
 pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
     let path = path.as_ref();
+    options::usable(path)?;
     lookup::at_path(path).map_err(|u| Imp::holders_error(path, u))
 }
 

@@ -16,7 +16,6 @@ use super::{
     Imp, Lease, LeaseHandle, LockDir, Platform, PlatformTarget, SharedLease, blocking, imp,
 };
 use crate::budget::Budget;
-#[cfg(doc)] // the errors the methods document
 use crate::error::Error;
 use crate::error::Result;
 
@@ -187,7 +186,7 @@ impl LeaseOptions {
     /// deadline passed and [`Error::Cancelled`] when its token fired. Either way the waiter
     /// is abandoned and nothing of ours holds the lease.
     pub fn acquire(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::path(self, path.as_ref())?;
+        let target = lock_target(self, path.as_ref())?;
         self.acquire_target(target, budget, Mode::Exclusive)
     }
 
@@ -277,7 +276,7 @@ impl LeaseOptions {
         budget: impl Into<Budget>,
     ) -> Result<Lease> {
         let budget = budget.into();
-        let target = imp::Target::path(&self, path.as_ref())?;
+        let target = lock_target(&self, path.as_ref())?;
         self.acquire_target_async(target, &budget, Mode::Exclusive)
             .await
     }
@@ -322,7 +321,7 @@ impl LeaseOptions {
     /// # Errors
     /// The unusable-path errors of [`try_acquire`](Self::try_acquire), and [`Error::Io`].
     pub fn open_handle(&self, path: impl AsRef<Path>) -> Result<LeaseHandle> {
-        let target = imp::Target::path(self, path.as_ref())?;
+        let target = lock_target(self, path.as_ref())?;
         let opened = Imp::open(self, &target)?;
         Ok(LeaseHandle {
             opts: *self,
@@ -380,7 +379,7 @@ impl LeaseOptions {
     /// # Errors
     /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
     pub fn acquire_shared(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
-        let target = imp::Target::path(self, path.as_ref())?;
+        let target = lock_target(self, path.as_ref())?;
         let held = blocking::run(Acquisition::new(*self, &target, budget, Mode::Shared, None))?;
         Ok(SharedLease {
             held: Some(held),
@@ -401,7 +400,7 @@ impl LeaseOptions {
         budget: impl Into<Budget>,
     ) -> Result<SharedLease> {
         let budget = budget.into();
-        let target = imp::Target::path(&self, path.as_ref())?;
+        let target = lock_target(&self, path.as_ref())?;
         let acq = Acquisition::new(self, &target, &budget, Mode::Shared, None);
         let held = super::asynchronous::run(acq).await?;
         Ok(SharedLease {
@@ -442,5 +441,32 @@ impl LeaseOptions {
         // Closing our duplicate leaves the lock with the caller's description.
         drop(blocking::run(acq)?);
         Ok(())
+    }
+}
+
+/// The target of a lock path, once the path is one a file can have: an empty path, or one
+/// holding a NUL byte, is [`Error::InvalidPath`] before anything is opened (the system calls
+/// would answer "not found" or a bare "invalid argument", which say nothing of the cause).
+fn lock_target(opts: &LeaseOptions, path: &Path) -> Result<imp::Target> {
+    usable(path)?;
+    imp::Target::path(opts, path)
+}
+
+/// [`Error::InvalidPath`] for a path no file can have (empty, or holding a NUL byte): the
+/// check every call that takes a lock path makes first.
+pub(crate) fn usable(path: &Path) -> Result<()> {
+    let reason = if path.as_os_str().is_empty() {
+        Some("it is empty")
+    } else if path.as_os_str().as_encoded_bytes().contains(&0) {
+        Some("it holds a NUL byte, which no file name may")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::InvalidPath {
+            path: path.to_path_buf(),
+            reason,
+        }),
+        None => Ok(()),
     }
 }
