@@ -99,6 +99,18 @@ export interface RegistryOpenOptions {
   /** How long to wait for the authority; absent or 0: try once (the CLI's default). */
   timeoutMs?: number
   signal?: AbortSignalLike
+  /** As LeaseOptions.allowNetworkFs. */
+  allowNetworkFs?: boolean
+  /** As LeaseOptions.allowSharedState: the lock file, the storages directory and the document too. */
+  allowSharedState?: boolean
+}
+
+/** The opt-ins of a store's `open`, as for a lease (LeaseOptions). */
+export interface StoreOptIns {
+  /** As LeaseOptions.allowNetworkFs. */
+  allowNetworkFs?: boolean
+  /** As LeaseOptions.allowSharedState: the store's directories and files too. */
+  allowSharedState?: boolean
 }
 
 /** The store-wide authority over the multi-root workspace registry. */
@@ -124,7 +136,7 @@ export declare class Registry {
 export declare class SessionLog {
   private constructor()
   /** Takes no lease yet; INVALID_INPUT for an unsafe ID. */
-  static open(dir: string, id: string): SessionLog
+  static open(dir: string, id: string, options?: StoreOptIns): SessionLog
   /**
    * Takes the write lease lazily; SESSION_OWNED when another has it. Appends run in call
    * order. A record with no JSON text (undefined, a function, a symbol) is INVALID_INPUT.
@@ -132,14 +144,14 @@ export declare class SessionLog {
   append(record: unknown): Promise<void>
   close(): void
   /** Never takes the lock; whole records only. NOT_FOUND for a session that does not exist. */
-  static read(dir: string, id: string): unknown[]
+  static read(dir: string, id: string, options?: StoreOptIns): unknown[]
 }
 
 /** Isolated results, each operation under its ID's lease. */
 export declare class ResultStore {
   private constructor()
   /** timeoutMs: the wait for an ID's lease (default 30000, as the CLI). */
-  static open(root: string, options?: { timeoutMs?: number }): ResultStore
+  static open(root: string, options?: { timeoutMs?: number } & StoreOptIns): ResultStore
   stage(id: string, from: string): Promise<void>
   paths(id: string): Promise<string[]>
   finish(id: string): Promise<void>

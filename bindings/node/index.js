@@ -216,6 +216,15 @@ function holders (path) {
   return h.state === 'held' ? { state: 'held', pids: h.pids } : { state: h.state }
 }
 
+/**
+ * The opt-ins a store's `open` takes, as the native side sees them: only `true` opts in
+ * (`allowNetworkFs`, `allowSharedState`; see LeaseOptions in index.d.ts).
+ */
+function optIns (options) {
+  const { allowNetworkFs, allowSharedState } = options ?? {}
+  return { allowNetworkFs: allowNetworkFs === true, allowSharedState: allowSharedState === true }
+}
+
 /** The store-wide authority over the multi-root workspace registry (see index.d.ts). */
 class Registry {
   constructor (inner) {
@@ -230,7 +239,7 @@ class Registry {
     checkString(home, 'home')
     if (leasePath !== undefined) checkString(leasePath, 'leasePath')
     if (timeoutMs !== undefined && typeof timeoutMs !== 'number') throw invalid('timeoutMs must be a number of milliseconds')
-    const opened = await withSignal(signal, (w) => w.openRegistry({ home, leasePath, timeoutMs }))
+    const opened = await withSignal(signal, (w) => w.openRegistry({ home, leasePath, timeoutMs, ...optIns(options) }))
     return new Registry(settle(opened))
   }
 
@@ -279,10 +288,10 @@ class SessionLog {
     this.#inner = inner
   }
 
-  static open (dir, id) {
+  static open (dir, id, options) {
     checkString(dir, 'dir')
     checkString(id, 'id')
-    return new SessionLog(settle(native.openSessionLog(dir, id)))
+    return new SessionLog(settle(native.openSessionLog(dir, id, optIns(options))))
   }
 
   /** Appends run one at a time, in call order (each waits for the one before it). */
@@ -306,10 +315,10 @@ class SessionLog {
     this.#inner.close()
   }
 
-  static read (dir, id) {
+  static read (dir, id, options) {
     checkString(dir, 'dir')
     checkString(id, 'id')
-    return settle(native.readSession(dir, id)).map((line) => JSON.parse(line))
+    return settle(native.readSession(dir, id, optIns(options))).map((line) => JSON.parse(line))
   }
 }
 
@@ -326,7 +335,7 @@ class ResultStore {
     checkString(root, 'root')
     const timeoutMs = options ? options.timeoutMs : undefined
     if (timeoutMs !== undefined && typeof timeoutMs !== 'number') throw invalid('timeoutMs must be a number of milliseconds')
-    return new ResultStore(settle(native.openResultStore(root, timeoutMs)))
+    return new ResultStore(settle(native.openResultStore(root, timeoutMs, optIns(options))))
   }
 
   async stage (id, from) {

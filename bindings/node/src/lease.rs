@@ -35,9 +35,37 @@ pub struct NativeLeaseOptions {
 
 impl NativeLeaseOptions {
     fn lease_options(&self) -> LeaseOptions {
-        LeaseOptions::new()
-            .allow_network_filesystem(self.allow_network_fs.unwrap_or(false))
-            .allow_shared_state(self.allow_shared_state.unwrap_or(false))
+        opt_ins(self.allow_network_fs, self.allow_shared_state)
+    }
+}
+
+/// The library's options for the two opt-ins every face that opens a lock file takes:
+/// `allowNetworkFs` and `allowSharedState` (absent: refused, as by default).
+pub(crate) fn opt_ins(
+    allow_network_fs: Option<bool>,
+    allow_shared_state: Option<bool>,
+) -> LeaseOptions {
+    LeaseOptions::new()
+        .allow_network_filesystem(allow_network_fs.unwrap_or(false))
+        .allow_shared_state(allow_shared_state.unwrap_or(false))
+}
+
+/// The opt-ins of a store's `open` (`SessionLog.open`, `ResultStore.open`): what its leases
+/// and its checks of the store's directories accept ([`opt_ins`]).
+#[napi(object)]
+#[derive(Debug, Clone, Default)]
+pub struct NativeOptIns {
+    /// `LeaseOptions::allow_network_filesystem`.
+    pub allow_network_fs: Option<bool>,
+    /// `LeaseOptions::allow_shared_state`.
+    pub allow_shared_state: Option<bool>,
+}
+
+impl NativeOptIns {
+    pub(crate) fn lease_options(options: Option<&NativeOptIns>) -> LeaseOptions {
+        options.map_or_else(LeaseOptions::new, |o| {
+            opt_ins(o.allow_network_fs, o.allow_shared_state)
+        })
     }
 }
 

@@ -16,7 +16,7 @@ use napi::Either;
 use napi_derive::napi;
 
 use crate::errors::{self, Failure};
-use crate::lease::{Waiter, budget};
+use crate::lease::{NativeOptIns, Waiter, budget};
 
 /// What a store call answers when it has nothing to return: nothing, or the failure.
 type Done = Option<Failure>;
@@ -30,6 +30,11 @@ pub struct NativeRegistryOptions {
     pub lease_path: Option<String>,
     /// How long to wait for the authority: absent or 0, try once (the CLI's default).
     pub timeout_ms: Option<f64>,
+    /// `LeaseOptions::allow_network_filesystem`.
+    pub allow_network_fs: Option<bool>,
+    /// `LeaseOptions::allow_shared_state`: the lock file, the storages directory and the
+    /// document may belong to another user or be group/other-writable.
+    pub allow_shared_state: Option<bool>,
 }
 
 /// The store-wide authority over the multi-root workspace registry.
@@ -72,7 +77,10 @@ impl Waiter {
             &PathBuf::from(options.home),
             options.lease_path.map(PathBuf::from),
         );
-        let registry = Registry::new(paths);
+        let registry = Registry::with_options(
+            paths,
+            crate::lease::opt_ins(options.allow_network_fs, options.allow_shared_state),
+        );
         match registry.acquire_async(&budget).await {
             Err(e) if !is_state(&e) => Either::B(errors::registry(&e)),
             _ => Either::A(NativeRegistry {
@@ -167,10 +175,15 @@ fn session_id(id: String) -> Result<SessionId, Failure> {
 
 /// The log of session `id` in `dir`; takes no lease and touches nothing yet.
 #[napi]
-pub fn open_session_log(dir: String, id: String) -> Either<NativeSessionLog, Failure> {
+pub fn open_session_log(
+    dir: String,
+    id: String,
+    options: Option<NativeOptIns>,
+) -> Either<NativeSessionLog, Failure> {
     match session_id(id) {
         Ok(id) => Either::A(NativeSessionLog {
-            store: SessionStore::new(dir),
+            store: SessionStore::new(dir)
+                .with_lease_options(NativeOptIns::lease_options(options.as_ref())),
             id,
             writer: Arc::new(Mutex::new(Writer::None)),
         }),
@@ -180,13 +193,20 @@ pub fn open_session_log(dir: String, id: String) -> Either<NativeSessionLog, Fai
 
 /// Every whole record of session `id` in `dir`, as JSON texts; never takes the lock.
 #[napi]
-pub fn read_session(dir: String, id: String) -> Either<Vec<String>, Failure> {
+pub fn read_session(
+    dir: String,
+    id: String,
+    options: Option<NativeOptIns>,
+) -> Either<Vec<String>, Failure> {
     // The error is worded at once (on Windows a `SessionError` is large enough for clippy's
     // `result_large_err` in a closure that returns it).
     let read = || -> Result<Vec<String>, Failure> {
         let failed = |e: SessionError| errors::session(&e);
         let id = SessionId::new(id).map_err(|e| failed(e.into()))?;
-        let reader = SessionStore::new(dir).reader(&id).map_err(failed)?;
+        let reader = SessionStore::new(dir)
+            .with_lease_options(NativeOptIns::lease_options(options.as_ref()))
+            .reader(&id)
+            .map_err(failed)?;
         let mut records = Vec::new();
         for r in reader {
             records.push(String::from_utf8_lossy(&r.map_err(failed)?).into_owned());
@@ -286,6 +306,7 @@ const DEFAULT_TIMEOUT_MS: f64 = 30_000.0;
 pub fn open_result_store(
     root: String,
     timeout_ms: Option<f64>,
+    options: Option<NativeOptIns>,
 ) -> Either<NativeResultStore, Failure> {
     let timeout_ms = timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
     if let Err(f) = budget(Some(timeout_ms), None) {
@@ -293,7 +314,9 @@ pub fn open_result_store(
     }
     Either::A(NativeResultStore {
         // The wait is the budget given here: no cap of the store's own on top of it.
-        store: ResultStore::new(root).max_wait(None),
+        store: ResultStore::new(root)
+            .max_wait(None)
+            .with_lease_options(NativeOptIns::lease_options(options.as_ref())),
         timeout_ms,
     })
 }

@@ -134,7 +134,7 @@ pub enum DocumentError {
     /// The document, or the content an update would write, is larger than the limit
     /// ([`DocumentOptions::max_bytes`]); nothing was written.
     #[error(
-        "{}: {what} is larger than the limit of {limit} bytes; nothing was written (keep documents small, or raise the limit)",
+        "{}: {what} is larger than the limit of {limit} bytes; nothing was written (every reader holds a whole version in memory, which the limit bounds: keep the document smaller, or split it into several)",
         path.display()
     )]
     TooLarge {
