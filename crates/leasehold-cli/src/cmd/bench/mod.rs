@@ -620,19 +620,21 @@ fn table(
 }
 
 /// Columns padded to their widest cell: left-aligned where `left(i)`, else right-aligned.
-fn aligned<const N: usize>(cells: &[[String; N]], left: impl Fn(usize) -> bool) -> String {
+fn aligned<R: AsRef<[String]>>(cells: &[R], left: impl Fn(usize) -> bool) -> String {
     let mut out = String::new();
-    let widths: Vec<usize> = (0..N)
+    let n = cells.first().map_or(0, |c| c.as_ref().len());
+    let widths: Vec<usize> = (0..n)
         .map(|i| {
             cells
                 .iter()
-                .map(|c| c[i].chars().count())
+                .map(|c| c.as_ref().get(i).map_or(0, |s| s.chars().count()))
                 .max()
                 .unwrap_or(0)
         })
         .collect();
     for c in cells {
         let line: Vec<String> = c
+            .as_ref()
             .iter()
             .zip(&widths)
             .enumerate()
@@ -697,9 +699,10 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         "handoff base",
         "handoff ×base",
         "×helper floor",
+        "×kernel floor",
         "met",
     ];
-    let mut cells: Vec<[String; 15]> = vec![header.map(String::from)];
+    let mut cells: Vec<[String; 16]> = vec![header.map(String::from)];
     let ns = |v: Option<f64>| v.map_or("—".into(), |v| fmt_value(v, Unit::Nanos));
     let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
     // No verdict: a floor's row, or (Windows) a method without a floor to be read against.
@@ -727,10 +730,12 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
             ns(l.handoff_base),
             x(l.handoff_ratio),
             x(l.helper_ratio),
+            x(l.kernel_ratio),
             met(l.met, l.method.is_floor()),
         ]);
     }
-    out.push_str(&aligned(&cells, |i| i == 1 || i == 14));
+    out.push_str(&aligned(&cells, |i| i == 1 || i == 15));
+    out.push_str(&helper_summary(lines));
     let mixed: Vec<&uncued::Line> = lines.iter().filter(|l| l.shared > 0).collect();
     let Some(first) = mixed.first().copied() else {
         return out;
@@ -814,6 +819,70 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
     out
 }
 
+/// The hand-overs that go through a helper thread (the cancellable, async and keyed faces,
+/// and every contender: Node's wakes its event loop after the helper), each W's p50 read
+/// against the helper-thread floor and the kernel floor of the same runs, one line per
+/// method, so that the ratios the targets name can be read (and pasted) at a glance.
+fn helper_summary(lines: &[uncued::Line]) -> String {
+    let exclusive: Vec<&uncued::Line> = lines.iter().filter(|l| l.shared == 0).collect();
+    let mut ws: Vec<usize> = exclusive.iter().map(|l| l.workers).collect();
+    ws.dedup();
+    let mut methods: Vec<&uncued::Runner> = Vec::new();
+    for l in &exclusive {
+        let shown = l.method.hands_over()
+            || matches!(l.method, uncued::Runner::External(_))
+            || l.method.is(worker::Method::HelperFloor)
+            || l.method.is(worker::Method::Floor);
+        if shown && !methods.contains(&&l.method) {
+            methods.push(&l.method);
+        }
+    }
+    if methods.is_empty() || ws.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\nhand-over through a helper thread, p50 against the floors of the same runs (targets: {})\n\n",
+        uncued::HELPER_TARGETS
+    );
+    let mut header = vec!["method".to_string()];
+    for w in &ws {
+        header.push(format!("W = {w}: handoff p50"));
+        header.push("×helper floor".into());
+        header.push("×kernel floor".into());
+    }
+    header.push("met".into());
+    let mut cells = vec![header];
+    let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
+    for m in methods {
+        let mut row = vec![m.label().to_string()];
+        let mut verdicts = Vec::new();
+        for w in &ws {
+            let l = exclusive.iter().find(|l| l.workers == *w && &l.method == m);
+            let h = l.and_then(|l| l.figures.handoff).map(|d| d.p50);
+            row.push(h.map_or("—".into(), |v| fmt_value(v, Unit::Nanos)));
+            row.push(x(l.and_then(|l| l.helper_ratio)));
+            row.push(x(l.and_then(|l| l.kernel_ratio)));
+            if m.hands_over() {
+                verdicts.push(l.and_then(|l| l.helper_ratio).is_some_and(|r| r <= 1.1));
+            }
+        }
+        row.push(match (m.is_floor(), verdicts.is_empty()) {
+            (true, _) => "(floor)".into(),
+            (false, true) => "—".into(),
+            (false, false) => if verdicts.iter().all(|v| *v) {
+                "yes"
+            } else {
+                "NO"
+            }
+            .into(),
+        });
+        cells.push(row);
+    }
+    let last = cells[0].len() - 1;
+    out.push_str(&aligned(&cells, |i| i == 0 || i == last));
+    out
+}
+
 fn json_report(
     rows: &[Row],
     not: &[NotMeasured],
@@ -891,6 +960,7 @@ fn json_report(
                     "shared_wait_max_vs_floor": l.shared_max_ratio,
                     "handoff_p50_vs_base": l.handoff_ratio,
                     "handoff_p50_vs_helper_floor": l.helper_ratio,
+                    "handoff_p50_vs_kernel_floor": l.kernel_ratio,
                 },
                 "handoff_base": l.handoff_base,
                 "futex_wake": dist(&l.wake),
