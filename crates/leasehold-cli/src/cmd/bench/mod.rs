@@ -990,3 +990,122 @@ fn json_report(
         },
     })
 }
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::external::Contender;
+    use super::uncued::{Figures, Line, Runner};
+    use super::worker::Method;
+    use super::*;
+
+    /// A line of the exclusive-only table with hand-over p50 `p50` (ns), read against the
+    /// floors' p50s as the uncued run reads it.
+    fn line(workers: usize, method: Runner, p50: f64, helper: f64, kernel: f64) -> Line {
+        let d = Dist {
+            p50,
+            p90: p50,
+            p99: p50,
+            max: p50,
+        };
+        Line {
+            workers,
+            shared: 0,
+            figures: Figures {
+                owner_change: 0.5,
+                handoff: Some(d),
+                handoff_by: [Some(d), None, None],
+                handoffs_by: [1.0, 0.0, 0.0],
+                wait: Some(d),
+                shared_wait: None,
+                exclusive_wait: Some(d),
+                exclusive_share: 1.0,
+                waits: 1.0,
+                rate: 1.0,
+                turns: 1.0,
+            },
+            owner_ratio: None,
+            wait_p99_ratio: None,
+            wait_max_ratio: None,
+            shared_p99_ratio: None,
+            shared_max_ratio: None,
+            handoff_ratio: None,
+            helper_ratio: Some(p50 / helper),
+            kernel_ratio: Some(p50 / kernel),
+            handoff_base: None,
+            wake: None,
+            met: None,
+            method,
+        }
+    }
+
+    #[test]
+    fn the_helper_summary_reads_each_helper_thread_face_against_both_floors() {
+        let node = Runner::External(Contender::parse("node=node worker.js").unwrap());
+        let mut lines = Vec::new();
+        for (w, helper, kernel) in [(2, 20_000.0, 5_000.0), (4, 40_000.0, 10_000.0)] {
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::Floor),
+                kernel,
+                helper,
+                kernel,
+            ));
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::FloorVerify),
+                1.0,
+                helper,
+                kernel,
+            ));
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::HelperFloor),
+                helper,
+                helper,
+                kernel,
+            ));
+            lines.push(line(w, Runner::Builtin(Method::Lease), 1.0, helper, kernel));
+            // Within 1.1× at W = 2, not at W = 4.
+            let budget = if w == 2 { 21_000.0 } else { 48_000.0 };
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::LeaseBudget),
+                budget,
+                helper,
+                kernel,
+            ));
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::Keyed),
+                helper,
+                helper,
+                kernel,
+            ));
+            lines.push(line(w, node.clone(), 1.5 * helper, helper, kernel));
+        }
+        let text = helper_summary(&lines);
+        let row = |label: &str| {
+            text.lines()
+                .find(|l| l.starts_with(label))
+                .unwrap_or_else(|| panic!("no row {label:?} in\n{text}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(text.contains("≤ 1.1× the helper-thread floor") && text.contains("≤ 1.5×"));
+        assert!(row("kernel floor").ends_with("(floor)"), "{text}");
+        assert!(row("helper-thread floor").contains("1.00× 4.00×"), "{text}");
+        assert!(
+            row("Lease::acquire, deadline")
+                .contains("21.00 µs 1.05× 4.20× 48.00 µs 1.20× 4.80× NO"),
+            "{text}"
+        );
+        assert!(row("KeyedLeases").ends_with("yes"), "{text}");
+        assert!(
+            row("node").contains("1.50× 6.00×") && row("node").ends_with("—"),
+            "{text}"
+        );
+        // Faces that block in the kernel themselves are not in it.
+        assert!(!text.contains("floor + inode verify") && !text.contains("unlimited budget"));
+    }
+}
