@@ -127,6 +127,14 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
                     "{line}"
                 );
             }
+            // ... and beside it, its ratio to the kernel floor's.
+            if let (Some(h), Some(kernel)) = (line["handoff"]["p50"].as_f64(), p50_of("floor")) {
+                let ratio = line["ratios"]["handoff_p50_vs_kernel_floor"].as_f64();
+                assert!(
+                    ratio.is_some_and(|r| (r - h / kernel).abs() < 1e-9),
+                    "{line}"
+                );
+            }
         }
     }
     if python {

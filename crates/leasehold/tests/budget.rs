@@ -41,9 +41,9 @@ fn a_started_budget_is_shared_and_a_late_step_is_told_it_ran_out() {
     let steps = Budget::timeout(T).started();
     let first = Lease::acquire(&path, &steps).unwrap_err();
     assert!(matches!(first, Error::TimedOut { .. }), "{first:?}");
-    let began = Instant::now();
+    // A spent budget does not wait again: the error is the single try's (`Contended`, not
+    // waited for), never the wait's `TimedOut`.
     let second = Lease::acquire(&path, &steps).unwrap_err();
-    assert!(began.elapsed() < T, "a spent budget does not wait again");
     match &second {
         Error::Contended {
             why: NotWaited::Expired { late, timeout },

@@ -269,3 +269,26 @@ fn a_chain_judged_before_another_user_created_part_of_it_is_judged_again() {
         "{err:?}"
     );
 }
+
+/// A `LockDir`'s directory is judged at every acquisition until it is found fit, and then
+/// remembered by the handle, as a fit path is (what could make it unfit is a chmod by its
+/// owner, this user or root); a handle opened afresh judges it again.
+#[test]
+fn a_lock_dir_is_judged_until_found_fit_and_then_remembered_by_its_handle() {
+    let untrusted = |r: leasehold::Result<Lease>| matches!(r, Err(Error::Untrusted { .. }));
+    let tmp = tempfile::tempdir().unwrap();
+    let ns = tmp.path().join("ns");
+    std::fs::create_dir(&ns).unwrap();
+    chmod(&ns, 0o777);
+    let dir = LockDir::open(&ns).unwrap();
+    let options = LeaseOptions::new();
+    assert!(untrusted(options.try_acquire_at(&dir, "k.lock")));
+    assert!(untrusted(options.try_acquire_at(&dir, "k.lock")));
+    chmod(&ns, 0o700);
+    drop(options.try_acquire_at(&dir, "k.lock").unwrap());
+    chmod(&ns, 0o777);
+    drop(options.try_acquire_at(&dir, "k.lock").unwrap());
+    let fresh = LockDir::open(&ns).unwrap();
+    assert!(untrusted(options.try_acquire_at(&fresh, "k.lock")));
+    chmod(&ns, 0o700);
+}

@@ -9,7 +9,7 @@
 //! ROOT/results/<id>/applying.json   while an apply writes: its TARGET and process number
 //! ROOT/published/<id>.json          a publication (finish): the result is ready to apply
 //! ROOT/.result-locks-v1/<sha256(id)>.lock   per-ID operation locks (removed only by gc)
-//! ROOT/.result-locks-v1/.collector.lock      held shared by every admission, exclusive by gc
+//! ROOT/.result-locks-v1/.collector.lock      exclusive by gc per batch; shared by an admission retrying a busy ID
 //! ```
 //!
 //! Why every operation takes the ID's lease: two processes can inspect one result at once,

@@ -734,10 +734,10 @@ impl Lease {
 
     /// Removes the lock file while holding its lease, if the path still names the locked
     /// inode (`Ok(true)`: removed). For the keyed pattern's collector only: it holds this
-    /// lease exclusively and its namespace's collector lock exclusively, so no other process
-    /// can be between opening and verifying this file, and whoever opened it earlier finds,
-    /// after locking, that the path no longer names its inode and reopens (the post-lock
-    /// check every acquisition makes). Windows keeps no lock files: `Ok(false)`.
+    /// lease exclusively, so no one else holds the inode, and whoever opened the file before
+    /// the unlink finds, once it has locked, that the path no longer names its inode and
+    /// tries again (the post-lock check every acquisition makes; docs/design.md has the
+    /// argument). Windows keeps no lock files: `Ok(false)`.
     ///
     /// # Errors
     /// [`Error::Released`], or an I/O error from the check or the unlink.

@@ -144,8 +144,8 @@ impl LeaseOptions {
 
     /// With `false`, an acquisition whose lock file is replaced (or removed) while it tries or
     /// waits gives up at once with [`Error::Unstable`] instead of reopening the path: for the
-    /// keyed pattern's waits, which wait outside their namespace's collector lock and must
-    /// try again under it after the collector removed the file they waited on (see
+    /// keyed pattern's waits, which go back to the admission after the collector removed the
+    /// file they waited on rather than reopen the path by themselves (see
     /// `patterns::keyed`). Nothing is held afterwards.
     pub(crate) fn follow_replaced(mut self, follow: bool) -> LeaseOptions {
         self.follow_replaced = follow;
@@ -209,9 +209,9 @@ impl LeaseOptions {
     }
 
     /// [`acquire_at`](Self::acquire_at) in either mode, without the shared leases' gate: the
-    /// keyed pattern holds its namespace's collector lock *shared* while it opens, locks and
-    /// verifies a key's lock file, and its collector holds it *exclusive* and never waits
-    /// (see `patterns::keyed`), so no turnstile is needed there.
+    /// keyed pattern's acquisition that found its key busy holds its namespace's collector
+    /// lock *shared* for one more try, and its collector holds it *exclusive* for one batch
+    /// and never waits long (see `patterns::keyed`), so no turnstile is needed there.
     pub(crate) fn acquire_at_mode(
         &self,
         dir: &LockDir,
@@ -334,9 +334,9 @@ impl LeaseOptions {
     /// A [`LeaseHandle`] on `name` inside `dir` that takes the lease in `mode`, without the
     /// shared leases' gate (as [`acquire_at_mode`](Self::acquire_at_mode)) and without the
     /// post-lock check that the path still names the locked inode; the file is opened by the
-    /// first lock. Only for the keyed pattern's collector lock, which every keyed
-    /// acquisition takes shared: a kept descriptor saves an open and a close each time, and
-    /// the skipped `fstatat` another tenth of a keyed acquisition. Nothing ever removes that
+    /// first lock. Only for the keyed pattern's collector lock, which a keyed acquisition
+    /// that found its key busy takes shared: a kept descriptor saves an open and a close
+    /// each time, and the skipped `fstatat` another one. Nothing ever removes that
     /// file, the handles are reopened whenever the namespace is checked again (see
     /// `patterns::keyed`), and no key's exclusion rests on it: each key's lease makes its
     /// own post-lock check, and the collector unlinks only under the lock of the inode it

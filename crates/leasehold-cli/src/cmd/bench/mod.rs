@@ -620,19 +620,21 @@ fn table(
 }
 
 /// Columns padded to their widest cell: left-aligned where `left(i)`, else right-aligned.
-fn aligned<const N: usize>(cells: &[[String; N]], left: impl Fn(usize) -> bool) -> String {
+fn aligned<R: AsRef<[String]>>(cells: &[R], left: impl Fn(usize) -> bool) -> String {
     let mut out = String::new();
-    let widths: Vec<usize> = (0..N)
+    let n = cells.first().map_or(0, |c| c.as_ref().len());
+    let widths: Vec<usize> = (0..n)
         .map(|i| {
             cells
                 .iter()
-                .map(|c| c[i].chars().count())
+                .map(|c| c.as_ref().get(i).map_or(0, |s| s.chars().count()))
                 .max()
                 .unwrap_or(0)
         })
         .collect();
     for c in cells {
         let line: Vec<String> = c
+            .as_ref()
             .iter()
             .zip(&widths)
             .enumerate()
@@ -697,9 +699,10 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
         "handoff base",
         "handoff ×base",
         "×helper floor",
+        "×kernel floor",
         "met",
     ];
-    let mut cells: Vec<[String; 15]> = vec![header.map(String::from)];
+    let mut cells: Vec<[String; 16]> = vec![header.map(String::from)];
     let ns = |v: Option<f64>| v.map_or("—".into(), |v| fmt_value(v, Unit::Nanos));
     let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
     // No verdict: a floor's row, or (Windows) a method without a floor to be read against.
@@ -727,10 +730,12 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
             ns(l.handoff_base),
             x(l.handoff_ratio),
             x(l.helper_ratio),
+            x(l.kernel_ratio),
             met(l.met, l.method.is_floor()),
         ]);
     }
-    out.push_str(&aligned(&cells, |i| i == 1 || i == 14));
+    out.push_str(&aligned(&cells, |i| i == 1 || i == 15));
+    out.push_str(&helper_summary(lines));
     let mixed: Vec<&uncued::Line> = lines.iter().filter(|l| l.shared > 0).collect();
     let Some(first) = mixed.first().copied() else {
         return out;
@@ -814,6 +819,70 @@ fn uncued_table(lines: &[uncued::Line], plan: &Plan) -> String {
     out
 }
 
+/// The hand-overs that go through a helper thread (the cancellable, async and keyed faces,
+/// and every contender: Node's wakes its event loop after the helper), each W's p50 read
+/// against the helper-thread floor and the kernel floor of the same runs, one line per
+/// method, so that the ratios the targets name can be read (and pasted) at a glance.
+fn helper_summary(lines: &[uncued::Line]) -> String {
+    let exclusive: Vec<&uncued::Line> = lines.iter().filter(|l| l.shared == 0).collect();
+    let mut ws: Vec<usize> = exclusive.iter().map(|l| l.workers).collect();
+    ws.dedup();
+    let mut methods: Vec<&uncued::Runner> = Vec::new();
+    for l in &exclusive {
+        let shown = l.method.hands_over()
+            || matches!(l.method, uncued::Runner::External(_))
+            || l.method.is(worker::Method::HelperFloor)
+            || l.method.is(worker::Method::Floor);
+        if shown && !methods.contains(&&l.method) {
+            methods.push(&l.method);
+        }
+    }
+    if methods.is_empty() || ws.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\nhand-over through a helper thread, p50 against the floors of the same runs (targets: {})\n\n",
+        uncued::HELPER_TARGETS
+    );
+    let mut header = vec!["method".to_string()];
+    for w in &ws {
+        header.push(format!("W = {w}: handoff p50"));
+        header.push("×helper floor".into());
+        header.push("×kernel floor".into());
+    }
+    header.push("met".into());
+    let mut cells = vec![header];
+    let x = |r: Option<f64>| r.map_or("—".into(), |r| format!("{r:.2}×"));
+    for m in methods {
+        let mut row = vec![m.label().to_string()];
+        let mut verdicts = Vec::new();
+        for w in &ws {
+            let l = exclusive.iter().find(|l| l.workers == *w && &l.method == m);
+            let h = l.and_then(|l| l.figures.handoff).map(|d| d.p50);
+            row.push(h.map_or("—".into(), |v| fmt_value(v, Unit::Nanos)));
+            row.push(x(l.and_then(|l| l.helper_ratio)));
+            row.push(x(l.and_then(|l| l.kernel_ratio)));
+            if m.hands_over() {
+                verdicts.push(l.and_then(|l| l.helper_ratio).is_some_and(|r| r <= 1.1));
+            }
+        }
+        row.push(match (m.is_floor(), verdicts.is_empty()) {
+            (true, _) => "(floor)".into(),
+            (false, true) => "—".into(),
+            (false, false) => if verdicts.iter().all(|v| *v) {
+                "yes"
+            } else {
+                "NO"
+            }
+            .into(),
+        });
+        cells.push(row);
+    }
+    let last = cells[0].len() - 1;
+    out.push_str(&aligned(&cells, |i| i == 0 || i == last));
+    out
+}
+
 fn json_report(
     rows: &[Row],
     not: &[NotMeasured],
@@ -891,6 +960,7 @@ fn json_report(
                     "shared_wait_max_vs_floor": l.shared_max_ratio,
                     "handoff_p50_vs_base": l.handoff_ratio,
                     "handoff_p50_vs_helper_floor": l.helper_ratio,
+                    "handoff_p50_vs_kernel_floor": l.kernel_ratio,
                 },
                 "handoff_base": l.handoff_base,
                 "futex_wake": dist(&l.wake),
@@ -919,4 +989,123 @@ fn json_report(
             "lines": uncued,
         },
     })
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::external::Contender;
+    use super::uncued::{Figures, Line, Runner};
+    use super::worker::Method;
+    use super::*;
+
+    /// A line of the exclusive-only table with hand-over p50 `p50` (ns), read against the
+    /// floors' p50s as the uncued run reads it.
+    fn line(workers: usize, method: Runner, p50: f64, helper: f64, kernel: f64) -> Line {
+        let d = Dist {
+            p50,
+            p90: p50,
+            p99: p50,
+            max: p50,
+        };
+        Line {
+            workers,
+            shared: 0,
+            figures: Figures {
+                owner_change: 0.5,
+                handoff: Some(d),
+                handoff_by: [Some(d), None, None],
+                handoffs_by: [1.0, 0.0, 0.0],
+                wait: Some(d),
+                shared_wait: None,
+                exclusive_wait: Some(d),
+                exclusive_share: 1.0,
+                waits: 1.0,
+                rate: 1.0,
+                turns: 1.0,
+            },
+            owner_ratio: None,
+            wait_p99_ratio: None,
+            wait_max_ratio: None,
+            shared_p99_ratio: None,
+            shared_max_ratio: None,
+            handoff_ratio: None,
+            helper_ratio: Some(p50 / helper),
+            kernel_ratio: Some(p50 / kernel),
+            handoff_base: None,
+            wake: None,
+            met: None,
+            method,
+        }
+    }
+
+    #[test]
+    fn the_helper_summary_reads_each_helper_thread_face_against_both_floors() {
+        let node = Runner::External(Contender::parse("node=node worker.js").unwrap());
+        let mut lines = Vec::new();
+        for (w, helper, kernel) in [(2, 20_000.0, 5_000.0), (4, 40_000.0, 10_000.0)] {
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::Floor),
+                kernel,
+                helper,
+                kernel,
+            ));
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::FloorVerify),
+                1.0,
+                helper,
+                kernel,
+            ));
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::HelperFloor),
+                helper,
+                helper,
+                kernel,
+            ));
+            lines.push(line(w, Runner::Builtin(Method::Lease), 1.0, helper, kernel));
+            // Within 1.1× at W = 2, not at W = 4.
+            let budget = if w == 2 { 21_000.0 } else { 48_000.0 };
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::LeaseBudget),
+                budget,
+                helper,
+                kernel,
+            ));
+            lines.push(line(
+                w,
+                Runner::Builtin(Method::Keyed),
+                helper,
+                helper,
+                kernel,
+            ));
+            lines.push(line(w, node.clone(), 1.5 * helper, helper, kernel));
+        }
+        let text = helper_summary(&lines);
+        let row = |label: &str| {
+            text.lines()
+                .find(|l| l.starts_with(label))
+                .unwrap_or_else(|| panic!("no row {label:?} in\n{text}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(text.contains("≤ 1.1× the helper-thread floor") && text.contains("≤ 1.5×"));
+        assert!(row("kernel floor").ends_with("(floor)"), "{text}");
+        assert!(row("helper-thread floor").contains("1.00× 4.00×"), "{text}");
+        assert!(
+            row("Lease::acquire, deadline")
+                .contains("21.00 µs 1.05× 4.20× 48.00 µs 1.20× 4.80× NO"),
+            "{text}"
+        );
+        assert!(row("KeyedLeases").ends_with("yes"), "{text}");
+        assert!(
+            row("node").contains("1.50× 6.00×") && row("node").ends_with("—"),
+            "{text}"
+        );
+        // Faces that block in the kernel themselves are not in it.
+        assert!(!text.contains("floor + inode verify") && !text.contains("unlimited budget"));
+    }
 }

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustix::io::Errno;
@@ -46,6 +46,9 @@ pub(crate) struct Dir {
     id: FileId,
     /// How it was reached, so that [`Dir::verify`] can walk the chain again.
     parent: Option<Arc<Dir>>,
+    /// The handle's directory was found fit under both rules of [`check_dir`] (shared by
+    /// clones): it is not judged again, as [`FIT_DIRS`] are not.
+    fit: Arc<AtomicBool>,
 }
 
 impl PlatformDir for Dir {
@@ -58,6 +61,7 @@ impl PlatformDir for Dir {
             path: path.to_path_buf(),
             id,
             parent: None,
+            fit: Arc::default(),
         })
     }
 
@@ -117,6 +121,7 @@ impl PlatformDir for Dir {
             path,
             id,
             parent: Some(Arc::new(self.clone())),
+            fit: Arc::default(),
         })
     }
 
@@ -614,10 +619,17 @@ fn open_error(target: &Target, e: Errno) -> Error {
 /// them, and nobody else may write a directory on the way (or, in a sticky one, rename what
 /// is not theirs), so nobody else can rename, replace, chmod or chown anything of it. A
 /// lease held while its owner does so anyway is caught by [`verify`], which resolves the
-/// whole path again.
+/// whole path again. A [`Dir`] found fit is remembered by its handle (`Dir::fit`) on the
+/// same grounds: its directory is one inode, which only this user or root may chmod or
+/// chown, on a file system an open handle cannot leave; so a keyed acquisition pays no
+/// `fstat` and `geteuid` beyond a plain lease's.
 fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
     let fs_check = !opts.allow_network_fs;
     if !target.judge && !fs_check {
+        return Ok(());
+    }
+    let dir_fit = target.dir.as_ref().filter(|_| target.judge && fs_check);
+    if dir_fit.is_some_and(|d| d.fit.load(Ordering::Relaxed)) {
         return Ok(());
     }
     let parent = target.parent();
@@ -689,6 +701,9 @@ fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
         if fit.len() < FIT_DIRS_MAX {
             fit.push(key.into_owned());
         }
+    }
+    if let Some(d) = dir_fit {
+        d.fit.store(true, Ordering::Relaxed);
     }
     Ok(())
 }
