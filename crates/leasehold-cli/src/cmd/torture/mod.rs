@@ -121,8 +121,8 @@ pub struct TortureArgs {
     /// random moment) and read it lock-free between updates. Every read must be a whole
     /// version never older than one seen before, no acknowledged update may be lost, no two
     /// updates may hold the document's lease at once, and the next update removes every
-    /// temporary a killed one left. With --break-exclusion each worker leases a lock file
-    /// of its own (the lease skipped).
+    /// temporary a killed one left.
+    // The hidden self-check `--break-exclusion` gives each worker a lock file of its own.
     #[arg(long, conflicts_with_all = ["gc", "descendants"])]
     document: bool,
 }
