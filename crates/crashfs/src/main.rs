@@ -134,6 +134,10 @@ mod linux {
             dir: PathBuf,
             id: String,
         },
+        /// (Used by the torture, as `leasehold doc update`'s COMMAND.) The JSON object on
+        /// stdin (none: `{}`) with counter KEY incremented, on stdout.
+        #[command(hide = true)]
+        DocBump { key: String },
     }
 
     pub fn main() -> ExitCode {
@@ -227,6 +231,16 @@ mod linux {
                 })
             }
             Cmd::SessionBatch { dir, id } => session_batch(dir, id),
+            Cmd::DocBump { key } => {
+                let mut input = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)
+                    .map_err(|e| e.to_string())?;
+                let out = crashfs::torture::doc_bump(&input, &key)?;
+                std::io::stdout()
+                    .write_all(&out)
+                    .map_err(|e| e.to_string())?;
+                Ok(ExitCode::SUCCESS)
+            }
         }
     }
 

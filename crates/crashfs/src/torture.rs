@@ -13,6 +13,11 @@
 //! * every acknowledged session record (a `session append` that exited 0; a batch the
 //!   batched writer answered `ok` for) is in the log, in order, and nothing is there that
 //!   was never sent;
+//! * every acknowledged update of a `Document` (`leasehold doc update` exiting 0, each
+//!   driver incrementing a counter of its own in one shared JSON document) is in the
+//!   document: its counter is at least the acknowledged value and at most one above it (an
+//!   update killed in flight may have landed), and the temporaries a cut left beside the
+//!   document are gone once another update has been acknowledged;
 //! * every acknowledged result transition (`stage`, `finish`, `apply`, `discard` exiting 0)
 //!   is visible: candidate files and record, publication, applied files, removals;
 //! * no document is torn (every registry document, result record and publication that
@@ -80,6 +85,8 @@ pub struct Report {
     pub session_batched: u64,
     /// Acknowledged result transitions checked.
     pub result_transitions: u64,
+    /// Acknowledged document updates checked.
+    pub document_updates: u64,
     /// Operations in flight at a cut (killed before their acknowledgement).
     pub in_flight: u64,
     /// Pending file-system operations kept / dropped / torn by the cuts.
@@ -114,6 +121,7 @@ impl Report {
             + self.session_records
             + self.session_batched
             + self.result_transitions
+            + self.document_updates
     }
 
     fn violation(&mut self, kind: Violation, what: String) {
@@ -137,13 +145,15 @@ impl Report {
         let _ = writeln!(
             s,
             "acknowledged operations checked: {} (registry one-shot {}, registry serve {}, \
-             session records {} per-record + {} batched, result transitions {})",
+             session records {} per-record + {} batched, result transitions {}, \
+             document updates {})",
             self.acknowledged(),
             self.registry_oneshot,
             self.registry_serve,
             self.session_records,
             self.session_batched,
-            self.result_transitions
+            self.result_transitions,
+            self.document_updates
         );
         let _ = writeln!(
             s,
@@ -275,6 +285,12 @@ const SERVE_PRIMARIES: usize = 2;
 const SESSION_WORKERS: usize = 2;
 const BATCH_WORKERS: usize = 1;
 const RESULT_WORKERS: usize = 2;
+/// Drivers of `leasehold doc update` on one shared document, each with a counter of its own.
+const DOC_WORKERS: usize = 2;
+/// The shared document, on the mount.
+const DOC: &str = "docs/settings.json";
+/// How much padding `doc_bump` keeps in the document: it spans pages, so a torn write shows.
+const DOC_PAD: usize = 5000;
 const ROOTS: usize = 4;
 const SOURCES: usize = 3;
 
@@ -341,6 +357,21 @@ struct World {
     in_flight: u64,
     /// Logs that had a torn tail at the last check: it must be gone once written again.
     torn_logs: BTreeSet<String>,
+    /// Each document driver's counter.
+    docs: BTreeMap<String, DocExpect>,
+    /// The temporaries beside the document at the last check (killed updates' leftovers).
+    doc_temporaries: BTreeSet<String>,
+}
+
+/// What a document driver knows of its counter.
+#[derive(Debug, Default, Clone)]
+struct DocExpect {
+    /// The value after the last acknowledged update (or the last check).
+    value: u64,
+    /// Updates since then that were not acknowledged (killed, or failed) and may have landed.
+    maybe: u64,
+    /// Acknowledged updates not yet counted by a check.
+    unchecked: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -440,6 +471,7 @@ struct Outcome {
     registry: Vec<(Pair, Option<bool>, bool)>,
     sessions: Vec<(String, SessionExpect)>,
     results: Vec<(String, ResultExpect)>,
+    docs: Vec<(String, DocExpect)>,
     in_flight: u64,
 }
 
@@ -467,6 +499,10 @@ impl World {
             next_result: 0,
             in_flight: 0,
             torn_logs: BTreeSet::new(),
+            docs: (0..DOC_WORKERS)
+                .map(|w| (format!("w{w}"), DocExpect::default()))
+                .collect(),
+            doc_temporaries: BTreeSet::new(),
         }
     }
 
@@ -487,6 +523,10 @@ impl World {
             for (id, exp) in self.sessions.clone() {
                 let s = seeds.next_u64();
                 handles.push(scope.spawn(move || session_driver(config, layout, id, exp, s)));
+            }
+            for (key, exp) in self.docs.clone() {
+                let s = seeds.next_u64();
+                handles.push(scope.spawn(move || doc_driver(config, layout, key, exp, s)));
             }
             // Results: continue the certain, unfinished IDs; each worker also starts new ones.
             let mut per_worker: Vec<Vec<(String, ResultExpect)>> = vec![Vec::new(); RESULT_WORKERS];
@@ -535,6 +575,9 @@ impl World {
             for (id, exp) in o.results {
                 self.results.insert(id, exp);
             }
+            for (key, exp) in o.docs {
+                self.docs.insert(key, exp);
+            }
         }
     }
 
@@ -544,6 +587,7 @@ impl World {
         self.check_registry(config, layout, report, cut);
         self.check_sessions(layout, report, cut);
         self.check_results(layout, report, cut);
+        self.check_document(layout, report, cut);
         check_locks(layout, report, cut);
     }
 
@@ -614,6 +658,81 @@ impl World {
                     }
                 }
             }
+        }
+    }
+
+    /// The shared document after a reboot: whole, every driver's counter at least its
+    /// acknowledged value and at most its unacknowledged attempts above it; the temporaries
+    /// the previous cut left are gone if an update was acknowledged since.
+    fn check_document(&mut self, layout: &Layout, report: &mut Report, cut: u32) {
+        let path = layout.m(DOC);
+        let acked_since: u64 = self.docs.values().map(|e| e.unchecked).sum();
+        let temporaries: BTreeSet<String> = path
+            .parent()
+            .and_then(|d| fs::read_dir(d).ok())
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp."))
+            .collect();
+        if acked_since > 0 {
+            for t in self.doc_temporaries.intersection(&temporaries) {
+                report.violation(
+                    Violation::Other,
+                    format!(
+                        "cut {cut}: temporary {t} beside {DOC} is still there after {acked_since} acknowledged updates"
+                    ),
+                );
+            }
+        }
+        self.doc_temporaries = temporaries;
+        let counters: BTreeMap<String, u64> = match fs::read(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => {
+                report.violation(
+                    Violation::Other,
+                    format!("cut {cut}: cannot read {}: {e}", path.display()),
+                );
+                return;
+            }
+            Ok(bytes) => {
+                report.documents_checked += 1;
+                match doc_counters(&bytes) {
+                    Ok(c) => c,
+                    Err(why) => {
+                        report.violation(
+                            Violation::Torn,
+                            format!("cut {cut}: torn document {}: {why}", path.display()),
+                        );
+                        return;
+                    }
+                }
+            }
+        };
+        for (key, exp) in self.docs.iter_mut() {
+            let v = counters.get(key).copied().unwrap_or(0);
+            report.document_updates += std::mem::take(&mut exp.unchecked);
+            if v < exp.value {
+                report.violation(
+                    Violation::Lost,
+                    format!(
+                        "cut {cut}: document counter {key} is {v}, below its acknowledged {}",
+                        exp.value
+                    ),
+                );
+            } else if v > exp.value + exp.maybe {
+                report.violation(
+                    Violation::Other,
+                    format!(
+                        "cut {cut}: document counter {key} is {v}: more than the {} acknowledged and {} attempted since",
+                        exp.value, exp.maybe
+                    ),
+                );
+            }
+            // What the disk shows is durable now: the truth for the next round.
+            exp.value = v;
+            exp.maybe = 0;
         }
     }
 
@@ -1067,6 +1186,87 @@ fn serve_driver(config: &Config, layout: &Layout, seed: u64) -> Outcome {
 /// Session appends: `rec-*` through `leasehold session append` (fsync per record; a run is
 /// acknowledged when it exits 0), `batch-*` through `crashfs session-batch` (one fsync per
 /// batch; each batch acknowledged by its `ok`).
+/// `leasehold doc update` of the shared document, one at a time, each COMMAND
+/// (`crashfs doc-bump KEY`) incrementing this driver's counter.
+fn doc_driver(
+    config: &Config,
+    layout: &Layout,
+    key: String,
+    mut exp: DocExpect,
+    seed: u64,
+) -> Outcome {
+    let mut rng = Rng::new(seed);
+    let mut out = Outcome::default();
+    while powered() {
+        let mut cmd = leasehold(config);
+        cmd.args(["doc", "update", "--timeout", "20"])
+            .arg(layout.m(DOC))
+            .arg("--")
+            .arg(&config.crashfs)
+            .arg("doc-bump")
+            .arg(&key);
+        match oneshot(cmd) {
+            Ran::NotStarted => break,
+            Ran::Exited(0) => {
+                exp.value += 1;
+                exp.maybe = 0;
+                exp.unchecked += 1;
+            }
+            // Contended past the timeout: nothing written.
+            Ran::Exited(75) => {}
+            Ran::Killed | Ran::Exited(_) => {
+                exp.maybe += 1;
+                out.in_flight += 1;
+                break;
+            }
+        }
+        if rng.upto(4) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    out.docs.push((key, exp));
+    out
+}
+
+/// The counters of the torture's shared document, or why it is not a whole one (it must
+/// parse, and carry its full padding).
+fn doc_counters(bytes: &[u8]) -> Result<BTreeMap<String, u64>, String> {
+    let v: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| format!("{} bytes that do not parse: {e}", bytes.len()))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| format!("{} bytes that are not an object", bytes.len()))?;
+    if obj
+        .get("pad")
+        .and_then(serde_json::Value::as_str)
+        .map(str::len)
+        != Some(DOC_PAD)
+    {
+        return Err("its padding is not whole".into());
+    }
+    Ok(obj
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+        .collect())
+}
+
+/// `crashfs doc-bump KEY`: the document `input` (empty: none yet) with counter `key`
+/// incremented and the padding in place.
+pub fn doc_bump(input: &[u8], key: &str) -> Result<Vec<u8>, String> {
+    let mut doc: serde_json::Map<String, serde_json::Value> = if input.is_empty() {
+        serde_json::Map::new()
+    } else {
+        serde_json::from_slice(input).map_err(|e| format!("not a JSON object: {e}"))?
+    };
+    let n = doc
+        .get(key)
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    doc.insert(key.to_string(), (n + 1).into());
+    doc.insert("pad".into(), "x".repeat(DOC_PAD).into());
+    serde_json::to_vec(&doc).map_err(|e| e.to_string())
+}
+
 fn session_driver(
     config: &Config,
     layout: &Layout,

@@ -72,6 +72,17 @@ fn the_stores_lose_nothing_acknowledged_across_power_cuts() {
     assert_eq!(figure(&out, "power cuts: "), 4);
     assert!(figure(&out, "acknowledged operations checked: ") > 0);
     assert_eq!(figure(&out, "lost: "), 0);
+    // The shared `Document` was updated (by `leasehold doc update`) and checked too.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let updates = text
+        .split("document updates ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse::<u64>().ok());
+    assert!(
+        updates.is_some_and(|n| n > 0),
+        "no document update checked:\n{text}"
+    );
 }
 
 #[test]

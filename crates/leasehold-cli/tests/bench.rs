@@ -56,6 +56,7 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "crowd_waiting_cpu",
         "registry_mutation",
         "document_update",
+        "document_update_4",
         "session_append_fsync",
         "session_append_batched",
         "keyed_10_ids",
@@ -69,6 +70,23 @@ fn quick_bench_prints_every_figure_as_json_and_leaves_no_files() {
         "uncontended_handle_lock",
     ] {
         assert!(keys.contains(&want), "missing figure {want}: {keys:?}");
+    }
+    // The Node and Python ways of updating a document by hand: measured, or a line saying
+    // why not (no node, no npm registry, no pip).
+    let not: Vec<&str> = doc["not_measured"]
+        .as_array()
+        .expect("not_measured")
+        .iter()
+        .filter_map(|n| n["key"].as_str())
+        .collect();
+    for (way, measured) in [
+        ("node_document_way", "node_document_way_4"),
+        ("python_document_way", "python_document_way_4"),
+    ] {
+        assert!(
+            keys.contains(&measured) || not.iter().any(|k| k.starts_with(way)),
+            "{way}: neither measured nor said why: {keys:?} {not:?}"
+        );
     }
     // The uncued back-to-back scenario: every method with 2 and 4 workers, the floors
     // defining the targets (met: null) and every leasehold method judged against them.

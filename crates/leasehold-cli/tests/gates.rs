@@ -630,3 +630,35 @@ fn flock_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
         .args(["echo", "inner"]));
     assert_eq!((out.code, out.stdout.as_str()), (1, ""), "{out:?}");
 }
+
+/// `leasehold doc update` honours `LEASEHOLD_ALLOW_NETWORK_FS=1` as `run` does: without it a
+/// document on FUSE (bindfs) is refused (2, an unusable path: one line naming the opt-in) and nothing is
+/// written; with it the update runs there.
+#[test]
+fn doc_update_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(mount) = Bindfs::mount(tmp.path()) else {
+        return;
+    };
+    let doc = mount.mnt.join("settings.json");
+    let update = || {
+        let mut c = leasehold();
+        c.args(["doc", "update", "--timeout", "5"]).arg(&doc).args([
+            "--",
+            "sh",
+            "-c",
+            "echo '{\"n\": 1}'",
+        ]);
+        c
+    };
+    let out = run(&mut update());
+    assert_eq!((out.code, out.stdout.as_str()), (2, ""), "{out:?}");
+    assert_one_line_error(&out, "LEASEHOLD_ALLOW_NETWORK_FS=1");
+    assert!(!mount.backing.join("settings.json").exists());
+    let out = run(update().env("LEASEHOLD_ALLOW_NETWORK_FS", "1"));
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(mount.backing.join("settings.json")).unwrap(),
+        "{\"n\": 1}\n"
+    );
+}

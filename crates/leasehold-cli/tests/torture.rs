@@ -104,6 +104,78 @@ fn a_torture_run_with_broken_exclusion_is_detected() {
     assert!(!help.stdout.contains("break-exclusion"), "{}", help.stdout);
 }
 
+/// `--document`: workers increment a `Document` and read it lock-free while they are killed
+/// inside the update's closure, after every step of the durable rewrite (between the fsync
+/// and the rename, after the rename) and at random: every read is whole and never older than
+/// one seen before, no acknowledged update is lost, no two updates hold the lease at once,
+/// and every update finds the temporaries killed ones left collected.
+#[test]
+fn a_short_document_torture_run_finds_no_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .arg("torture")
+        .args([
+            "--document",
+            "--workers",
+            "4",
+            "--kills",
+            "40",
+            "--seconds",
+            "60",
+            "--json",
+            "--dir",
+        ])
+        .arg(dir.path()));
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["document"], true, "{v}");
+    assert_eq!(v["kills"], 40, "{v}");
+    assert!(v["operations"].as_u64().unwrap() > 0, "{v}");
+    let landed = v["kills_by_phase"].as_object().unwrap();
+    assert!(
+        landed
+            .keys()
+            .any(|k| k.starts_with("closure") || k.starts_with("write-")),
+        "no kill landed inside an update: {v}"
+    );
+    assert!(
+        dir.path().read_dir().unwrap().next().is_none(),
+        "the run directory is removed"
+    );
+}
+
+/// The document torture's self-check: workers that lease lock files of their own (the lease
+/// skipped) lose updates, and the run must say so.
+#[test]
+fn a_document_torture_run_without_the_lease_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .arg("torture")
+        .args([
+            "--document",
+            "--break-exclusion",
+            "--workers",
+            "4",
+            "--kills",
+            "10",
+            "--seconds",
+            "60",
+            "--json",
+            "--dir",
+        ])
+        .arg(dir.path()));
+    assert_eq!(out.code, 1, "stdout {} stderr {}", out.stdout, out.stderr);
+    testkit::assert_one_line_error(&out, "violation(s) found");
+    let details = testkit::violation_details(&out.stdout);
+    assert!(
+        details
+            .iter()
+            .any(|d| d.starts_with("document:") || d.contains("one of them was lost")),
+        "{details:?}"
+    );
+}
+
 #[test]
 fn the_worker_flags_are_hidden_and_bad_arguments_are_usage_errors() {
     let help = run(leasehold().args(["torture", "--help"]));
@@ -114,6 +186,8 @@ fn the_worker_flags_are_hidden_and_bad_arguments_are_usage_errors() {
     let bad = run(leasehold().args(["torture", "--workers", "0"]));
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     let bad = run(leasehold().args(["torture", "--seconds", "-1"]));
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    let bad = run(leasehold().args(["torture", "--document", "--gc"]));
     assert_eq!(bad.code, 2, "{}", bad.stderr);
 }
 

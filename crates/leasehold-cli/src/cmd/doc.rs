@@ -116,9 +116,11 @@ fn document(file: &Path, lock: Option<PathBuf>) -> Document {
     let json = file
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let env = crate::env::lease_options();
     let mut options = DocumentOptions::new()
         .json(json)
-        .allow_shared_state(crate::env::lease_options().allows_shared_state());
+        .allow_shared_state(env.allows_shared_state())
+        .allow_network_filesystem(env.allows_network_filesystem());
     if let Some(lock) = lock {
         options = options.lock_path(lock);
     }

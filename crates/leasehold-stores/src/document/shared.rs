@@ -251,6 +251,7 @@ pub struct DocumentOptions {
     json: bool,
     max_bytes: u64,
     allow_shared_state: bool,
+    allow_network_filesystem: bool,
     recheck: Duration,
     observer: Option<Observer>,
 }
@@ -265,6 +266,7 @@ impl fmt::Debug for DocumentOptions {
             .field("json", &self.json)
             .field("max_bytes", &self.max_bytes)
             .field("allow_shared_state", &self.allow_shared_state)
+            .field("allow_network_filesystem", &self.allow_network_filesystem)
             .field("recheck", &self.recheck)
             .field("observed", &self.observer.is_some())
             .finish()
@@ -278,6 +280,7 @@ impl Default for DocumentOptions {
             json: false,
             max_bytes: MAX_DOCUMENT_BYTES,
             allow_shared_state: false,
+            allow_network_filesystem: false,
             recheck: Duration::from_secs(1),
             observer: None,
         }
@@ -322,6 +325,15 @@ impl DocumentOptions {
     #[must_use]
     pub fn allow_shared_state(mut self, allow: bool) -> DocumentOptions {
         self.allow_shared_state = allow;
+        self
+    }
+
+    /// With `true`, the lock file may be on a network or FUSE file system
+    /// ([`LeaseOptions::allow_network_filesystem`]: refused by default, since `flock` there
+    /// may not exclude across machines).
+    #[must_use]
+    pub fn allow_network_filesystem(mut self, allow: bool) -> DocumentOptions {
+        self.allow_network_filesystem = allow;
         self
     }
 
@@ -653,7 +665,9 @@ impl Document {
     }
 
     fn lease_options(&self) -> LeaseOptions {
-        LeaseOptions::new().allow_shared_state(self.options.allow_shared_state)
+        LeaseOptions::new()
+            .allow_shared_state(self.options.allow_shared_state)
+            .allow_network_filesystem(self.options.allow_network_filesystem)
     }
 
     fn begin_edit(&self, budget: &Budget, replacing: bool) -> Result<Edit, DocumentError> {

@@ -106,6 +106,14 @@ impl Crew {
             .map_err(|_| Failure::failed("bench: a worker process stopped answering"))
     }
 
+    /// The next line from any worker, waiting at most `limit` (for workers whose lines are
+    /// seconds of durable work apart).
+    pub(super) fn recv_within(&self, limit: Duration) -> Result<(usize, String), Failure> {
+        self.rx
+            .recv_timeout(limit)
+            .map_err(|_| Failure::failed("bench: a worker process stopped answering"))
+    }
+
     /// The next line from worker `idx`, which must start with `tag`; returns its numbers.
     pub(super) fn expect(&self, idx: usize, tag: &str) -> Result<Vec<u64>, Failure> {
         let (from, line) = self.recv()?;

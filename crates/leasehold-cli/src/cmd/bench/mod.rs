@@ -31,6 +31,7 @@
 //! verb beside a gc of 100,000 lock files (`stores`).
 
 mod crew;
+mod document;
 #[cfg(all(feature = "etcd", unix))]
 mod etcd;
 mod external;
@@ -101,6 +102,9 @@ pub(crate) enum Scenario {
     Shared,
     /// The stores: registry, session log, keyed leases.
     Stores,
+    /// A document of the user's own: one writer and 4 contending processes against the raw
+    /// durable rewrite, beside the Node and Python ways of doing it by hand.
+    Document,
     /// The uncued back-to-back handoff table (and its mixed shared-mode table).
     Uncued,
 }
@@ -114,6 +118,7 @@ impl Scenario {
             Scenario::Waiters => "waiters",
             Scenario::Shared => "shared",
             Scenario::Stores => "stores",
+            Scenario::Document => "document",
             Scenario::Uncued => "uncued",
         }
     }
@@ -430,7 +435,13 @@ fn scenarios(
     if Scenario::Stores.runs(only) {
         rows.extend(stores::run(dir, plan)?);
     }
-    Ok((rows, Vec::new()))
+    let mut not = Vec::new();
+    if Scenario::Document.runs(only) {
+        let (more, missing) = document::run(dir, plan)?;
+        rows.extend(more);
+        not.extend(missing);
+    }
+    Ok((rows, not))
 }
 
 /// Every scenario but the uncued one, as Windows allows (those `only` selects): the rows,
@@ -473,6 +484,11 @@ fn scenarios(
             "a gc of 100,000 lock files beside a verb loop",
             "Windows keyed leases keep no lock files (the lease is a named object): there is nothing for a collection to remove",
         ));
+    }
+    if Scenario::Document.runs(only) {
+        let (more, missing) = document::run(dir, plan)?;
+        rows.extend(more);
+        not.extend(missing);
     }
     if Scenario::Uncued.runs(only) {
         not.push(NotMeasured::new(

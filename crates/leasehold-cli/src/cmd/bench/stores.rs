@@ -5,7 +5,9 @@
 //!   → fsync directory, issued directly (the directory kept open).
 //! * **Document update** (`Document::update_json`, one writer: the lease taken per update,
 //!   leftovers collected, the content re-read, the lease verified before the rename) next to
-//!   the same raw durable rewrite of a document of the same size.
+//!   the same raw durable rewrite of a document of the same size: the first row of the
+//!   document scenario (`document.rs`), which measures contended updates and the Node and
+//!   Python ways beside it.
 //! * **Session append** ([`SessionWriter::append_json`](leasehold_stores::session::SessionWriter::append_json)), fsync per record and batched, next
 //!   to raw `write` + `fdatasync` on an `O_APPEND` descriptor with records of the same size.
 //! * **Keyed lease cost** ([`KeyedLeases::try_acquire`] + release) with 10 and with 100,000
@@ -49,7 +51,7 @@ const KEY_SETUP_LIMIT: Duration = Duration::from_secs(20);
 
 /// All store figures.
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
-    let mut rows = vec![registry(dir, plan)?, document(dir, plan)?];
+    let mut rows = vec![registry(dir, plan)?];
     rows.extend(session(dir, plan)?);
     rows.extend(keyed(dir, plan)?);
     // Windows keyed leases keep no lock files: nothing for a collection to remove.
@@ -230,13 +232,8 @@ fn registry(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
 /// Uncontended `Document::update_json` of a small JSON document (a counter incremented; one
 /// writer), next to the raw durable rewrite of a document of the same size: what the lease,
 /// the collection of leftovers, the re-read and the verification before the rename add.
-fn document(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
-    #[derive(Default, serde::Serialize, serde::Deserialize)]
-    struct Settings {
-        count: u64,
-        theme: String,
-        recent: Vec<String>,
-    }
+pub(super) fn document(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
+    use super::document::{Settings, bump};
     let base = dir.join("document");
     std::fs::create_dir_all(&base).map_err(io_fail("create directory"))?;
     let doc = Document::open(
@@ -246,11 +243,7 @@ fn document(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
     let failed = |e: leasehold_stores::document::DocumentError| {
         Failure::failed(format!("bench: document: {e}"))
     };
-    let fill = |s: &mut Settings| {
-        s.count += 1;
-        s.theme = "dark".into();
-        s.recent = (0..4).map(|i| format!("/home/me/project-{i}")).collect();
-    };
+    let fill = |s: &mut Settings| bump(s);
     let wait = Budget::timeout(Duration::from_secs(10));
     doc.update_json(&wait, fill).map_err(failed)?;
     let sample = std::fs::read(doc.path()).map_err(io_fail("read document"))?;

@@ -19,6 +19,8 @@
 //!   <threads while all wait>`; on a line `c <ms>` let them wait that long (async ones on
 //!   the runtime, driven meanwhile) and print `C <cpu ns> <wall ns>`, the process's CPU time
 //!   in that window; exit when stdin closes (the waiters die with it).
+//! * `doc` (the document scenario, `document.rs`): print `R`, read a line, make `--count`
+//!   `Document::update_json` updates of the document `--lock`, print `D <ns they took>`.
 //! * `loop` (the uncued back-to-back scenario): prepare `--method`, print `R`, read
 //!   `go <end ns>`, then until the end loop *acquire → hold 100 µs (asleep) → release →
 //!   acquire again at once* (shared with `--shared`, else exclusive), with no cue from
@@ -88,6 +90,9 @@ pub struct WorkerArgs {
     /// A `loop` worker takes the lease shared (`SharedLease`, `flock(LOCK_SH)`).
     #[arg(long)]
     shared: bool,
+    /// How many updates a `doc` worker makes.
+    #[arg(long, default_value_t = 0)]
+    count: usize,
 }
 
 /// How a `loop` worker of the uncued scenario takes and releases the lease, once per turn
@@ -762,6 +767,26 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
             .and_then(|()| out.flush())
             .map_err(io_fail("report"))?;
             drop(held);
+        }
+        "doc" => {
+            // `--lock` is the document; its lease is the sibling lock file.
+            let doc = leasehold_stores::document::Document::open(
+                lock,
+                leasehold_stores::document::DocumentOptions::new().json(true),
+            );
+            writeln!(out, "R")
+                .and_then(|()| out.flush())
+                .map_err(io_fail("report"))?;
+            let _go = lines.next();
+            let wait = Budget::timeout(Duration::from_secs(60));
+            let t0 = mono_ns();
+            for _ in 0..args.count {
+                doc.update_json(&wait, super::document::bump)
+                    .map_err(|e| Failure::failed(format!("bench: document: {e}")))?;
+            }
+            writeln!(out, "D {}", mono_ns() - t0)
+                .and_then(|()| out.flush())
+                .map_err(io_fail("report"))?;
         }
         "loop" => {
             let turns = back_to_back(lock, args.method, args.shared, &mut lines)?;

@@ -159,7 +159,10 @@ enum Kind {
 
 /// Checks `intent SLOT GEN SEQ (reg add|remove ROOT | counter)`, `ack SLOT GEN SEQ` and
 /// `violation SLOT GEN TEXT` records against the final registry (`present`: the (slot, root)
-/// pairs it grants) and the final counter.
+/// pairs it grants) and the final counter. A `wrote SLOT GEN N` record (a `--document`
+/// run's acknowledged update wrote counter value N) must name an N no other acknowledged
+/// update wrote: two updates that wrote the same value both started from the same version,
+/// so one of them was lost.
 ///
 /// Per (slot, root), operations are ordered by (incarnation, sequence) — one worker slot
 /// owns its primary, and its incarnations run one after another. After the last
@@ -169,6 +172,7 @@ enum Kind {
 pub fn ops(text: &str, present: &BTreeSet<(u32, u32)>, counter: u64) -> OpsReport {
     let mut report = OpsReport::default();
     let mut intents: BTreeMap<(u32, u32, u64), (Kind, bool)> = BTreeMap::new();
+    let mut wrote: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     for (n, line) in text.lines().enumerate() {
         let f: Vec<&str> = line.splitn(4, ' ').collect();
         let num = |s: &str| s.parse::<u64>().ok();
@@ -179,6 +183,18 @@ pub fn ops(text: &str, present: &BTreeSet<(u32, u32)>, counter: u64) -> OpsRepor
                     .push(format!("worker {s}:{g} saw: {what}"));
                 true
             }
+            ["wrote", s, g, n] => match (num(s), num(g), num(n)) {
+                (Some(s), Some(g), Some(n)) => {
+                    if let Some((s0, g0)) = wrote.insert(n, (s, g)) {
+                        report.violations.push(format!(
+                            "counter value {n} was written by two acknowledged updates \
+                             (workers {s0}:{g0} and {s}:{g}): one of them was lost"
+                        ));
+                    }
+                    true
+                }
+                _ => false,
+            },
             ["ack", s, g, seq] => match (num(s), num(g), num(seq)) {
                 (Some(s), Some(g), Some(seq)) => {
                     match intents.get_mut(&(s as u32, g as u32, seq)) {
@@ -354,6 +370,18 @@ mod tests {
         assert_eq!(phantom.violations.len(), 1, "{:?}", phantom.violations);
         let counter_lost = ops("intent 0 0 1 counter\nack 0 0 1\n", &BTreeSet::new(), 0);
         assert_eq!(counter_lost.violations.len(), 1);
+        let twice = ops(
+            "intent 0 0 1 counter\nwrote 0 0 1\nack 0 0 1\n\
+             intent 1 0 1 counter\nwrote 1 0 1\nack 1 0 1\n",
+            &BTreeSet::new(),
+            2,
+        );
+        assert_eq!(twice.violations.len(), 1, "{:?}", twice.violations);
+        assert!(
+            twice.violations[0].contains("lost"),
+            "{:?}",
+            twice.violations
+        );
         let seen = ops(
             "violation 0 0 registry did not load: x\n",
             &BTreeSet::new(),

@@ -20,11 +20,21 @@
 //! ([`KeyedLeases::collect`], no ID has a record) as fast as the supervisor lets it: the
 //! audit check then proves that the collector never let two processes hold one ID at once.
 //!
+//! With `--document`, the workers instead increment a [`Document`] (a JSON counter with a
+//! padding its value fixes, so that a torn version cannot pass for a whole one) and read it
+//! lock-free between updates; the kills aim inside the update's closure and after every step
+//! of its durable rewrite. The checks: the audit log (no two updates held the document's
+//! lease at once), every read whole and never older than what that process saw, no two
+//! acknowledged updates wrote the same counter value (one would have been lost), the final
+//! counter between the acknowledged and the attempted updates, and no temporary beside the
+//! document once an update holds the lease (killed writers' temporaries are collected then).
+//!
 //! The run is bounded by `--kills` and `--seconds`, stops by itself and removes its directory
 //! (kept, and named, when a violation was found). Exit status: 0 with no violation, 1 otherwise.
 //!
 //! [`Registry`]: leasehold_stores::registry::Registry
 //! [`KeyedLeases`]: leasehold::patterns::keyed::KeyedLeases
+//! [`Document`]: leasehold_stores::document::Document
 //! [`KeyedLeases::collect`]: leasehold::patterns::keyed::KeyedLeases::collect
 
 mod check;
@@ -106,6 +116,15 @@ pub struct TortureArgs {
     /// instead, so the shared-mode gates exist and exclusive runs wait through them.
     #[arg(long, conflicts_with = "gc")]
     descendants: bool,
+    /// Torture a `Document` instead: workers increment a JSON document through its updates
+    /// (killed inside the update's closure, after each step of its durable rewrite, or at a
+    /// random moment) and read it lock-free between updates. Every read must be a whole
+    /// version never older than one seen before, no acknowledged update may be lost, no two
+    /// updates may hold the document's lease at once, and the next update removes every
+    /// temporary a killed one left.
+    // The hidden self-check `--break-exclusion` gives each worker a lock file of its own.
+    #[arg(long, conflicts_with_all = ["gc", "descendants"])]
+    document: bool,
 }
 
 /// Arguments of a torture worker process (internal: not part of the contract).
@@ -131,6 +150,9 @@ pub struct WorkerArgs {
     /// and shared reads.
     #[arg(long)]
     descendants: bool,
+    /// A `--document` run: document updates and lock-free reads.
+    #[arg(long)]
+    document: bool,
     /// With `--increment`: record the acknowledgement of operation SEQ after the increment
     /// (the increment of a `--descendants` run ends after its `run` has exited).
     #[arg(long, value_name = "SEQ", requires = "increment")]
@@ -146,7 +168,9 @@ pub fn worker(args: WorkerArgs) -> Outcome {
     let mut layout = Layout::new(&args.dir);
     layout.broken = args.break_exclusion;
     layout.descendants = args.descendants;
-    if args.increment {
+    if args.document {
+        worker::document(&layout, slot, generation)
+    } else if args.increment {
         worker::increment(&layout, slot, generation, args.ack)
     } else if args.read {
         worker::read(&layout, slot, generation)
@@ -186,6 +210,7 @@ pub fn main(args: TortureArgs) -> Outcome {
         gc: args.gc,
         break_exclusion: args.break_exclusion,
         descendants: args.descendants,
+        document: args.document,
     })
 }
 
@@ -315,6 +340,19 @@ impl Layout {
             self.dir.join(format!("counter.{slot}.lock"))
         } else {
             self.counter_lock()
+        }
+    }
+    /// The document of a `--document` run.
+    fn document(&self) -> PathBuf {
+        self.dir.join("doc.json")
+    }
+    /// The lock file worker `slot` leases the document on: the document's own
+    /// (`doc.json.lock`), unless the run breaks exclusion on purpose.
+    fn document_lock_of(&self, slot: u32) -> PathBuf {
+        if self.broken {
+            self.dir.join(format!("doc.json.{slot}.lock"))
+        } else {
+            self.dir.join("doc.json.lock")
         }
     }
     /// The managed root of the keyed leases (`--gc`).

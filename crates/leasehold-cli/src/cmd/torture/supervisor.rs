@@ -30,6 +30,19 @@ const HUNTED: [&str; 6] = [
 /// collector between collections (random kills land inside collections).
 const HUNTED_GC: [&str; 2] = ["holding", "collect"];
 
+/// The phases a hunting kill aims at in a `--document` run: inside the update's closure
+/// (the lease held, the current version read), and after every step of its durable rewrite
+/// (`write-Synced`: between the temporary's fsync and the rename; `write-Renamed`: after
+/// the rename, before the directory's fsync).
+const HUNTED_DOCUMENT: [&str; 6] = [
+    "closure",
+    "write-Created",
+    "write-Written",
+    "write-Synced",
+    "write-Renamed",
+    "write-DirSynced",
+];
+
 /// How long a hunt waits for a worker to reach its phase before giving up on it.
 const HUNT_PATIENCE: Duration = Duration::from_secs(2);
 
@@ -45,6 +58,8 @@ pub struct Settings {
     pub break_exclusion: bool,
     /// Increments in background descendants of COMMAND, and shared reads: see `TortureArgs`.
     pub descendants: bool,
+    /// Document updates and lock-free reads instead: see `TortureArgs`.
+    pub document: bool,
 }
 
 #[derive(Default)]
@@ -138,6 +153,7 @@ pub fn run(settings: &Settings) -> Outcome {
                 gc: settings.gc,
                 break_exclusion: settings.break_exclusion,
                 descendants: settings.descendants,
+                document: settings.document,
             };
             thread::spawn(move || tend(&shared, &layout, &exe, slot, flags))
         })
@@ -163,7 +179,11 @@ pub fn run(settings: &Settings) -> Outcome {
         }
     }
     let elapsed = started.elapsed();
-    let report = verify(&layout, &shared)?;
+    let report = if settings.document {
+        verify_document(&layout, &shared)?
+    } else {
+        verify(&layout, &shared)?
+    };
     let violations = report.violations.len();
     print_report(settings, &shared.lock(), &report, elapsed);
     // Closes the audit log (the workers' threads are joined: this is the last reference);
@@ -229,7 +249,13 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
             shared.kill(&mut st, slot, "random");
             continue;
         }
-        let hunted: &[&'static str] = if settings.gc { &HUNTED_GC } else { &HUNTED };
+        let hunted: &[&'static str] = if settings.gc {
+            &HUNTED_GC
+        } else if settings.document {
+            &HUNTED_DOCUMENT
+        } else {
+            &HUNTED
+        };
         let phase = hunted[rng.below(hunted.len() as u64) as usize];
         let mut st = shared.lock();
         st.hunt = Some(phase);
@@ -248,6 +274,7 @@ struct Flags {
     gc: bool,
     break_exclusion: bool,
     descendants: bool,
+    document: bool,
 }
 
 /// Keeps one worker slot busy: starts an incarnation, answers its phases (or kills it in
@@ -272,6 +299,7 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags)
                 .args(flags.gc.then_some("--gc"))
                 .args(flags.break_exclusion.then_some("--break-exclusion"))
                 .args(flags.descendants.then_some("--descendants"))
+                .args(flags.document.then_some("--document"))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(err);
@@ -439,6 +467,61 @@ fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
     })
 }
 
+/// The checks of a `--document` run: the audit log (no two updates held the document's
+/// lease at once), the final document (whole), the acknowledged updates against it (none
+/// lost: no two wrote the same version, and the final counter lies between the
+/// acknowledged and the attempted updates), and the temporaries: the temporaries killed
+/// rewrites left are counted, then one more update's start (the lease, the collection, the
+/// read) must leave none.
+fn verify_document(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
+    let mut violations = std::mem::take(&mut shared.lock().violations);
+    let logs = |kind: &str| {
+        layout
+            .read_logs(kind)
+            .map_err(|e| io_failure(&layout.dir, e))
+    };
+    let audit = check::audit(&logs("audit")?);
+    violations.extend(audit.violations.iter().cloned());
+    let temporaries = count_temporaries(layout);
+    let doc = leasehold_stores::document::Document::open(
+        layout.document(),
+        leasehold_stores::document::DocumentOptions::new().json(true),
+    );
+    let mut n = 0;
+    match doc.begin(&Budget::no_wait()) {
+        Ok(edit) => {
+            match edit
+                .current()
+                .map(|s| super::worker::document_n(&s.content))
+            {
+                Some(Ok(v)) => n = v,
+                Some(Err(why)) => violations.push(format!("the document at the end: {why}")),
+                None if audit.intervals > 0 => {
+                    violations.push("the document is missing at the end".to_string());
+                }
+                None => {}
+            }
+            edit.abort();
+        }
+        Err(e) => violations.push(format!("the document at the end: {e}")),
+    }
+    let after = count_temporaries(layout);
+    if after > 0 {
+        violations.push(format!(
+            "{after} temporaries left after the next update started (the collection under the lease)"
+        ));
+    }
+    let ops = check::ops(&logs("ops")?, &BTreeSet::new(), n);
+    violations.extend(ops.violations.iter().cloned());
+    Ok(Report {
+        audit,
+        ops,
+        violations,
+        temporaries,
+        gc: Collected::default(),
+    })
+}
+
 /// Temporary files that killed rewrites left behind (harmless: never read as the store).
 fn count_temporaries(layout: &Layout) -> usize {
     let dirs = [
@@ -482,6 +565,7 @@ fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) 
             "operations": operations,
             "registry_operations": r.ops.registry_acked,
             "counter_operations": r.ops.counter_acked,
+            "document": settings.document,
             "lease_intervals": r.audit.intervals,
             "takeovers": lat.len(),
             "takeover_latency_ms": {
@@ -505,10 +589,14 @@ fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) 
         elapsed.as_secs_f64()
     );
     println!("kills: {} ({})", st.kills, landed.join(", "));
-    println!(
-        "operations: {operations} acknowledged (registry {}, counter {})",
-        r.ops.registry_acked, r.ops.counter_acked
-    );
+    if settings.document {
+        println!("operations: {operations} acknowledged document updates");
+    } else {
+        println!(
+            "operations: {operations} acknowledged (registry {}, counter {})",
+            r.ops.registry_acked, r.ops.counter_acked
+        );
+    }
     println!(
         "takeovers: {} (latency kill → next acquisition: p50 {}, p90 {}, p99 {}, max {})",
         lat.len(),

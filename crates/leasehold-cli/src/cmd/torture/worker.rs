@@ -11,10 +11,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::Budget;
-use leasehold::patterns::durable::replace_file_observed;
+use leasehold::patterns::durable::{Step, replace_file_observed};
 use leasehold::patterns::keyed::KeyError;
-use leasehold_stores::document::{DocumentFiles, RealFiles};
+use leasehold::{Budget, Classify, ErrorClass};
+use leasehold_stores::document::{Document, DocumentFiles, DocumentOptions, RealFiles};
 use leasehold_stores::registry::{Registry, RegistryError};
 
 use super::{AppendLog, KEY_POOL, Layout, ROOT_POOL, Rng, now_ns};
@@ -386,4 +386,126 @@ fn unlink_without_locks(
         }
     }
     Ok(done)
+}
+
+/// A `--document` worker: increments of `{"n": N, "pad": …}` through
+/// [`Document::try_update`] (the document's lease, the durable content read under it, the
+/// rewrite), announcing `closure` inside the closure and `write-STEP` after every step of the
+/// rewrite; between updates, lock-free reads. Inside each update (the lease held, killed
+/// writers' temporaries collected) no temporary may be beside the document. Every read must
+/// be a whole version (it parses,
+/// and its padding is the one its `n` makes) and no older than what this process saw or
+/// wrote before. Each acknowledged update records the `n` it wrote (`wrote`), then `ack`.
+pub fn document(layout: &Layout, slot: u32, generation: u32) -> Outcome {
+    let logs = Arc::new(Logs::open(layout, slot, generation)?);
+    let hook_logs = logs.clone();
+    let options = DocumentOptions::new()
+        .json(true)
+        .lock_path(layout.document_lock_of(slot))
+        .observe(move |step| {
+            if step == Step::DirSynced {
+                // The last step before the release: recorded within the lease.
+                hook_logs
+                    .audit("exit", "document")
+                    .map_err(|e| io::Error::other(e.message))?;
+            }
+            phase(&format!("write-{step:?}"));
+            Ok(())
+        });
+    let doc = Document::open(layout.document(), options);
+    let mut rng = Rng::seeded();
+    let mut newest = 0u64;
+    for seq in 1u64.. {
+        if rng.below(3) == 0 {
+            match doc.read() {
+                Ok(None) => {}
+                Ok(Some(snap)) => match document_n(&snap.content) {
+                    Ok(n) if n < newest => logs.op(
+                        "violation",
+                        &format!("read version n={n} after n={newest}: went back"),
+                    )?,
+                    Ok(n) => newest = n,
+                    Err(why) => logs.op("violation", &format!("read a torn version: {why}"))?,
+                },
+                Err(e) => logs.op("violation", &format!("read failed: {e}"))?,
+            }
+            continue;
+        }
+        logs.op("intent", &format!("{seq} counter"))?;
+        let mut wrote = None;
+        let done = doc.try_update(&Budget::timeout(ACQUIRE_WAIT), |cur| {
+            logs.audit("enter", "document")
+                .map_err(|e| io::Error::other(e.message))?;
+            // The update collected killed writers' temporaries under the lease, and no other
+            // writer can be making one now.
+            let left = temporaries(&layout.dir);
+            if left > 0 {
+                logs.op(
+                    "violation",
+                    &format!("{left} temporaries beside the document inside an update"),
+                )
+                .map_err(|e| io::Error::other(e.message))?;
+            }
+            phase("closure");
+            let n = match cur {
+                None => 0,
+                Some(c) => document_n(c).map_err(io::Error::other)?,
+            };
+            wrote = Some(n + 1);
+            Ok::<_, io::Error>(Some(document_content(n + 1)))
+        });
+        match (done, wrote) {
+            (Ok(_), Some(n)) => {
+                if n <= newest {
+                    logs.op(
+                        "violation",
+                        &format!("wrote n={n} after seeing n={newest}: an update was lost"),
+                    )?;
+                }
+                newest = newest.max(n);
+                logs.op("wrote", &n.to_string())?;
+                logs.op("ack", &seq.to_string())?;
+            }
+            (Err(e), _) if e.class() == ErrorClass::Contended => {}
+            (Ok(_), None) => logs.op("violation", "an update returned without its closure")?,
+            (Err(e), _) => logs.op("violation", &format!("update failed: {e}"))?,
+        }
+    }
+    Ok(0)
+}
+
+/// The temporaries of durable rewrites in `dir`.
+fn temporaries(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// How many bytes of padding a torture document carries: more than a page, so that a torn
+/// version (a short read of a half-written file) could not pass for a whole one.
+const DOCUMENT_PAD: usize = 6000;
+
+/// The torture document whose counter is `n`: `{"n": N, "pad": "NNN…"}`, the padding `n`'s
+/// digits repeated.
+pub fn document_content(n: u64) -> Vec<u8> {
+    let digits = n.to_string();
+    let pad: String = digits.chars().cycle().take(DOCUMENT_PAD).collect();
+    serde_json::to_vec(&serde_json::json!({ "n": n, "pad": pad })).unwrap_or_default()
+}
+
+/// The counter of a whole torture document, or why `bytes` is not one.
+pub fn document_n(bytes: &[u8]) -> Result<u64, String> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| format!("{} bytes that do not parse: {e}", bytes.len()))?;
+    let n = value["n"]
+        .as_u64()
+        .ok_or_else(|| format!("no counter in {} bytes", bytes.len()))?;
+    if document_content(n) != bytes {
+        return Err(format!("n={n} with a padding that is not n's"));
+    }
+    Ok(n)
 }
