@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Import circles between the files of a Rust crate: `.ci/file-circles.py SRC_DIR`.
 
-A file refers to another when its code (comments and its `mod tests` left out) names a path
+A file refers to another when its code (comments and its test module left out) names a path
 into it: `crate::a::b`, `super::x`, `self::y`, or a child module's name in a `use`. A
 re-export from the crate root (`crate::Error` through `lib.rs`) is not a reference to the
 root: the root is the crate's facade, not a layer. The files that refer to each other in a
@@ -57,7 +57,8 @@ def main(root):
     for rel, src in files.items():
         current = module_path(rel)
         src = re.sub(r"//[^\n]*", "", src)
-        src = re.split(r"#\[cfg\(test\)\]\s*mod tests\b", src)[0]
+        # A test module (`#[cfg(test)]`, `#[cfg(all(test, ...))]`) ends the file's code.
+        src = re.split(r"#\[cfg\((?:all\()?test\b[^\]]*\]\s*(?:pub(?:\([\w:]+\))? )?mod \w+", src)[0]
         found = [m.group(1).split("::") for m in paths.finditer(src)]
         found += [
             [m.group(1)]
