@@ -64,11 +64,12 @@ function realProperLockfile (t, what) {
   const dir = fs.mkdtempSync(join(require('node:os').tmpdir(), 'leasehold-plf-'))
   process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }))
   try {
-    execFileSync(process.platform === 'win32' ? 'npm.cmd' : 'npm', ['install', '--no-save', '--no-audit', '--no-fund', '--prefix', dir, 'proper-lockfile@4.1.2'], { stdio: 'pipe', timeout: 300000 })
+    execFileSync(process.platform === 'win32' ? 'npm.cmd' : 'npm', ['install', '--no-save', '--no-audit', '--no-fund', '--fetch-retries=1', '--prefix', dir, 'proper-lockfile@4.1.2'], { stdio: 'pipe', timeout: 300000 })
     return (realPath = join(dir, 'node_modules', 'proper-lockfile'))
   } catch (e) {
     realPath = null
-    skip(t, what, `npm install proper-lockfile@4.1.2 failed (is the npm registry reachable?): ${String(e.stderr || e.message).trim().split('\n').pop()}`)
+    const why = String(e.stderr || e.message).split('\n').filter((l) => l.startsWith('npm error') && !l.includes('complete log')).slice(0, 2).join('; ')
+    skip(t, what, `npm install proper-lockfile@4.1.2 failed (is the npm registry reachable?): ${why || e.message}`)
     return null
   }
 }
@@ -203,6 +204,10 @@ test('realpath: false: the file need not exist, and a symlink is locked as its o
   await lockfile.unlock(link, { realpath: false })
   await r1()
   assert.equal((await rejection(r2())).code, 'ERELEASED')
+  // A deliberate difference: the lock file's missing directories are created, as for every lease.
+  const deep = join(file, '..', 'new', 'dir', 'data.json')
+  await (await lockfile.lock(deep, { realpath: false }))()
+  assert.ok(fs.statSync(`${deep}.lock`).isFile())
 })
 
 test('lockfilePath: the lease is at that path (a directory locked by a file inside it)', async (t) => {
