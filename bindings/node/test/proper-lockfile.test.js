@@ -9,7 +9,7 @@ const assert = require('node:assert/strict')
 const { join } = require('node:path')
 const fs = require('node:fs')
 const { execFileSync, spawn } = require('node:child_process')
-const { PKG, skip, tempDir, Child, blockedOn, until } = require('./helpers')
+const { PKG, skip, tempDir, Child, blockedOn, until, within } = require('./helpers')
 
 const lockfile = require(join(PKG, 'proper-lockfile.js'))
 const { holders } = require(PKG)
@@ -131,9 +131,11 @@ test('retries (retry options): the wait ends ELOCKED once the budget those retri
   const file = dataFile(t)
   const holder = plfChild('hold', 'ours', file)
   await holder.expect('H')
-  const e = await rejection(lockfile.lock(file, { retries: { retries: 3, factor: 1, minTimeout: 20 } }))
+  const waiting = rejection(lockfile.lock(file, { retries: { retries: 3, factor: 1, minTimeout: 500 } }))
+  await until('this process waits in the kernel', () => blockedOn(process.pid, `${file}.lock`))
+  const e = await waiting
   assert.equal(e.code, 'ELOCKED')
-  assert.match(e.message, /waited 60 ms/)
+  assert.match(e.message, /waited 1500 ms/)
   await holder.finish()
 })
 
@@ -233,8 +235,9 @@ test('onCompromised is called with ECOMPROMISED when verify() finds the lock fil
   fs.unlinkSync(`${file}.lock`)
   // The verification timer does not keep the process alive (nor did proper-lockfile's): this does.
   const alive = setInterval(() => {}, 1000)
-  const e = await seen
+  const e = await within(20000, seen)
   clearInterval(alive)
+  assert.notEqual(e, 'timed out', 'onCompromised was called')
   assert.equal(e.code, 'ECOMPROMISED')
   assert.ok(e.message.includes(`${file}.lock`), e.message)
   assert.equal((await rejection(release())).code, 'ERELEASED', 'a compromised lock is released')
@@ -253,8 +256,8 @@ test('onCompromised by default throws asynchronously: the holder dies with ECOMP
   t.after(() => holder.proc.kill('SIGKILL'))
   await holder.expect('H')
   fs.unlinkSync(`${file}.lock`)
-  const exited = await holder.exited
-  assert.equal(exited.code, 1, 'the uncaught error ends the process')
+  const exited = await within(20000, holder.exited)
+  assert.equal(exited.code, 1, `the uncaught error ends the process (${JSON.stringify(exited)})`)
   assert.match(stderr, /code: 'ECOMPROMISED'/)
   assert.ok(stderr.includes(`${file}.lock`), stderr)
 })
