@@ -355,6 +355,8 @@ fn node(dist: &Path, work: &Path, path: &OsString, cli: Option<&Path>) -> Result
             "package.json",
             "index.js",
             "index.d.ts",
+            "proper-lockfile.js",
+            "proper-lockfile.d.ts",
             "platform.js",
             "README.md",
             "LICENSE-MIT",

@@ -40,11 +40,12 @@ function install (name, spec) {
 /** The environments a user's program may compile in, each with the program it checks. */
 function environments (prefix) {
   const usage = join(__dirname, 'usage.ts')
+  const plf = join(__dirname, 'usage-proper-lockfile.ts')
   const common = { strict: true, noEmit: true, target: 'es2022', module: 'nodenext', skipLibCheck: false }
   return [
-    { what: 'with @types/node', options: { ...common, lib: ['es2022'], types: ['node'], typeRoots: [join(prefix, 'node_modules', '@types')] }, files: [usage] },
-    { what: 'without @types/node (the DOM library)', options: { ...common, lib: ['es2022', 'dom'], types: [] }, files: [usage] },
-    { what: 'without @types/node or the DOM library', options: { ...common, lib: ['es2022'], types: [] }, files: [join(HERE, 'index.d.ts')] }
+    { what: 'with @types/node', options: { ...common, lib: ['es2022'], types: ['node'], typeRoots: [join(prefix, 'node_modules', '@types')] }, files: [usage, plf] },
+    { what: 'without @types/node (the DOM library)', options: { ...common, lib: ['es2022', 'dom'], types: [] }, files: [usage, plf] },
+    { what: 'without @types/node or the DOM library', options: { ...common, lib: ['es2022'], types: [] }, files: [join(HERE, 'index.d.ts'), join(HERE, 'proper-lockfile.d.ts'), plf] }
   ]
 }
 

@@ -18,6 +18,8 @@ const PACKAGE_FILES: &[&str] = &[
     "package.json",
     "index.js",
     "index.d.ts",
+    "proper-lockfile.js",
+    "proper-lockfile.d.ts",
     "platform.js",
     "README.md",
     "LICENSE-MIT",
@@ -274,13 +276,27 @@ fn npm_pack_yields_a_package_whose_main_loads_the_addon() {
     let script = "const { Lease, holders } = require('leasehold-lock'); \
         const l = Lease.tryAcquire('packed.lock'); \
         if (!l || holders('packed.lock').state !== 'held') throw new Error('no lease'); \
-        l.release(); console.log('ok');";
+        l.release(); \
+        const plf = require('leasehold-lock/proper-lockfile'); \
+        const r = plf.lockSync('packed.json', { realpath: false }); \
+        if (!plf.checkSync('packed.json', { realpath: false })) throw new Error('no lock'); \
+        r(); console.log('ok');";
     let out = Command::new("node")
         .args(["-e", script])
         .current_dir(&app)
         .output()
         .expect("run node");
     check("loading the packed package", &out);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+    // The subpath module through package.json's exports, from ESM too.
+    let script = "import { lockSync } from 'leasehold-lock/proper-lockfile'; \
+        lockSync('esm.json', { realpath: false })(); console.log('ok');";
+    let out = Command::new("node")
+        .args(["--input-type=module", "-e", script])
+        .current_dir(&app)
+        .output()
+        .expect("run node");
+    check("importing leasehold-lock/proper-lockfile", &out);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
 }
 
