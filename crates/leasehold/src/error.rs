@@ -122,13 +122,16 @@ pub enum Error {
     /// directories can be reached, or that cannot be told (see
     /// [`LeaseOptions::allow_network_filesystem`](crate::LeaseOptions::allow_network_filesystem)).
     #[error(
-        "{path}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)"
+        "{path}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; its locks are {locks}; put it on a local file system, or opt in with LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)"
     )]
     NetworkFilesystem {
         /// The lock path.
         path: PathBuf,
         /// The file-system type detected.
         fs: &'static str,
+        /// How far the kernel's lock reaches on that mount, and why
+        /// ([`MountLocks::of`](crate::MountLocks::of)).
+        locks: crate::MountLocks,
     },
     /// An existing lock file (or a directory or file a store keeps its state in) belongs to
     /// another user or may be written by its group or others, so someone else could remove
@@ -683,6 +686,10 @@ mod tests {
                 Error::NetworkFilesystem {
                     path: path.clone(),
                     fs: "nfs",
+                    locks: crate::MountLocks::HostOnly {
+                        fs: "nfs".into(),
+                        reason: "nfs mounted with local_lock=all".into(),
+                    },
                 },
                 ErrorClass::Usage,
             ),

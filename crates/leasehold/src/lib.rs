@@ -265,6 +265,7 @@ mod error;
 mod holders;
 mod kind;
 mod lease;
+mod mount;
 mod mutex;
 pub mod patterns;
 mod sys;
@@ -281,6 +282,7 @@ pub use lease::{
 };
 #[cfg(unix)]
 pub use lease::{after_fork_in_child, after_fork_in_parent, before_fork};
+pub use mount::MountLocks;
 
 /// A fresh temporary directory for unit tests. WASI has no system temporary directory
 /// (`std::env::temp_dir` panics there), so on `wasm32-wasip1` it is made under `TMPDIR`,

@@ -693,6 +693,72 @@ fn network_fs_of(st: &rustix::fs::StatFs) -> Option<&'static str> {
     }
 }
 
+/// What a mount says of itself, for [`MountLocks`](crate::MountLocks) to classify: the
+/// file-system type and, where the system shows them, its options.
+pub(crate) struct MountSeen {
+    /// The file-system type: mountinfo's (`nfs4`, `fuse.sshfs`) on Linux, else `statfs`'s
+    /// type name (`f_fstypename`); empty when neither tells (Linux without a mountinfo line:
+    /// then [`network`](Self::network) still does).
+    pub(crate) fstype: String,
+    /// The super options of the mount's mountinfo line (Linux), as the kernel prints them.
+    pub(crate) options: Option<Vec<u8>>,
+    /// What `statfs` alone names a network, FUSE or overlay file system ([`network_fs`]'s
+    /// name, before an overlay's layers are looked at).
+    pub(crate) network: Option<&'static str>,
+}
+
+/// [`MountSeen`] of the mount `path` (relative to `at`; empty: `at` itself) lives on.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn mount_seen(at: BorrowedFd<'_>, path: &Path) -> Result<MountSeen, Errno> {
+    use super::overlay::{mount_line, mount_of};
+    let st = match path.as_os_str().is_empty() {
+        true => rustix::fs::fstatfs(at)?,
+        false => rustix::fs::statfs(path)?,
+    };
+    let network = network_fs_of(&st);
+    let line = mount_of(at, path).and_then(|(mount, _)| {
+        let mountinfo = std::fs::read("/proc/self/mountinfo").ok()?;
+        let (fstype, options) = mount_line(&mountinfo, mount, |_| true)?;
+        Some((
+            String::from_utf8_lossy(fstype).into_owned(),
+            options.to_vec(),
+        ))
+    });
+    Ok(match line {
+        Some((fstype, options)) => MountSeen {
+            fstype,
+            options: Some(options),
+            network,
+        },
+        None => MountSeen {
+            fstype: String::new(),
+            options: None,
+            network,
+        },
+    })
+}
+
+/// [`MountSeen`] of the mount `path` (relative to `at`; empty: `at` itself) lives on:
+/// `statfs`'s type name; the options are not shown.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn mount_seen(at: BorrowedFd<'_>, path: &Path) -> Result<MountSeen, Errno> {
+    let st = match path.as_os_str().is_empty() {
+        true => rustix::fs::fstatfs(at)?,
+        false => rustix::fs::statfs(path)?,
+    };
+    let name: Vec<u8> = st
+        .f_fstypename
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    Ok(MountSeen {
+        fstype: String::from_utf8_lossy(&name).into_owned(),
+        options: None,
+        network: network_fs_of(&st),
+    })
+}
+
 /// Creates `path` and its missing parents with mode 0700 (`std::fs::DirBuilder`, which
 /// handles the races of concurrent creators).
 pub(crate) fn create_dirs(path: &Path) -> io::Result<()> {
