@@ -268,6 +268,8 @@ mod lease;
 mod mount;
 mod mutex;
 pub mod patterns;
+#[cfg(unix)]
+mod record;
 mod sys;
 
 pub use budget::{Budget, CancelToken};
@@ -283,6 +285,8 @@ pub use lease::{
 #[cfg(unix)]
 pub use lease::{after_fork_in_child, after_fork_in_parent, before_fork};
 pub use mount::MountLocks;
+#[cfg(unix)]
+pub use record::RecordLease;
 
 /// A fresh temporary directory for unit tests. WASI has no system temporary directory
 /// (`std::env::temp_dir` panics there), so on `wasm32-wasip1` it is made under `TMPDIR`,

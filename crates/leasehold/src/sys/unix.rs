@@ -976,3 +976,61 @@ mod tests {
         assert_eq!(super::network_fs_magic(0x0102_1994), None, "tmpfs is local");
     }
 }
+
+/// The clock a record lease's validity and a waiter's watch are measured on: one that counts
+/// suspended time where the system has one (Linux: `CLOCK_BOOTTIME`; macOS's and the BSDs'
+/// `CLOCK_MONOTONIC` counts it too, except OpenBSD's), as a duration since an arbitrary
+/// origin of this boot.
+pub(crate) fn boot_clock() -> Duration {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let id = rustix::time::ClockId::Boottime;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let id = rustix::time::ClockId::Monotonic;
+    let t = rustix::time::clock_gettime(id);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// What identifies this host to a record lease, unhashed: the host name, the boot ID
+/// (Linux: `/proc/sys/kernel/random/boot_id`) and the PID namespace (Linux:
+/// `/proc/self/ns/pid`'s link), so that a reboot, or a container with PIDs of its own, is
+/// another host. Elsewhere the boot ID and namespace are empty.
+pub(crate) fn host_identity() -> Vec<u8> {
+    let id = rustix::system::uname().nodename().to_bytes().to_vec();
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let id = {
+        let mut id = id;
+        id.push(0);
+        id.extend(std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default());
+        id.push(0);
+        if let Ok(ns) = std::fs::read_link("/proc/self/ns/pid") {
+            id.extend(ns.as_os_str().as_bytes());
+        }
+        id
+    };
+    id
+}
+
+/// The start time of process `pid` (`/proc/PID/stat`'s field 22, in clock ticks since
+/// boot), which tells a live process from a later one that reuses its PID; `None` when no
+/// such process is there. Only where `/proc` shows this process's own PID namespace
+/// ([`proc_is_own`]).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold anything: fields are
+    // counted from the last ')'.
+    let after = stat.iter().rposition(|b| *b == b')')?;
+    let rest = std::str::from_utf8(&stat[after + 1..]).ok()?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether `/proc` shows this process's own PID namespace (`/proc/self` names our PID): after
+/// `unshare --pid --fork` without a `/proc` of its own, it shows the parent's, whose PIDs
+/// mean other processes.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn proc_is_own() -> bool {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|l| l.to_str().and_then(|s| s.parse::<u32>().ok()))
+        == Some(std::process::id())
+}

@@ -1,0 +1,312 @@
+//! The record lease on a two-host bed without NFS: two bindfs (FUSE) mounts of one
+//! directory, on which a kernel lock taken through one mount does not exclude one taken
+//! through the other (checked first) — as two NFS clients with `local_lock=all`. Processes
+//! are made two hosts by [`RecordLease::acquire_on_host`], which exists in test builds only
+//! (`#[cfg(test)]`): the children are this test binary, run again with `RECORD_CHILD` set.
+
+use super::*;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+
+/// Two bindfs mounts of one backing directory, unmounted on drop.
+struct TwoMounts {
+    backing: PathBuf,
+    mounts: [PathBuf; 2],
+}
+
+impl TwoMounts {
+    /// `None` (after printing `SKIP: <what>: <why>`) where the bed cannot be made here.
+    fn make(dir: &Path, what: &str) -> Option<TwoMounts> {
+        if Command::new("bindfs").arg("--version").output().is_err() {
+            eprintln!("SKIP: {what}: bindfs is not installed (apt-get install bindfs)");
+            return None;
+        }
+        let backing = dir.join("backing");
+        std::fs::create_dir_all(&backing).unwrap();
+        let mut mounted = Vec::new();
+        for i in 0..2 {
+            let m = dir.join(format!("m{i}"));
+            std::fs::create_dir_all(&m).unwrap();
+            match Command::new("bindfs").arg(&backing).arg(&m).output() {
+                Ok(o) if o.status.success() => mounted.push(m),
+                other => {
+                    eprintln!("SKIP: {what}: bindfs could not mount here (no FUSE?): {other:?}");
+                    for m in mounted {
+                        unmount(&m);
+                    }
+                    return None;
+                }
+            }
+        }
+        let bed = TwoMounts {
+            backing,
+            mounts: [mounted[0].clone(), mounted[1].clone()],
+        };
+        // The bed stands for two hosts only if a kernel lock through one mount does not
+        // exclude one through the other.
+        std::fs::write(bed.backing.join("probe"), b"").unwrap();
+        let a = std::fs::File::open(bed.mounts[0].join("probe")).unwrap();
+        let b = std::fs::File::open(bed.mounts[1].join("probe")).unwrap();
+        use rustix::fs::{FlockOperation, flock};
+        flock(&a, FlockOperation::NonBlockingLockExclusive).unwrap();
+        if flock(&b, FlockOperation::NonBlockingLockExclusive).is_err() {
+            eprintln!(
+                "SKIP: {what}: a flock through one bindfs mount excludes the other here, so the two mounts are not two hosts"
+            );
+            return None;
+        }
+        Some(bed)
+    }
+}
+
+fn unmount(m: &Path) {
+    let ok = Command::new("fusermount3").arg("-u").arg(m).status();
+    if !ok.is_ok_and(|s| s.success()) {
+        let _ = Command::new("fusermount").arg("-u").arg(m).status();
+    }
+}
+
+impl Drop for TwoMounts {
+    fn drop(&mut self) {
+        for m in &self.mounts {
+            unmount(m);
+        }
+    }
+}
+
+/// A child process, SIGKILLed and reaped on drop (a failing test leaves none behind).
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// This test binary, run again as a child in `role`.
+fn child(role: &str, lock: &Path, host: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "record::tests::child_process",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("RECORD_CHILD", role)
+    .env("RECORD_LOCK", lock)
+    .env("RECORD_HOST", host)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped());
+    cmd
+}
+
+/// Reads the child's stdout up to its line with `word` (the harness prints its
+/// own lines too), returning the rest of that line.
+fn await_line(child: &mut Child, word: &str) -> String {
+    let out = child.stdout.as_mut().unwrap();
+    let mut lines = BufReader::new(out);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            lines.read_line(&mut line).unwrap() > 0,
+            "child ended before {word}"
+        );
+        // The harness's own "test ... " may precede the word on its line.
+        if let Some(at) = line.find(word) {
+            return line[at + word.len()..].trim().to_owned();
+        }
+        assert!(!line.contains("OVERLAP"), "{line}");
+    }
+}
+
+/// The children's side: does nothing unless run as a child (`RECORD_CHILD`).
+#[test]
+fn child_process() {
+    let Ok(role) = std::env::var("RECORD_CHILD") else {
+        return;
+    };
+    let lock = PathBuf::from(std::env::var("RECORD_LOCK").unwrap());
+    let host = std::env::var("RECORD_HOST").unwrap();
+    match role.as_str() {
+        // Holds the lease until killed.
+        "hold" => {
+            let ttl = Duration::from_secs(60);
+            let lease =
+                RecordLease::acquire_on_host(&lock, ttl, &Budget::timeout(ttl), &host).unwrap();
+            println!("HELD {}", lease.fencing_token());
+            std::io::stdout().flush().unwrap();
+            let mut buf = String::new();
+            let _ = std::io::stdin().read_line(&mut buf);
+        }
+        // Takes the lease ROUNDS times; inside, proves it is alone with an exclusive
+        // creation on the backing directory (a local file system), renews twice (each
+        // renewal fails if the baton was taken) and logs its token.
+        "rounds" => {
+            let rounds: u32 = std::env::var("RECORD_ROUNDS").unwrap().parse().unwrap();
+            let witness = PathBuf::from(std::env::var("RECORD_WITNESS").unwrap());
+            for _ in 0..rounds {
+                let ttl = Duration::from_secs(5);
+                let mut lease = RecordLease::acquire_on_host(
+                    &lock,
+                    ttl,
+                    &Budget::timeout(Duration::from_secs(120)),
+                    &host,
+                )
+                .unwrap();
+                let inside = witness.join("inside");
+                if std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&inside)
+                    .is_err()
+                {
+                    println!("OVERLAP token {}", lease.fencing_token());
+                    std::process::exit(3);
+                }
+                // A renewal is a rename through the mount: it fails if anyone took the
+                // baton meanwhile, and it keeps this process inside for a round trip.
+                lease.renew().unwrap();
+                let mut log = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(witness.join("tokens"))
+                    .unwrap();
+                writeln!(log, "{}", lease.fencing_token()).unwrap();
+                lease.verify().unwrap();
+                lease.renew().unwrap();
+                std::fs::remove_file(&inside).unwrap();
+                lease.release().unwrap();
+            }
+            println!("DONE");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn baton_names_read_back_as_written() {
+    let live = Baton::Live {
+        token: 7,
+        seq: 3,
+        ttl: Duration::from_millis(2500),
+        holder: Identity {
+            host: "0123456789abcdef".into(),
+            pid: 42,
+            start: 99,
+        },
+    };
+    assert_eq!(Baton::parse(&live.name()), Some(live.clone()));
+    assert_eq!(live.name(), "live.7.3.2500.0123456789abcdef.42.99");
+    assert_eq!(Baton::parse("free.4"), Some(Baton::Free { token: 4 }));
+    for junk in [
+        "free.x",
+        "free.1.2",
+        "live.1.2.3.nothex.1.2",
+        "live.1",
+        "lease",
+        "",
+    ] {
+        assert_eq!(Baton::parse(junk), None, "{junk}");
+    }
+}
+
+/// Four processes, two through each mount as two hosts, take the lease 25 times each: never
+/// two inside at once (an exclusive creation on the backing directory would fail), and
+/// the fencing tokens, logged inside, strictly increase.
+#[test]
+fn processes_on_two_mounts_as_two_hosts_exclude_each_other_with_growing_tokens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "record lease across two mounts") else {
+        return;
+    };
+    let witness = tmp.path().join("witness");
+    std::fs::create_dir(&witness).unwrap();
+    let rounds = 25;
+    let mut children: Vec<Kid> = (0..4)
+        .map(|i| {
+            let (mount, host) = (&bed.mounts[i % 2], ["host-a", "host-b"][i % 2]);
+            child("rounds", &mount.join("x.lock"), host)
+                .env("RECORD_ROUNDS", rounds.to_string())
+                .env("RECORD_WITNESS", &witness)
+                .spawn()
+                .map(Kid)
+                .unwrap()
+        })
+        .collect();
+    for Kid(c) in &mut children {
+        assert_eq!(await_line(c, "DONE"), "");
+        assert!(c.wait().unwrap().success());
+    }
+    let tokens: Vec<u64> = std::fs::read_to_string(witness.join("tokens"))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 4 * rounds, "{tokens:?}");
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+/// A holder SIGKILLed is taken over at once by a process of the same host, long before its
+/// TTL (60 s; the budget is 20 s); a process of the other host cannot tell it is gone and
+/// waits for the TTL.
+#[test]
+fn a_sigkilled_holder_is_taken_over_at_once_on_its_host_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "same-host takeover") else {
+        return;
+    };
+    let lock = bed.mounts[0].join("x.lock");
+    let mut holder = Kid(child("hold", &lock, "host-a").spawn().unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let ttl = Duration::from_secs(60);
+    let other = bed.mounts[1].join("x.lock");
+    let busy = RecordLease::acquire_on_host(&other, ttl, &Budget::no_wait(), "host-b").unwrap_err();
+    assert!(busy.is_contended(), "{busy}");
+    holder.0.kill().unwrap();
+    holder.0.wait().unwrap();
+    let busy = RecordLease::acquire_on_host(
+        &other,
+        ttl,
+        &Budget::timeout(Duration::from_millis(300)),
+        "host-b",
+    )
+    .unwrap_err();
+    assert!(
+        busy.is_contended(),
+        "another host waits for the TTL: {busy}"
+    );
+    let lease = RecordLease::acquire_on_host(
+        &lock,
+        ttl,
+        &Budget::timeout(Duration::from_secs(20)),
+        "host-a",
+    )
+    .unwrap();
+    assert_eq!(lease.fencing_token(), 2);
+}
+
+/// A baton written by anyone — a TTL of u64::MAX milliseconds, names that are no batons — is
+/// waited on or skipped, never a panic.
+#[test]
+fn any_name_in_the_lease_directory_is_survived() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("x.lock");
+    let dir = lease_dir_of(&lock);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("live.1.0.18446744073709551615.0123456789abcdef.1.1"),
+        b"",
+    )
+    .unwrap();
+    std::fs::write(dir.join("live.x"), b"").unwrap();
+    std::fs::write(dir.join("free.99999999999999999999999"), b"").unwrap();
+    for budget in [
+        Budget::no_wait(),
+        Budget::timeout(Duration::from_millis(50)),
+    ] {
+        let e = RecordLease::acquire(&lock, Duration::MAX, &budget).unwrap_err();
+        assert!(e.is_contended(), "{e}");
+    }
+}
