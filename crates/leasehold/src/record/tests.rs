@@ -181,6 +181,22 @@ fn child_process() {
             }
             println!("DONE");
         }
+        // Holds the lease with a TTL of 1 s, then, once told (a line on stdin), checks it
+        // before a write and says what it found.
+        "hold-then-verify" => {
+            let ttl = Duration::from_secs(1);
+            let mut lease =
+                RecordLease::acquire_on_host(&lock, ttl, &Budget::timeout(ttl), &host).unwrap();
+            println!("HELD {}", lease.fencing_token());
+            std::io::stdout().flush().unwrap();
+            let mut buf = String::new();
+            std::io::stdin().read_line(&mut buf).unwrap();
+            match lease.verify() {
+                Ok(()) => println!("VERIFY held"),
+                Err(Error::LeaseLost { .. }) => println!("VERIFY lost"),
+                Err(e) => println!("VERIFY error {e}"),
+            }
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -309,4 +325,37 @@ fn any_name_in_the_lease_directory_is_survived() {
         let e = RecordLease::acquire(&lock, Duration::MAX, &budget).unwrap_err();
         assert!(e.is_contended(), "{e}");
     }
+}
+
+/// A holder SIGSTOPped past its TTL is taken over by the other host once its baton stood
+/// still for a whole TTL; continued, it checks before writing and finds the lease lost (no
+/// panic, no write), while the new holder keeps it.
+#[test]
+fn a_holder_paused_past_its_ttl_is_taken_over_and_finds_out_before_writing() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "paused holder") else {
+        return;
+    };
+    let mut holder = Kid(
+        child("hold-then-verify", &bed.mounts[0].join("x.lock"), "host-a")
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let pid = Pid::from_raw(holder.0.id() as i32).unwrap();
+    kill_process(pid, Signal::STOP).unwrap();
+    let mut lease = RecordLease::acquire_on_host(
+        &bed.mounts[1].join("x.lock"),
+        Duration::from_secs(60),
+        &Budget::timeout(Duration::from_secs(30)),
+        "host-b",
+    )
+    .unwrap();
+    assert_eq!(lease.fencing_token(), 2);
+    kill_process(pid, Signal::CONT).unwrap();
+    writeln!(holder.0.stdin.as_mut().unwrap(), "go").unwrap();
+    assert_eq!(await_line(&mut holder.0, "VERIFY"), "lost");
+    assert!(holder.0.wait().unwrap().success());
+    lease.renew().unwrap();
 }
