@@ -25,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::holders::HolderInfo;
 use crate::kind::Holders;
 use crate::sys;
+use crate::{Lease, LeaseOptions};
 
 /// Who holds (or asks for) a record lease: the host identity (a hash of host name, boot ID
 /// and PID namespace, 16 hex digits), the process and its start time.
@@ -162,6 +163,9 @@ pub struct RecordLease {
     valid_until: Duration,
     /// Lost or released: the baton is no longer ours.
     done: bool,
+    /// The kernel lease on the lock path, held for as long (released after the baton is
+    /// given back: fields drop after [`Drop::drop`]).
+    _kernel: Lease,
 }
 
 /// The shortest TTL granted (a shorter one is raised to it): below it, a renewal's round
@@ -179,7 +183,10 @@ fn margin(ttl: Duration) -> Duration {
 
 impl RecordLease {
     /// Acquires the record lease on the lock path `path` (its lease directory is
-    /// `path` + `.lease`, created on first use), waiting within `budget`: a waiter polls
+    /// `path` + `.lease`, created on first use), waiting within `budget`. It first takes the
+    /// kernel lease on `path` itself (network file systems allowed; the ownership rule
+    /// applies as to any [`Lease`]), so that this host's waiters queue in the kernel and a
+    /// kernel lease on the same path excludes it; then, across hosts, a waiter polls
     /// with bounded, jittered back-off (no kernel wakes it across hosts), and takes over a
     /// live holder's claim only when it is on this host and its process is gone, or when its
     /// baton has stood unchanged for a whole TTL on this process's clock. `ttl` is this
@@ -216,6 +223,13 @@ impl RecordLease {
         let ttl = ttl.clamp(MIN_TTL, MAX_TTL);
         let started = Instant::now();
         let deadline = budget.deadline_from(started);
+        // This host's waiters queue in the kernel's lock on the lock path itself (on a mount
+        // whose locks stay on each host, it reaches exactly this host's processes): only the
+        // one at the head polls the baton, hand-over between them is the kernel's, and a
+        // kernel lease on the same path excludes a record lease and the other way round.
+        let kernel = LeaseOptions::new()
+            .allow_network_filesystem(true)
+            .acquire(path, budget)?;
         let dir = open_lease_dir(path)?;
         // The baton being watched, and when (on the boot clock) it was first listed.
         let mut watch: Option<(String, Duration)> = None;
@@ -272,6 +286,7 @@ impl RecordLease {
                             me,
                             valid_until: begun + ttl - margin(ttl),
                             done: false,
+                            _kernel: kernel,
                         });
                     }
                     // Moved since the listing: look again at once.

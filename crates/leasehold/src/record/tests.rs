@@ -197,6 +197,15 @@ fn child_process() {
                 Err(e) => println!("VERIFY error {e}"),
             }
         }
+        // One try, reported.
+        "try" => {
+            let ttl = Duration::from_secs(60);
+            match RecordLease::acquire_on_host(&lock, ttl, &Budget::no_wait(), &host) {
+                Ok(lease) => println!("TRY held {}", lease.fencing_token()),
+                Err(e) if e.is_contended() => println!("TRY busy"),
+                Err(e) => println!("TRY error {e}"),
+            }
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -358,4 +367,29 @@ fn a_holder_paused_past_its_ttl_is_taken_over_and_finds_out_before_writing() {
     assert_eq!(await_line(&mut holder.0, "VERIFY"), "lost");
     assert!(holder.0.wait().unwrap().success());
     lease.renew().unwrap();
+}
+
+/// On one host the record lease and the kernel lease on the same path exclude each other,
+/// both ways (a record lease holds the kernel's lock on the lock path while it holds).
+#[test]
+fn a_record_lease_and_a_kernel_lease_on_one_path_exclude_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "record and kernel lease") else {
+        return;
+    };
+    let lock = bed.mounts[0].join("x.lock");
+    let kernel = LeaseOptions::new().allow_network_filesystem(true);
+    let mut holder = Kid(child("hold", &lock, "host-a").spawn().unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let busy = kernel.try_acquire(&lock).unwrap_err();
+    assert!(busy.is_contended(), "{busy}");
+    drop(holder);
+    let held = kernel.try_acquire(&lock).unwrap();
+    let mut other = Kid(child("try", &lock, "host-a").spawn().unwrap());
+    assert_eq!(await_line(&mut other.0, "TRY"), "busy");
+    drop(held);
+    // Released, the kernel lease lets a record lease in; the killed holder's baton is taken
+    // over at once (same host, process gone).
+    let mut other = Kid(child("try", &lock, "host-a").spawn().unwrap());
+    assert_eq!(await_line(&mut other.0, "TRY"), "held 2");
 }
