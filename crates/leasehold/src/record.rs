@@ -55,9 +55,14 @@ impl Identity {
     }
 }
 
+/// This process's start time, as a waiter of this host reads it; 0 where `/proc` is
+/// another PID namespace's (it would read another process's).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn own_start(pid: u32) -> u64 {
-    sys::process_start(pid).unwrap_or(0)
+    match sys::proc_is_own() {
+        true => sys::process_start(pid).unwrap_or(0),
+        false => 0,
+    }
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]

@@ -197,6 +197,15 @@ fn child_process() {
                 Err(e) => println!("VERIFY error {e}"),
             }
         }
+        // Holds the lease under this process's own host identity until killed.
+        "hold-own-identity" => {
+            let ttl = Duration::from_secs(60);
+            let lease = RecordLease::acquire(&lock, ttl, &Budget::timeout(ttl)).unwrap();
+            println!("HELD {}", lease.fencing_token());
+            std::io::stdout().flush().unwrap();
+            let mut buf = String::new();
+            let _ = std::io::stdin().read_line(&mut buf);
+        }
         // One try, reported.
         "try" => {
             let ttl = Duration::from_secs(60);
@@ -392,4 +401,45 @@ fn a_record_lease_and_a_kernel_lease_on_one_path_exclude_each_other() {
     // over at once (same host, process gone).
     let mut other = Kid(child("try", &lock, "host-a").spawn().unwrap());
     assert_eq!(await_line(&mut other.0, "TRY"), "held 2");
+}
+
+/// A holder in a PID namespace of its own (a container: `unshare --pid --fork --mount-proc`,
+/// as root) is another host, with no identity override: a process outside, on the same
+/// machine, cannot read its PID in its own `/proc` — PID 1 there is the machine's init,
+/// started at another time — and must not call it gone; it waits for the TTL.
+#[test]
+fn a_holder_in_another_pid_namespace_is_another_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "holder in another PID namespace") else {
+        return;
+    };
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!(
+            "SKIP: holder in another PID namespace: unshare --pid --fork --mount-proc failed here (needs root): {probe:?}"
+        );
+        return;
+    }
+    let inner = child("hold-own-identity", &bed.mounts[0].join("x.lock"), "");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc"])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut holder = Kid(cmd.spawn().unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let e = RecordLease::acquire(
+        bed.mounts[1].join("x.lock"),
+        Duration::from_secs(60),
+        &Budget::timeout(Duration::from_millis(500)),
+    )
+    .unwrap_err();
+    assert!(
+        e.is_contended(),
+        "a live holder in a container was taken over: {e}"
+    );
 }
