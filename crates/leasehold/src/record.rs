@@ -15,6 +15,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
@@ -24,6 +25,7 @@ use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::holders::HolderInfo;
 use crate::kind::Holders;
+use crate::mutex::lock;
 use crate::sys;
 use crate::{Lease, LeaseOptions};
 
@@ -149,28 +151,45 @@ impl Baton {
 }
 
 /// A lease held through the record protocol (see the module's and docs/design.md's
-/// descriptions). Its validity is measured on a clock that counts suspended time; past it,
-/// [`verify`](Self::verify) renews before answering, and a renewal that finds the baton
-/// moved reports the lease lost ([`Error::LeaseLost`]). Released on drop.
-///
-/// The holder must call [`verify`](Self::verify) (or [`renew`](Self::renew)) at least every
-/// third of the TTL, or a waiter on another host may take the lease over once a whole TTL
-/// has passed without a renewal.
+/// descriptions). A thread of its own renews it every third of the TTL; its validity is
+/// measured on a clock that counts suspended time, and past it (the process was stopped, the
+/// machine slept) [`verify`](Self::verify) renews before answering: a renewal that finds the
+/// baton moved reports the lease lost ([`Error::LeaseLost`]) — it never panics. Released on
+/// drop.
 #[derive(Debug)]
 pub struct RecordLease {
+    held: Arc<Held>,
+    /// The renewing thread (stopped and joined on drop).
+    keeper: Option<std::thread::JoinHandle<()>>,
+    /// The kernel lease on the lock path, held for as long (released after the baton is
+    /// given back: fields drop after [`Drop::drop`]).
+    _kernel: Lease,
+}
+
+/// What the holder and its renewing thread share.
+#[derive(Debug)]
+struct Held {
     path: PathBuf,
     dir: OwnedFd,
     token: u64,
-    seq: u64,
     ttl: Duration,
     me: Identity,
+    state: Mutex<HeldState>,
+    /// Wakes the renewing thread to stop.
+    wake: Condvar,
+}
+
+#[derive(Debug)]
+struct HeldState {
+    seq: u64,
+    /// When (on [`sys::boot_clock`]) the last grant or renewal began.
+    renewed_at: Duration,
     /// End of validity on [`sys::boot_clock`].
     valid_until: Duration,
     /// Lost or released: the baton is no longer ours.
     done: bool,
-    /// The kernel lease on the lock path, held for as long (released after the baton is
-    /// given back: fields drop after [`Drop::drop`]).
-    _kernel: Lease,
+    /// The renewing thread is to stop.
+    stop: bool,
 }
 
 /// The shortest TTL granted (a shorter one is raised to it): below it, a renewal's round
@@ -282,17 +301,41 @@ impl RecordLease {
                 };
                 match rename(&dir, path, &name, &mine.name())? {
                     true => {
-                        return Ok(RecordLease {
+                        let held = Arc::new(Held {
                             path: path.to_path_buf(),
                             dir,
                             token,
-                            seq: 0,
                             ttl,
                             me,
-                            valid_until: begun + ttl - margin(ttl),
-                            done: false,
-                            _kernel: kernel,
+                            state: Mutex::new(HeldState {
+                                seq: 0,
+                                renewed_at: begun,
+                                valid_until: begun + ttl - margin(ttl),
+                                done: false,
+                                stop: false,
+                            }),
+                            wake: Condvar::new(),
                         });
+                        let keeping = Arc::clone(&held);
+                        let keeper = std::thread::Builder::new()
+                            .name("leasehold-record".into())
+                            .spawn(move || keep(&keeping));
+                        let mut lease = RecordLease {
+                            held,
+                            keeper: None,
+                            _kernel: kernel,
+                        };
+                        match keeper {
+                            Ok(k) => lease.keeper = Some(k),
+                            Err(e) => {
+                                return Err(Error::Io {
+                                    op: "start the renewing thread of",
+                                    path: path.to_path_buf(),
+                                    source: e,
+                                });
+                            }
+                        }
+                        return Ok(lease);
                     }
                     // Moved since the listing: look again at once.
                     false => continue,
@@ -330,14 +373,15 @@ impl RecordLease {
 
     /// The fencing token: it grows with every grant of this lease.
     pub fn fencing_token(&self) -> u64 {
-        self.token
+        self.held.token
     }
 
     /// The validity left (less the margin kept back), or `None` once it ran out or the lease
     /// was lost.
     pub fn remaining(&self) -> Option<Duration> {
-        let left = self.valid_until.checked_sub(sys::boot_clock())?;
-        (!self.done && !left.is_zero()).then_some(left)
+        let st = lock(&self.held.state);
+        let left = st.valid_until.checked_sub(sys::boot_clock())?;
+        (!st.done && !left.is_zero()).then_some(left)
     }
 
     /// Answers, before a write, whether the lease is still held with validity left: without
@@ -348,56 +392,24 @@ impl RecordLease {
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when the baton was taken over; [`Error::Io`].
-    pub fn verify(&mut self) -> Result<()> {
+    pub fn verify(&self) -> Result<()> {
+        let ttl = self.held.ttl;
         match self.remaining() {
-            Some(left) if left >= (self.ttl - margin(self.ttl)) * 2 / 3 => Ok(()),
-            _ => self.renew(),
+            Some(left) if left >= (ttl - margin(ttl)) * 2 / 3 => Ok(()),
+            _ => self.held.renew(),
         }
     }
 
-    /// Renews: renames the baton from this holder's name to the next heartbeat's, which
-    /// succeeds only if nobody took it over; the validity then runs a TTL (less the margin)
-    /// from the clock read before the rename.
+    /// Renews now (the renewing thread does so every third of the TTL): renames the baton
+    /// from this holder's name to the next heartbeat's, which succeeds only if nobody took it
+    /// over; the validity then runs a TTL (less the margin) from the clock read before the
+    /// rename.
     ///
     /// # Errors
     ///
     /// [`Error::LeaseLost`] when the baton was moved; [`Error::Io`].
-    pub fn renew(&mut self) -> Result<()> {
-        if self.done {
-            return Err(Error::LeaseLost {
-                path: self.path.clone(),
-            });
-        }
-        let begun = sys::boot_clock();
-        let next = self.baton(self.seq + 1);
-        match rename(
-            &self.dir,
-            &self.path,
-            &self.baton(self.seq).name(),
-            &next.name(),
-        ) {
-            Ok(true) => {
-                self.seq += 1;
-                self.valid_until = begun + self.ttl - margin(self.ttl);
-                Ok(())
-            }
-            Ok(false) => {
-                self.done = true;
-                Err(Error::LeaseLost {
-                    path: self.path.clone(),
-                })
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn baton(&self, seq: u64) -> Baton {
-        Baton::Live {
-            token: self.token,
-            seq,
-            ttl: self.ttl,
-            holder: self.me.clone(),
-        }
+    pub fn renew(&self) -> Result<()> {
+        self.held.renew()
     }
 
     /// Releases: stops believing it holds, then renames the baton to `free.<token>` (if a
@@ -407,27 +419,110 @@ impl RecordLease {
     ///
     /// [`Error::Io`] when the rename failed otherwise.
     pub fn release(mut self) -> Result<()> {
-        self.give_back()
+        self.stop_keeper();
+        self.held.give_back()
     }
 
-    fn give_back(&mut self) -> Result<()> {
-        if std::mem::replace(&mut self.done, true) {
+    fn stop_keeper(&mut self) {
+        lock(&self.held.state).stop = true;
+        self.held.wake.notify_all();
+        if let Some(k) = self.keeper.take() {
+            let _ = k.join();
+        }
+    }
+}
+
+impl Drop for RecordLease {
+    fn drop(&mut self) {
+        self.stop_keeper();
+        let _ = self.held.give_back();
+    }
+}
+
+impl Held {
+    fn baton(&self, seq: u64) -> Baton {
+        Baton::Live {
+            token: self.token,
+            seq,
+            ttl: self.ttl,
+            holder: self.me.clone(),
+        }
+    }
+
+    /// One renewal (see [`RecordLease::renew`]); under the state's lock, so the holder's
+    /// and the renewing thread's never cross.
+    fn renew(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if st.done {
+            return Err(Error::LeaseLost {
+                path: self.path.clone(),
+            });
+        }
+        let begun = sys::boot_clock();
+        let (from, to) = (self.baton(st.seq).name(), self.baton(st.seq + 1).name());
+        match rename(&self.dir, &self.path, &from, &to)? {
+            true => {
+                st.seq += 1;
+                st.renewed_at = begun;
+                st.valid_until = begun + self.ttl - margin(self.ttl);
+                Ok(())
+            }
+            false => {
+                st.done = true;
+                Err(Error::LeaseLost {
+                    path: self.path.clone(),
+                })
+            }
+        }
+    }
+
+    /// Stops believing it holds, then gives the baton back (`free.<token>`).
+    fn give_back(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if std::mem::replace(&mut st.done, true) {
             return Ok(());
         }
         let free = Baton::Free { token: self.token };
         rename(
             &self.dir,
             &self.path,
-            &self.baton(self.seq).name(),
+            &self.baton(st.seq).name(),
             &free.name(),
         )
         .map(|_| ())
     }
 }
 
-impl Drop for RecordLease {
-    fn drop(&mut self) {
-        let _ = self.give_back();
+/// The renewing thread: renews a third of the TTL after the last grant or renewal began,
+/// until told to stop or the lease is lost; after a failed attempt (I/O), tries again a
+/// thirtieth of the TTL later.
+fn keep(held: &Held) {
+    let third = held.ttl / 3;
+    let mut st = lock(&held.state);
+    loop {
+        if st.stop || st.done {
+            return;
+        }
+        let now = sys::boot_clock();
+        let due = st.renewed_at + third;
+        if now < due {
+            st = held
+                .wake
+                .wait_timeout(st, due - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            continue;
+        }
+        drop(st);
+        let failed = held.renew().is_err();
+        st = lock(&held.state);
+        if failed && !st.done && !st.stop {
+            st = held
+                .wake
+                .wait_timeout(st, held.ttl / 30)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
     }
 }
 

@@ -132,7 +132,9 @@ fn child_process() {
     match role.as_str() {
         // Holds the lease until killed.
         "hold" => {
-            let ttl = Duration::from_secs(60);
+            let ttl = Duration::from_millis(
+                std::env::var("RECORD_TTL_MS").map_or(60_000, |v| v.parse().unwrap()),
+            );
             let lease =
                 RecordLease::acquire_on_host(&lock, ttl, &Budget::timeout(ttl), &host).unwrap();
             println!("HELD {}", lease.fencing_token());
@@ -148,7 +150,7 @@ fn child_process() {
             let witness = PathBuf::from(std::env::var("RECORD_WITNESS").unwrap());
             for _ in 0..rounds {
                 let ttl = Duration::from_secs(5);
-                let mut lease = RecordLease::acquire_on_host(
+                let lease = RecordLease::acquire_on_host(
                     &lock,
                     ttl,
                     &Budget::timeout(Duration::from_secs(120)),
@@ -185,7 +187,7 @@ fn child_process() {
         // before a write and says what it found.
         "hold-then-verify" => {
             let ttl = Duration::from_secs(1);
-            let mut lease =
+            let lease =
                 RecordLease::acquire_on_host(&lock, ttl, &Budget::timeout(ttl), &host).unwrap();
             println!("HELD {}", lease.fencing_token());
             std::io::stdout().flush().unwrap();
@@ -363,7 +365,7 @@ fn a_holder_paused_past_its_ttl_is_taken_over_and_finds_out_before_writing() {
     assert_eq!(await_line(&mut holder.0, "HELD"), "1");
     let pid = Pid::from_raw(holder.0.id() as i32).unwrap();
     kill_process(pid, Signal::STOP).unwrap();
-    let mut lease = RecordLease::acquire_on_host(
+    let lease = RecordLease::acquire_on_host(
         &bed.mounts[1].join("x.lock"),
         Duration::from_secs(60),
         &Budget::timeout(Duration::from_secs(30)),
@@ -442,4 +444,27 @@ fn a_holder_in_another_pid_namespace_is_another_host() {
         e.is_contended(),
         "a live holder in a container was taken over: {e}"
     );
+}
+
+/// The holder's own thread renews the lease: a holder with a TTL of 2 s that does nothing
+/// keeps it through a waiter's budget of 5 s on the other host.
+#[test]
+fn a_holder_that_does_nothing_keeps_its_lease_through_many_ttls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "renewing thread") else {
+        return;
+    };
+    let mut holder = Kid(child("hold", &bed.mounts[0].join("x.lock"), "host-a")
+        .env("RECORD_TTL_MS", "2000")
+        .spawn()
+        .unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let e = RecordLease::acquire_on_host(
+        &bed.mounts[1].join("x.lock"),
+        Duration::from_secs(60),
+        &Budget::timeout(Duration::from_secs(5)),
+        "host-b",
+    )
+    .unwrap_err();
+    assert!(e.is_contended(), "{e}");
 }
