@@ -5,6 +5,7 @@
 //! (`#[cfg(test)]`): the children are this test binary, run again with `RECORD_CHILD` set.
 
 use super::*;
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 
@@ -207,6 +208,57 @@ fn child_process() {
             std::io::stdout().flush().unwrap();
             let mut buf = String::new();
             let _ = std::io::stdin().read_line(&mut buf);
+        }
+        // Forever: takes the lease (TTL 300 ms), logs the validity it believes it has,
+        // reports the grant, waits for a line on stdin, and three times checks
+        // it and logs the validity it then believes it has — `token start end` on the boot
+        // clock, one line per write — then logs `token end time` and releases; a lost lease
+        // is logged and waited for again.
+        "torture" => {
+            let ttl = Duration::from_millis(300);
+            let mut log = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(std::env::var("RECORD_LOG").unwrap())
+                .unwrap();
+            loop {
+                let budget = Budget::timeout(Duration::from_secs(60));
+                let lease = RecordLease::acquire_on_host(&lock, ttl, &budget, &host).unwrap();
+                let believe = |log: &mut std::fs::File| {
+                    let now = sys::boot_clock();
+                    if let Some(left) = lease.remaining() {
+                        let (t, a, b) = (
+                            lease.fencing_token(),
+                            now.as_nanos(),
+                            (now + left).as_nanos(),
+                        );
+                        log.write_all(format!("{t} {a} {b}\n").as_bytes()).unwrap();
+                    }
+                };
+                believe(&mut log);
+                println!("ROUND {}", lease.fencing_token());
+                std::io::stdout().flush().unwrap();
+                // Holding, it waits to be told to go on (the test may stop or kill it first).
+                let mut go = String::new();
+                if std::io::stdin().read_line(&mut go).unwrap() == 0 {
+                    return;
+                }
+                for _ in 0..3 {
+                    if lease.verify().is_err() {
+                        log.write_all(b"LOST\n").unwrap();
+                        break;
+                    }
+                    believe(&mut log);
+                }
+                // Believes no more from here: the release follows.
+                let end = format!(
+                    "{} end {}\n",
+                    lease.fencing_token(),
+                    sys::boot_clock().as_nanos()
+                );
+                log.write_all(end.as_bytes()).unwrap();
+                drop(lease);
+            }
         }
         // One try, reported.
         "try" => {
@@ -467,4 +519,162 @@ fn a_holder_that_does_nothing_keeps_its_lease_through_many_ttls() {
     )
     .unwrap_err();
     assert!(e.is_contended(), "{e}");
+}
+
+/// Torture on the two-mount bed: four processes (two per mount, as two hosts) take the lease
+/// over and over, each logging the validity it believes it has whenever it checks; the test
+/// SIGKILLs holders while they hold (and starts them again), six times, and SIGSTOPs them
+/// while they hold until the other host has taken the lease twice, six times. No two believed validities of different tokens overlap on the machine's
+/// boot clock (a killed process's ends when it was killed), and grants' tokens are unique.
+#[test]
+fn torture_with_sigkill_and_sigstop_on_both_hosts_never_overlaps_believed_validity() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "record lease torture") else {
+        return;
+    };
+    // Each child's grants arrive on one channel, from a reader thread per child: (child,
+    // incarnation, token). A child that reported a grant holds the lease and waits for a line.
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, usize, u64)>();
+    let spawn = |i: usize, round: usize| {
+        let log = tmp.path().join(format!("log.{i}.{round}"));
+        let mut kid = child(
+            "torture",
+            &bed.mounts[i % 2].join("x.lock"),
+            ["host-a", "host-b"][i % 2],
+        )
+        .env("RECORD_LOG", &log)
+        .spawn()
+        .map(Kid)
+        .unwrap();
+        let out = kid.0.stdout.take().unwrap();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { return };
+                if let Some(at) = line.find("ROUND ") {
+                    let token = line[at + 6..].trim().parse().unwrap();
+                    if tx.send((i, round, token)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        (kid, log, round)
+    };
+    let go = |kid: &mut Kid| {
+        writeln!(kid.0.stdin.as_mut().unwrap(), "go").unwrap();
+    };
+    let mut kids: Vec<(Kid, PathBuf, usize)> = (0..4).map(|i| spawn(i, 0)).collect();
+    // Every log, with when its process was killed (None: never).
+    let mut logs: Vec<(PathBuf, Option<Duration>)> = Vec::new();
+    let mut grants = Vec::new();
+    let (mut kills, mut stops) = (0, 0);
+    let mut step = 0;
+    while kills < 6 || stops < 6 {
+        let (i, round, token) = rx.recv().unwrap();
+        if round != kids[i].2 {
+            continue; // from a killed incarnation
+        }
+        grants.push(token);
+        step += 1;
+        let pid = Pid::from_raw(kids[i].0.0.id() as i32).unwrap();
+        match step % 3 {
+            0 => {
+                // Killed while holding. Its belief is counted to the moment the signal is
+                // sent: it dies after that, but no one of its host may take over before it
+                // is gone, and no one elsewhere before a whole TTL.
+                let killed = sys::boot_clock();
+                kill_process(pid, Signal::KILL).unwrap();
+                let _ = kids[i].0.0.wait();
+                let new = spawn(i, step);
+                let (old, old_log, _) = std::mem::replace(&mut kids[i], new);
+                drop(old);
+                logs.push((old_log, Some(killed)));
+                kills += 1;
+            }
+            1 => {
+                // Stopped while holding, until the other host has been granted the lease
+                // twice (which takes the stopped holder's TTL); this host's other process
+                // queues behind the stopped one's kernel lock meanwhile.
+                kill_process(pid, Signal::STOP).unwrap();
+                let mut others = 0;
+                while others < 2 {
+                    let (j, round, t) = rx.recv().unwrap();
+                    if round != kids[j].2 {
+                        continue;
+                    }
+                    assert_ne!(
+                        j % 2,
+                        i % 2,
+                        "a process of the stopped holder's host got in"
+                    );
+                    grants.push(t);
+                    others += 1;
+                    go(&mut kids[j].0);
+                }
+                kill_process(pid, Signal::CONT).unwrap();
+                go(&mut kids[i].0);
+                stops += 1;
+            }
+            _ => go(&mut kids[i].0),
+        }
+    }
+    for (kid, log, _) in kids {
+        drop(kid);
+        logs.push((log, Some(sys::boot_clock())));
+    }
+    let mut beliefs: Vec<(u64, u128, u128)> = Vec::new();
+    for (log, killed) in &logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        // When each token's holder stopped believing: its release, else its death.
+        let mut ends: HashMap<u64, u128> = HashMap::new();
+        for line in text.lines() {
+            if let [t, "end", at] = line.split(' ').collect::<Vec<_>>().as_slice() {
+                ends.insert(t.parse().unwrap(), at.parse().unwrap());
+            }
+        }
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            if let [t, a, b] = f.as_slice()
+                && *a != "end"
+                && let (Ok(t), Ok(a), Ok(b)) =
+                    (t.parse::<u64>(), a.parse::<u128>(), b.parse::<u128>())
+            {
+                let mut b = b;
+                if let Some(k) = killed {
+                    b = b.min(k.as_nanos());
+                }
+                if let Some(e) = ends.get(&t) {
+                    b = b.min(*e);
+                }
+                beliefs.push((t, a, b));
+            }
+        }
+    }
+    assert!(beliefs.len() > 24, "{beliefs:?}");
+    for x in &beliefs {
+        for y in &beliefs {
+            if x.0 != y.0 {
+                assert!(
+                    x.2 <= y.1 || y.2 <= x.1,
+                    "token {} believed [{}, {}] and token {} [{}, {}]",
+                    x.0,
+                    x.1,
+                    x.2,
+                    y.0,
+                    y.1,
+                    y.2
+                );
+            }
+        }
+    }
+    let mut sorted = grants.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        grants.len(),
+        "a token granted twice: {grants:?}"
+    );
 }
