@@ -266,7 +266,7 @@ impl RecordLease {
                 });
             }
             let (name, baton) = list(&dir, path)?;
-            let listed = sys::boot_clock();
+            let listed = now();
             let next = match &baton {
                 Some(Baton::Free { token }) => Some(token + 1),
                 Some(Baton::Live {
@@ -292,7 +292,7 @@ impl RecordLease {
                 None => None,
             };
             if let Some(token) = next {
-                let begun = sys::boot_clock();
+                let begun = now();
                 let mine = Baton::Live {
                     token,
                     seq: 0,
@@ -341,8 +341,8 @@ impl RecordLease {
                     false => continue,
                 }
             }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            let at = Instant::now();
+            if deadline.is_some_and(|d| at >= d) {
                 let holders = HolderInfo::known(Holders::Unknown);
                 return Err(match deadline.is_some_and(|d| d <= started) {
                     true => Error::Contended {
@@ -353,18 +353,18 @@ impl RecordLease {
                     false => Error::TimedOut {
                         path: path.to_path_buf(),
                         holders,
-                        waited: now.duration_since(started),
+                        waited: at.duration_since(started),
                     },
                 });
             }
             let mut pause = jitter(backoff);
             if let Some(d) = deadline {
-                pause = pause.min(d.saturating_duration_since(now));
+                pause = pause.min(d.saturating_duration_since(at));
             }
             // Never sleep past the moment the watched baton turns stale.
             if let (Some((_, since)), Some(Baton::Live { ttl: their, .. })) = (&watch, &baton) {
                 let stale_at = since.saturating_add(*their);
-                pause = pause.min(stale_at.saturating_sub(sys::boot_clock()));
+                pause = pause.min(stale_at.saturating_sub(now()));
             }
             std::thread::sleep(pause);
             backoff = (backoff * 2).min(cap);
@@ -380,7 +380,7 @@ impl RecordLease {
     /// was lost.
     pub fn remaining(&self) -> Option<Duration> {
         let st = lock(&self.held.state);
-        let left = st.valid_until.checked_sub(sys::boot_clock())?;
+        let left = st.valid_until.checked_sub(now())?;
         (!st.done && !left.is_zero()).then_some(left)
     }
 
@@ -458,7 +458,7 @@ impl Held {
                 path: self.path.clone(),
             });
         }
-        let begun = sys::boot_clock();
+        let begun = now();
         let (from, to) = (self.baton(st.seq).name(), self.baton(st.seq + 1).name());
         match rename(&self.dir, &self.path, &from, &to)? {
             true => {
@@ -503,7 +503,7 @@ fn keep(held: &Held) {
         if st.stop || st.done {
             return;
         }
-        let now = sys::boot_clock();
+        let now = now();
         let due = st.renewed_at + third;
         if now < due {
             st = held
@@ -524,6 +524,15 @@ fn keep(held: &Held) {
                 .0;
         }
     }
+}
+
+/// The clock validity and watches are measured on ([`sys::boot_clock`]); in test builds,
+/// plus a jump the calling thread may set ([`tests`]' simulated suspend).
+fn now() -> Duration {
+    #[cfg(test)]
+    return sys::boot_clock() + tests::CLOCK_JUMP.with(|j| j.get());
+    #[cfg(not(test))]
+    sys::boot_clock()
 }
 
 /// `P.lease` for the lock path `P`.

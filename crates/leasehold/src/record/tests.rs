@@ -9,6 +9,12 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 
+thread_local! {
+    /// How far this thread's clock has jumped ahead (a simulated suspend: the boot clock
+    /// counts the time a machine slept).
+    pub(super) static CLOCK_JUMP: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
 /// Two bindfs mounts of one backing directory, unmounted on drop.
 struct TwoMounts {
     backing: PathBuf,
@@ -677,4 +683,32 @@ fn torture_with_sigkill_and_sigstop_on_both_hosts_never_overlaps_believed_validi
         grants.len(),
         "a token granted twice: {grants:?}"
     );
+}
+
+/// A holder whose clock jumps past its TTL (the machine slept) knows its validity ran out:
+/// `remaining` says none, and `verify` checks the baton — renews it, here, since nobody took
+/// it — before answering, rather than answering from memory.
+#[test]
+fn a_holder_whose_clock_jumped_past_its_ttl_checks_the_baton_before_answering() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("x.lock");
+    let ttl = Duration::from_secs(60);
+    let lease = RecordLease::acquire(&lock, ttl, &Budget::no_wait()).unwrap();
+    let baton = || {
+        let names = std::fs::read_dir(lease_dir_of(&lock)).unwrap();
+        let names: Vec<String> = names
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        names[0].split('.').nth(2).unwrap().parse::<u64>().unwrap()
+    };
+    assert_eq!(baton(), 0);
+    lease.verify().unwrap();
+    assert_eq!(baton(), 0, "with validity left, verify answers without I/O");
+    CLOCK_JUMP.with(|j| j.set(ttl + Duration::from_secs(1)));
+    assert_eq!(lease.remaining(), None);
+    lease.verify().unwrap();
+    assert_eq!(baton(), 1, "past its validity, verify renewed first");
+    assert!(lease.remaining().is_some());
+    CLOCK_JUMP.with(|j| j.set(Duration::ZERO));
 }
