@@ -268,7 +268,7 @@ impl RecordLease {
             let (name, baton) = list(&dir, path)?;
             let listed = now();
             let next = match &baton {
-                Some(Baton::Free { token }) => Some(token + 1),
+                Some(Baton::Free { token }) => token.checked_add(1),
                 Some(Baton::Live {
                     token,
                     ttl: their_ttl,
@@ -287,7 +287,7 @@ impl RecordLease {
                         }
                     };
                     let stale = listed.saturating_sub(since) >= *their_ttl;
-                    (dead || stale).then_some(token + 1)
+                    (dead || stale).then(|| token.checked_add(1)).flatten()
                 }
                 None => None,
             };
@@ -337,8 +337,9 @@ impl RecordLease {
                         }
                         return Ok(lease);
                     }
-                    // Moved since the listing: look again at once.
-                    false => continue,
+                    // Moved since the listing (or the listing was stale): look again after
+                    // the shortest pause, so a listing served from a cache cannot spin.
+                    false => backoff = Duration::from_millis(1),
                 }
             }
             let at = Instant::now();

@@ -403,6 +403,12 @@ fn any_name_in_the_lease_directory_is_survived() {
         let e = RecordLease::acquire(&lock, Duration::MAX, &budget).unwrap_err();
         assert!(e.is_contended(), "{e}");
     }
+    // The last token there is: no next grant, and no overflow.
+    let last = tmp.path().join("last.lock");
+    std::fs::create_dir(lease_dir_of(&last)).unwrap();
+    std::fs::write(lease_dir_of(&last).join(format!("free.{}", u64::MAX)), b"").unwrap();
+    let e = RecordLease::acquire(&last, Duration::from_secs(1), &Budget::no_wait()).unwrap_err();
+    assert!(e.is_contended(), "{e}");
 }
 
 /// A holder SIGSTOPped past its TTL is taken over by the other host once its baton stood
