@@ -662,3 +662,33 @@ fn doc_update_on_fuse_is_refused_unless_network_file_systems_are_opted_into() {
         "{\"n\": 1}\n"
     );
 }
+
+/// `status --json` says how far the kernel's lock reaches on the lock path's mount, and the
+/// refusal of a FUSE mount says it too: a bindfs mount is `host-only` (a lock there is this
+/// host's), the temporary directory's file system `local`.
+#[test]
+fn status_and_the_refusal_say_how_far_the_mounts_locks_reach() {
+    let tmp = tempfile::tempdir().unwrap();
+    let local = run(leasehold()
+        .args(["status", "--json"])
+        .arg(tmp.path().join("no/such/x.lock")));
+    assert_eq!(local.code, 0, "{local:?}");
+    let doc: serde_json::Value = serde_json::from_str(&local.stdout).unwrap();
+    assert_eq!(doc["mount"]["locks"], "local", "{doc}");
+    let Some(mount) = Bindfs::mount(tmp.path()) else {
+        return;
+    };
+    let lock = mount.mnt.join("x.lock");
+    let out = run(leasehold().args(["status", "--json"]).arg(&lock));
+    assert_eq!(out.code, 0, "{out:?}");
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(doc["mount"]["locks"], "host-only", "{doc}");
+    assert_eq!(doc["mount"]["fs"], "fuse", "{doc}");
+    assert!(
+        doc["mount"]["reason"].as_str().unwrap().contains("FUSE"),
+        "{doc}"
+    );
+    let out = run(leasehold().arg("run").arg(&lock).args(["--", "true"]));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert_one_line_error(&out, "its locks are host-only (FUSE (fuse)");
+}

@@ -139,6 +139,9 @@ pub enum Error {
         path: PathBuf,
         /// The file-system type detected.
         fs: &'static str,
+        /// How far the kernel's lock reaches on that mount, and why
+        /// ([`MountLocks::of`](crate::MountLocks::of)).
+        locks: crate::MountLocks,
     },
     /// An existing lock file (or a directory or file a store keeps its state in) belongs to
     /// another user or may be written by its group or others, so someone else could remove
@@ -423,8 +426,8 @@ impl Error {
     /// gives it.
     pub fn worded(&self, name: impl Fn(OptIn) -> String) -> String {
         match self {
-            Error::NetworkFilesystem { path, fs } => format!(
-                "{}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; put it on a local file system, or opt in with {}",
+            Error::NetworkFilesystem { path, fs, locks } => format!(
+                "{}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; its locks are {locks}; put it on a local file system, or opt in with {}",
                 path.display(),
                 name(OptIn::NetworkFilesystem)
             ),
@@ -764,6 +767,10 @@ mod tests {
                 Error::NetworkFilesystem {
                     path: path.clone(),
                     fs: "nfs",
+                    locks: crate::MountLocks::HostOnly {
+                        fs: "nfs".into(),
+                        reason: "nfs mounted with local_lock=all".into(),
+                    },
                 },
                 ErrorClass::Usage,
             ),
@@ -795,6 +802,10 @@ mod tests {
                 Error::NetworkFilesystem {
                     path: path.clone(),
                     fs: "nfs",
+                    locks: crate::MountLocks::HostOnly {
+                        fs: "nfs".into(),
+                        reason: "local_lock=all".into(),
+                    },
                 },
                 OptIn::NetworkFilesystem,
                 "LeaseOptions::allow_network_filesystem (CLI: LEASEHOLD_ALLOW_NETWORK_FS=1)",

@@ -254,8 +254,11 @@ mod error;
 mod holders;
 mod kind;
 mod lease;
+mod mount;
 mod mutex;
 pub mod patterns;
+#[cfg(unix)]
+mod record;
 mod sys;
 
 pub use budget::{Budget, CancelToken};
@@ -270,6 +273,9 @@ pub use lease::{
 };
 #[cfg(unix)]
 pub use lease::{after_fork_in_child, after_fork_in_parent, before_fork};
+pub use mount::MountLocks;
+#[cfg(unix)]
+pub use record::RecordLease;
 
 /// A fresh temporary directory for unit tests. WASI has no system temporary directory
 /// (`std::env::temp_dir` panics there), so on `wasm32-wasip1` it is made under `TMPDIR`,

@@ -12,7 +12,8 @@ use crate::out::print_line;
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// Print {"path": ..., "held": ..., "holders": [...]}.
+    /// Print {"path": ..., "held": ..., "holders": [...], "mount": {"locks": ..., "fs": ...,
+    /// "reason": ...}}.
     #[arg(long)]
     json: bool,
     /// etcd endpoints (comma-separated http:// or https:// URLs; https trusts the system's
@@ -38,10 +39,12 @@ pub fn main(args: StatusArgs) -> Outcome {
         }
     };
     if args.json {
+        let mount = leasehold::MountLocks::of(&args.lockfile).map_err(|e| Failure::of(&e))?;
         let doc = serde_json::json!({
             "path": args.lockfile.to_string_lossy(),
             "held": held,
             "holders": holders.pids(),
+            "mount": {"locks": mount.name(), "fs": mount.fs(), "reason": mount.reason()},
         });
         print_line(doc)?;
     } else {

@@ -476,6 +476,7 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         return Err(Error::NetworkFilesystem {
             path: path.to_path_buf(),
             fs: "network share",
+            locks: crate::MountLocks::share(),
         });
     }
     let name = naming::object_name(&key);
@@ -609,7 +610,7 @@ fn holders_error(path: &Path, u: Unusable) -> Error {
 
 /// A resolved key on a network share: `\\?\UNC\server\share\...` (what the file system
 /// reports for UNC paths and mapped drives alike). Keys are case-folded.
-fn is_network_path(key: &str) -> bool {
+pub(crate) fn is_network_path(key: &str) -> bool {
     key.starts_with(r"\\?\unc\") || (key.starts_with(r"\\") && !key.starts_with(r"\\?\"))
 }
 

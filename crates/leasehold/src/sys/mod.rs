@@ -21,16 +21,20 @@ mod overlay;
 mod unix;
 #[cfg(unix)]
 pub(crate) use unix::{
-    Chain, Entry, Looked, Unfit, chain_untrusted, create_dirs, create_new_at, cwd, dir_id_at,
-    dir_judged, dir_names, dup_cloexec, entry_at, fd_entry, fd_entry_judged, fd_gate_usable, fd_id,
-    fd_identity, fd_mode, fd_modified, fd_unlinked, holders, is_plain_name, lock_blocking, lookup,
-    mkdir_at, network_fs, network_fs_path, nofile_limit, open_data_file, open_dir_at,
-    open_lock_file, read_exact_at, remove_dir_at, rename_at, set_inheritable, sync_dir_fd,
-    try_lock, unlink_at, unlock, untrusted_at,
+    Chain, Entry, Looked, MountSeen, Unfit, boot_clock, chain_untrusted, create_dirs,
+    create_new_at, cwd, dir_id_at, dir_judged, dir_names, dup_cloexec, entry_at, fd_entry,
+    fd_entry_judged, fd_gate_usable, fd_id, fd_identity, fd_mode, fd_modified, fd_unlinked,
+    holders, host_identity, is_plain_name, lock_blocking, lookup, mkdir_at, mount_seen, network_fs,
+    network_fs_path, nofile_limit, open_data_file, open_dir_at, open_lock_file, read_exact_at,
+    remove_dir_at, rename_at, set_inheritable, sync_dir_fd, try_lock, unlink_at, unlock,
+    untrusted_at,
 };
 /// Linux's waiting marks (see `unix.rs`); `--cfg leasehold_portable` leaves them out.
 #[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) use unix::{mark_waiting, others_waiting, unmark_waiting};
+/// A record lease's same-host liveness check (see `unix.rs`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) use unix::{proc_is_own, process_start};
 
 #[cfg(windows)]
 #[allow(unsafe_code)] // raw Win32 calls (see its docs)

@@ -151,8 +151,8 @@ pub(crate) enum Mount {
     Dev(u32, u32),
 }
 
-/// How the overlay `path` lives on is found in mountinfo, and its device (major, minor).
-fn mount_of(at: BorrowedFd<'_>, path: &Path) -> Option<(Mount, (u32, u32))> {
+/// How the mount `path` lives on is found in mountinfo, and its device (major, minor).
+pub(crate) fn mount_of(at: BorrowedFd<'_>, path: &Path) -> Option<(Mount, (u32, u32))> {
     let flags = match path.as_os_str().is_empty() {
         true => AtFlags::EMPTY_PATH,
         false => AtFlags::empty(),
@@ -205,18 +205,7 @@ pub(crate) fn judge(paths: &[PathBuf], look: impl Fn(&Path) -> Look) -> Layers {
 /// escape `\` protects a `:` or `\` inside a path. `lowerdir+=` and `datadir+=` (Linux
 /// 6.7+, one layer each) are plain paths.
 pub(crate) fn layer_paths(mountinfo: &[u8], mount: Mount) -> Option<Vec<PathBuf>> {
-    let line = mountinfo.split(|b| *b == b'\n').find(|line| {
-        let mut f = line.split(|b| *b == b' ');
-        let (Some(id), Some(_parent), Some(dev)) = (f.next(), f.next(), f.next()) else {
-            return false;
-        };
-        let wanted = match mount {
-            Mount::Id(want) => parse_u64(id) == Some(want),
-            Mount::Dev(ma, mi) => dev == format!("{ma}:{mi}").as_bytes(),
-        };
-        wanted && fs_fields(line).is_some_and(|(fstype, _)| fstype == b"overlay")
-    })?;
-    let (_, options) = fs_fields(line)?;
+    let (_, options) = mount_line(mountinfo, mount, |fstype| fstype == b"overlay")?;
     let mut paths = Vec::new();
     for option in options.split(|b| *b == b',') {
         let Some(eq) = option.iter().position(|b| *b == b'=') else {
@@ -232,8 +221,31 @@ pub(crate) fn layer_paths(mountinfo: &[u8], mount: Mount) -> Option<Vec<PathBuf>
     Some(paths)
 }
 
+/// The file-system type and the super options (still escaped) of `mount`'s line in
+/// `mountinfo`, the first whose type `fits`.
+pub(crate) fn mount_line(
+    mountinfo: &[u8],
+    mount: Mount,
+    fits: impl Fn(&[u8]) -> bool,
+) -> Option<(&[u8], &[u8])> {
+    mountinfo
+        .split(|b| *b == b'\n')
+        .filter(|line| {
+            let mut f = line.split(|b| *b == b' ');
+            let (Some(id), Some(_parent), Some(dev)) = (f.next(), f.next(), f.next()) else {
+                return false;
+            };
+            match mount {
+                Mount::Id(want) => parse_u64(id) == Some(want),
+                Mount::Dev(ma, mi) => dev == format!("{ma}:{mi}").as_bytes(),
+            }
+        })
+        .filter_map(fs_fields)
+        .find(|(fstype, _)| fits(fstype))
+}
+
 /// The file-system type and the super options of a mountinfo line (the fields after `-`).
-fn fs_fields(line: &[u8]) -> Option<(&[u8], &[u8])> {
+pub(crate) fn fs_fields(line: &[u8]) -> Option<(&[u8], &[u8])> {
     let mut fields = line.split(|b| *b == b' ');
     fields.by_ref().position(|f| f == b"-")?;
     let fstype = fields.next()?;

@@ -693,6 +693,72 @@ fn network_fs_of(st: &rustix::fs::StatFs) -> Option<&'static str> {
     }
 }
 
+/// What a mount says of itself, for [`MountLocks`](crate::MountLocks) to classify: the
+/// file-system type and, where the system shows them, its options.
+pub(crate) struct MountSeen {
+    /// The file-system type: mountinfo's (`nfs4`, `fuse.sshfs`) on Linux, else `statfs`'s
+    /// type name (`f_fstypename`); empty when neither tells (Linux without a mountinfo line:
+    /// then [`network`](Self::network) still does).
+    pub(crate) fstype: String,
+    /// The super options of the mount's mountinfo line (Linux), as the kernel prints them.
+    pub(crate) options: Option<Vec<u8>>,
+    /// What `statfs` alone names a network, FUSE or overlay file system ([`network_fs`]'s
+    /// name, before an overlay's layers are looked at).
+    pub(crate) network: Option<&'static str>,
+}
+
+/// [`MountSeen`] of the mount `path` (relative to `at`; empty: `at` itself) lives on.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn mount_seen(at: BorrowedFd<'_>, path: &Path) -> Result<MountSeen, Errno> {
+    use super::overlay::{mount_line, mount_of};
+    let st = match path.as_os_str().is_empty() {
+        true => rustix::fs::fstatfs(at)?,
+        false => rustix::fs::statfs(path)?,
+    };
+    let network = network_fs_of(&st);
+    let line = mount_of(at, path).and_then(|(mount, _)| {
+        let mountinfo = std::fs::read("/proc/self/mountinfo").ok()?;
+        let (fstype, options) = mount_line(&mountinfo, mount, |_| true)?;
+        Some((
+            String::from_utf8_lossy(fstype).into_owned(),
+            options.to_vec(),
+        ))
+    });
+    Ok(match line {
+        Some((fstype, options)) => MountSeen {
+            fstype,
+            options: Some(options),
+            network,
+        },
+        None => MountSeen {
+            fstype: String::new(),
+            options: None,
+            network,
+        },
+    })
+}
+
+/// [`MountSeen`] of the mount `path` (relative to `at`; empty: `at` itself) lives on:
+/// `statfs`'s type name; the options are not shown.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn mount_seen(at: BorrowedFd<'_>, path: &Path) -> Result<MountSeen, Errno> {
+    let st = match path.as_os_str().is_empty() {
+        true => rustix::fs::fstatfs(at)?,
+        false => rustix::fs::statfs(path)?,
+    };
+    let name: Vec<u8> = st
+        .f_fstypename
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    Ok(MountSeen {
+        fstype: String::from_utf8_lossy(&name).into_owned(),
+        options: None,
+        network: network_fs_of(&st),
+    })
+}
+
 /// Creates `path` and its missing parents with mode 0700 (`std::fs::DirBuilder`, which
 /// handles the races of concurrent creators).
 pub(crate) fn create_dirs(path: &Path) -> io::Result<()> {
@@ -909,4 +975,62 @@ mod tests {
         assert_eq!(super::network_fs_magic(0x794c_7630), Some("overlay"));
         assert_eq!(super::network_fs_magic(0x0102_1994), None, "tmpfs is local");
     }
+}
+
+/// The clock a record lease's validity and a waiter's watch are measured on: one that counts
+/// suspended time where the system has one (Linux: `CLOCK_BOOTTIME`; macOS's and the BSDs'
+/// `CLOCK_MONOTONIC` counts it too, except OpenBSD's), as a duration since an arbitrary
+/// origin of this boot.
+pub(crate) fn boot_clock() -> Duration {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let id = rustix::time::ClockId::Boottime;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let id = rustix::time::ClockId::Monotonic;
+    let t = rustix::time::clock_gettime(id);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// What identifies this host to a record lease, unhashed: the host name, the boot ID
+/// (Linux: `/proc/sys/kernel/random/boot_id`) and the PID namespace (Linux:
+/// `/proc/self/ns/pid`'s link), so that a reboot, or a container with PIDs of its own, is
+/// another host. Elsewhere the boot ID and namespace are empty.
+pub(crate) fn host_identity() -> Vec<u8> {
+    let id = rustix::system::uname().nodename().to_bytes().to_vec();
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let id = {
+        let mut id = id;
+        id.push(0);
+        id.extend(std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default());
+        id.push(0);
+        if let Ok(ns) = std::fs::read_link("/proc/self/ns/pid") {
+            id.extend(ns.as_os_str().as_bytes());
+        }
+        id
+    };
+    id
+}
+
+/// The start time of process `pid` (`/proc/PID/stat`'s field 22, in clock ticks since
+/// boot), which tells a live process from a later one that reuses its PID; `None` when no
+/// such process is there. Only where `/proc` shows this process's own PID namespace
+/// ([`proc_is_own`]).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold anything: fields are
+    // counted from the last ')'.
+    let after = stat.iter().rposition(|b| *b == b')')?;
+    let rest = std::str::from_utf8(&stat[after + 1..]).ok()?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether `/proc` shows this process's own PID namespace (`/proc/self` names our PID): after
+/// `unshare --pid --fork` without a `/proc` of its own, it shows the parent's, whose PIDs
+/// mean other processes.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn proc_is_own() -> bool {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|l| l.to_str().and_then(|s| s.parse::<u32>().ok()))
+        == Some(std::process::id())
 }

@@ -563,6 +563,7 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         return Err(Error::NetworkFilesystem {
             path: path.to_path_buf(),
             fs,
+            locks: crate::mount::at(fd.as_fd(), Path::new(""), fs),
         });
     }
     Ok(Opened {
@@ -691,9 +692,14 @@ fn check_dir(opts: &LeaseOptions, target: &Target) -> Result<()> {
     if fs_check
         && let Some(fs) = network_fs(dev, look, target.display(), "statfs lock file's directory")?
     {
+        let locks = match &target.dir {
+            Some(d) => crate::mount::at(d.fd.as_fd(), Path::new(""), fs),
+            None => crate::mount::at(sys::cwd(), parent, fs),
+        };
         return Err(Error::NetworkFilesystem {
             path: target.display().to_path_buf(),
             fs,
+            locks,
         });
     }
     if let Some(key) = key.filter(|_| complete) {
@@ -754,11 +760,13 @@ fn make_parents(opts: &LeaseOptions, target: &Target) -> Result<()> {
     };
     if !opts.allow_network_fs {
         let mut nearest = Ok(None);
+        let mut nearest_dir = Path::new(".");
         for dir in parent.ancestors() {
             let dir = match dir.as_os_str().is_empty() {
                 true => Path::new("."),
                 false => dir,
             };
+            nearest_dir = dir;
             nearest = sys::network_fs_path(dir);
             if nearest != Err(Errno::NOENT) {
                 break;
@@ -769,6 +777,7 @@ fn make_parents(opts: &LeaseOptions, target: &Target) -> Result<()> {
                 return Err(Error::NetworkFilesystem {
                     path: path.to_path_buf(),
                     fs,
+                    locks: crate::mount::at(sys::cwd(), nearest_dir, fs),
                 });
             }
             Ok(None) => {}

@@ -1,0 +1,650 @@
+//! The record lease ([`RecordLease`]): a lease for a directory shared between hosts whose
+//! mount keeps the kernel's locks on each host ([`MountLocks::HostOnly`]), built only on
+//! `rename` and exclusive creation. The protocol and the argument for it are in
+//! docs/design.md ("The record lease"); `tests/record_model.rs` checks it exhaustively.
+//!
+//! In short: the lease directory `P.lease/` beside the lock path `P` holds one *baton*, an
+//! empty file whose name is the whole state — `free.<token>`, or
+//! `live.<token>.<seq>.<ttl ms>.<host>.<pid>.<start>` — and every step renames it from the
+//! exact name observed to one that never existed, which the server does only if nobody moved
+//! it since: a compare-and-swap.
+//!
+//! [`MountLocks::HostOnly`]: crate::MountLocks::HostOnly
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
+use sha2::{Digest, Sha256};
+
+use crate::budget::Budget;
+use crate::error::{Error, Result};
+use crate::holders::HolderInfo;
+use crate::kind::Holders;
+use crate::mutex::lock;
+use crate::sys;
+use crate::{Lease, LeaseOptions};
+
+/// Who holds (or asks for) a record lease: the host identity (a hash of host name, boot ID
+/// and PID namespace, 16 hex digits), the process and its start time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Identity {
+    host: String,
+    pid: u32,
+    /// `/proc/PID/stat`'s start time; 0 where it cannot be read (then no waiter calls the
+    /// process gone: only the TTL ends its claim).
+    start: u64,
+}
+
+impl Identity {
+    fn of_this_process() -> Identity {
+        Identity::with_host(&sys::host_identity())
+    }
+
+    fn with_host(host: &[u8]) -> Identity {
+        let digest = Sha256::digest(host);
+        let host = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let pid = std::process::id();
+        Identity {
+            host,
+            pid,
+            start: own_start(pid),
+        }
+    }
+}
+
+/// This process's start time, as a waiter of this host reads it; 0 where `/proc` is
+/// another PID namespace's (it would read another process's).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn own_start(pid: u32) -> u64 {
+    match sys::proc_is_own() {
+        true => sys::process_start(pid).unwrap_or(0),
+        false => 0,
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn own_start(_pid: u32) -> u64 {
+    0
+}
+
+/// Whether the process `pid` that started at `start` is gone, judged from this host; false
+/// whenever that cannot be told for sure.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn gone(pid: u32, start: u64) -> bool {
+    start != 0 && sys::proc_is_own() && sys::process_start(pid) != Some(start)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn gone(_pid: u32, _start: u64) -> bool {
+    false
+}
+
+/// The baton's name, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Baton {
+    Free {
+        token: u64,
+    },
+    Live {
+        token: u64,
+        seq: u64,
+        ttl: Duration,
+        holder: Identity,
+    },
+}
+
+impl Baton {
+    fn parse(name: &str) -> Option<Baton> {
+        let mut f = name.split('.');
+        match f.next()? {
+            "free" => {
+                let token = f.next()?.parse().ok()?;
+                f.next().is_none().then_some(Baton::Free { token })
+            }
+            "live" => {
+                let token = f.next()?.parse().ok()?;
+                let seq = f.next()?.parse().ok()?;
+                let ttl = Duration::from_millis(f.next()?.parse().ok()?);
+                let host = f.next()?;
+                if host.len() != 16 || !host.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
+                let pid = f.next()?.parse().ok()?;
+                let start = f.next()?.parse().ok()?;
+                f.next().is_none().then(|| Baton::Live {
+                    token,
+                    seq,
+                    ttl,
+                    holder: Identity {
+                        host: host.to_owned(),
+                        pid,
+                        start,
+                    },
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Baton::Free { token } => format!("free.{token}"),
+            Baton::Live {
+                token,
+                seq,
+                ttl,
+                holder,
+            } => format!(
+                "live.{token}.{seq}.{}.{}.{}.{}",
+                ttl.as_millis(),
+                holder.host,
+                holder.pid,
+                holder.start
+            ),
+        }
+    }
+}
+
+/// A lease held through the record protocol (see the module's and docs/design.md's
+/// descriptions). A thread of its own renews it every third of the TTL; its validity is
+/// measured on a clock that counts suspended time, and past it (the process was stopped, the
+/// machine slept) [`verify`](Self::verify) renews before answering: a renewal that finds the
+/// baton moved reports the lease lost ([`Error::LeaseLost`]) — it never panics. Released on
+/// drop.
+#[derive(Debug)]
+pub struct RecordLease {
+    held: Arc<Held>,
+    /// The renewing thread (stopped and joined on drop).
+    keeper: Option<std::thread::JoinHandle<()>>,
+    /// The kernel lease on the lock path, held for as long (released after the baton is
+    /// given back: fields drop after [`Drop::drop`]).
+    _kernel: Lease,
+}
+
+/// What the holder and its renewing thread share.
+#[derive(Debug)]
+struct Held {
+    path: PathBuf,
+    dir: OwnedFd,
+    token: u64,
+    ttl: Duration,
+    me: Identity,
+    state: Mutex<HeldState>,
+    /// Wakes the renewing thread to stop.
+    wake: Condvar,
+}
+
+#[derive(Debug)]
+struct HeldState {
+    seq: u64,
+    /// When (on [`sys::boot_clock`]) the last grant or renewal began.
+    renewed_at: Duration,
+    /// End of validity on [`sys::boot_clock`].
+    valid_until: Duration,
+    /// Lost or released: the baton is no longer ours.
+    done: bool,
+    /// The renewing thread is to stop.
+    stop: bool,
+}
+
+/// The shortest TTL granted (a shorter one is raised to it): below it, a renewal's round
+/// trip could eat the validity it buys.
+const MIN_TTL: Duration = Duration::from_millis(30);
+/// The longest TTL granted (a longer one is lowered to it), which keeps every deadline
+/// computed from it far from overflowing.
+const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The part of the TTL kept back from the holder's validity: clock rates differ between
+/// hosts, and a write takes time (see docs/design.md).
+fn margin(ttl: Duration) -> Duration {
+    ttl / 10
+}
+
+impl RecordLease {
+    /// Acquires the record lease on the lock path `path` (its lease directory is
+    /// `path` + `.lease`, created on first use), waiting within `budget`. It first takes the
+    /// kernel lease on `path` itself (network file systems allowed; the ownership rule
+    /// applies as to any [`Lease`]), so that this host's waiters queue in the kernel and a
+    /// kernel lease on the same path excludes it; then, across hosts, a waiter polls
+    /// with bounded, jittered back-off (no kernel wakes it across hosts), and takes over a
+    /// live holder's claim only when it is on this host and its process is gone, or when its
+    /// baton has stood unchanged for a whole TTL on this process's clock. `ttl` is this
+    /// holder's (raised to 30 ms, lowered to a day): the validity each grant or renewal buys,
+    /// and what waiters wait.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contended`] (a single try) or [`Error::TimedOut`] when the budget ran out
+    /// with the lease held; [`Error::Cancelled`]; [`Error::Io`] naming the path for file
+    /// system failures.
+    pub fn acquire(path: impl AsRef<Path>, ttl: Duration, budget: &Budget) -> Result<RecordLease> {
+        Self::acquire_as(path.as_ref(), ttl, budget, Identity::of_this_process())
+    }
+
+    /// [`acquire`](Self::acquire) as if this process ran on the host named `host`: how the
+    /// library's own tests make two processes on one machine two hosts. Test builds only.
+    #[cfg(test)]
+    pub(crate) fn acquire_on_host(
+        path: &Path,
+        ttl: Duration,
+        budget: &Budget,
+        host: &str,
+    ) -> Result<RecordLease> {
+        Self::acquire_as(path, ttl, budget, Identity::with_host(host.as_bytes()))
+    }
+
+    fn acquire_as(
+        path: &Path,
+        ttl: Duration,
+        budget: &Budget,
+        me: Identity,
+    ) -> Result<RecordLease> {
+        let ttl = ttl.clamp(MIN_TTL, MAX_TTL);
+        let started = Instant::now();
+        let deadline = budget.deadline_from(started);
+        // This host's waiters queue in the kernel's lock on the lock path itself (on a mount
+        // whose locks stay on each host, it reaches exactly this host's processes): only the
+        // one at the head polls the baton, hand-over between them is the kernel's, and a
+        // kernel lease on the same path excludes a record lease and the other way round.
+        let kernel = LeaseOptions::new()
+            .allow_network_filesystem(true)
+            .acquire(path, budget)?;
+        let dir = open_lease_dir(path)?;
+        // The baton being watched, and when (on the boot clock) it was first listed.
+        let mut watch: Option<(String, Duration)> = None;
+        let mut backoff = Duration::from_millis(1);
+        let cap = (ttl / 20).clamp(Duration::from_millis(2), Duration::from_millis(200));
+        loop {
+            if budget.cancelled() {
+                return Err(Error::Cancelled {
+                    path: path.to_path_buf(),
+                });
+            }
+            let (name, baton) = list(&dir, path)?;
+            let listed = now();
+            let next = match &baton {
+                Some(Baton::Free { token }) => token.checked_add(1),
+                Some(Baton::Live {
+                    token,
+                    ttl: their_ttl,
+                    holder,
+                    ..
+                }) => {
+                    let dead = holder.host == me.host
+                        && *holder != me
+                        && holder.pid != me.pid
+                        && gone(holder.pid, holder.start);
+                    let since = match &watch {
+                        Some((watched, since)) if *watched == name => *since,
+                        _ => {
+                            watch = Some((name.clone(), listed));
+                            listed
+                        }
+                    };
+                    let stale = listed.saturating_sub(since) >= *their_ttl;
+                    (dead || stale).then(|| token.checked_add(1)).flatten()
+                }
+                None => None,
+            };
+            if let Some(token) = next {
+                let begun = now();
+                let mine = Baton::Live {
+                    token,
+                    seq: 0,
+                    ttl,
+                    holder: me.clone(),
+                };
+                match rename(&dir, path, &name, &mine.name())? {
+                    true => {
+                        let held = Arc::new(Held {
+                            path: path.to_path_buf(),
+                            dir,
+                            token,
+                            ttl,
+                            me,
+                            state: Mutex::new(HeldState {
+                                seq: 0,
+                                renewed_at: begun,
+                                valid_until: begun + ttl - margin(ttl),
+                                done: false,
+                                stop: false,
+                            }),
+                            wake: Condvar::new(),
+                        });
+                        let keeping = Arc::clone(&held);
+                        let keeper = std::thread::Builder::new()
+                            .name("leasehold-record".into())
+                            .spawn(move || keep(&keeping));
+                        let mut lease = RecordLease {
+                            held,
+                            keeper: None,
+                            _kernel: kernel,
+                        };
+                        match keeper {
+                            Ok(k) => lease.keeper = Some(k),
+                            Err(e) => {
+                                return Err(Error::Io {
+                                    op: "start the renewing thread of",
+                                    path: path.to_path_buf(),
+                                    source: e,
+                                });
+                            }
+                        }
+                        return Ok(lease);
+                    }
+                    // Moved since the listing (or the listing was stale): look again after
+                    // the shortest pause, so a listing served from a cache cannot spin.
+                    false => backoff = Duration::from_millis(1),
+                }
+            }
+            let at = Instant::now();
+            if deadline.is_some_and(|d| at >= d) {
+                let holders = HolderInfo::known(Holders::Unknown);
+                return Err(match deadline.is_some_and(|d| d <= started) {
+                    true => Error::Contended {
+                        path: path.to_path_buf(),
+                        holders,
+                        why: budget.not_waited(started),
+                    },
+                    false => Error::TimedOut {
+                        path: path.to_path_buf(),
+                        holders,
+                        waited: at.duration_since(started),
+                    },
+                });
+            }
+            let mut pause = jitter(backoff);
+            if let Some(d) = deadline {
+                pause = pause.min(d.saturating_duration_since(at));
+            }
+            // Never sleep past the moment the watched baton turns stale.
+            if let (Some((_, since)), Some(Baton::Live { ttl: their, .. })) = (&watch, &baton) {
+                let stale_at = since.saturating_add(*their);
+                pause = pause.min(stale_at.saturating_sub(now()));
+            }
+            std::thread::sleep(pause);
+            backoff = (backoff * 2).min(cap);
+        }
+    }
+
+    /// The fencing token: it grows with every grant of this lease.
+    pub fn fencing_token(&self) -> u64 {
+        self.held.token
+    }
+
+    /// The validity left (less the margin kept back), or `None` once it ran out or the lease
+    /// was lost.
+    pub fn remaining(&self) -> Option<Duration> {
+        let st = lock(&self.held.state);
+        let left = st.valid_until.checked_sub(now())?;
+        (!st.done && !left.is_zero()).then_some(left)
+    }
+
+    /// Answers, before a write, whether the lease is still held with validity left: without
+    /// I/O while two thirds of the TTL are left, else after a renewal — which is also how a
+    /// holder that was paused or slept past its validity finds out, without crashing, whether
+    /// it still holds.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the baton was taken over; [`Error::Io`].
+    pub fn verify(&self) -> Result<()> {
+        let ttl = self.held.ttl;
+        match self.remaining() {
+            Some(left) if left >= (ttl - margin(ttl)) * 2 / 3 => Ok(()),
+            _ => self.held.renew(),
+        }
+    }
+
+    /// Renews now (the renewing thread does so every third of the TTL): renames the baton
+    /// from this holder's name to the next heartbeat's, which succeeds only if nobody took it
+    /// over; the validity then runs a TTL (less the margin) from the clock read before the
+    /// rename.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the baton was moved; [`Error::Io`].
+    pub fn renew(&self) -> Result<()> {
+        self.held.renew()
+    }
+
+    /// Releases: stops believing it holds, then renames the baton to `free.<token>` (if a
+    /// waiter took it over meanwhile, there is nothing to give back).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the rename failed otherwise.
+    pub fn release(mut self) -> Result<()> {
+        self.stop_keeper();
+        self.held.give_back()
+    }
+
+    fn stop_keeper(&mut self) {
+        lock(&self.held.state).stop = true;
+        self.held.wake.notify_all();
+        if let Some(k) = self.keeper.take() {
+            let _ = k.join();
+        }
+    }
+}
+
+impl Drop for RecordLease {
+    fn drop(&mut self) {
+        self.stop_keeper();
+        let _ = self.held.give_back();
+    }
+}
+
+impl Held {
+    fn baton(&self, seq: u64) -> Baton {
+        Baton::Live {
+            token: self.token,
+            seq,
+            ttl: self.ttl,
+            holder: self.me.clone(),
+        }
+    }
+
+    /// One renewal (see [`RecordLease::renew`]); under the state's lock, so the holder's
+    /// and the renewing thread's never cross.
+    fn renew(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if st.done {
+            return Err(Error::LeaseLost {
+                path: self.path.clone(),
+            });
+        }
+        let begun = now();
+        let (from, to) = (self.baton(st.seq).name(), self.baton(st.seq + 1).name());
+        match rename(&self.dir, &self.path, &from, &to)? {
+            true => {
+                st.seq += 1;
+                st.renewed_at = begun;
+                st.valid_until = begun + self.ttl - margin(self.ttl);
+                Ok(())
+            }
+            false => {
+                st.done = true;
+                Err(Error::LeaseLost {
+                    path: self.path.clone(),
+                })
+            }
+        }
+    }
+
+    /// Stops believing it holds, then gives the baton back (`free.<token>`).
+    fn give_back(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if std::mem::replace(&mut st.done, true) {
+            return Ok(());
+        }
+        let free = Baton::Free { token: self.token };
+        rename(
+            &self.dir,
+            &self.path,
+            &self.baton(st.seq).name(),
+            &free.name(),
+        )
+        .map(|_| ())
+    }
+}
+
+/// The renewing thread: renews a third of the TTL after the last grant or renewal began,
+/// until told to stop or the lease is lost; after a failed attempt (I/O), tries again a
+/// thirtieth of the TTL later.
+fn keep(held: &Held) {
+    let third = held.ttl / 3;
+    let mut st = lock(&held.state);
+    loop {
+        if st.stop || st.done {
+            return;
+        }
+        let now = now();
+        let due = st.renewed_at + third;
+        if now < due {
+            st = held
+                .wake
+                .wait_timeout(st, due - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            continue;
+        }
+        drop(st);
+        let failed = held.renew().is_err();
+        st = lock(&held.state);
+        if failed && !st.done && !st.stop {
+            st = held
+                .wake
+                .wait_timeout(st, held.ttl / 30)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+/// The clock validity and watches are measured on ([`sys::boot_clock`]); in test builds,
+/// plus a jump the calling thread may set ([`tests`]' simulated suspend).
+fn now() -> Duration {
+    #[cfg(test)]
+    return sys::boot_clock() + tests::CLOCK_JUMP.with(|j| j.get());
+    #[cfg(not(test))]
+    sys::boot_clock()
+}
+
+/// `P.lease` for the lock path `P`.
+fn lease_dir_of(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lease");
+    PathBuf::from(name)
+}
+
+fn io(path: &Path, op: &'static str, e: Errno) -> Error {
+    Error::Io {
+        op,
+        path: path.to_path_buf(),
+        source: e.into(),
+    }
+}
+
+/// Opens the lease directory, creating it complete if it is missing: a directory holding
+/// `free.0`, prepared under a unique name and renamed into place (a rename onto a directory
+/// that exists and is not empty fails), so there is never a lease directory without a baton,
+/// nor two batons.
+fn open_lease_dir(path: &Path) -> Result<OwnedFd> {
+    let dir = lease_dir_of(path);
+    match sys::open_dir_at(sys::cwd(), &dir, false) {
+        Ok(fd) => return Ok(fd),
+        Err(Errno::NOENT) => {}
+        Err(e) => return Err(io(&dir, "open lease directory", e)),
+    }
+    let mut tmp = dir.as_os_str().to_owned();
+    tmp.push(format!(".tmp.{}", unique()));
+    let tmp = PathBuf::from(tmp);
+    sys::mkdir_at(sys::cwd(), &tmp, 0o700).map_err(|e| io(&tmp, "create lease directory", e))?;
+    let made = (|| {
+        let fd = sys::open_dir_at(sys::cwd(), &tmp, false)?;
+        drop(sys::create_new_at(fd.as_fd(), Path::new("free.0"), 0o600)?);
+        sys::rename_at(sys::cwd(), &tmp, sys::cwd(), &dir)
+    })();
+    match made {
+        Ok(()) => {}
+        Err(Errno::EXIST | Errno::NOTEMPTY) => {
+            // Another process made it first: ours goes.
+            let _ = sys::unlink_at(sys::cwd(), &tmp.join("free.0"));
+            let _ = sys::remove_dir_at(sys::cwd(), &tmp);
+        }
+        Err(e) => return Err(io(&dir, "create lease directory", e)),
+    }
+    sys::open_dir_at(sys::cwd(), &dir, false).map_err(|e| io(&dir, "open lease directory", e))
+}
+
+/// Lists the lease directory: the baton's name and what it says. Names that are not
+/// batons are skipped; a listing that shows no baton, or two (one read across a rename), is
+/// read again.
+fn list(dir: &OwnedFd, path: &Path) -> Result<(String, Option<Baton>)> {
+    for _ in 0..100 {
+        let names: Vec<OsString> =
+            sys::dir_names(dir.as_fd()).map_err(|e| io(path, "list lease directory", e))?;
+        let batons: Vec<(String, Baton)> = names
+            .iter()
+            .filter_map(|n| n.to_str())
+            .filter_map(|n| Baton::parse(n).map(|b| (n.to_owned(), b)))
+            .collect();
+        if let [(name, baton)] = batons.as_slice() {
+            return Ok((name.clone(), Some(baton.clone())));
+        }
+    }
+    Ok((String::new(), None))
+}
+
+/// Renames the baton `from` → `to`: `true` if done, `false` if `from` was no longer there
+/// (someone moved it first). After an ambiguous failure (the server may have done it and
+/// its reply been lost) the target is looked for.
+fn rename(dir: &OwnedFd, path: &Path, from: &str, to: &str) -> Result<bool> {
+    if from.is_empty() {
+        return Ok(false);
+    }
+    match sys::rename_at(dir.as_fd(), Path::new(from), dir.as_fd(), Path::new(to)) {
+        Ok(()) => Ok(true),
+        Err(Errno::NOENT) => Ok(false),
+        Err(e) => {
+            let names =
+                sys::dir_names(dir.as_fd()).map_err(|e| io(path, "list lease directory", e))?;
+            match names.iter().any(|n| n.to_str() == Some(to)) {
+                true => Ok(true),
+                false => Err(io(path, "rename lease baton", e)),
+            }
+        }
+    }
+}
+
+/// A name no other process uses: this process's ID, the clock and a counter.
+fn unique() -> String {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}.{}.{}",
+        std::process::id(),
+        sys::boot_clock().as_nanos(),
+        COUNT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `d` give or take a quarter, so that waiters on several hosts do not poll in step.
+fn jitter(d: Duration) -> Duration {
+    let noise = sys::boot_clock().subsec_nanos() ^ std::process::id().wrapping_mul(2_654_435_761);
+    let quarter = d / 4;
+    let spread = quarter.as_nanos() as u64;
+    let offset = match spread {
+        0 => 0,
+        s => u64::from(noise) % (2 * s),
+    };
+    d - quarter + Duration::from_nanos(offset)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,720 @@
+//! The record lease on a two-host bed without NFS: two bindfs (FUSE) mounts of one
+//! directory, on which a kernel lock taken through one mount does not exclude one taken
+//! through the other (checked first) — as two NFS clients with `local_lock=all`. Processes
+//! are made two hosts by [`RecordLease::acquire_on_host`], which exists in test builds only
+//! (`#[cfg(test)]`): the children are this test binary, run again with `RECORD_CHILD` set.
+
+use super::*;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+
+thread_local! {
+    /// How far this thread's clock has jumped ahead (a simulated suspend: the boot clock
+    /// counts the time a machine slept).
+    pub(super) static CLOCK_JUMP: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+/// Two bindfs mounts of one backing directory, unmounted on drop.
+struct TwoMounts {
+    backing: PathBuf,
+    mounts: [PathBuf; 2],
+}
+
+impl TwoMounts {
+    /// `None` (after printing `SKIP: <what>: <why>`) where the bed cannot be made here.
+    fn make(dir: &Path, what: &str) -> Option<TwoMounts> {
+        if Command::new("bindfs").arg("--version").output().is_err() {
+            eprintln!("SKIP: {what}: bindfs is not installed (apt-get install bindfs)");
+            return None;
+        }
+        let backing = dir.join("backing");
+        std::fs::create_dir_all(&backing).unwrap();
+        let mut mounted = Vec::new();
+        for i in 0..2 {
+            let m = dir.join(format!("m{i}"));
+            std::fs::create_dir_all(&m).unwrap();
+            match Command::new("bindfs").arg(&backing).arg(&m).output() {
+                Ok(o) if o.status.success() => mounted.push(m),
+                other => {
+                    eprintln!("SKIP: {what}: bindfs could not mount here (no FUSE?): {other:?}");
+                    for m in mounted {
+                        unmount(&m);
+                    }
+                    return None;
+                }
+            }
+        }
+        let bed = TwoMounts {
+            backing,
+            mounts: [mounted[0].clone(), mounted[1].clone()],
+        };
+        // The bed stands for two hosts only if a kernel lock through one mount does not
+        // exclude one through the other.
+        std::fs::write(bed.backing.join("probe"), b"").unwrap();
+        let a = std::fs::File::open(bed.mounts[0].join("probe")).unwrap();
+        let b = std::fs::File::open(bed.mounts[1].join("probe")).unwrap();
+        use rustix::fs::{FlockOperation, flock};
+        flock(&a, FlockOperation::NonBlockingLockExclusive).unwrap();
+        if flock(&b, FlockOperation::NonBlockingLockExclusive).is_err() {
+            eprintln!(
+                "SKIP: {what}: a flock through one bindfs mount excludes the other here, so the two mounts are not two hosts"
+            );
+            return None;
+        }
+        Some(bed)
+    }
+}
+
+fn unmount(m: &Path) {
+    let ok = Command::new("fusermount3").arg("-u").arg(m).status();
+    if !ok.is_ok_and(|s| s.success()) {
+        let _ = Command::new("fusermount").arg("-u").arg(m).status();
+    }
+}
+
+impl Drop for TwoMounts {
+    fn drop(&mut self) {
+        for m in &self.mounts {
+            unmount(m);
+        }
+    }
+}
+
+/// A child process, SIGKILLed and reaped on drop (a failing test leaves none behind).
+struct Kid(Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// This test binary, run again as a child in `role`.
+fn child(role: &str, lock: &Path, host: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "record::tests::child_process",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("RECORD_CHILD", role)
+    .env("RECORD_LOCK", lock)
+    .env("RECORD_HOST", host)
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped());
+    cmd
+}
+
+/// Reads the child's stdout up to its line with `word` (the harness prints its
+/// own lines too), returning the rest of that line.
+fn await_line(child: &mut Child, word: &str) -> String {
+    let out = child.stdout.as_mut().unwrap();
+    let mut lines = BufReader::new(out);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            lines.read_line(&mut line).unwrap() > 0,
+            "child ended before {word}"
+        );
+        // The harness's own "test ... " may precede the word on its line.
+        if let Some(at) = line.find(word) {
+            return line[at + word.len()..].trim().to_owned();
+        }
+        assert!(!line.contains("OVERLAP"), "{line}");
+    }
+}
+
+/// The children's side: does nothing unless run as a child (`RECORD_CHILD`).
+#[test]
+fn child_process() {
+    let Ok(role) = std::env::var("RECORD_CHILD") else {
+        return;
+    };
+    let lock = PathBuf::from(std::env::var("RECORD_LOCK").unwrap());
+    let host = std::env::var("RECORD_HOST").unwrap();
+    match role.as_str() {
+        // Holds the lease until killed.
+        "hold" => {
+            let ttl = Duration::from_millis(
+                std::env::var("RECORD_TTL_MS").map_or(60_000, |v| v.parse().unwrap()),
+            );
+            let lease =
+                RecordLease::acquire_on_host(&lock, ttl, &Budget::timeout(ttl), &host).unwrap();
+            println!("HELD {}", lease.fencing_token());
+            std::io::stdout().flush().unwrap();
+            let mut buf = String::new();
+            let _ = std::io::stdin().read_line(&mut buf);
+        }
+        // Takes the lease ROUNDS times; inside, proves it is alone with an exclusive
+        // creation on the backing directory (a local file system), renews twice (each
+        // renewal fails if the baton was taken) and logs its token.
+        "rounds" => {
+            let rounds: u32 = std::env::var("RECORD_ROUNDS").unwrap().parse().unwrap();
+            let witness = PathBuf::from(std::env::var("RECORD_WITNESS").unwrap());
+            for _ in 0..rounds {
+                let ttl = Duration::from_secs(5);
+                let lease = RecordLease::acquire_on_host(
+                    &lock,
+                    ttl,
+                    &Budget::timeout(Duration::from_secs(120)),
+                    &host,
+                )
+                .unwrap();
+                let inside = witness.join("inside");
+                if std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&inside)
+                    .is_err()
+                {
+                    println!("OVERLAP token {}", lease.fencing_token());
+                    std::process::exit(3);
+                }
+                // A renewal is a rename through the mount: it fails if anyone took the
+                // baton meanwhile, and it keeps this process inside for a round trip.
+                lease.renew().unwrap();
+                let mut log = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(witness.join("tokens"))
+                    .unwrap();
+                writeln!(log, "{}", lease.fencing_token()).unwrap();
+                lease.verify().unwrap();
+                lease.renew().unwrap();
+                std::fs::remove_file(&inside).unwrap();
+                lease.release().unwrap();
+            }
+            println!("DONE");
+        }
+        // Holds the lease with a TTL of 1 s, then, once told (a line on stdin), checks it
+        // before a write and says what it found.
+        "hold-then-verify" => {
+            let ttl = Duration::from_secs(1);
+            let lease =
+                RecordLease::acquire_on_host(&lock, ttl, &Budget::timeout(ttl), &host).unwrap();
+            println!("HELD {}", lease.fencing_token());
+            std::io::stdout().flush().unwrap();
+            let mut buf = String::new();
+            std::io::stdin().read_line(&mut buf).unwrap();
+            match lease.verify() {
+                Ok(()) => println!("VERIFY held"),
+                Err(Error::LeaseLost { .. }) => println!("VERIFY lost"),
+                Err(e) => println!("VERIFY error {e}"),
+            }
+        }
+        // Holds the lease under this process's own host identity until killed.
+        "hold-own-identity" => {
+            let ttl = Duration::from_secs(60);
+            let lease = RecordLease::acquire(&lock, ttl, &Budget::timeout(ttl)).unwrap();
+            println!("HELD {}", lease.fencing_token());
+            std::io::stdout().flush().unwrap();
+            let mut buf = String::new();
+            let _ = std::io::stdin().read_line(&mut buf);
+        }
+        // Forever: takes the lease (TTL 300 ms), logs the validity it believes it has,
+        // reports the grant, waits for a line on stdin, and three times checks
+        // it and logs the validity it then believes it has — `token start end` on the boot
+        // clock, one line per write — then logs `token end time` and releases; a lost lease
+        // is logged and waited for again.
+        "torture" => {
+            let ttl = Duration::from_millis(300);
+            let mut log = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(std::env::var("RECORD_LOG").unwrap())
+                .unwrap();
+            loop {
+                let budget = Budget::timeout(Duration::from_secs(60));
+                let lease = RecordLease::acquire_on_host(&lock, ttl, &budget, &host).unwrap();
+                let believe = |log: &mut std::fs::File| {
+                    let now = sys::boot_clock();
+                    if let Some(left) = lease.remaining() {
+                        let (t, a, b) = (
+                            lease.fencing_token(),
+                            now.as_nanos(),
+                            (now + left).as_nanos(),
+                        );
+                        log.write_all(format!("{t} {a} {b}\n").as_bytes()).unwrap();
+                    }
+                };
+                believe(&mut log);
+                println!("ROUND {}", lease.fencing_token());
+                std::io::stdout().flush().unwrap();
+                // Holding, it waits to be told to go on (the test may stop or kill it first).
+                let mut go = String::new();
+                if std::io::stdin().read_line(&mut go).unwrap() == 0 {
+                    return;
+                }
+                for _ in 0..3 {
+                    if lease.verify().is_err() {
+                        log.write_all(b"LOST\n").unwrap();
+                        break;
+                    }
+                    believe(&mut log);
+                }
+                // Believes no more from here: the release follows.
+                let end = format!(
+                    "{} end {}\n",
+                    lease.fencing_token(),
+                    sys::boot_clock().as_nanos()
+                );
+                log.write_all(end.as_bytes()).unwrap();
+                drop(lease);
+            }
+        }
+        // One try, reported.
+        "try" => {
+            let ttl = Duration::from_secs(60);
+            match RecordLease::acquire_on_host(&lock, ttl, &Budget::no_wait(), &host) {
+                Ok(lease) => println!("TRY held {}", lease.fencing_token()),
+                Err(e) if e.is_contended() => println!("TRY busy"),
+                Err(e) => println!("TRY error {e}"),
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn baton_names_read_back_as_written() {
+    let live = Baton::Live {
+        token: 7,
+        seq: 3,
+        ttl: Duration::from_millis(2500),
+        holder: Identity {
+            host: "0123456789abcdef".into(),
+            pid: 42,
+            start: 99,
+        },
+    };
+    assert_eq!(Baton::parse(&live.name()), Some(live.clone()));
+    assert_eq!(live.name(), "live.7.3.2500.0123456789abcdef.42.99");
+    assert_eq!(Baton::parse("free.4"), Some(Baton::Free { token: 4 }));
+    for junk in [
+        "free.x",
+        "free.1.2",
+        "live.1.2.3.nothex.1.2",
+        "live.1",
+        "lease",
+        "",
+    ] {
+        assert_eq!(Baton::parse(junk), None, "{junk}");
+    }
+}
+
+/// Four processes, two through each mount as two hosts, take the lease 25 times each: never
+/// two inside at once (an exclusive creation on the backing directory would fail), and
+/// the fencing tokens, logged inside, strictly increase.
+#[test]
+fn processes_on_two_mounts_as_two_hosts_exclude_each_other_with_growing_tokens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "record lease across two mounts") else {
+        return;
+    };
+    let witness = tmp.path().join("witness");
+    std::fs::create_dir(&witness).unwrap();
+    let rounds = 25;
+    let mut children: Vec<Kid> = (0..4)
+        .map(|i| {
+            let (mount, host) = (&bed.mounts[i % 2], ["host-a", "host-b"][i % 2]);
+            child("rounds", &mount.join("x.lock"), host)
+                .env("RECORD_ROUNDS", rounds.to_string())
+                .env("RECORD_WITNESS", &witness)
+                .spawn()
+                .map(Kid)
+                .unwrap()
+        })
+        .collect();
+    for Kid(c) in &mut children {
+        assert_eq!(await_line(c, "DONE"), "");
+        assert!(c.wait().unwrap().success());
+    }
+    let tokens: Vec<u64> = std::fs::read_to_string(witness.join("tokens"))
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 4 * rounds, "{tokens:?}");
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+/// A holder SIGKILLed is taken over at once by a process of the same host, long before its
+/// TTL (60 s; the budget is 20 s); a process of the other host cannot tell it is gone and
+/// waits for the TTL.
+#[test]
+fn a_sigkilled_holder_is_taken_over_at_once_on_its_host_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "same-host takeover") else {
+        return;
+    };
+    let lock = bed.mounts[0].join("x.lock");
+    let mut holder = Kid(child("hold", &lock, "host-a").spawn().unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let ttl = Duration::from_secs(60);
+    let other = bed.mounts[1].join("x.lock");
+    let busy = RecordLease::acquire_on_host(&other, ttl, &Budget::no_wait(), "host-b").unwrap_err();
+    assert!(busy.is_contended(), "{busy}");
+    holder.0.kill().unwrap();
+    holder.0.wait().unwrap();
+    let busy = RecordLease::acquire_on_host(
+        &other,
+        ttl,
+        &Budget::timeout(Duration::from_millis(300)),
+        "host-b",
+    )
+    .unwrap_err();
+    assert!(
+        busy.is_contended(),
+        "another host waits for the TTL: {busy}"
+    );
+    let lease = RecordLease::acquire_on_host(
+        &lock,
+        ttl,
+        &Budget::timeout(Duration::from_secs(20)),
+        "host-a",
+    )
+    .unwrap();
+    assert_eq!(lease.fencing_token(), 2);
+}
+
+/// A baton written by anyone — a TTL of u64::MAX milliseconds, names that are no batons — is
+/// waited on or skipped, never a panic.
+#[test]
+fn any_name_in_the_lease_directory_is_survived() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("x.lock");
+    let dir = lease_dir_of(&lock);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("live.1.0.18446744073709551615.0123456789abcdef.1.1"),
+        b"",
+    )
+    .unwrap();
+    std::fs::write(dir.join("live.x"), b"").unwrap();
+    std::fs::write(dir.join("free.99999999999999999999999"), b"").unwrap();
+    for budget in [
+        Budget::no_wait(),
+        Budget::timeout(Duration::from_millis(50)),
+    ] {
+        let e = RecordLease::acquire(&lock, Duration::MAX, &budget).unwrap_err();
+        assert!(e.is_contended(), "{e}");
+    }
+    // The last token there is: no next grant, and no overflow.
+    let last = tmp.path().join("last.lock");
+    std::fs::create_dir(lease_dir_of(&last)).unwrap();
+    std::fs::write(lease_dir_of(&last).join(format!("free.{}", u64::MAX)), b"").unwrap();
+    let e = RecordLease::acquire(&last, Duration::from_secs(1), &Budget::no_wait()).unwrap_err();
+    assert!(e.is_contended(), "{e}");
+}
+
+/// A holder SIGSTOPped past its TTL is taken over by the other host once its baton stood
+/// still for a whole TTL; continued, it checks before writing and finds the lease lost (no
+/// panic, no write), while the new holder keeps it.
+#[test]
+fn a_holder_paused_past_its_ttl_is_taken_over_and_finds_out_before_writing() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "paused holder") else {
+        return;
+    };
+    let mut holder = Kid(
+        child("hold-then-verify", &bed.mounts[0].join("x.lock"), "host-a")
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let pid = Pid::from_raw(holder.0.id() as i32).unwrap();
+    kill_process(pid, Signal::STOP).unwrap();
+    let lease = RecordLease::acquire_on_host(
+        &bed.mounts[1].join("x.lock"),
+        Duration::from_secs(60),
+        &Budget::timeout(Duration::from_secs(30)),
+        "host-b",
+    )
+    .unwrap();
+    assert_eq!(lease.fencing_token(), 2);
+    kill_process(pid, Signal::CONT).unwrap();
+    writeln!(holder.0.stdin.as_mut().unwrap(), "go").unwrap();
+    assert_eq!(await_line(&mut holder.0, "VERIFY"), "lost");
+    assert!(holder.0.wait().unwrap().success());
+    lease.renew().unwrap();
+}
+
+/// On one host the record lease and the kernel lease on the same path exclude each other,
+/// both ways (a record lease holds the kernel's lock on the lock path while it holds).
+#[test]
+fn a_record_lease_and_a_kernel_lease_on_one_path_exclude_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "record and kernel lease") else {
+        return;
+    };
+    let lock = bed.mounts[0].join("x.lock");
+    let kernel = LeaseOptions::new().allow_network_filesystem(true);
+    let mut holder = Kid(child("hold", &lock, "host-a").spawn().unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let busy = kernel.try_acquire(&lock).unwrap_err();
+    assert!(busy.is_contended(), "{busy}");
+    drop(holder);
+    let held = kernel.try_acquire(&lock).unwrap();
+    let mut other = Kid(child("try", &lock, "host-a").spawn().unwrap());
+    assert_eq!(await_line(&mut other.0, "TRY"), "busy");
+    drop(held);
+    // Released, the kernel lease lets a record lease in; the killed holder's baton is taken
+    // over at once (same host, process gone).
+    let mut other = Kid(child("try", &lock, "host-a").spawn().unwrap());
+    assert_eq!(await_line(&mut other.0, "TRY"), "held 2");
+}
+
+/// A holder in a PID namespace of its own (a container: `unshare --pid --fork --mount-proc`,
+/// as root) is another host, with no identity override: a process outside, on the same
+/// machine, cannot read its PID in its own `/proc` — PID 1 there is the machine's init,
+/// started at another time — and must not call it gone; it waits for the TTL.
+#[test]
+fn a_holder_in_another_pid_namespace_is_another_host() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "holder in another PID namespace") else {
+        return;
+    };
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!(
+            "SKIP: holder in another PID namespace: unshare --pid --fork --mount-proc failed here (needs root): {probe:?}"
+        );
+        return;
+    }
+    let inner = child("hold-own-identity", &bed.mounts[0].join("x.lock"), "");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc"])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut holder = Kid(cmd.spawn().unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let e = RecordLease::acquire(
+        bed.mounts[1].join("x.lock"),
+        Duration::from_secs(60),
+        &Budget::timeout(Duration::from_millis(500)),
+    )
+    .unwrap_err();
+    assert!(
+        e.is_contended(),
+        "a live holder in a container was taken over: {e}"
+    );
+}
+
+/// The holder's own thread renews the lease: a holder with a TTL of 2 s that does nothing
+/// keeps it through a waiter's budget of 5 s on the other host.
+#[test]
+fn a_holder_that_does_nothing_keeps_its_lease_through_many_ttls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "renewing thread") else {
+        return;
+    };
+    let mut holder = Kid(child("hold", &bed.mounts[0].join("x.lock"), "host-a")
+        .env("RECORD_TTL_MS", "2000")
+        .spawn()
+        .unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let e = RecordLease::acquire_on_host(
+        &bed.mounts[1].join("x.lock"),
+        Duration::from_secs(60),
+        &Budget::timeout(Duration::from_secs(5)),
+        "host-b",
+    )
+    .unwrap_err();
+    assert!(e.is_contended(), "{e}");
+}
+
+/// Torture on the two-mount bed: four processes (two per mount, as two hosts) take the lease
+/// over and over, each logging the validity it believes it has whenever it checks; the test
+/// SIGKILLs holders while they hold (and starts them again), six times, and SIGSTOPs them
+/// while they hold until the other host has taken the lease twice, six times. No two believed validities of different tokens overlap on the machine's
+/// boot clock (a killed process's ends when it was killed), and grants' tokens are unique.
+#[test]
+fn torture_with_sigkill_and_sigstop_on_both_hosts_never_overlaps_believed_validity() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "record lease torture") else {
+        return;
+    };
+    // Each child's grants arrive on one channel, from a reader thread per child: (child,
+    // incarnation, token). A child that reported a grant holds the lease and waits for a line.
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, usize, u64)>();
+    let spawn = |i: usize, round: usize| {
+        let log = tmp.path().join(format!("log.{i}.{round}"));
+        let mut kid = child(
+            "torture",
+            &bed.mounts[i % 2].join("x.lock"),
+            ["host-a", "host-b"][i % 2],
+        )
+        .env("RECORD_LOG", &log)
+        .spawn()
+        .map(Kid)
+        .unwrap();
+        let out = kid.0.stdout.take().unwrap();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { return };
+                if let Some(at) = line.find("ROUND ") {
+                    let token = line[at + 6..].trim().parse().unwrap();
+                    if tx.send((i, round, token)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        (kid, log, round)
+    };
+    let go = |kid: &mut Kid| {
+        writeln!(kid.0.stdin.as_mut().unwrap(), "go").unwrap();
+    };
+    let mut kids: Vec<(Kid, PathBuf, usize)> = (0..4).map(|i| spawn(i, 0)).collect();
+    // Every log, with when its process was killed (None: never).
+    let mut logs: Vec<(PathBuf, Option<Duration>)> = Vec::new();
+    let mut grants = Vec::new();
+    let (mut kills, mut stops) = (0, 0);
+    let mut step = 0;
+    while kills < 6 || stops < 6 {
+        let (i, round, token) = rx.recv().unwrap();
+        if round != kids[i].2 {
+            continue; // from a killed incarnation
+        }
+        grants.push(token);
+        step += 1;
+        let pid = Pid::from_raw(kids[i].0.0.id() as i32).unwrap();
+        match step % 3 {
+            0 => {
+                // Killed while holding. Its belief is counted to the moment the signal is
+                // sent: it dies after that, but no one of its host may take over before it
+                // is gone, and no one elsewhere before a whole TTL.
+                let killed = sys::boot_clock();
+                kill_process(pid, Signal::KILL).unwrap();
+                let _ = kids[i].0.0.wait();
+                let new = spawn(i, step);
+                let (old, old_log, _) = std::mem::replace(&mut kids[i], new);
+                drop(old);
+                logs.push((old_log, Some(killed)));
+                kills += 1;
+            }
+            1 => {
+                // Stopped while holding, until the other host has been granted the lease
+                // twice (which takes the stopped holder's TTL); this host's other process
+                // queues behind the stopped one's kernel lock meanwhile.
+                kill_process(pid, Signal::STOP).unwrap();
+                let mut others = 0;
+                while others < 2 {
+                    let (j, round, t) = rx.recv().unwrap();
+                    if round != kids[j].2 {
+                        continue;
+                    }
+                    assert_ne!(
+                        j % 2,
+                        i % 2,
+                        "a process of the stopped holder's host got in"
+                    );
+                    grants.push(t);
+                    others += 1;
+                    go(&mut kids[j].0);
+                }
+                kill_process(pid, Signal::CONT).unwrap();
+                go(&mut kids[i].0);
+                stops += 1;
+            }
+            _ => go(&mut kids[i].0),
+        }
+    }
+    for (kid, log, _) in kids {
+        drop(kid);
+        logs.push((log, Some(sys::boot_clock())));
+    }
+    let mut beliefs: Vec<(u64, u128, u128)> = Vec::new();
+    for (log, killed) in &logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        // When each token's holder stopped believing: its release, else its death.
+        let mut ends: HashMap<u64, u128> = HashMap::new();
+        for line in text.lines() {
+            if let [t, "end", at] = line.split(' ').collect::<Vec<_>>().as_slice() {
+                ends.insert(t.parse().unwrap(), at.parse().unwrap());
+            }
+        }
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            if let [t, a, b] = f.as_slice()
+                && *a != "end"
+                && let (Ok(t), Ok(a), Ok(b)) =
+                    (t.parse::<u64>(), a.parse::<u128>(), b.parse::<u128>())
+            {
+                let mut b = b;
+                if let Some(k) = killed {
+                    b = b.min(k.as_nanos());
+                }
+                if let Some(e) = ends.get(&t) {
+                    b = b.min(*e);
+                }
+                beliefs.push((t, a, b));
+            }
+        }
+    }
+    assert!(beliefs.len() > 24, "{beliefs:?}");
+    for x in &beliefs {
+        for y in &beliefs {
+            if x.0 != y.0 {
+                assert!(
+                    x.2 <= y.1 || y.2 <= x.1,
+                    "token {} believed [{}, {}] and token {} [{}, {}]",
+                    x.0,
+                    x.1,
+                    x.2,
+                    y.0,
+                    y.1,
+                    y.2
+                );
+            }
+        }
+    }
+    let mut sorted = grants.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        grants.len(),
+        "a token granted twice: {grants:?}"
+    );
+}
+
+/// A holder whose clock jumps past its TTL (the machine slept) knows its validity ran out:
+/// `remaining` says none, and `verify` checks the baton — renews it, here, since nobody took
+/// it — before answering, rather than answering from memory.
+#[test]
+fn a_holder_whose_clock_jumped_past_its_ttl_checks_the_baton_before_answering() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("x.lock");
+    let ttl = Duration::from_secs(60);
+    let lease = RecordLease::acquire(&lock, ttl, &Budget::no_wait()).unwrap();
+    let baton = || {
+        let names = std::fs::read_dir(lease_dir_of(&lock)).unwrap();
+        let names: Vec<String> = names
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        names[0].split('.').nth(2).unwrap().parse::<u64>().unwrap()
+    };
+    assert_eq!(baton(), 0);
+    lease.verify().unwrap();
+    assert_eq!(baton(), 0, "with validity left, verify answers without I/O");
+    CLOCK_JUMP.with(|j| j.set(ttl + Duration::from_secs(1)));
+    assert_eq!(lease.remaining(), None);
+    lease.verify().unwrap();
+    assert_eq!(baton(), 1, "past its validity, verify renewed first");
+    assert!(lease.remaining().is_some());
+    CLOCK_JUMP.with(|j| j.set(Duration::ZERO));
+}
