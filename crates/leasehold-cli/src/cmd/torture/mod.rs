@@ -20,6 +20,15 @@
 //! ([`KeyedLeases::collect`], no ID has a record) as fast as the supervisor lets it: the
 //! audit check then proves that the collector never let two processes hold one ID at once.
 //!
+//! With `--ancestor-rename` (Linux, as root), the counter and the registry live in
+//! `shared/area/` of the run's directory, `shared/` being writable by everyone, and an
+//! attacker process running as `nobody` (`setpriv`) repeatedly swaps `area` for a fresh
+//! directory of its own (`renameat2(RENAME_EXCHANGE)`, so the path is never empty), at random
+//! moments and on purpose while a worker holds a lease or is part-way through a durable
+//! rewrite. Without `LEASEHOLD_ALLOW_SHARED=1` every acquisition must be refused (the chain
+//! is unsafe); with it, [`check::ancestor`] checks each store generation on its own and the
+//! overlaps against the moves (see there).
+//!
 //! The run is bounded by `--kills` and `--seconds`, stops by itself and removes its directory
 //! (kept, and named, when a violation was found). Exit status: 0 with no violation, 1 otherwise.
 //!
@@ -47,6 +56,12 @@ const ROOT_POOL: usize = 6;
 
 /// How many IDs the keyed workers of `--gc` contend for.
 const KEY_POOL: u64 = 4;
+
+/// `--ancestor-rename`: the directory (in `shared/`) the stores lie in, and the file in it
+/// that holds its generation's number (0 for the first; the attacker's `n` for its n-th
+/// move). A replaced generation is renamed to `generation.N` beside it.
+const AREA: &str = "area";
+const GENERATION: &str = "generation";
 
 /// The keyed-lease namespace of `--gc` runs.
 const KEY_NAMESPACE: &str = ".torture-locks-v1";
@@ -106,6 +121,12 @@ pub struct TortureArgs {
     /// instead, so the shared-mode gates exist and exclusive runs wait through them.
     #[arg(long, conflicts_with = "gc")]
     descendants: bool,
+    /// Linux, as root: the counter and the registry lie below a directory that another user
+    /// (`nobody`, through setpriv) may rename, and does, again and again, putting a fresh
+    /// one in its place. Without LEASEHOLD_ALLOW_SHARED=1 every acquisition must be
+    /// refused; with it, no acknowledged write may be lost or land beside a second holder.
+    #[arg(long, conflicts_with_all = ["gc", "descendants", "etcd", "etcd_server"])]
+    ancestor_rename: bool,
 }
 
 /// Arguments of a torture worker process (internal: not part of the contract).
@@ -138,6 +159,13 @@ pub struct WorkerArgs {
     /// Read the counter under a shared lease (run as COMMAND under `leasehold run --shared`).
     #[arg(long, conflicts_with = "increment")]
     read: bool,
+    /// An `--ancestor-rename` run: the stores lie in `shared/area/`.
+    #[arg(long)]
+    ancestor_rename: bool,
+    /// The attacker of an `--ancestor-rename` run (run as another user): one move of
+    /// `shared/area` per `move` line on stdin.
+    #[arg(long, requires = "ancestor_rename")]
+    attacker: bool,
 }
 
 /// Runs one torture worker (or one increment under `run`).
@@ -146,7 +174,10 @@ pub fn worker(args: WorkerArgs) -> Outcome {
     let mut layout = Layout::new(&args.dir);
     layout.broken = args.break_exclusion;
     layout.descendants = args.descendants;
-    if args.increment {
+    layout.ancestor = args.ancestor_rename;
+    if args.attacker {
+        worker::attack(&layout)
+    } else if args.increment {
         worker::increment(&layout, slot, generation, args.ack)
     } else if args.read {
         worker::read(&layout, slot, generation)
@@ -177,6 +208,11 @@ pub fn main(args: TortureArgs) -> Outcome {
             "torture --descendants: COMMAND's descendants inherit the lease on Unix only (on Windows the lease is not inherited)",
         ));
     }
+    if args.ancestor_rename && !cfg!(target_os = "linux") {
+        return Err(Failure::usage(
+            "torture --ancestor-rename: Linux only (the attacker swaps directories with renameat2 and runs as nobody through setpriv)",
+        ));
+    }
     supervisor::run(&supervisor::Settings {
         workers: args.workers,
         kills: args.kills,
@@ -186,6 +222,7 @@ pub fn main(args: TortureArgs) -> Outcome {
         gc: args.gc,
         break_exclusion: args.break_exclusion,
         descendants: args.descendants,
+        ancestor: args.ancestor_rename,
     })
 }
 
@@ -252,6 +289,9 @@ pub struct Layout {
     broken: bool,
     /// `--descendants`: increments in background descendants of COMMAND, and shared reads.
     descendants: bool,
+    /// `--ancestor-rename`: the counter and the registry lie in `shared/area/`, which the
+    /// attacker swaps for fresh directories.
+    ancestor: bool,
 }
 
 impl Layout {
@@ -260,7 +300,25 @@ impl Layout {
             dir: dir.to_path_buf(),
             broken: false,
             descendants: false,
+            ancestor: false,
         }
+    }
+    /// Where the counter and the registry's home lie: the run's directory, or (with
+    /// `--ancestor-rename`) `shared/area/` in it.
+    fn stores(&self) -> PathBuf {
+        if self.ancestor {
+            self.shared().join(AREA)
+        } else {
+            self.dir.clone()
+        }
+    }
+    /// The directory everyone may write (`--ancestor-rename`): the attacker renames in it.
+    fn shared(&self) -> PathBuf {
+        self.dir.join("shared")
+    }
+    /// The store generation's number, in every generation of `shared/area/`.
+    fn generation_mark(&self) -> PathBuf {
+        self.stores().join(GENERATION)
     }
     /// The etcd mode's operations log (one file, appended to by every worker: POSIX only).
     #[cfg(all(feature = "etcd", unix))]
@@ -300,13 +358,13 @@ impl Layout {
         self.dir.join("stderr.log")
     }
     fn registry(&self) -> RegistryPaths {
-        RegistryPaths::in_home(&self.dir.join("home"), None)
+        RegistryPaths::in_home(&self.stores().join("home"), None)
     }
     fn counter(&self) -> PathBuf {
-        self.dir.join("counter")
+        self.stores().join("counter")
     }
     fn counter_lock(&self) -> PathBuf {
-        self.dir.join("counter.lock")
+        self.stores().join("counter.lock")
     }
     /// The lock file worker `slot` takes the counter's lease on: the counter's, unless the
     /// run breaks exclusion on purpose.
