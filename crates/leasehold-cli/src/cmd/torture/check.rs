@@ -35,6 +35,10 @@ struct Interval {
     tried: u64,
     start: u64,
     end: u64,
+    /// The latest the interval can have ended: `end`, except for one ended by a `stop`
+    /// record, written after the lease's release (`end` is then `start`: nothing later is
+    /// known to lie inside the real interval).
+    end_upper: u64,
     /// Ended by a kill rather than by an `exit` record.
     killed: bool,
 }
@@ -92,7 +96,8 @@ fn parse(text: &str) -> Parsed {
                             holder: key.1,
                             tried,
                             start,
-                            end: t,
+                            end: start,
+                            end_upper: t.max(start),
                             killed: false,
                         });
                     }
@@ -120,6 +125,7 @@ fn parse(text: &str) -> Parsed {
                                 tried: start,
                                 start,
                                 end: start,
+                                end_upper: start,
                                 killed: false,
                             });
                         }
@@ -131,6 +137,7 @@ fn parse(text: &str) -> Parsed {
                             tried,
                             start,
                             end: t,
+                            end_upper: t,
                             killed: false,
                         });
                     } else {
@@ -168,6 +175,7 @@ fn parse(text: &str) -> Parsed {
             tried,
             start,
             end,
+            end_upper: end,
             killed,
         });
     }
@@ -408,6 +416,11 @@ pub const RECHECK_NS: u64 = 200_000_000;
 /// Checks the audit log of an `--ancestor-rename` run with the opt-in, where the stores'
 /// directory is swapped for a fresh one again and again. Exactly what is checked:
 ///
+/// Intervals are as in [`audit`]; one a `stop` record ended (COMMAND stopped by `run`, or
+/// failed without its `exit`: the worker writes `stop` after `run` exited, so after the
+/// lease's release) counts for overlaps only at its entry, and its `stop` is used for the
+/// time bounds, which it can only make stricter.
+///
 /// * **Overlaps.** Two holders of one lock path may overlap only if a move could lie between
 ///   their acquisitions (a move that began before the later one entered and ended after
 ///   the earlier of their `try` records): then they hold different files. Any other
@@ -449,7 +462,7 @@ pub fn ancestor_audit(text: &str) -> (AncestorReport, Vec<Move>) {
                     continue;
                 };
                 report.overlaps_across_moves += 1;
-                let overlap_end = a.end.min(b.end);
+                let overlap_end = a.end_upper.min(b.end_upper);
                 if timed && overlap_end > m.t1 + bound {
                     report.violations.push(format!(
                         "{lock}: workers {}:{} and {}:{} overlapped until {} ms after move {} ended (allowed: {} ms)",
@@ -461,8 +474,8 @@ pub fn ancestor_audit(text: &str) -> (AncestorReport, Vec<Move>) {
             if !timed || b.killed {
                 continue;
             }
-            if let Some(m) = moves.iter().find(|m| m.t0 > b.start && m.t1 < b.end) {
-                let late = b.end - m.t1;
+            if let Some(m) = moves.iter().find(|m| m.t0 > b.start && m.t1 < b.end_upper) {
+                let late = b.end_upper - m.t1;
                 report.stop_ns.push(late);
                 if late > bound {
                     report.violations.push(format!(

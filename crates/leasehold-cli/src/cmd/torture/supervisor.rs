@@ -794,16 +794,20 @@ fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) 
         "operations: {operations} acknowledged (registry {}, counter {})",
         r.ops.registry_acked, r.ops.counter_acked
     );
-    println!(
-        "takeovers: {} (latency kill → next acquisition: p50 {}, p90 {}, p99 {}, max {})",
-        lat.len(),
-        ms(pct(50.0)),
-        ms(pct(90.0)),
-        ms(pct(99.0)),
-        ms(pct(100.0))
-    );
+    if r.ancestor.is_none() {
+        println!(
+            "takeovers: {} (latency kill → next acquisition: p50 {}, p90 {}, p99 {}, max {})",
+            lat.len(),
+            ms(pct(50.0)),
+            ms(pct(90.0)),
+            ms(pct(99.0)),
+            ms(pct(100.0))
+        );
+    }
     println!("lease intervals checked: {}", r.audit.intervals);
-    println!("temporaries left by killed rewrites: {}", r.temporaries);
+    if r.ancestor.is_none() {
+        println!("temporaries left by killed rewrites: {}", r.temporaries);
+    }
     if let Some(a) = &r.ancestor {
         let mut stops = a.audit.stop_ns.clone();
         stops.sort_unstable();

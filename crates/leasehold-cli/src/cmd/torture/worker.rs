@@ -290,8 +290,12 @@ fn counter_op_moved(
         Some(75) => Ok(()),
         Some(74) => logs.op("lost", &seq.to_string()),
         Some(2) if err.contains(UNTRUSTED) => logs.op("refused", &seq.to_string()),
-        // COMMAND's own reads and writes by path found its directory gone.
-        Some(1) if before != after => logs.op("lost", &seq.to_string()),
+        // COMMAND's own reads and writes by path found its directory gone; or, with no move
+        // during this operation, a COMMAND whose lock had moved away (which docs/cli.md lets
+        // run on for up to 0.2 s) removed this one's staged counter as a leftover.
+        Some(1) if before != after || err.to_lowercase().contains("no such file") => {
+            logs.op("lost", &seq.to_string())
+        }
         _ => logs.op(
             "violation",
             &format!("counter increment ended with {status}: {}", err.trim()),
@@ -440,7 +444,11 @@ fn counter_in_process(layout: &Layout, logs: &Logs, seq: u64) -> Result<(), Fail
 /// with `ack`, then record operation `ack` as acknowledged (see [`counter_op`]).
 pub fn increment(layout: &Layout, slot: u32, generation: u32, ack: Option<u64>) -> Outcome {
     let logs = Logs::open(layout, slot, generation)?;
-    increment_held(layout, &logs)?;
+    if let Err(e) = increment_held(layout, &logs) {
+        // Still holding the lease (it ends with this process): the interval ends here.
+        let _ = logs.audit("exit", "counter");
+        return Err(e);
+    }
     if let Some(seq) = ack {
         logs.op("ack", &seq.to_string())?;
     }
