@@ -109,8 +109,26 @@ pub trait DurableIo {
     fn sync(&mut self, file: &File) -> io::Result<()> {
         file.sync_all()
     }
-    /// Renames the temporary file over the target.
+    /// Renames the temporary file over the target. On POSIX both names are looked up in one
+    /// handle of their directory: `rename(2)` resolves its two paths one after the other, so
+    /// a directory above them swapped in between would move the file from the old directory
+    /// into the one now at the path.
     fn rename(&mut self, from: &Path, to: &Path) -> io::Result<()> {
+        #[cfg(unix)]
+        if let (Some(from_name), Some(to_name), true) = (
+            from.file_name().and_then(|n| n.to_str()),
+            to.file_name().and_then(|n| n.to_str()),
+            parent_of(from) == parent_of(to),
+        ) {
+            let dir = LockDir::open(parent_of(to))?;
+            return match dir.rename(from_name, &dir, to_name)? {
+                true => Ok(()),
+                false => Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{}: no such file to rename", from.display()),
+                )),
+            };
+        }
         std::fs::rename(from, to)
     }
     /// Flushes the directory, making the rename durable.

@@ -29,6 +29,15 @@
 //! counter between the acknowledged and the attempted updates, and no temporary beside the
 //! document once an update holds the lease (killed writers' temporaries are collected then).
 //!
+//! With `--ancestor-rename` (Linux, as root), the counter and the registry live in
+//! `shared/area/` of the run's directory, `shared/` being writable by everyone, and an
+//! attacker process running as `nobody` (`setpriv`) repeatedly swaps `area` for a fresh
+//! directory of its own (`renameat2(RENAME_EXCHANGE)`, so the path is never empty), at random
+//! moments and on purpose while a worker holds a lease or is part-way through a durable
+//! rewrite. Without `LEASEHOLD_ALLOW_SHARED=1` every acquisition must be refused (the chain
+//! is unsafe); with it, [`check::ancestor`] checks each store generation on its own and the
+//! overlaps against the moves (see there).
+//!
 //! The run is bounded by `--kills` and `--seconds`, stops by itself and removes its directory
 //! (kept, and named, when a violation was found). Exit status: 0 with no violation, 1 otherwise.
 //!
@@ -57,6 +66,12 @@ const ROOT_POOL: usize = 6;
 
 /// How many IDs the keyed workers of `--gc` contend for.
 const KEY_POOL: u64 = 4;
+
+/// `--ancestor-rename`: the directory (in `shared/`) the stores lie in, and the file in it
+/// that holds its generation's number (0 for the first; the attacker's `n` for its n-th
+/// move). A replaced generation is renamed to `generation.N` beside it.
+const AREA: &str = "area";
+const GENERATION: &str = "generation";
 
 /// The keyed-lease namespace of `--gc` runs.
 const KEY_NAMESPACE: &str = ".torture-locks-v1";
@@ -123,8 +138,14 @@ pub struct TortureArgs {
     /// updates may hold the document's lease at once, and the next update removes every
     /// temporary a killed one left.
     // The hidden self-check `--break-exclusion` gives each worker a lock file of its own.
-    #[arg(long, conflicts_with_all = ["gc", "descendants"])]
+    #[arg(long, conflicts_with_all = ["gc", "descendants", "ancestor_rename"])]
     document: bool,
+    /// Linux, as root: the counter and the registry lie below a directory that another user
+    /// (`nobody`, through setpriv) may rename, and does, again and again, putting a fresh
+    /// one in its place. Without LEASEHOLD_ALLOW_SHARED=1 every acquisition must be
+    /// refused; with it, no acknowledged write may be lost or land beside a second holder.
+    #[arg(long, conflicts_with_all = ["gc", "descendants", "etcd", "etcd_server"])]
+    ancestor_rename: bool,
 }
 
 /// Arguments of a torture worker process (internal: not part of the contract).
@@ -160,6 +181,13 @@ pub struct WorkerArgs {
     /// Read the counter under a shared lease (run as COMMAND under `leasehold run --shared`).
     #[arg(long, conflicts_with = "increment")]
     read: bool,
+    /// An `--ancestor-rename` run: the stores lie in `shared/area/`.
+    #[arg(long)]
+    ancestor_rename: bool,
+    /// The attacker of an `--ancestor-rename` run (run as another user): one move of
+    /// `shared/area` per `move` line on stdin.
+    #[arg(long, requires = "ancestor_rename")]
+    attacker: bool,
 }
 
 /// Runs one torture worker (or one increment under `run`).
@@ -168,7 +196,10 @@ pub fn worker(args: WorkerArgs) -> Outcome {
     let mut layout = Layout::new(&args.dir);
     layout.broken = args.break_exclusion;
     layout.descendants = args.descendants;
-    if args.document {
+    layout.ancestor = args.ancestor_rename;
+    if args.attacker {
+        worker::attack(&layout)
+    } else if args.document {
         worker::document(&layout, slot, generation)
     } else if args.increment {
         worker::increment(&layout, slot, generation, args.ack)
@@ -201,6 +232,11 @@ pub fn main(args: TortureArgs) -> Outcome {
             "torture --descendants: COMMAND's descendants inherit the lease on Unix only (on Windows the lease is not inherited)",
         ));
     }
+    if args.ancestor_rename && !cfg!(target_os = "linux") {
+        return Err(Failure::usage(
+            "torture --ancestor-rename: Linux only (the attacker swaps directories with renameat2 and runs as nobody through setpriv)",
+        ));
+    }
     supervisor::run(&supervisor::Settings {
         workers: args.workers,
         kills: args.kills,
@@ -211,6 +247,7 @@ pub fn main(args: TortureArgs) -> Outcome {
         break_exclusion: args.break_exclusion,
         descendants: args.descendants,
         document: args.document,
+        ancestor: args.ancestor_rename,
     })
 }
 
@@ -277,6 +314,9 @@ pub struct Layout {
     broken: bool,
     /// `--descendants`: increments in background descendants of COMMAND, and shared reads.
     descendants: bool,
+    /// `--ancestor-rename`: the counter and the registry lie in `shared/area/`, which the
+    /// attacker swaps for fresh directories.
+    ancestor: bool,
 }
 
 impl Layout {
@@ -285,7 +325,25 @@ impl Layout {
             dir: dir.to_path_buf(),
             broken: false,
             descendants: false,
+            ancestor: false,
         }
+    }
+    /// Where the counter and the registry's home lie: the run's directory, or (with
+    /// `--ancestor-rename`) `shared/area/` in it.
+    fn stores(&self) -> PathBuf {
+        if self.ancestor {
+            self.shared().join(AREA)
+        } else {
+            self.dir.clone()
+        }
+    }
+    /// The directory everyone may write (`--ancestor-rename`): the attacker renames in it.
+    fn shared(&self) -> PathBuf {
+        self.dir.join("shared")
+    }
+    /// The store generation's number, in every generation of `shared/area/`.
+    fn generation_mark(&self) -> PathBuf {
+        self.stores().join(GENERATION)
     }
     /// The etcd mode's operations log (one file, appended to by every worker: POSIX only).
     #[cfg(all(feature = "etcd", unix))]
@@ -325,13 +383,13 @@ impl Layout {
         self.dir.join("stderr.log")
     }
     fn registry(&self) -> RegistryPaths {
-        RegistryPaths::in_home(&self.dir.join("home"), None)
+        RegistryPaths::in_home(&self.stores().join("home"), None)
     }
     fn counter(&self) -> PathBuf {
-        self.dir.join("counter")
+        self.stores().join("counter")
     }
     fn counter_lock(&self) -> PathBuf {
-        self.dir.join("counter.lock")
+        self.stores().join("counter.lock")
     }
     /// The lock file worker `slot` takes the counter's lease on: the counter's, unless the
     /// run breaks exclusion on purpose.

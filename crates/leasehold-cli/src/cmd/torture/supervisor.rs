@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use leasehold::Budget;
-use leasehold_stores::registry::{Registry, existing_dir};
+use leasehold_stores::registry::{Registry, RegistryPaths, existing_dir};
 use serde_json::json;
 
 use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
@@ -60,6 +60,8 @@ pub struct Settings {
     pub descendants: bool,
     /// Document updates and lock-free reads instead: see `TortureArgs`.
     pub document: bool,
+    /// The stores lie below a directory another user swaps for fresh ones: see `TortureArgs`.
+    pub ancestor: bool,
 }
 
 #[derive(Default)]
@@ -73,8 +75,12 @@ struct Slot {
 #[derive(Default)]
 struct State {
     slots: Vec<Slot>,
-    /// The phase a hunting kill waits for.
+    /// The phase a hunting kill (or move) waits for.
     hunt: Option<&'static str>,
+    /// The hunt moves the stores' directory instead of killing (`--ancestor-rename`).
+    hunt_moves: bool,
+    /// Moves of the stores' directory, by where they landed.
+    moves: BTreeMap<String, u64>,
     stopping: bool,
     kills: u64,
     /// Kills by where they landed: a hunted phase, or "random".
@@ -90,6 +96,47 @@ struct Shared {
     state: Mutex<State>,
     hunted: Condvar,
     audit: AppendLog,
+    /// The attacker of an `--ancestor-rename` run.
+    attacker: Mutex<Option<Attacker>>,
+}
+
+/// The attacker process (running as another user) and its pipes: one `move` line asked,
+/// one `moved N T0 T1` line answered.
+struct Attacker {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Shared {
+    /// Has the attacker move the stores' directory once, records the move in the audit log
+    /// and counts it as landed `landed`. A failed move is a violation (the attacker is then
+    /// gone: every later move fails at once).
+    fn move_stores(&self, landed: &str) {
+        let mut guard = self.attacker.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(a) = guard.as_mut() else { return };
+        let mut line = String::new();
+        let answered = writeln!(a.stdin, "move")
+            .and_then(|()| a.stdin.flush())
+            .and_then(|()| a.stdout.read_line(&mut line));
+        let record = match (answered, line.strip_prefix("moved ")) {
+            (Ok(_), Some(rest)) => format!("move {}", rest.trim()),
+            (answered, _) => {
+                *guard = None;
+                self.lock()
+                    .violations
+                    .push(format!("the attacker did not move the stores' directory ({answered:?}); see its stderr in the run's stderr.log"));
+                return;
+            }
+        };
+        drop(guard);
+        if let Err(e) = self.audit.record(&record) {
+            self.lock()
+                .violations
+                .push(format!("cannot record a move: {e}"));
+        }
+        *self.lock().moves.entry(landed.to_string()).or_default() += 1;
+    }
 }
 
 impl Shared {
@@ -143,7 +190,15 @@ pub fn run(settings: &Settings) -> Outcome {
         }),
         hunted: Condvar::new(),
         audit,
+        attacker: Mutex::new(None),
     });
+    if settings.ancestor {
+        let attacker = start_attacker(&layout)?;
+        *shared
+            .attacker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(attacker);
+    }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
     let threads: Vec<_> = (0..settings.workers as usize)
@@ -154,6 +209,7 @@ pub fn run(settings: &Settings) -> Outcome {
                 break_exclusion: settings.break_exclusion,
                 descendants: settings.descendants,
                 document: settings.document,
+                ancestor: settings.ancestor,
             };
             thread::spawn(move || tend(&shared, &layout, &exe, slot, flags))
         })
@@ -178,9 +234,23 @@ pub fn run(settings: &Settings) -> Outcome {
                 .push("a worker thread panicked".into());
         }
     }
+    let attacker = shared
+        .attacker
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(Attacker {
+        mut child, stdin, ..
+    }) = attacker
+    {
+        drop(stdin); // end of its input: it exits
+        let _ = child.wait();
+    }
     let elapsed = started.elapsed();
     let report = if settings.document {
         verify_document(&layout, &shared)?
+    } else if settings.ancestor {
+        verify_ancestor(&layout, &shared)?
     } else {
         verify(&layout, &shared)?
     };
@@ -213,7 +283,22 @@ fn prepare(settings: &Settings) -> Result<Layout, Failure> {
     let mkdir = |p: &Path| std::fs::create_dir_all(p).map_err(|e| io_failure(p, e));
     mkdir(&dir)?;
     let dir = dir.canonicalize().map_err(|e| io_failure(&dir, e))?;
-    let layout = Layout::new(&dir);
+    let mut layout = Layout::new(&dir);
+    layout.ancestor = settings.ancestor;
+    #[cfg(unix)]
+    if settings.ancestor {
+        // Everyone may rename in `shared/` (not sticky), and the attacker must reach it.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m))
+                .map_err(|e| io_failure(p, e))
+        };
+        mode(&dir, 0o755)?;
+        mkdir(&layout.stores())?;
+        mode(&layout.shared(), 0o777)?;
+        std::fs::write(layout.generation_mark(), "0\n")
+            .map_err(|e| io_failure(&layout.generation_mark(), e))?;
+    }
     for slot in 0..settings.workers {
         mkdir(&layout.primary(slot))?;
     }
@@ -243,7 +328,16 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
         // Let the survivors and the restarted worker make progress between kills.
         let startup = shared.lock().startup;
         thread::sleep(startup + Duration::from_millis(rng.below(12)));
-        if rng.below(3) == 0 {
+        // With --ancestor-rename, half the events move the stores' directory instead: at a
+        // random moment, or in a hunted phase.
+        let moving = settings.ancestor && rng.below(2) == 0;
+        // Without the opt-in no worker ever reaches a phase: every event is at random.
+        let refusing = settings.ancestor && !crate::env::lease_options().allows_shared_state();
+        if moving && (refusing || rng.below(3) == 0) {
+            shared.move_stores("random");
+            continue;
+        }
+        if !moving && (refusing || rng.below(3) == 0) {
             let mut st = shared.lock();
             let slot = rng.below(st.slots.len() as u64) as usize;
             shared.kill(&mut st, slot, "random");
@@ -259,6 +353,7 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
         let phase = hunted[rng.below(hunted.len() as u64) as usize];
         let mut st = shared.lock();
         st.hunt = Some(phase);
+        st.hunt_moves = moving;
         let patience = HUNT_PATIENCE.min(deadline.saturating_duration_since(Instant::now()));
         let (mut st, _) = shared
             .hunted
@@ -275,6 +370,7 @@ struct Flags {
     break_exclusion: bool,
     descendants: bool,
     document: bool,
+    ancestor: bool,
 }
 
 /// Keeps one worker slot busy: starts an incarnation, answers its phases (or kills it in
@@ -300,6 +396,7 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags)
                 .args(flags.break_exclusion.then_some("--break-exclusion"))
                 .args(flags.descendants.then_some("--descendants"))
                 .args(flags.document.then_some("--document"))
+                .args(flags.ancestor.then_some("--ancestor-rename"))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(err);
@@ -335,12 +432,19 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags)
                 if std::mem::take(&mut first) {
                     st.startup = spawned.elapsed();
                 }
-                if st.hunt.is_some_and(|h| h == line) && shared.kill(&mut st, slot, &line) {
+                if st.hunt.is_some_and(|h| h == line) && st.hunt_moves {
+                    // The move lands while this worker waits in the phase; then it goes on.
+                    st.hunt = None;
+                    drop(st);
+                    shared.move_stores(&line);
+                    shared.hunted.notify_all();
+                } else if st.hunt.is_some_and(|h| h == line) && shared.kill(&mut st, slot, &line) {
                     st.hunt = None;
                     shared.hunted.notify_all();
                     continue;
+                } else {
+                    drop(st);
                 }
-                drop(st);
                 if let Some(w) = stdin.as_mut() {
                     let _ = writeln!(w, "go").and_then(|()| w.flush());
                 }
@@ -378,6 +482,161 @@ struct Report {
     violations: Vec<String>,
     temporaries: usize,
     gc: Collected,
+    /// An `--ancestor-rename` run's figures.
+    ancestor: Option<Ancestor>,
+}
+
+/// What an `--ancestor-rename` run found.
+struct Ancestor {
+    /// LEASEHOLD_ALLOW_SHARED=1 was set (else every acquisition must have been refused).
+    opted_in: bool,
+    audit: check::AncestorReport,
+}
+
+/// Starts the attacker of an `--ancestor-rename` run: this binary as `nobody`, through
+/// util-linux `setpriv`.
+fn start_attacker(layout: &Layout) -> Result<Attacker, Failure> {
+    #[cfg(unix)]
+    if !rustix::process::getuid().is_root() {
+        return Err(Failure::usage(
+            "torture --ancestor-rename: needs root, to run the attacker as another user (nobody)",
+        ));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    let err = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(layout.stderr())
+        .map_err(|e| io_failure(&layout.stderr(), e))?;
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&exe)
+        .args(crate::cmd::platform::WORKER_ARGS)
+        .args(["torture", "0:0", "--dir"])
+        .arg(&layout.dir)
+        .args(["--ancestor-rename", "--attacker"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .spawn()
+        .map_err(|e| {
+            Failure::failed(format!(
+                "torture --ancestor-rename: cannot start the attacker as nobody through setpriv (util-linux): {e}"
+            ))
+        })?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(Failure::failed("torture: the attacker's pipes are missing"));
+    };
+    Ok(Attacker {
+        child,
+        stdin,
+        stdout: BufReader::new(stdout),
+    })
+}
+
+/// The checks of an `--ancestor-rename` run. Without the opt-in: no lease was ever held, no
+/// operation acknowledged, and some were refused. With it: the overlaps and stops against
+/// the moves ([`check::ancestor_audit`]), and every store generation — each replaced
+/// `shared/generation.N`, and `shared/area` — against the operations placed in it
+/// ([`check::split_by_generation`], then [`check::ops`]).
+fn verify_ancestor(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
+    let mut violations = std::mem::take(&mut shared.lock().violations);
+    let logs = |kind: &str| {
+        layout
+            .read_logs(kind)
+            .map_err(|e| io_failure(&layout.dir, e))
+    };
+    let (audit, moves) = check::ancestor_audit(&logs("audit")?);
+    violations.extend(audit.violations.iter().cloned());
+    let ops_text = logs("ops")?;
+    let ops = check::ops_seen(&ops_text);
+    violations.extend(ops.violations.iter().cloned());
+    let options = crate::env::lease_options();
+    let opted_in = options.allows_shared_state();
+    let mut audit = audit;
+    if !opted_in {
+        if audit.intervals > 0 {
+            violations.push(format!(
+                "{} lease(s) held under a chain another user may rename (every acquisition must be refused)",
+                audit.intervals
+            ));
+        }
+        let acked = ops.registry_acked + ops.counter_acked;
+        if acked > 0 {
+            violations.push(format!(
+                "{acked} operation(s) acknowledged under a chain another user may rename"
+            ));
+        }
+        if ops.refused == 0 {
+            violations.push("no acquisition was refused: the run proves nothing".into());
+        }
+    } else {
+        let last = moves.last().map_or(0, |m| m.n);
+        let stored = |p: PathBuf| existing_dir(&p).unwrap_or(p);
+        let primaries: BTreeMap<PathBuf, u32> = (0..shared.lock().slots.len() as u32)
+            .map(|s| (stored(layout.primary(s)), s))
+            .collect();
+        let roots: BTreeMap<PathBuf, u32> = (0..ROOT_POOL)
+            .map(|r| (stored(layout.root(r)), r as u32))
+            .collect();
+        let (texts, across) = check::split_by_generation(&ops_text, last);
+        audit.across_moves = across;
+        for (n, text) in texts.into_iter().enumerate() {
+            let n = n as u64;
+            let dir = if n == last {
+                layout.stores()
+            } else {
+                layout.shared().join(format!("{}.{n}", super::GENERATION))
+            };
+            let mut found = Vec::new();
+            let mut present = BTreeSet::new();
+            let home = dir.join("home");
+            let registry = Registry::with_options(RegistryPaths::in_home(&home, None), options);
+            match registry.acquire(&Budget::no_wait()) {
+                Ok(()) => check::registry_entries(
+                    &registry.scope(),
+                    &primaries,
+                    &roots,
+                    &mut present,
+                    &mut found,
+                ),
+                Err(e) => found.push(format!("registry at the end: {e}")),
+            }
+            registry.teardown();
+            let counter = dir.join("counter");
+            match options.acquire(dir.join("counter.lock"), &Budget::no_wait()) {
+                Ok(_lease) => {
+                    if let Err(e) = leasehold::patterns::durable::remove_temporaries(&counter) {
+                        found.push(format!("cannot clean the counter's temporaries: {e}"));
+                    }
+                }
+                Err(e) => found.push(format!("counter lease at the end: {e}")),
+            }
+            let text_of_counter = std::fs::read_to_string(&counter).unwrap_or_default();
+            let value = text_of_counter.trim().parse::<u64>().unwrap_or_else(|_| {
+                found.push(format!("counter torn at the end: {text_of_counter:?}"));
+                0
+            });
+            found.extend(check::ops(&text, &present, value).violations);
+            violations.extend(
+                found
+                    .into_iter()
+                    .map(|v| format!("store generation {n}: {v}")),
+            );
+        }
+    }
+    Ok(Report {
+        audit: check::AuditReport {
+            intervals: audit.intervals,
+            ..check::AuditReport::default()
+        },
+        ops,
+        violations,
+        temporaries: 0,
+        gc: Collected::default(),
+        ancestor: Some(Ancestor { opted_in, audit }),
+    })
 }
 
 /// What the collector of a `--gc` run did.
@@ -464,6 +723,7 @@ fn verify(layout: &Layout, shared: &Shared) -> Result<Report, Failure> {
         violations,
         temporaries,
         gc: collected(layout),
+        ancestor: None,
     })
 }
 
@@ -519,6 +779,7 @@ fn verify_document(layout: &Layout, shared: &Shared) -> Result<Report, Failure> 
         violations,
         temporaries,
         gc: Collected::default(),
+        ancestor: None,
     })
 }
 
@@ -578,6 +839,29 @@ fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) 
             "violations": r.violations.len(),
             "violation_details": r.violations,
         });
+        let mut v = v;
+        if let Some(a) = &r.ancestor {
+            let mut stops = a.audit.stop_ns.clone();
+            stops.sort_unstable();
+            let ambiguous = a.audit.across_moves;
+            v["ancestor_rename"] = json!({
+                "opted_in": a.opted_in,
+                "moves": a.audit.moves,
+                "moves_by_phase": st.moves,
+                "generations": a.audit.generations,
+                "refused": r.ops.refused,
+                "lost": r.ops.lost,
+                "operations_across_a_move": ambiguous,
+                "overlaps_across_moves": a.audit.overlaps_across_moves,
+                "stops": stops.len(),
+                "stop_after_move_ms": {
+                    "p50": percentile_ms(&stops, 50.0),
+                    "p99": percentile_ms(&stops, 99.0),
+                    "max": percentile_ms(&stops, 100.0),
+                },
+                "stop_bound_ms": (check::RECHECK_NS + check::STOP_ALLOWANCE_NS) / 1_000_000,
+            });
+        }
         println!("{v}");
         return;
     }
@@ -597,16 +881,50 @@ fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) 
             r.ops.registry_acked, r.ops.counter_acked
         );
     }
-    println!(
-        "takeovers: {} (latency kill → next acquisition: p50 {}, p90 {}, p99 {}, max {})",
-        lat.len(),
-        ms(pct(50.0)),
-        ms(pct(90.0)),
-        ms(pct(99.0)),
-        ms(pct(100.0))
-    );
+    if r.ancestor.is_none() {
+        println!(
+            "takeovers: {} (latency kill → next acquisition: p50 {}, p90 {}, p99 {}, max {})",
+            lat.len(),
+            ms(pct(50.0)),
+            ms(pct(90.0)),
+            ms(pct(99.0)),
+            ms(pct(100.0))
+        );
+    }
     println!("lease intervals checked: {}", r.audit.intervals);
-    println!("temporaries left by killed rewrites: {}", r.temporaries);
+    if r.ancestor.is_none() {
+        println!("temporaries left by killed rewrites: {}", r.temporaries);
+    }
+    if let Some(a) = &r.ancestor {
+        let mut stops = a.audit.stop_ns.clone();
+        stops.sort_unstable();
+        let moved: Vec<String> = st.moves.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let ambiguous = a.audit.across_moves;
+        println!(
+            "ancestor renames ({}): {} moves ({}), {} store generations",
+            if a.opted_in {
+                "LEASEHOLD_ALLOW_SHARED=1"
+            } else {
+                "no opt-in: every acquisition must be refused"
+            },
+            a.audit.moves,
+            moved.join(", "),
+            a.audit.generations
+        );
+        println!(
+            "operations refused (untrusted chain): {}, lost to a move (refused, or not written): {}, across a move or killed: {ambiguous}",
+            r.ops.refused, r.ops.lost
+        );
+        println!(
+            "overlaps across a move: {}; COMMANDs stopped after their lock moved: {} (move end → recorded end: p50 {}, p99 {}, max {}; bound {} ms)",
+            a.audit.overlaps_across_moves,
+            stops.len(),
+            ms(percentile_ms(&stops, 50.0)),
+            ms(percentile_ms(&stops, 99.0)),
+            ms(percentile_ms(&stops, 100.0)),
+            (check::RECHECK_NS + check::STOP_ALLOWANCE_NS) / 1_000_000
+        );
+    }
     if settings.gc {
         println!(
             "collections: {} ({} found the namespace busy), lock files removed: {}",

@@ -18,6 +18,9 @@ use leasehold_stores::document::{Document, DocumentFiles, DocumentOptions, RealF
 use leasehold_stores::registry::{Registry, RegistryError};
 
 use super::{AppendLog, KEY_POOL, Layout, ROOT_POOL, Rng, now_ns};
+
+/// What an acquisition refused because of an unsafe path chain says (`Error::Untrusted`).
+const UNTRUSTED: &str = "refusing to trust it";
 use crate::exit::{Failure, Outcome};
 
 /// How long a worker waits for a lease before giving up on that operation (unacknowledged).
@@ -46,6 +49,22 @@ impl DocumentFiles for PhasedFiles {
     }
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         phased_replace(path, bytes)
+    }
+    /// The staged write is checked after its last phase before the rename (as `RealFiles`
+    /// does), so a move hunted at any phase up to there is seen.
+    fn replace_checked(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        check: &mut dyn FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
+        replace_file_observed(path, bytes, &mut |step, _| {
+            phase(&format!("write-{step:?}"));
+            match step {
+                leasehold::patterns::durable::Step::Synced => check(),
+                _ => Ok(()),
+            }
+        })
     }
 }
 
@@ -86,6 +105,21 @@ impl Logs {
             .record(&line)
             .map_err(|e| Failure::failed(format!("audit log: {e}")))
     }
+    /// `--ancestor-rename`: records which store generation stands at the path now (`at SLOT
+    /// GEN SEQ N`), before operation `seq` and after it. Moves never bring a generation back,
+    /// so two equal readings mean no move happened in between.
+    /// Returns the generation read (`None` in other runs).
+    fn at(&self, layout: &Layout, seq: u64) -> Result<Option<String>, Failure> {
+        if !layout.ancestor {
+            return Ok(None);
+        }
+        let path = layout.generation_mark();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
+        let n = text.trim().to_string();
+        self.op("at", &format!("{seq} {n}"))?;
+        Ok(Some(n))
+    }
     fn op(&self, what: &str, rest: &str) -> Result<(), Failure> {
         let line = format!("{what} {} {} {rest}", self.slot, self.generation);
         self.ops
@@ -118,13 +152,29 @@ fn registry_op(layout: &Layout, logs: &Logs, rng: &mut Rng, seq: u64) -> Result<
     let root = rng.below(ROOT_POOL as u64) as usize;
     let remove = rng.below(3) == 0;
     let verb = if remove { "remove" } else { "add" };
+    let before = logs.at(layout, seq)?;
     logs.op("intent", &format!("{seq} reg {verb} {root}"))?;
     let options = crate::env::lease_options(); // e.g. a FUSE crash file system, opted into
     let registry =
         Registry::with_files_and_options(layout.registry(), Arc::new(PhasedFiles), None, options);
-    match registry.acquire(&Budget::timeout(ACQUIRE_WAIT)) {
+    if layout.ancestor {
+        logs.audit("try", "registry")?;
+    }
+    let acquired = registry.acquire(&Budget::timeout(ACQUIRE_WAIT));
+    if acquired.is_err() {
+        logs.at(layout, seq)?;
+    }
+    match acquired {
         Ok(()) => {}
         Err(RegistryError::Contended { .. }) => return Ok(()),
+        Err(e) if layout.ancestor && e.to_string().contains(UNTRUSTED) => {
+            return logs.op("refused", &seq.to_string());
+        }
+        // The lock's path kept leading elsewhere while locking (`Error::Unstable`): the
+        // library gives up after three reopens, as it must with directories moving.
+        Err(RegistryError::Lease(leasehold::Error::Unstable { .. })) if layout.ancestor => {
+            return logs.op("lost", &seq.to_string());
+        }
         Err(e) => return logs.op("violation", &format!("registry did not load: {e}")),
     }
     logs.audit("enter", "registry")?;
@@ -138,13 +188,18 @@ fn registry_op(layout: &Layout, logs: &Logs, rng: &mut Rng, seq: u64) -> Result<
     // Recorded before the release: the recorded interval lies within the real one.
     logs.audit("exit", "registry")?;
     registry.teardown();
+    let after = logs.at(layout, seq)?;
     match done {
         Ok(()) => logs.op("ack", &seq.to_string()),
+        // The store's directory was moved away under the lease: the write was refused, or
+        // its rename found the staged file gone with the directory.
+        Err(_) if before != after => logs.op("lost", &seq.to_string()),
         Err(e) => logs.op("violation", &format!("registry {verb} failed: {e}")),
     }
 }
 
 fn counter_op(layout: &Layout, logs: &Logs, exe: &Path, seq: u64) -> Result<(), Failure> {
+    let before = logs.at(layout, seq)?;
     logs.op("intent", &format!("{seq} counter"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("run")
@@ -152,6 +207,9 @@ fn counter_op(layout: &Layout, logs: &Logs, exe: &Path, seq: u64) -> Result<(), 
         .arg(ACQUIRE_WAIT.as_secs().to_string())
         .arg(layout.counter_lock_of(logs.slot))
         .arg("--");
+    if layout.ancestor {
+        return counter_op_moved(layout, logs, cmd, exe, seq, before);
+    }
     if !layout.descendants {
         let status = cmd
             .arg(exe)
@@ -197,6 +255,110 @@ fn counter_op(layout: &Layout, logs: &Logs, exe: &Path, seq: u64) -> Result<(), 
     }
 }
 
+/// The counter's `run` of an `--ancestor-rename` run. `run` exits 74 when the counter's
+/// directory was moved away under COMMAND (which it stopped): the worker ends COMMAND's
+/// interval then (`stop` in its audit log: later than COMMAND's real end, never earlier). An
+/// acquisition refused because of the unsafe chain (exit 2) is recorded as refused.
+fn counter_op_moved(
+    layout: &Layout,
+    logs: &Logs,
+    mut cmd: Command,
+    exe: &Path,
+    seq: u64,
+    before: Option<String>,
+) -> Result<(), Failure> {
+    logs.audit("try", "counter")?;
+    let mut child = cmd
+        .arg(exe)
+        .args(increment_args(layout, logs))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| Failure::failed(format!("cannot start leasehold run: {e}")))?;
+    let mut err = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut err);
+    }
+    let status = child
+        .wait()
+        .map_err(|e| Failure::failed(format!("waiting for leasehold run: {e}")))?;
+    // Ends COMMAND's interval unless it recorded its own exit (stopped by `run`, 74, or
+    // failed because its directory moved under it).
+    logs.audit("stop", "counter")?;
+    let after = logs.at(layout, seq)?;
+    match status.code() {
+        Some(0) => logs.op("ack", &seq.to_string()),
+        Some(75) => Ok(()),
+        Some(74) => logs.op("lost", &seq.to_string()),
+        Some(2) if err.contains(UNTRUSTED) => logs.op("refused", &seq.to_string()),
+        // COMMAND's own reads and writes by path found its directory gone; or, with no move
+        // during this operation, a COMMAND whose lock had moved away (which docs/cli.md lets
+        // run on for up to 0.2 s) removed this one's staged counter as a leftover.
+        Some(1) if before != after || err.to_lowercase().contains("no such file") => {
+            logs.op("lost", &seq.to_string())
+        }
+        _ => logs.op(
+            "violation",
+            &format!("counter increment ended with {status}: {}", err.trim()),
+        ),
+    }
+}
+
+/// The attacker of an `--ancestor-rename` run, running as another user: for every `move`
+/// line on stdin it makes generation N of the stores' directory (`shared/fresh.N`: the
+/// registry's storages directory, the counter at 0, the generation's number), swaps it with
+/// `shared/area` in one `renameat2(RENAME_EXCHANGE)` — the path never stands empty — and
+/// renames the replaced one to `shared/generation.N-1`, then answers `moved N T0 T1` (the
+/// monotonic clock before and after the swap).
+pub fn attack(layout: &Layout) -> Outcome {
+    let shared = layout.shared();
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        Failure::failed(format!("torture attacker: {what}: {e}"))
+    };
+    let mut n = 0u64;
+    for line in io::stdin().lock().lines() {
+        if line.is_err() {
+            break;
+        }
+        n += 1;
+        let fresh = shared.join(format!("fresh.{n}"));
+        let storages =
+            leasehold_stores::registry::RegistryPaths::in_home(&fresh.join("home"), None)
+                .document
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| fresh.clone());
+        std::fs::create_dir_all(&storages).map_err(|e| fail("mkdir", &e))?;
+        std::fs::write(fresh.join("counter"), "0\n").map_err(|e| fail("counter", &e))?;
+        std::fs::write(fresh.join(super::GENERATION), format!("{n}\n"))
+            .map_err(|e| fail("generation", &e))?;
+        let t0 = now_ns();
+        exchange(&fresh, &layout.stores()).map_err(|e| fail("renameat2", &e))?;
+        let t1 = now_ns();
+        let old = shared.join(format!("{}.{}", super::GENERATION, n - 1));
+        std::fs::rename(&fresh, &old).map_err(|e| fail("rename", &e))?;
+        let mut out = io::stdout().lock();
+        if writeln!(out, "moved {n} {t0} {t1}")
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            break;
+        }
+    }
+    Ok(0)
+}
+
+/// Swaps the directories `a` and `b` in one step.
+#[cfg(target_os = "linux")]
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    renameat_with(CWD, a, CWD, b, RenameFlags::EXCHANGE).map_err(io::Error::from)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exchange(_: &Path, _: &Path) -> io::Result<()> {
+    Err(io::Error::other("renameat2 is Linux's"))
+}
+
 /// The worker arguments of an increment as COMMAND (after the executable).
 fn increment_args(layout: &Layout, logs: &Logs) -> Vec<std::ffi::OsString> {
     let mut args: Vec<std::ffi::OsString> = crate::cmd::platform::WORKER_ARGS
@@ -207,6 +369,9 @@ fn increment_args(layout: &Layout, logs: &Logs) -> Vec<std::ffi::OsString> {
     args.push(format!("{}:{}", logs.slot, logs.generation).into());
     args.push("--dir".into());
     args.push(layout.dir.clone().into());
+    if layout.ancestor {
+        args.push("--ancestor-rename".into());
+    }
     args
 }
 
@@ -279,7 +444,11 @@ fn counter_in_process(layout: &Layout, logs: &Logs, seq: u64) -> Result<(), Fail
 /// with `ack`, then record operation `ack` as acknowledged (see [`counter_op`]).
 pub fn increment(layout: &Layout, slot: u32, generation: u32, ack: Option<u64>) -> Outcome {
     let logs = Logs::open(layout, slot, generation)?;
-    increment_held(layout, &logs)?;
+    if let Err(e) = increment_held(layout, &logs) {
+        // Still holding the lease (it ends with this process): the interval ends here.
+        let _ = logs.audit("exit", "counter");
+        return Err(e);
+    }
     if let Some(seq) = ack {
         logs.op("ack", &seq.to_string())?;
     }
