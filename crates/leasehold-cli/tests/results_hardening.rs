@@ -1,6 +1,6 @@
-//! Issue 22, the result store under interruption: `results` verbs stopped by SIGINT/SIGTERM
-//! once admitted (item 16), killed with SIGKILL part-way (item 17), and run beside another
-//! operation on the same ID after the lock namespace was moved (item 10a) — each against the
+//! The result store under interruption: `results` verbs stopped by SIGINT/SIGTERM
+//! once admitted, killed with SIGKILL part-way, and run beside another
+//! operation on the same ID after the lock namespace was moved — each against the
 //! real binary with real processes.
 //!
 //! Synchronisation is by looking, never by sleeping: a test waits (`testkit::until`) until
@@ -108,7 +108,7 @@ fn signal_and_finish(mut p: Proc, sig: Signal) -> Out {
     }
 }
 
-/// Issue 22 item 16: `apply` obeys SIGTERM once admitted. Stopped part-way, it writes at
+/// `apply` obeys SIGTERM once admitted. Stopped part-way, it writes at
 /// most the file it was writing, exits 143 with one line saying what it wrote and that the
 /// candidate and publication are kept; applying again finishes the job.
 #[test]
@@ -153,7 +153,7 @@ fn sigterm_stops_apply_at_the_next_file_and_keeps_the_candidate() {
     panic!("apply finished {TRIES} times before it could be stopped part-way");
 }
 
-/// Issue 22 item 16: `stage` obeys SIGINT once admitted: it removes its partial copy, stages
+/// `stage` obeys SIGINT once admitted: it removes its partial copy, stages
 /// nothing, and exits 130 with one line saying so.
 #[test]
 fn sigint_stops_stage_and_leaves_nothing_staged() {
@@ -195,7 +195,7 @@ fn sigint_stops_stage_and_leaves_nothing_staged() {
     panic!("stage finished {TRIES} times before it could be stopped part-way");
 }
 
-/// Issue 22 item 16: `discard` obeys SIGTERM while it deletes a large candidate: the
+/// `discard` obeys SIGTERM while it deletes a large candidate: the
 /// candidate is already out of the store (no candidate, no publication), the verb exits 143
 /// saying so, and what it had not deleted yet is left under the trash name, which `sweep`
 /// removes.
@@ -245,7 +245,7 @@ fn temporaries_of(dir: &Path, pid: u32) -> Vec<String> {
     names
 }
 
-/// Issue 22 item 17: a SIGKILLed `apply` leaves the temporary of the file it was writing in
+/// A SIGKILLed `apply` leaves the temporary of the file it was writing in
 /// TARGET (`.NAME.tmp.PID.N`). The next operation on that ID — a re-apply, a discard, a
 /// sweep (the result not expired) — removes it under the ID's lease, while another
 /// process's temporary of the same file and a user's file of a temporary's shape are kept.
@@ -316,7 +316,7 @@ fn temporaries_of_a_killed_apply_go_at_the_next_operation_on_the_id() {
     }
 }
 
-/// Issue 22 item 10a: one ID, one operation at a time, even after the lock namespace is
+/// One ID, one operation at a time, even after the lock namespace is
 /// moved under a running operation. An `apply` is stopped part-way (SIGSTOP: it holds the
 /// ID's lease in the namespace that is then renamed); a `discard` of the same ID takes the
 /// ID's lease in a fresh namespace, but is not let in while the apply works on the
@@ -390,7 +390,7 @@ fn a_moved_lock_namespace_does_not_let_a_second_operation_in() {
     panic!("apply finished {TRIES} times before it could be stopped part-way");
 }
 
-/// Issue 22 item 10a, "messages that are true": what an interrupted apply says is kept is
+/// Messages that are true: what an interrupted apply says is kept is
 /// looked at, not assumed. Here the candidate and its publication are removed behind the
 /// store's back while the apply is stopped; continued, it fails at its next file and says
 /// they are no longer in the store (it used to say "candidate and publication kept").

@@ -44,7 +44,7 @@ fn a_short_torture_run_finds_no_violation_and_cleans_up() {
 /// `--descendants`: COMMAND of every counter `run` leaves the increment to a background
 /// descendant and exits, while shared reads keep the shared-mode gates in use, so exclusive
 /// runs wait through the gates and hand their lease on to a descendant that outlives them.
-/// Zero violations (the released-by-the-gate bug of issue 22 item 1 made 30–50 per run).
+/// Zero violations (code that unlocked a shared description made 30–50 per run).
 #[test]
 fn a_torture_run_whose_commands_leave_descendants_holding_the_lease_finds_no_violation() {
     let dir = tempfile::tempdir().unwrap();

@@ -36,7 +36,7 @@ fn sys_err<'a>(what: &'static str, path: &'a Path) -> impl Fn(rustix::io::Errno)
 /// no-follow/non-blocking/close-on-exec/no-ctty creating 0600, one `fstat` for the identity,
 /// kind and owner, `geteuid` for the owner check, `flock(LOCK_EX|LOCK_NB)`, `statat` to
 /// verify the locked inode is the one at the path, `close`. (The look before the open and
-/// the per-acquisition `fstatfs` are gone since issue 12; this floor lost them with it.)
+/// the per-acquisition `fstatfs` are gone from the lease; this floor lost them with it.)
 fn cold_floor(path: &Path) -> Result<(), Failure> {
     let fd: OwnedFd = rustix::fs::openat(
         CWD,
@@ -361,7 +361,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
 /// creates missing parents), look at the path without following it, resolve the parent's
 /// real path. The named semaphore's `CreateSemaphoreW` + `CloseHandle` are not: they need
 /// `unsafe` Win32 calls, which the CLI does not write, and the library exposes nothing for
-/// benchmarks (issue 12).
+/// benchmarks.
 #[cfg(windows)]
 fn windows_path_floor(path: &Path) -> Result<(), Failure> {
     let parent = path.parent().unwrap_or(Path::new("."));
@@ -484,7 +484,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
         NotMeasured::new(
             "uncontended_floor",
             "uncontended kernel floor (CreateSemaphoreW + CloseHandle)",
-            "the named object's calls need unsafe Win32 calls, which the CLI does not write, and the library exposes nothing for benchmarks (issue 12); the rows above have their path calls as floor, or none",
+            "the named object's calls need unsafe Win32 calls, which the CLI does not write, and the library exposes nothing for benchmarks; the rows above have their path calls as floor, or none",
         ),
         NotMeasured::new(
             "fs4_cold_cycle",

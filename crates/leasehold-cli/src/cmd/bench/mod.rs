@@ -14,8 +14,8 @@
 //!
 //! On Windows the same scenarios run where Windows allows them, against what a Windows lease
 //! really is (a named semaphore; its `CreateSemaphoreW` + `CloseHandle` cannot be issued bare
-//! here — the CLI writes no `unsafe`, and the library exposes nothing only for benchmarks,
-//! issue 12 — so the floors are the lease's path calls); what cannot be measured there is a
+//! here — the CLI writes no `unsafe`, and the library exposes nothing only for benchmarks —
+//! so the floors are the lease's path calls); what cannot be measured there is a
 //! [`NotMeasured`] line saying why, never a silently missing row. Where Linux watches a
 //! waiter fall asleep in `/proc`, a Windows waiter first sees the lease held and is then
 //! given `crew::SETTLE` (50 ms, past its longest poll interval) before the event it waits

@@ -1,4 +1,4 @@
-//! Shared-mode figures (issue 15): what a shared lease costs next to the kernel floor, and
+//! Shared-mode figures: what a shared lease costs next to the kernel floor, and
 //! how long an exclusive waiter takes to get in while four processes hold shared leases in
 //! loops that overlap each other continuously — next to what `flock -s` readers (plain
 //! `flock(LOCK_SH)`, the kernel floor) do to a `flock -x` waiter (plain `flock(LOCK_EX)`).

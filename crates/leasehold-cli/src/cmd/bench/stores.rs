@@ -530,7 +530,7 @@ fn keyed(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         ""
     };
     let ids = thousands(many);
-    // Issue 26 item 5: a keyed lease at a plain lease's cost, at 10 and at 100,000 IDs.
+    // A keyed lease at a plain lease's cost, at 10 and at 100,000 IDs.
     let one_path = "Lease::try_acquire, one path";
     Ok(vec![
         row(
@@ -564,7 +564,7 @@ fn keyed(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
 /// `results gc` of a large namespace (100,000 lock files of IDs without records, and a
 /// twentieth as many records to list; fewer with `--quick`) while another process loops
 /// `paths` of a live ID (a `verbs` worker, see `worker.rs`): the longest wait that verb saw
-/// during the collection, next to its longest in as many calls without one (issue 22 item 6:
+/// during the collection, next to its longest in as many calls without one (once,
 /// a collection held every verb up for its whole run, and `paths --timeout 0.2` failed).
 #[cfg(unix)]
 fn gc_beside_verbs(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {

@@ -24,7 +24,7 @@
 //! times (methods rotate so none always runs first); every figure is the median over the
 //! repeats. The first tenth of each run is not counted (processes still starting).
 //!
-//! **Mixed runs (issue 15: shared mode).** The same loop with [`MIXED`]: of 4 workers, 2 take
+//! **Mixed runs (shared mode).** The same loop with [`MIXED`]: of 4 workers, 2 take
 //! the lease shared and 2 exclusively — the workload where a shared lock looks bad: two
 //! readers that loop back to back overlap each other without a gap, so with plain
 //! `flock(LOCK_SH)` a writer waits until their holds happen to end together (starvation),
@@ -144,7 +144,7 @@ pub(crate) struct Mix {
     pub shared: usize,
 }
 
-/// The mixed run of issue 15: two readers that can overlap each other continuously, and two
+/// The mixed run: two readers that can overlap each other continuously, and two
 /// writers that can keep queueing (see the module documentation).
 #[cfg(unix)] // Windows has no shared leases
 pub(crate) const MIXED: Mix = Mix {
@@ -248,13 +248,13 @@ pub(crate) struct Line {
     pub met: Option<bool>,
 }
 
-/// The targets of issue 12, as text for the report.
+/// The targets of the uncued runs, as text for the report.
 pub(crate) const TARGETS: &str = "owner changed ≥ 0.8× floor; contended wait p99 and max ≤ 1.5× floor; handoff p50 ≤ 1.3× floor + verify (deadline + CancelToken, async and keyed: ≤ 1.1× the helper-thread floor)";
 
 /// The hand-over targets of the helper-thread faces, as text for the report's summary.
 pub(crate) const HELPER_TARGETS: &str = "deadline + CancelToken, async and keyed ≤ 1.1× the helper-thread floor; Node's face, which wakes its event loop after the helper, ≤ 1.5×";
 
-/// The same targets for the mixed runs (issue 15: "the same fairness targets as exclusive
+/// The same targets for the mixed runs ("the same fairness targets as exclusive
 /// waits apply"), as text for the report.
 pub(crate) const MIXED_TARGETS: &str = "owner changed ≥ 0.8× floor; contended wait p99 and max ≤ 1.5× the floor's, per mode (shared workers vs the floor's shared workers, exclusive vs exclusive); handoff p50 ≤ 1.3× floor + verify (deadline + CancelToken: ≤ 1.1× the helper-thread floor)";
 

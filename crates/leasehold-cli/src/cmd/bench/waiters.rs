@@ -62,7 +62,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
 /// `acquire_async` tasks on a current-thread runtime (and, to show the count does not grow
 /// with the waiters, just one such task) next to 100 sync waiters, which need a thread each;
 /// and the CPU that process uses while the 100 wait (`cpu_hold_ms`): what the waiters' own
-/// timers cost (issue 22 item 19).
+/// timers cost.
 #[cfg(unix)]
 fn waiter_threads(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     const WAITERS: usize = 100;

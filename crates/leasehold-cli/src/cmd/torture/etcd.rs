@@ -612,7 +612,7 @@ fn token_order(history: &[Vec<u8>]) -> (usize, Vec<String>) {
 }
 
 // ---------------------------------------------------------------------------------------
-// `--etcd-run`: `leasehold run --etcd` itself under SIGKILL and SIGSTOP (issue 22 item 3).
+// `--etcd-run`: `leasehold run --etcd` itself under SIGKILL and SIGSTOP.
 // ---------------------------------------------------------------------------------------
 
 /// The etcd lock name of the counter (`--break-exclusion`: one per worker slot).
