@@ -8,8 +8,10 @@
 //! finds it in the target directory and copies it, under the name the loader expects, into a
 //! temporary copy of the package. `SKIP: node: <why>` where Node is missing or older than 20.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+use testkit::faces::profile_dir;
 
 /// The package's own files (what `package.json`'s `files` lists, but the addon): everything
 /// a user's `npm pack` tarball holds besides the addon, and nothing the repository alone uses
@@ -29,35 +31,6 @@ const PACKAGE_FILES: &[&str] = &[
 /// `bindings/node`.
 fn source() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The target profile directory this test runs from (`target/debug`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    // target/debug/deps/node-HASH → target/debug
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("the test runs from target/PROFILE/deps")
-        .to_path_buf()
-}
-
-/// `node` if it is installed and at least version 20; else why not.
-fn node() -> Result<(), String> {
-    let out = Command::new("node")
-        .arg("--version")
-        .output()
-        .map_err(|e| format!("node is not installed ({e})"))?;
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let major: u32 = version
-        .trim_start_matches('v')
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .ok_or_else(|| format!("cannot read node's version {version:?}"))?;
-    if major < 20 {
-        return Err(format!("node {version} is older than 20"));
-    }
-    Ok(())
 }
 
 fn check(what: &str, out: &Output) {
@@ -84,12 +57,7 @@ fn package() -> tempfile::TempDir {
     } else {
         "libleasehold_node.so"
     };
-    let exe = std::env::current_exe().expect("the test's own path");
-    let lib = exe
-        .parent()
-        .map(|deps| deps.join(name))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| profile_dir().join(name));
+    let lib = testkit::faces::built(&[name]).unwrap_or_else(|| profile_dir().join(name));
     assert!(
         lib.exists(),
         "cargo did not build the addon {} before this test",
@@ -144,7 +112,7 @@ fn dev_dependencies() -> Result<(), String> {
 
 #[test]
 fn node_test_suite() {
-    if let Err(why) = node() {
+    if let Err(why) = testkit::faces::node() {
         println!("SKIP: node: {why}");
         return;
     }
@@ -205,7 +173,7 @@ fn the_package_version_follows_the_crate() {
 
 #[test]
 fn npm_pack_yields_a_package_whose_main_loads_the_addon() {
-    if let Err(why) = node() {
+    if let Err(why) = testkit::faces::node() {
         println!("SKIP: node: {why}");
         return;
     }
@@ -302,7 +270,7 @@ fn npm_pack_yields_a_package_whose_main_loads_the_addon() {
 
 #[test]
 fn npm_pack_dry_run_lists_only_what_a_user_needs() {
-    if let Err(why) = node() {
+    if let Err(why) = testkit::faces::node() {
         println!("SKIP: node: {why}");
         return;
     }

@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
+use testkit::faces::{profile_dir, python};
+
 /// The packages the suite imports besides `leasehold`, installed into the cached venv.
 const REQUIREMENTS: &[&str] = &["pytest>=7", "filelock>=3.13", "portalocker>=2.8"];
 
@@ -38,48 +40,6 @@ fn crate_dir() -> PathBuf {
 /// Where this test keeps what it builds (`target/tmp`: cargo's directory for tests).
 fn scratch() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-}
-
-/// The profile directory this test binary was built into (`target/debug`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    // target/<profile>/deps/python-<hash>
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("the test binary lives in <target>/<profile>/deps")
-        .to_path_buf()
-}
-
-/// `python3` if it is there and new enough, else why not.
-fn python() -> Result<PathBuf, String> {
-    let python =
-        PathBuf::from(std::env::var_os("LEASEHOLD_PYTHON").unwrap_or_else(|| "python3".into()));
-    let out = Command::new(&python)
-        .args([
-            "-c",
-            "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])",
-        ])
-        .output()
-        .map_err(|e| format!("{} cannot be run: {e}", python.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} has no venv/ensurepip module: {}",
-            python.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let (major, minor) = version
-        .split_once('.')
-        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
-        .ok_or_else(|| format!("cannot read the version of {}: {version}", python.display()))?;
-    if (major, minor) < (3, 9) {
-        return Err(format!(
-            "{} is Python {version}; the package needs 3.9 or later",
-            python.display()
-        ));
-    }
-    Ok(python)
 }
 
 fn run(cmd: &mut Command, what: &str) {
@@ -136,12 +96,7 @@ fn staged_package() -> PathBuf {
 }
 
 fn stage_package() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let deps = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    let built = ["libleasehold_python.so", "libleasehold_python.dylib"]
-        .iter()
-        .flat_map(|name| [deps.join(name), profile_dir().join(name)])
-        .find(|p| p.exists())
+    let built = testkit::faces::built(&["libleasehold_python.so", "libleasehold_python.dylib"])
         .expect("cargo builds the leasehold-python cdylib before this test");
     let root = scratch().join("python-pkg");
     let pkg = root.join("leasehold_lock");

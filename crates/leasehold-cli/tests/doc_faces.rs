@@ -106,17 +106,6 @@ struct Faces {
     jq: bool,
 }
 
-/// The target profile directory (`target/debug`) and its `deps`, where cargo puts cdylibs.
-fn built(names: &[&str]) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?.to_path_buf();
-    let profile = deps.parent()?.to_path_buf();
-    names
-        .iter()
-        .flat_map(|n| [deps.join(n), profile.join(n)])
-        .find(|p| p.exists())
-}
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -130,18 +119,8 @@ fn works(cmd: &mut Command) -> Option<String> {
 
 /// The Node package with the addon cargo built, as `npm pack` lays it out.
 fn node_package() -> Result<tempfile::TempDir, String> {
-    let version =
-        works(Command::new("node").arg("--version")).ok_or("node is not installed".to_string())?;
-    let major: u32 = version
-        .trim_start_matches('v')
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .ok_or_else(|| format!("cannot read node's version {version:?}"))?;
-    if major < 20 {
-        return Err(format!("node {version} is older than 20"));
-    }
-    let addon = built(&["libleasehold_node.so", "libleasehold_node.dylib"]).ok_or(
+    testkit::faces::node()?;
+    let addon = testkit::faces::built(&["libleasehold_node.so", "libleasehold_node.dylib"]).ok_or(
         "the Node addon is not built in this target dir (cargo test --workspace --all-features builds it)",
     )?;
     let source = repo().join("bindings/node");
@@ -161,14 +140,8 @@ fn node_package() -> Result<tempfile::TempDir, String> {
 
 /// The Python package with the extension cargo built.
 fn python_package() -> Result<tempfile::TempDir, String> {
-    let ok = works(
-        Command::new("python3").args(["-c", "import sys; print(int(sys.version_info >= (3, 9)))"]),
-    )
-    .ok_or("python3 is not installed")?;
-    if ok != "1" {
-        return Err("python3 is older than 3.9".into());
-    }
-    let ext = built(&["libleasehold_python.so", "libleasehold_python.dylib"]).ok_or(
+    testkit::faces::python()?;
+    let ext = testkit::faces::built(&["libleasehold_python.so", "libleasehold_python.dylib"]).ok_or(
         "the Python extension is not built in this target dir (cargo test --workspace --all-features builds it)",
     )?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;

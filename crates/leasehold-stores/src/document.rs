@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use leasehold::patterns::authority::StoreFailure;
-use leasehold::patterns::durable::{Step, create_dirs, replace_file, replace_file_observed};
+use leasehold::patterns::durable::{Step, create_dirs, replace_file_observed};
 use leasehold::{Error as LeaseError, LockDir};
 use serde_json::{Map, Value};
 
@@ -75,10 +75,7 @@ impl DocumentFiles for RealFiles {
     }
 
     fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            create_dirs(dir)?;
-        }
-        replace_file(path, bytes)
+        self.replace_checked(path, bytes, &mut || Ok(()))
     }
 
     fn replace_checked(

@@ -30,6 +30,7 @@
 mod canary;
 #[cfg(unix)]
 pub mod etcd;
+pub mod faces;
 mod free;
 #[cfg(unix)]
 mod locks;

@@ -674,15 +674,19 @@ pub(crate) fn network_fs_magic(magic: u64) -> Option<&'static str> {
     }
 }
 
+/// `statfs`'s file-system type name (BSD and macOS: `f_fstypename`).
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn network_fs_of(st: &rustix::fs::StatFs) -> Option<&'static str> {
-    let name: Vec<u8> = st
-        .f_fstypename
+fn fs_type_name(st: &rustix::fs::StatFs) -> Vec<u8> {
+    st.f_fstypename
         .iter()
         .take_while(|c| **c != 0)
         .map(|c| *c as u8)
-        .collect();
-    match name.as_slice() {
+        .collect()
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn network_fs_of(st: &rustix::fs::StatFs) -> Option<&'static str> {
+    match fs_type_name(st).as_slice() {
         b"nfs" => Some("nfs"),
         b"smbfs" => Some("smbfs"),
         b"afpfs" => Some("afpfs"),
@@ -746,14 +750,8 @@ pub(crate) fn mount_seen(at: BorrowedFd<'_>, path: &Path) -> Result<MountSeen, E
         true => rustix::fs::fstatfs(at)?,
         false => rustix::fs::statfs(path)?,
     };
-    let name: Vec<u8> = st
-        .f_fstypename
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
     Ok(MountSeen {
-        fstype: String::from_utf8_lossy(&name).into_owned(),
+        fstype: String::from_utf8_lossy(&fs_type_name(&st)).into_owned(),
         options: None,
         network: network_fs_of(&st),
     })

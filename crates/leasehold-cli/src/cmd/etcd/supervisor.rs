@@ -109,18 +109,10 @@ use super::fds::{receive_with_fds, send_with_fds};
 use super::namespace::Binding;
 use crate::exit::{Failure, Outcome};
 
-/// Nanoseconds of the clock deadlines are given in: one that every process of the machine
-/// reads alike and that keeps counting while the machine is suspended (CLOCK_BOOTTIME on
-/// Linux, as the etcd arbiter's own deadline; the monotonic clock elsewhere).
+/// Nanoseconds of the clock deadlines are given in: the etcd arbiter's own
+/// ([`leasehold::arbiters::etcd::clock_ns`]), which every process of the machine reads alike.
 pub fn now() -> u64 {
-    #[cfg(target_os = "linux")]
-    let id = rustix::time::ClockId::Boottime;
-    #[cfg(not(target_os = "linux"))]
-    let id = rustix::time::ClockId::Monotonic;
-    let t = rustix::time::clock_gettime(id);
-    (t.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(t.tv_nsec as u64)
+    leasehold::arbiters::etcd::clock_ns()
 }
 
 /// `d` in nanoseconds (saturating).

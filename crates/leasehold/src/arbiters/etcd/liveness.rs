@@ -71,39 +71,34 @@ impl Liveness {
 
     /// Blocks until the grant is lost (returning why) or `timeout` passes (`None`).
     pub(super) fn wait_lost(&self, timeout: Option<Duration>) -> Option<String> {
-        let end = timeout.map(|t| now().saturating_add(nanos(t)));
-        let mut st = lock(&self.state);
-        loop {
-            if let Some(why) = Self::check_locked(&mut st) {
-                return Some(why);
-            }
-            let t = now();
-            if end.is_some_and(|e| t >= e) {
-                return None;
-            }
-            let until = end.map_or(st.deadline, |e| e.min(st.deadline));
-            let nap = Duration::from_nanos(until.saturating_sub(t).max(1_000_000));
-            st = self
-                .changed
-                .wait_timeout(st, nap)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        self.wait_for(timeout, Self::check_locked)
     }
 
     /// Blocks until the deadline moves (a keep-alive was acknowledged), the grant is lost, or
     /// `timeout` passes.
     pub(super) fn wait_renewed(&self, timeout: Option<Duration>) {
+        let seen = lock(&self.state).deadline;
+        self.wait_for(timeout, |st| {
+            (Self::check_locked(st).is_some() || st.deadline != seen).then_some(())
+        });
+    }
+
+    /// Blocks until `done` answers, or `timeout` passes (`None`); woken by every change of
+    /// the state, and at the deadline (when the grant turns lost by itself).
+    fn wait_for<R>(
+        &self,
+        timeout: Option<Duration>,
+        mut done: impl FnMut(&mut LiveState) -> Option<R>,
+    ) -> Option<R> {
         let end = timeout.map(|t| now().saturating_add(nanos(t)));
         let mut st = lock(&self.state);
-        let seen = st.deadline;
         loop {
-            if Self::check_locked(&mut st).is_some() || st.deadline != seen {
-                return;
+            if let Some(r) = done(&mut st) {
+                return Some(r);
             }
             let t = now();
             if end.is_some_and(|e| t >= e) {
-                return;
+                return None;
             }
             let until = end.map_or(st.deadline, |e| e.min(st.deadline));
             let nap = Duration::from_nanos(until.saturating_sub(t).max(1_000_000));

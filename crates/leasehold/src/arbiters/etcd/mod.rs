@@ -85,6 +85,15 @@ mod proto;
 mod requests;
 mod timing;
 
+/// Nanoseconds of the clock a grant's deadline is kept on: one that every process of the
+/// machine reads alike and that keeps counting while the machine is suspended
+/// (CLOCK_BOOTTIME on Linux; the monotonic clock elsewhere). A process that enforces a
+/// grant's deadline for another (`leasehold run --etcd`'s supervisor) reads this clock, so
+/// that both count the same time — a laptop's sleep included.
+pub fn clock_ns() -> u64 {
+    timing::now()
+}
+
 /// Who holds a lock, as the holder recorded it in its key (`PID@HOST`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdHolder {
