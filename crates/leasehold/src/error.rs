@@ -168,9 +168,10 @@ pub enum Error {
     /// The held inode is no longer the file at the path (the lock file was unlinked,
     /// renamed or replaced, or a directory on the way renamed or a symlink on it re-pointed;
     /// `path` is then the lock path, or the directory of a [`LockDir`](crate::LockDir) chain
-    /// that moved); the lease proves nothing any more.
+    /// that moved); or a [`RecordLease`](crate::RecordLease)'s baton was taken over (its
+    /// holder did not renew it within its TTL); the lease proves nothing any more.
     #[error(
-        "{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced, or a directory on the way moved)"
+        "{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced, or a directory on the way moved), or, for a record lease, another holder took it over after it went unrenewed for its TTL"
     )]
     LeaseLost {
         /// The lock path.
