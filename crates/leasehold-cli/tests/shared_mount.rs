@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -120,9 +120,32 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
     assert_eq!(doc["record"]["ttl_ms"], 60_000, "{doc}");
     assert_eq!(doc["record"]["host"].as_str().unwrap().len(), 16, "{doc}");
 
+    // A waiter through the other mount says once, after a second, whom it waits for; then
+    // it gets the lease the holder gives back, with the next token.
+    let mut waiter = Proc::spawn(
+        leasehold()
+            .stderr(Stdio::piped())
+            .env("LEASEHOLD_SHARED_MOUNT", "record:60")
+            .args(["run", "--timeout", "60"])
+            .arg(&lock_b)
+            .args(["--", "sh", "-c", "echo ran $LEASEHOLD_FENCING_TOKEN"]),
+    );
+    let mut notice = String::new();
+    BufReader::new(waiter.child.stderr.as_mut().unwrap())
+        .read_line(&mut notice)
+        .unwrap();
+    assert_eq!(
+        notice,
+        format!(
+            "leasehold: waiting for {} held by {who}\n",
+            lock_b.display()
+        )
+    );
     first.send("go");
     assert_eq!(first.line(), "done");
     assert!(first.wait().success());
+    assert_eq!(waiter.line(), "ran 2");
+    assert!(waiter.wait().success());
     let status = run(leasehold().arg("status").arg(&lock_b));
     assert_eq!(status.stdout, "free\n", "{status:?}");
     let json = run(leasehold().args(["status", "--json"]).arg(&lock_b));
@@ -131,11 +154,11 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
     let next = run(leasehold()
         .env("LEASEHOLD_SHARED_MOUNT", "record:60")
         .args(["run", "--no-wait"])
-        .arg(&lock_b)
+        .arg(&lock_a)
         .args(["--", "sh", "-c", "echo ran $LEASEHOLD_FENCING_TOKEN"]));
     assert_eq!(
         (next.code, next.stdout.as_str()),
-        (0, "ran 2\n"),
+        (0, "ran 3\n"),
         "{next:?}"
     );
 }

@@ -458,6 +458,12 @@ impl RecordLease {
                     },
                 });
             }
+            // A wait that goes on says so once, when its budget asks (a CLI's "waiting for").
+            budget.notice_due(|| Error::TimedOut {
+                path: path.to_path_buf(),
+                holders: HolderInfo::known(Holders::Unknown),
+                waited: at.duration_since(started),
+            });
             let mut pause = jitter(backoff);
             if let Some(d) = deadline {
                 pause = pause.min(d.saturating_duration_since(at));
