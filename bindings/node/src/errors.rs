@@ -87,7 +87,7 @@ fn option(setting: OptIn) -> String {
         OptIn::NetworkFilesystem => "the option allowNetworkFs: true".into(),
         OptIn::SharedState => "the option allowSharedState: true".into(),
         // Not offered here yet: the Rust library and the CLI offer it.
-        OptIn::RecordLease => "a record lease, which this package does not offer yet (the CLI's leasehold run does: LEASEHOLD_SHARED_MOUNT=record:SECS)".into(),
+        OptIn::RecordLease => "a record lease, which this package does not offer yet (the Rust library and the leasehold tool's run do)".into(),
         // Node runs only where other processes honour locks: there is nothing to opt into.
         _ => "a single-process lease, which this package does not offer".into(),
     }

@@ -77,7 +77,7 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
     assert_eq!(refused.code, 2, "{refused:?}");
     assert_one_line_error(
         &refused,
-        "take a record lease there, which excludes across hosts (exclusive leases; LEASEHOLD_SHARED_MOUNT=record:SECS in the environment of leasehold run), or opt in to the kernel's lock with LEASEHOLD_ALLOW_NETWORK_FS=1",
+        "take a record lease there, which excludes across hosts (exclusive leases; LEASEHOLD_SHARED_MOUNT=record:SECS in the environment of leasehold run), or opt in with LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment to take the kernel's lock anyway",
     );
     let bad = run(leasehold()
         .env("LEASEHOLD_SHARED_MOUNT", "record:soon")

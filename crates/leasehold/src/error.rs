@@ -429,7 +429,7 @@ impl Error {
         match self {
             Error::NetworkFilesystem { path, fs, locks } => match locks {
                 crate::MountLocks::HostOnly { .. } => format!(
-                    "{}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; its locks are {locks}; put it on a local file system, take a record lease there, which excludes across hosts (exclusive leases; {}), or opt in to the kernel's lock with {}",
+                    "{}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; its locks are {locks}; put it on a local file system, take a record lease there, which excludes across hosts (exclusive leases; {}), or opt in with {} to take the kernel's lock anyway",
                     path.display(),
                     name(OptIn::RecordLease),
                     name(OptIn::NetworkFilesystem)
@@ -878,7 +878,7 @@ mod tests {
         assert_eq!(e.opt_in(), Some(OptIn::NetworkFilesystem));
         let ours = e.worded(|o| format!("<{o:?}>"));
         assert!(
-            ours.contains("take a record lease there, which excludes across hosts (exclusive leases; <RecordLease>), or opt in to the kernel's lock with <NetworkFilesystem>"),
+            ours.contains("take a record lease there, which excludes across hosts (exclusive leases; <RecordLease>), or opt in with <NetworkFilesystem> to take the kernel's lock anyway"),
             "{ours}"
         );
         let message = e.to_string();
