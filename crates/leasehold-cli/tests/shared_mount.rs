@@ -7,8 +7,9 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{Bindfs, leasehold};
@@ -212,4 +213,30 @@ fn a_run_paused_past_its_ttl_loses_the_lease_and_stops_command() {
         &said,
         "COMMAND was stopped (status 143), since another holder may be running beside it",
     );
+}
+
+/// `status` by a user who may not read a lock path's lease directory (another user's record
+/// lease, mode 0700) says what the kernel's lock says instead of failing: that user could not
+/// take the record lease either. Run as root, the other user being `nobody` (`setpriv`).
+#[test]
+fn status_by_a_user_who_cannot_read_the_lease_directory_reports_the_kernel_lock() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP: record lease status as another user: needs root (setpriv to nobody)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lock = tmp.path().join("job.lock");
+    std::fs::write(&lock, b"").unwrap();
+    let lease_dir = tmp.path().join("job.lock.lease");
+    std::fs::create_dir(&lease_dir).unwrap();
+    std::fs::set_permissions(&lease_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(lease_dir.join("free.3"), b"").unwrap();
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(common::bin())
+        .arg("status")
+        .arg(&lock)
+        .stdin(Stdio::null()));
+    assert_eq!((out.code, out.stdout.as_str()), (0, "free\n"), "{out:?}");
 }

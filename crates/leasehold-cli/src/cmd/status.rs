@@ -41,8 +41,17 @@ pub fn main(args: StatusArgs) -> Outcome {
     };
     // A record lease's holder (`run` with LEASEHOLD_SHARED_MOUNT=record:SECS), which may be
     // on another host, where this host's kernel lock shows nothing.
+    // A lease directory this user may not read is another user's record lease, which this
+    // user could not take either: said as none.
     #[cfg(unix)]
-    let record = leasehold::RecordLease::holder(&args.lockfile).map_err(|e| Failure::of(&e))?;
+    let record = match leasehold::RecordLease::holder(&args.lockfile) {
+        Err(leasehold::Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            None
+        }
+        other => other.map_err(|e| Failure::of(&e))?,
+    };
     #[cfg(not(unix))]
     let record: Option<()> = None;
     let held = held || record.is_some();
