@@ -21,24 +21,23 @@ use std::time::Duration;
 
 use leasehold::{LeaseOptions, OptIn, SharedMount};
 
-use crate::exit::Failure;
-
 /// The variable that chooses the record lease ([`shared_mount`]).
 pub const SHARED_MOUNT: &str = "LEASEHOLD_SHARED_MOUNT";
 
 /// What `LEASEHOLD_SHARED_MOUNT` asks for.
 ///
 /// # Errors
-/// A usage failure naming the variable and what it accepts, for any other value.
-pub fn shared_mount() -> Result<SharedMount, Failure> {
+/// For any other value, what to say of it (naming the variable and what it accepts): a
+/// usage error.
+pub fn shared_mount() -> Result<SharedMount, String> {
     let Some(value) = std::env::var_os(SHARED_MOUNT) else {
         return Ok(SharedMount::Refuse);
     };
     let text = value.to_string_lossy();
     let bad = || {
-        Failure::usage(format!(
+        format!(
             "{SHARED_MOUNT}={text}: expected record:SECS (a record lease's TTL in seconds, at least 0.03) or refuse"
-        ))
+        )
     };
     match text.split_once(':') {
         None if text.is_empty() || text == "refuse" => Ok(SharedMount::Refuse),

@@ -325,7 +325,8 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<MountLease, Failur
         _ => None,
     };
     let held_by = move |e: &Error| holders(e).map(|(path, held)| format!("{path} {held}"));
-    let options = crate::env::lease_options().on_shared_mount(crate::env::shared_mount()?);
+    let options = crate::env::lease_options()
+        .on_shared_mount(crate::env::shared_mount().map_err(Failure::usage)?);
     // One acquisition for the whole wait, which says the notice and goes on waiting on the
     // file it opened (see `Wait::lease_budget`).
     let budget = wait.lease_budget(held_by);
