@@ -8,8 +8,50 @@
 //!   refused by default because whoever may replace them can break exclusion.
 //!
 //! Any other value (unset, empty, `0`) leaves the default.
+//!
+//! And, read by `run` alone ([`shared_mount`]):
+//!
+//! * `LEASEHOLD_SHARED_MOUNT=record:SECS` — on a mount whose kernel locks stay on each host
+//!   (NFS with `local_lock=all` or `nolock`, SMB with `nobrl`, sshfs, most FUSE), hold a
+//!   record lease with a TTL of SECS seconds ([`SharedMount::Record`]) instead of refusing;
+//!   `refuse`, empty or unset: refuse ([`SharedMount::Refuse`]). Any other value is a usage
+//!   error.
 
-use leasehold::{LeaseOptions, OptIn};
+use std::time::Duration;
+
+use leasehold::{LeaseOptions, OptIn, SharedMount};
+
+/// The variable that chooses the record lease ([`shared_mount`]).
+pub const SHARED_MOUNT: &str = "LEASEHOLD_SHARED_MOUNT";
+
+/// What `LEASEHOLD_SHARED_MOUNT` asks for.
+///
+/// # Errors
+/// For any other value, what to say of it (naming the variable and what it accepts): a
+/// usage error.
+pub fn shared_mount() -> Result<SharedMount, String> {
+    let Some(value) = std::env::var_os(SHARED_MOUNT) else {
+        return Ok(SharedMount::Refuse);
+    };
+    let text = value.to_string_lossy();
+    let bad = || {
+        format!(
+            "{SHARED_MOUNT}={text}: expected record:SECS (a record lease's TTL in seconds, at least 0.03) or refuse"
+        )
+    };
+    match text.split_once(':') {
+        None if text.is_empty() || text == "refuse" => Ok(SharedMount::Refuse),
+        Some(("record", secs)) => {
+            let secs: f64 = secs.parse().map_err(|_| bad())?;
+            let ttl = Duration::try_from_secs_f64(secs).map_err(|_| bad())?;
+            if ttl < Duration::from_millis(30) {
+                return Err(bad());
+            }
+            Ok(SharedMount::Record { ttl })
+        }
+        _ => Err(bad()),
+    }
+}
 
 /// Whether the environment variable `name` is set to `1`.
 fn on(name: &str) -> bool {
@@ -29,6 +71,9 @@ pub fn opt_in(setting: OptIn) -> String {
     match setting {
         OptIn::NetworkFilesystem => "LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment".into(),
         OptIn::SharedState => "LEASEHOLD_ALLOW_SHARED=1 in the environment".into(),
+        OptIn::RecordLease => {
+            "LEASEHOLD_SHARED_MOUNT=record:SECS in the environment of leasehold run".into()
+        }
         // The tool runs only where other processes honour locks: nothing to opt into.
         _ => "a single-process lease, which this tool does not offer".into(),
     }

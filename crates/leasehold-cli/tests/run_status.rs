@@ -473,10 +473,12 @@ fn status_reports_free_held_and_json_without_creating_anything() {
     assert_eq!(out.stdout, format!("held by pid {}\n", holder.pid()));
     let out = run(leasehold().args(["status", "--json"]).arg(&lock));
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(
-        v,
-        serde_json::json!({"path": lock.display().to_string(), "held": true, "holders": [holder.pid()]})
-    );
+    assert_eq!(v["path"], lock.display().to_string(), "{v}");
+    assert_eq!(v["held"], true, "{v}");
+    assert_eq!(v["holders"], serde_json::json!([holder.pid()]), "{v}");
+    assert_eq!(v["mount"]["locks"], "local", "{v}");
+    // No record lease is held on the path (`run` with LEASEHOLD_SHARED_MOUNT takes one).
+    assert_eq!(v["record"], serde_json::Value::Null, "{v}");
     release(holder);
     let out = run(leasehold().args(["status", "--json"]).arg(&lock));
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();

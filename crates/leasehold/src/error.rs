@@ -168,9 +168,10 @@ pub enum Error {
     /// The held inode is no longer the file at the path (the lock file was unlinked,
     /// renamed or replaced, or a directory on the way renamed or a symlink on it re-pointed;
     /// `path` is then the lock path, or the directory of a [`LockDir`](crate::LockDir) chain
-    /// that moved); the lease proves nothing any more.
+    /// that moved); or a [`RecordLease`](crate::RecordLease)'s baton was taken over (its
+    /// holder did not renew it within its TTL); the lease proves nothing any more.
     #[error(
-        "{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced, or a directory on the way moved)"
+        "{path}: lease lost: the locked file is no longer the file at this path (it was removed or replaced, or a directory on the way moved), or, for a record lease, another holder took it over after it went unrenewed for its TTL"
     )]
     LeaseLost {
         /// The lock path.
@@ -426,11 +427,19 @@ impl Error {
     /// gives it.
     pub fn worded(&self, name: impl Fn(OptIn) -> String) -> String {
         match self {
-            Error::NetworkFilesystem { path, fs, locks } => format!(
-                "{}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; its locks are {locks}; put it on a local file system, or opt in with {}",
-                path.display(),
-                name(OptIn::NetworkFilesystem)
-            ),
+            Error::NetworkFilesystem { path, fs, locks } => match locks {
+                crate::MountLocks::HostOnly { .. } => format!(
+                    "{}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; its locks are {locks}; put it on a local file system, take a record lease there, which excludes across hosts (exclusive leases; {}), or opt in with {} to take the kernel's lock anyway",
+                    path.display(),
+                    name(OptIn::RecordLease),
+                    name(OptIn::NetworkFilesystem)
+                ),
+                _ => format!(
+                    "{}: lock file is on a network, FUSE or overlay file system ({fs}), where flock can hang or fail to exclude; its locks are {locks}; put it on a local file system, or opt in with {}",
+                    path.display(),
+                    name(OptIn::NetworkFilesystem)
+                ),
+            },
             Error::Untrusted { path, reason } => format!(
                 "{}: {reason}; refusing to trust it, since another user could remove or replace it (make it yours and not group/other-writable, e.g. chmod go-w, or where sharing is intended opt in with {})",
                 path.display(),
@@ -555,6 +564,13 @@ pub enum OptIn {
     /// Grant leases where the platform has no inter-process lock, this program being its
     /// only user ([`LeaseOptions::single_process`](crate::LeaseOptions::single_process)).
     SingleProcess,
+    /// Take a record lease where the mount's locks stay on each host
+    /// ([`MountLocks::HostOnly`](crate::MountLocks::HostOnly)):
+    /// [`LeaseOptions::on_shared_mount`](crate::LeaseOptions::on_shared_mount) with
+    /// [`SharedMount::Record`](crate::SharedMount::Record). Named beside
+    /// [`OptIn::NetworkFilesystem`] in such a mount's refusal; [`Error::opt_in`] answers the
+    /// latter.
+    RecordLease,
 }
 
 /// The library's face: contention worded for a Rust caller, whose setting is the
@@ -601,6 +617,9 @@ mod library_terms {
                 "LeaseOptions::allow_shared_state; CLI: LEASEHOLD_ALLOW_SHARED=1".into()
             }
             super::OptIn::SingleProcess => "LeaseOptions::single_process(true)".into(),
+            super::OptIn::RecordLease => {
+                "LeaseOptions::on_shared_mount(SharedMount::Record { ttl }) and LeaseOptions::acquire_mount_lease; CLI: LEASEHOLD_SHARED_MOUNT=record:SECS for leasehold run".into()
+            }
         }
     }
 
@@ -802,9 +821,9 @@ mod tests {
                 Error::NetworkFilesystem {
                     path: path.clone(),
                     fs: "nfs",
-                    locks: crate::MountLocks::HostOnly {
-                        fs: "nfs".into(),
-                        reason: "local_lock=all".into(),
+                    locks: crate::MountLocks::CrossHost {
+                        fs: "nfs4".into(),
+                        reason: "local_lock=none".into(),
                     },
                 },
                 OptIn::NetworkFilesystem,
@@ -841,6 +860,32 @@ mod tests {
         let lost = Error::LeaseLost { path };
         assert_eq!(lost.opt_in(), None);
         assert_eq!(lost.worded(|_| unreachable!()), lost.to_string());
+    }
+
+    /// On a mount whose locks stay on each host the refusal names the record lease too, in
+    /// the face's words, before the kernel lock's opt-in; on a cross-host mount (above) it
+    /// does not, since the kernel's lock reaches the other hosts there.
+    #[test]
+    fn a_host_only_mount_names_the_record_lease_beside_the_network_opt_in() {
+        let e = Error::NetworkFilesystem {
+            path: PathBuf::from("/home/ana/app.lock"),
+            fs: "nfs",
+            locks: crate::MountLocks::HostOnly {
+                fs: "nfs".into(),
+                reason: "local_lock=all".into(),
+            },
+        };
+        assert_eq!(e.opt_in(), Some(OptIn::NetworkFilesystem));
+        let ours = e.worded(|o| format!("<{o:?}>"));
+        assert!(
+            ours.contains("take a record lease there, which excludes across hosts (exclusive leases; <RecordLease>), or opt in with <NetworkFilesystem> to take the kernel's lock anyway"),
+            "{ours}"
+        );
+        let message = e.to_string();
+        assert!(
+            message.contains("LeaseOptions::on_shared_mount(SharedMount::Record { ttl })"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -244,7 +244,8 @@
 // Layers, lowest first; each module imports only from the ones before it:
 // mutex (the one mutex lock: nothing) → kind (FileId, FileKind, Holders: nothing) → sys (the platform boundary: kind) →
 // holders (HolderInfo, look-ups: kind, sys) → error (kind, holders) → budget (sys, error) →
-// lease (the primitive and its options: all of these) → patterns (built on the primitive) →
+// lease (the primitive and its options: all of these) → record (the record lease: lease) →
+// mount_lease (MountLease, the lease a mount calls for: lease, record) → patterns (built on the primitive) →
 // arbiters (the etcd arbiter, behind the authority's `Arbiter`/`AsyncArbiter`). CONTRIBUTING.md
 // says how the layering is checked (no import cycle between modules).
 #[cfg(all(feature = "etcd", unix))]
@@ -255,6 +256,7 @@ mod holders;
 mod kind;
 mod lease;
 mod mount;
+mod mount_lease;
 mod mutex;
 pub mod patterns;
 #[cfg(unix)]
@@ -269,13 +271,14 @@ pub use kind::{FileId, FileKind, Holders};
 pub use lease::unlock_descriptor;
 pub use lease::{
     AnyLease, HandleGuard, Lease, LeaseHandle, LeaseOptions, LockDir, LockMode, MAX_REOPENS,
-    SharedLease, check_trusted, holders,
+    SharedLease, SharedMount, check_trusted, holders,
 };
 #[cfg(unix)]
 pub use lease::{after_fork_in_child, after_fork_in_parent, before_fork};
 pub use mount::MountLocks;
+pub use mount_lease::MountLease;
 #[cfg(unix)]
-pub use record::RecordLease;
+pub use record::{RecordHolder, RecordLease};
 
 /// A fresh temporary directory for unit tests. WASI has no system temporary directory
 /// (`std::env::temp_dir` panics there), so on `wasm32-wasip1` it is made under `TMPDIR`,

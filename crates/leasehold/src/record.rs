@@ -163,7 +163,26 @@ pub struct RecordLease {
     keeper: Option<std::thread::JoinHandle<()>>,
     /// The kernel lease on the lock path, held for as long (released after the baton is
     /// given back: fields drop after [`Drop::drop`]).
-    _kernel: Lease,
+    kernel: Lease,
+}
+
+/// The holder of a record lease as its baton names it ([`RecordLease::holder`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordHolder {
+    /// The holder's host identity: 16 hex digits of a hash of its host name, boot ID and
+    /// PID namespace (two containers on one host are two hosts).
+    pub host: String,
+    /// Whether that identity is this process's host's.
+    pub this_host: bool,
+    /// The holder's process ID, in its own PID namespace.
+    pub pid: u32,
+    /// The fencing token of its grant.
+    pub token: u64,
+    /// Its heartbeat: how many times it has renewed this grant.
+    pub seq: u64,
+    /// Its TTL.
+    pub ttl: Duration,
 }
 
 /// What the holder and its renewing thread share.
@@ -223,7 +242,83 @@ impl RecordLease {
     /// with the lease held; [`Error::Cancelled`]; [`Error::Io`] naming the path for file
     /// system failures.
     pub fn acquire(path: impl AsRef<Path>, ttl: Duration, budget: &Budget) -> Result<RecordLease> {
-        Self::acquire_as(path.as_ref(), ttl, budget, Identity::of_this_process())
+        Self::acquire_as(
+            &LeaseOptions::new(),
+            path.as_ref(),
+            ttl,
+            budget,
+            Identity::of_this_process(),
+        )
+    }
+
+    /// [`acquire`](Self::acquire) with the kernel lease on the lock path taken under `opts`
+    /// (its ownership rule, parents; network file systems allowed whatever it says):
+    /// [`LeaseOptions::acquire_mount_lease`]'s.
+    pub(crate) fn acquire_with(
+        opts: &LeaseOptions,
+        path: &Path,
+        ttl: Duration,
+        budget: &Budget,
+    ) -> Result<RecordLease> {
+        Self::acquire_as(opts, path, ttl, budget, Identity::of_this_process())
+    }
+
+    /// Who holds the record lease on the lock path `path`, as its baton says, without
+    /// taking or changing anything; `None` when it is free or has never been taken (no
+    /// lease directory). A holder on another host that stopped renewing is named until a
+    /// waiter takes its claim over (a TTL after its last renewal, as the waiter measures it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] naming the lease directory when it cannot be read.
+    pub fn holder(path: impl AsRef<Path>) -> Result<Option<RecordHolder>> {
+        let path = path.as_ref();
+        let dir = lease_dir_of(path);
+        let fd = match sys::open_dir_at(sys::cwd(), &dir, false) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(io(&dir, "open lease directory", e)),
+        };
+        Ok(match list(&fd, path)?.1 {
+            Some(Baton::Live {
+                token,
+                seq,
+                ttl,
+                holder,
+            }) => Some(RecordHolder {
+                this_host: holder.host == Identity::of_this_process().host,
+                host: holder.host,
+                pid: holder.pid,
+                token,
+                seq,
+                ttl,
+            }),
+            _ => None,
+        })
+    }
+
+    /// The lock path, as given.
+    pub fn path(&self) -> &Path {
+        &self.held.path
+    }
+
+    /// The kernel lease on the lock path that this lease holds for as long as it lives.
+    pub(crate) fn kernel(&self) -> &Lease {
+        &self.kernel
+    }
+
+    /// Releases now, as [`release`](Self::release) does, for a holder that cannot give it
+    /// up by value; a failure to give the baton back is ignored (a waiter then takes it over
+    /// once the TTL has passed).
+    pub(crate) fn release_in_place(&mut self) {
+        self.stop_keeper();
+        let _ = self.held.give_back();
+        self.kernel.release();
+    }
+
+    /// Whether it is still believed held: neither released nor found lost.
+    pub fn is_held(&self) -> bool {
+        !lock(&self.held.state).done
     }
 
     /// [`acquire`](Self::acquire) as if this process ran on the host named `host`: how the
@@ -235,10 +330,17 @@ impl RecordLease {
         budget: &Budget,
         host: &str,
     ) -> Result<RecordLease> {
-        Self::acquire_as(path, ttl, budget, Identity::with_host(host.as_bytes()))
+        Self::acquire_as(
+            &LeaseOptions::new(),
+            path,
+            ttl,
+            budget,
+            Identity::with_host(host.as_bytes()),
+        )
     }
 
     fn acquire_as(
+        opts: &LeaseOptions,
         path: &Path,
         ttl: Duration,
         budget: &Budget,
@@ -251,9 +353,7 @@ impl RecordLease {
         // whose locks stay on each host, it reaches exactly this host's processes): only the
         // one at the head polls the baton, hand-over between them is the kernel's, and a
         // kernel lease on the same path excludes a record lease and the other way round.
-        let kernel = LeaseOptions::new()
-            .allow_network_filesystem(true)
-            .acquire(path, budget)?;
+        let kernel = opts.allow_network_filesystem(true).acquire(path, budget)?;
         let dir = open_lease_dir(path)?;
         // The baton being watched, and when (on the boot clock) it was first listed.
         let mut watch: Option<(String, Duration)> = None;
@@ -323,7 +423,7 @@ impl RecordLease {
                         let mut lease = RecordLease {
                             held,
                             keeper: None,
-                            _kernel: kernel,
+                            kernel,
                         };
                         match keeper {
                             Ok(k) => lease.keeper = Some(k),
@@ -358,6 +458,12 @@ impl RecordLease {
                     },
                 });
             }
+            // A wait that goes on says so once, when its budget asks (a CLI's "waiting for").
+            budget.notice_due(|| Error::TimedOut {
+                path: path.to_path_buf(),
+                holders: HolderInfo::known(Holders::Unknown),
+                waited: at.duration_since(started),
+            });
             let mut pause = jitter(backoff);
             if let Some(d) = deadline {
                 pause = pause.min(d.saturating_duration_since(at));

@@ -1,5 +1,8 @@
 //! `leasehold run`: hold an exclusive (with `--shared`, a shared) kernel lease on LOCKFILE
-//! while COMMAND runs.
+//! while COMMAND runs — or, on a mount whose kernel locks stay on each host with
+//! `LEASEHOLD_SHARED_MOUNT=record:SECS` set, an exclusive record lease
+//! ([`leasehold::RecordLease`]), renewed by this process while COMMAND runs, whose fencing
+//! token COMMAND gets as `LEASEHOLD_FENCING_TOKEN`.
 //!
 //! The lease's descriptor is inherited by COMMAND (as with `flock(1)`), so the kernel keeps
 //! the lock for as long as COMMAND or any descendant holding the descriptor lives — even when
@@ -19,7 +22,7 @@ use crate::signals::Forward;
 use crate::signals::Interrupts;
 use crate::wait::Wait;
 use clap::Args;
-use leasehold::{AnyLease, Error, ErrorClass, LockMode};
+use leasehold::{Error, ErrorClass, LockMode, MountLease};
 
 /// `run`'s own exit statuses, closing `run --help` (contract v1.3, `run`).
 macro_rules! run_exit_statuses {
@@ -128,6 +131,10 @@ pub fn main(args: RunArgs) -> Outcome {
     if let Some((name, value)) = lease.child_env() {
         command.env(name, value);
     }
+    // A record lease's token, for COMMAND to hand to whatever checks it before a write.
+    if let Some(token) = lease.fencing_token() {
+        command.env("LEASEHOLD_FENCING_TOKEN", token.to_string());
+    }
     let mut child = command.spawn().map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             127
@@ -162,11 +169,15 @@ pub fn main(args: RunArgs) -> Outcome {
         .map_err(|e| Failure::failed(format!("waiting for {}: {e}", program.to_string_lossy())))?;
     drop(lease);
     #[cfg(unix)]
-    if let Some(lost) = moved {
+    if let Some((lost, record)) = moved {
+        let since = match record {
+            true => "since another holder may be running beside it",
+            false => "since a newcomer could lock a new file at the path",
+        };
         return Err(Failure::with_status(
             crate::exit::MOVED,
             format!(
-                "{lost}; COMMAND was stopped (status {}), since a newcomer could lock a new file at the path",
+                "{lost}; COMMAND was stopped (status {}), {since}",
                 crate::signals::exit_status(status)
             ),
         ));
@@ -181,7 +192,8 @@ fn handler_failure(e: std::io::Error) -> Failure {
 }
 
 /// How often `run` checks, while COMMAND runs, that LOCKFILE's path still leads to the file
-/// it locked ([`AnyLease::verify`]: one `fstatat` of the whole path).
+/// it locked ([`MountLease::verify`]: one `fstatat` of the whole path), or that a record
+/// lease is still held (no I/O while two thirds of its validity are left).
 #[cfg(unix)]
 const WATCH_EVERY: Duration = Duration::from_millis(200);
 
@@ -195,9 +207,15 @@ const MOVED_GRACE: Duration = Duration::from_secs(2);
 /// `LEASEHOLD_ALLOW_SHARED=1` lets such paths be used), or replace or remove the file
 /// itself, moves the lock away from its path while it is held, and the next `run` then
 /// locks a new file there and runs beside COMMAND. Once the path leads elsewhere COMMAND's
-/// tree is stopped ([`stop_tree`]) and the loss returned.
+/// tree is stopped ([`stop_tree`]) and the loss returned. A record lease is lost when a
+/// renewal finds it taken over, or when renewals kept failing until its validity ran out;
+/// then too the tree is stopped, and the loss returned with `true`.
 #[cfg(unix)]
-fn watch(lease: &AnyLease, command: u32, ended: std::sync::mpsc::Receiver<()>) -> Option<Error> {
+fn watch(
+    lease: &MountLease,
+    command: u32,
+    ended: std::sync::mpsc::Receiver<()>,
+) -> Option<(Error, bool)> {
     use std::sync::mpsc::RecvTimeoutError;
     loop {
         match ended.recv_timeout(WATCH_EVERY) {
@@ -206,9 +224,15 @@ fn watch(lease: &AnyLease, command: u32, ended: std::sync::mpsc::Receiver<()>) -
         }
         // Only a path that names another file (or none) is a loss; a look that failed (a
         // directory made unsearchable by its owner) moves nothing and is looked at again.
-        if let Err(lost @ Error::LeaseLost { .. }) = lease.verify() {
+        // A record lease whose renewal failed is lost once its validity has run out.
+        let lost = match (lease.verify(), lease) {
+            (Err(lost @ Error::LeaseLost { .. }), _) => Some(lost),
+            (Err(e), MountLease::Record(r)) if r.remaining().is_none() => Some(e),
+            _ => None,
+        };
+        if let Some(lost) = lost {
             stop_tree(command, &ended);
-            return Some(lost);
+            return Some((lost, matches!(lease, MountLease::Record(_))));
         }
     }
 }
@@ -261,7 +285,7 @@ fn stop_tree(command: u32, ended: &std::sync::mpsc::Receiver<()>) {
 /// Waits for the lease within the user's budget (see [`Wait`]: it says once when it takes
 /// over a second). Contention names the lock file, its holders, how long `run` waited and
 /// the option that waits longer.
-fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure> {
+fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<MountLease, Failure> {
     let token = interrupts.token();
     let wait = Wait::of(args.no_wait, args.timeout, token);
     // What holds the lease up, after "{path}: lock is " (and, in the notice, after the
@@ -270,7 +294,10 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure>
     let holders = |e: &Error| match e {
         Error::Contended { path, holders, .. } | Error::TimedOut { path, holders, .. } => Some((
             path.display().to_string(),
-            format!("held by {}", holders.who()),
+            format!(
+                "held by {}",
+                record_holder(path).unwrap_or_else(|| holders.who())
+            ),
         )),
         Error::GateHeld {
             path,
@@ -298,7 +325,8 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure>
         _ => None,
     };
     let held_by = move |e: &Error| holders(e).map(|(path, held)| format!("{path} {held}"));
-    let options = crate::env::lease_options();
+    let options = crate::env::lease_options()
+        .on_shared_mount(crate::env::shared_mount().map_err(Failure::usage)?);
     // One acquisition for the whole wait, which says the notice and goes on waiting on the
     // file it opened (see `Wait::lease_budget`).
     let budget = wait.lease_budget(held_by);
@@ -306,7 +334,7 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure>
         true => LockMode::Shared,
         false => LockMode::Exclusive,
     };
-    let acquired = options.acquire_mode(&args.lockfile, mode, &budget);
+    let acquired = options.acquire_mount_lease(&args.lockfile, mode, &budget);
     acquired.map_err(|e| {
         // How long it waited, before the holders are looked up (that takes a moment).
         let tail = wait.gave_up();
@@ -318,4 +346,15 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure>
             None => Failure::lease(&e),
         }
     })
+}
+
+/// Who holds a record lease on `path`, as contention names it, if one does: "pid N on this
+/// host (record lease, fencing token T)".
+fn record_holder(path: &std::path::Path) -> Option<String> {
+    #[cfg(unix)]
+    if let Ok(Some(h)) = leasehold::RecordLease::holder(path) {
+        return Some(super::status::record_words(&h));
+    }
+    let _ = path;
+    None
 }

@@ -1,6 +1,6 @@
 //! `leasehold status`: who holds a lock file — without creating, changing, blocking on or
-//! taking anything (it reads `/proc/locks`; it never calls `flock`, so it cannot make a
-//! concurrent acquirer fail).
+//! taking anything (it reads `/proc/locks`, and a record lease's directory; it never calls
+//! `flock`, so it cannot make a concurrent acquirer fail).
 
 use std::path::PathBuf;
 
@@ -13,7 +13,8 @@ use crate::out::print_line;
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     /// Print {"path": ..., "held": ..., "holders": [...], "mount": {"locks": ..., "fs": ...,
-    /// "reason": ...}}.
+    /// "reason": ...}, "record": null or {"pid": ..., "host": ..., "this_host": ...,
+    /// "token": ..., "ttl_ms": ...}}.
     #[arg(long)]
     json: bool,
     /// etcd endpoints (comma-separated http:// or https:// URLs; https trusts the system's
@@ -38,6 +39,22 @@ pub fn main(args: StatusArgs) -> Outcome {
             )));
         }
     };
+    // A record lease's holder (`run` with LEASEHOLD_SHARED_MOUNT=record:SECS), which may be
+    // on another host, where this host's kernel lock shows nothing.
+    // A lease directory this user may not read is another user's record lease, which this
+    // user could not take either: said as none.
+    #[cfg(unix)]
+    let record = match leasehold::RecordLease::holder(&args.lockfile) {
+        Err(leasehold::Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            None
+        }
+        other => other.map_err(|e| Failure::of(&e))?,
+    };
+    #[cfg(not(unix))]
+    let record: Option<()> = None;
+    let held = held || record.is_some();
     if args.json {
         let mount = leasehold::MountLocks::of(&args.lockfile).map_err(|e| Failure::of(&e))?;
         let doc = serde_json::json!({
@@ -45,9 +62,15 @@ pub fn main(args: StatusArgs) -> Outcome {
             "held": held,
             "holders": holders.pids(),
             "mount": {"locks": mount.name(), "fs": mount.fs(), "reason": mount.reason()},
+            "record": record_json(&record),
         });
         print_line(doc)?;
     } else {
+        #[cfg(unix)]
+        if let Some(h) = &record {
+            print_line(format!("held by {}", record_words(h)))?;
+            return Ok(OK);
+        }
         match &holders {
             Holders::Held { pids } if !pids.is_empty() => {
                 let list: Vec<String> = pids.iter().map(u32::to_string).collect();
@@ -58,4 +81,37 @@ pub fn main(args: StatusArgs) -> Outcome {
         }
     }
     Ok(OK)
+}
+
+/// A record lease's holder as `status` and contention name it: "pid N on this host (record
+/// lease, fencing token T)", or "on host H" (its identity's 16 hex digits) for another's.
+#[cfg(unix)]
+pub fn record_words(h: &leasehold::RecordHolder) -> String {
+    let host = match h.this_host {
+        true => "this host".to_string(),
+        false => format!("host {}", h.host),
+    };
+    format!(
+        "pid {} on {host} (record lease, fencing token {})",
+        h.pid, h.token
+    )
+}
+
+#[cfg(unix)]
+fn record_json(record: &Option<leasehold::RecordHolder>) -> serde_json::Value {
+    match record {
+        Some(h) => serde_json::json!({
+            "pid": h.pid,
+            "host": h.host,
+            "this_host": h.this_host,
+            "token": h.token,
+            "ttl_ms": u64::try_from(h.ttl.as_millis()).unwrap_or(u64::MAX),
+        }),
+        None => serde_json::Value::Null,
+    }
+}
+
+#[cfg(not(unix))]
+fn record_json(_: &Option<()>) -> serde_json::Value {
+    serde_json::Value::Null
 }

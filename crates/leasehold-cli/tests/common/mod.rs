@@ -186,6 +186,29 @@ impl Bindfs {
     }
 }
 
+impl Bindfs {
+    /// A second bindfs mount of the same backing directory, at `mnt` + `-2`: with the first,
+    /// two views of one directory on which a kernel lock taken through one does not exclude
+    /// one taken through the other — as two NFS clients with `local_lock=all`. `None` (after
+    /// printing `SKIP: FUSE test: <why>`) where it cannot be mounted.
+    pub fn another(&self) -> Option<Bindfs> {
+        let mut name = self.mnt.as_os_str().to_owned();
+        name.push("-2");
+        let mnt = PathBuf::from(name);
+        std::fs::create_dir_all(&mnt).unwrap();
+        match Command::new("bindfs").arg(&self.backing).arg(&mnt).output() {
+            Ok(o) if o.status.success() => Some(Bindfs {
+                backing: self.backing.clone(),
+                mnt,
+            }),
+            other => {
+                eprintln!("SKIP: FUSE test: a second bindfs mount failed here: {other:?}");
+                None
+            }
+        }
+    }
+}
+
 impl Drop for Bindfs {
     fn drop(&mut self) {
         let ok = Command::new("fusermount3")

@@ -394,7 +394,7 @@ pub fn after_fork_in_parent() {
 }
 
 pub use any::AnyLease;
-pub use options::LeaseOptions;
+pub use options::{LeaseOptions, SharedMount};
 #[cfg(unix)]
 pub use shared::unlock_descriptor;
 pub use shared::{LockMode, SharedLease};

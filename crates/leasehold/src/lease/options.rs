@@ -35,6 +35,36 @@ pub struct LeaseOptions {
     /// Whether a lock file replaced under a try or a wait is followed (reopened, up to
     /// `MAX_REOPENS` times); see [`follow_replaced`](Self::follow_replaced).
     pub(crate) follow_replaced: bool,
+    /// What [`acquire_mount_lease`](Self::acquire_mount_lease) does on a mount whose locks
+    /// stay on each host; see [`on_shared_mount`](Self::on_shared_mount).
+    pub(crate) shared_mount: SharedMount,
+}
+
+/// What an exclusive [`acquire_mount_lease`](LeaseOptions::acquire_mount_lease) does on a
+/// mount whose kernel locks stay on each host ([`MountLocks::HostOnly`](crate::MountLocks::HostOnly):
+/// NFS with `local_lock=all|flock` or `nolock`, SMB with `nobrl`, sshfs and most FUSE),
+/// where two hosts would both get the kernel's lock. Set with
+/// [`LeaseOptions::on_shared_mount`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SharedMount {
+    /// Refuse, as every network file system is refused
+    /// ([`Error::NetworkFilesystem`], naming both opt-ins), unless
+    /// [`allow_network_filesystem`](LeaseOptions::allow_network_filesystem) takes the
+    /// kernel's lock anyway. The default.
+    #[default]
+    Refuse,
+    /// Take a [`RecordLease`](crate::RecordLease) with this TTL (POSIX): a lease built on
+    /// `rename` alone, which excludes processes on every host sharing the directory, carries
+    /// a fencing token, and ends a TTL after its holder stopped renewing (at once for a
+    /// holder of this host whose process is gone). See docs/network-fs.md for what it
+    /// guarantees. Elsewhere (Windows, WASI) it changes nothing.
+    Record {
+        /// The holder's TTL: what each renewal (every third of it) buys, and how long a
+        /// waiter on another host waits past a holder that stopped renewing. Raised to 30 ms,
+        /// lowered to a day.
+        ttl: std::time::Duration,
+    },
 }
 
 impl Default for LeaseOptions {
@@ -46,6 +76,7 @@ impl Default for LeaseOptions {
             allow_shared_state: false,
             single_process: false,
             follow_replaced: true,
+            shared_mount: SharedMount::Refuse,
         }
     }
 }
@@ -119,6 +150,27 @@ impl LeaseOptions {
     pub fn allow_shared_state(mut self, allow: bool) -> LeaseOptions {
         self.allow_shared_state = allow;
         self
+    }
+
+    /// What an exclusive [`acquire_mount_lease`](Self::acquire_mount_lease) or
+    /// [`try_acquire_mount_lease`](Self::try_acquire_mount_lease) does when the lock path's
+    /// mount keeps kernel locks on each host ([`MountLocks::of`](crate::MountLocks::of) says
+    /// `HostOnly`): [`SharedMount::Refuse`] (the default) or [`SharedMount::Record`], which
+    /// returns a [`MountLease::Record`](crate::MountLease::Record). The mount is classified at
+    /// each such acquisition; a local or cross-host mount gets the kernel's lease as
+    /// without the option (a cross-host network mount still needs
+    /// [`allow_network_filesystem`](Self::allow_network_filesystem)). Shared leases and the
+    /// other acquisitions ([`acquire`](Self::acquire), handles, [`LockDir`]) never take a
+    /// record lease. The CLI's `run` sets it with `LEASEHOLD_SHARED_MOUNT=record:SECS`.
+    #[must_use]
+    pub fn on_shared_mount(mut self, choice: SharedMount) -> LeaseOptions {
+        self.shared_mount = choice;
+        self
+    }
+
+    /// What [`on_shared_mount`](Self::on_shared_mount) set.
+    pub fn shared_mount(&self) -> SharedMount {
+        self.shared_mount
     }
 
     /// Declares that this program is the only one that will ever take leases in the

@@ -266,6 +266,19 @@ fn child_process() {
                 drop(lease);
             }
         }
+        // Holds the lease `LeaseOptions::acquire_mount_lease` calls for, with a record lease
+        // chosen, under this process's own host identity, until killed.
+        "hold-mount" => {
+            let ttl = Duration::from_secs(60);
+            let options = LeaseOptions::new().on_shared_mount(crate::SharedMount::Record { ttl });
+            let lease = options
+                .acquire_mount_lease(&lock, crate::LockMode::Exclusive, &Budget::timeout(ttl))
+                .unwrap();
+            println!("HELD {:?}", lease.fencing_token());
+            std::io::stdout().flush().unwrap();
+            let mut buf = String::new();
+            let _ = std::io::stdin().read_line(&mut buf);
+        }
         // One try, reported.
         "try" => {
             let ttl = Duration::from_secs(60);
@@ -721,4 +734,70 @@ fn a_holder_whose_clock_jumped_past_its_ttl_checks_the_baton_before_answering() 
     assert_eq!(baton(), 1, "past its validity, verify renewed first");
     assert!(lease.remaining().is_some());
     CLOCK_JUMP.with(|j| j.set(Duration::ZERO));
+}
+
+/// `LeaseOptions::acquire_mount_lease` takes a record lease on a mount whose locks stay on
+/// each host only when one is chosen: by default the mount is refused with an error naming
+/// the option; chosen, a holder through one mount excludes a try through the other, is
+/// named by `RecordLease::holder`, and once SIGKILLed is taken over at once (same host) with
+/// the next token; a local path and a shared lease get the kernel's lease or its refusal.
+#[test]
+fn the_options_take_a_record_lease_on_a_host_only_mount_when_chosen() {
+    use crate::{LockMode, MountLease, SharedMount};
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "record lease through LeaseOptions") else {
+        return;
+    };
+    let (lock, other) = (bed.mounts[0].join("x.lock"), bed.mounts[1].join("x.lock"));
+    let refused = LeaseOptions::new()
+        .try_acquire_mount_lease(&lock, LockMode::Exclusive)
+        .unwrap_err();
+    assert!(
+        matches!(refused, Error::NetworkFilesystem { .. }),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("LeaseOptions::on_shared_mount"),
+        "{refused}"
+    );
+    let ttl = Duration::from_secs(60);
+    let options = LeaseOptions::new().on_shared_mount(SharedMount::Record { ttl });
+    let mut holder = Kid(child("hold-mount", &lock, "").spawn().unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "Some(1)");
+    let busy = options
+        .try_acquire_mount_lease(&other, LockMode::Exclusive)
+        .unwrap_err();
+    assert!(busy.is_contended(), "{busy}");
+    let named = RecordLease::holder(&other).unwrap().expect("a holder");
+    assert_eq!(
+        (named.pid, named.token, named.this_host),
+        (holder.0.id(), 1, true)
+    );
+    let shared = options
+        .try_acquire_mount_lease(&other, LockMode::Shared)
+        .unwrap_err();
+    assert!(
+        matches!(shared, Error::NetworkFilesystem { .. }),
+        "{shared:?}"
+    );
+    drop(holder);
+    let lease = options
+        .acquire_mount_lease(
+            &other,
+            LockMode::Exclusive,
+            &Budget::timeout(Duration::from_secs(20)),
+        )
+        .unwrap();
+    assert!(matches!(lease, MountLease::Record(_)), "{lease:?}");
+    assert_eq!(lease.fencing_token(), Some(2));
+    lease.verify().unwrap();
+    drop(lease);
+    assert_eq!(RecordLease::holder(&other).unwrap(), None);
+    let local = options
+        .try_acquire_mount_lease(tmp.path().join("local.lock"), LockMode::Exclusive)
+        .unwrap();
+    assert!(matches!(local, MountLease::Kernel(_)), "{local:?}");
+    assert_eq!(local.fencing_token(), None);
 }

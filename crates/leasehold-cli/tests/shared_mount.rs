@@ -1,0 +1,242 @@
+//! `leasehold run` with a record lease (`LEASEHOLD_SHARED_MOUNT=record:SECS`) on the two-mount
+//! bed: two bindfs mounts of one directory, on which a kernel lock through one does not
+//! exclude one through the other (checked first) — as two NFS clients with
+//! `local_lock=all`. Real processes throughout; handshakes by lines on pipes.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Bindfs, leasehold};
+use rustix::process::Signal;
+use testkit::{Proc, assert_one_line_error, run};
+
+/// Two mounts of one directory that the kernel's lock does not cross, or `None` after a
+/// `SKIP:` line (no bindfs, no FUSE, or a kernel lock that does cross them here).
+fn two_mounts(dir: &Path) -> Option<(Bindfs, Bindfs)> {
+    let first = Bindfs::mount(dir)?;
+    let second = first.another()?;
+    let lock = "probe.lock";
+    let holder = Proc::spawn(
+        leasehold()
+            .env("LEASEHOLD_ALLOW_NETWORK_FS", "1")
+            .arg("run")
+            .arg(first.mnt.join(lock))
+            .args(["--", "sh", "-c", "echo locked; read _"]),
+    );
+    let mut holder = holder;
+    assert_eq!(holder.line(), "locked");
+    let through_other = run(leasehold()
+        .env("LEASEHOLD_ALLOW_NETWORK_FS", "1")
+        .args(["run", "--no-wait"])
+        .arg(second.mnt.join(lock))
+        .args(["--", "true"]));
+    if through_other.code != 0 {
+        eprintln!(
+            "SKIP: record lease test: a kernel lock through one bindfs mount excludes the other here, so they are not two hosts"
+        );
+        return None;
+    }
+    Some((first, second))
+}
+
+/// A `run` holding the record lease (TTL `ttl`) on `lock`: COMMAND prints `locked TOKEN`
+/// and waits for a line, then prints `done`.
+fn holder(lock: &Path, ttl: &str, stderr: Stdio) -> Proc {
+    Proc::spawn(
+        leasehold()
+            .stderr(stderr)
+            .env("LEASEHOLD_SHARED_MOUNT", format!("record:{ttl}"))
+            .arg("run")
+            .arg(lock)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo locked $LEASEHOLD_FENCING_TOKEN; read _ignored; echo done",
+            ]),
+    )
+}
+
+/// Without the option a lock path on the mount is refused, naming it; with it `run` holds a
+/// record lease through one mount that a `run` through the other cannot take (its refusal
+/// and `status`, text and JSON, name the holder's pid, host and token); once released, the
+/// next `run` gets the next token.
+#[test]
+fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((a, b)) = two_mounts(tmp.path()) else {
+        return;
+    };
+    let (lock_a, lock_b) = (a.mnt.join("job.lock"), b.mnt.join("job.lock"));
+    let refused = run(leasehold().arg("run").arg(&lock_a).args(["--", "true"]));
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert_one_line_error(
+        &refused,
+        "take a record lease there, which excludes across hosts (exclusive leases; LEASEHOLD_SHARED_MOUNT=record:SECS in the environment of leasehold run), or opt in with LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment to take the kernel's lock anyway",
+    );
+    let bad = run(leasehold()
+        .env("LEASEHOLD_SHARED_MOUNT", "record:soon")
+        .arg("run")
+        .arg(&lock_a)
+        .args(["--", "true"]));
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert_one_line_error(
+        &bad,
+        "LEASEHOLD_SHARED_MOUNT=record:soon: expected record:SECS",
+    );
+
+    let mut first = holder(&lock_a, "60", Stdio::inherit());
+    assert_eq!(first.line(), "locked 1");
+    let who = format!(
+        "pid {} on this host (record lease, fencing token 1)",
+        first.pid()
+    );
+    let busy = run(leasehold()
+        .env("LEASEHOLD_SHARED_MOUNT", "record:60")
+        .args(["run", "--no-wait"])
+        .arg(&lock_b)
+        .args(["--", "echo", "ran"]));
+    assert_eq!((busy.code, busy.stdout.as_str()), (75, ""), "{busy:?}");
+    assert_one_line_error(&busy, &format!("lock is held by {who}"));
+    let status = run(leasehold().arg("status").arg(&lock_b));
+    assert_eq!(
+        (status.code, status.stdout.as_str()),
+        (0, format!("held by {who}\n").as_str()),
+        "{status:?}"
+    );
+    let json = run(leasehold().args(["status", "--json"]).arg(&lock_b));
+    assert_eq!(json.code, 0, "{json:?}");
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(doc["held"], true, "{doc}");
+    assert_eq!(doc["mount"]["locks"], "host-only", "{doc}");
+    assert_eq!(doc["record"]["pid"], first.pid(), "{doc}");
+    assert_eq!(doc["record"]["token"], 1, "{doc}");
+    assert_eq!(doc["record"]["this_host"], true, "{doc}");
+    assert_eq!(doc["record"]["ttl_ms"], 60_000, "{doc}");
+    assert_eq!(doc["record"]["host"].as_str().unwrap().len(), 16, "{doc}");
+
+    // A waiter through the other mount says once, after a second, whom it waits for; then
+    // it gets the lease the holder gives back, with the next token.
+    let mut waiter = Proc::spawn(
+        leasehold()
+            .stderr(Stdio::piped())
+            .env("LEASEHOLD_SHARED_MOUNT", "record:60")
+            .args(["run", "--timeout", "60"])
+            .arg(&lock_b)
+            .args(["--", "sh", "-c", "echo ran $LEASEHOLD_FENCING_TOKEN"]),
+    );
+    let mut notice = String::new();
+    BufReader::new(waiter.child.stderr.as_mut().unwrap())
+        .read_line(&mut notice)
+        .unwrap();
+    assert_eq!(
+        notice,
+        format!(
+            "leasehold: waiting for {} held by {who}\n",
+            lock_b.display()
+        )
+    );
+    first.send("go");
+    assert_eq!(first.line(), "done");
+    assert!(first.wait().success());
+    assert_eq!(waiter.line(), "ran 2");
+    assert!(waiter.wait().success());
+    let status = run(leasehold().arg("status").arg(&lock_b));
+    assert_eq!(status.stdout, "free\n", "{status:?}");
+    let json = run(leasehold().args(["status", "--json"]).arg(&lock_b));
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(doc["record"], serde_json::Value::Null, "{doc}");
+    let next = run(leasehold()
+        .env("LEASEHOLD_SHARED_MOUNT", "record:60")
+        .args(["run", "--no-wait"])
+        .arg(&lock_a)
+        .args(["--", "sh", "-c", "echo ran $LEASEHOLD_FENCING_TOKEN"]));
+    assert_eq!(
+        (next.code, next.stdout.as_str()),
+        (0, "ran 3\n"),
+        "{next:?}"
+    );
+}
+
+/// A `run` SIGSTOPped past its record lease's TTL (1 s) is taken over through the other
+/// mount (token 2); resumed, it finds the lease lost before anything else, stops COMMAND
+/// (which never printed `done`) and exits 74 saying so.
+#[test]
+fn a_run_paused_past_its_ttl_loses_the_lease_and_stops_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((a, b)) = two_mounts(tmp.path()) else {
+        return;
+    };
+    let (lock_a, lock_b) = (a.mnt.join("job.lock"), b.mnt.join("job.lock"));
+    let mut first = holder(&lock_a, "1", Stdio::piped());
+    assert_eq!(first.line(), "locked 1");
+    first.signal(Signal::STOP);
+    testkit::until("the holding run stopped", || testkit::stopped(first.pid()));
+    let second = run(leasehold()
+        .env("LEASEHOLD_SHARED_MOUNT", "record:1")
+        .args(["run", "--timeout", "30"])
+        .arg(&lock_b)
+        .args(["--", "sh", "-c", "echo ran $LEASEHOLD_FENCING_TOKEN"]));
+    assert_eq!(
+        (second.code, second.stdout.as_str()),
+        (0, "ran 2\n"),
+        "{second:?}"
+    );
+    first.signal(Signal::CONT);
+    let status = first
+        .wait_timeout(Duration::from_secs(30))
+        .expect("the resumed run ends");
+    assert_eq!(status.code(), Some(74), "{status:?}");
+    // COMMAND was stopped while it waited for its line: it never said `done`.
+    assert_eq!(first.line(), "");
+    let mut said = String::new();
+    first
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
+    let said = testkit::Out {
+        code: 74,
+        stdout: String::new(),
+        stderr: said,
+    };
+    assert_one_line_error(&said, "lease lost");
+    assert_one_line_error(
+        &said,
+        "COMMAND was stopped (status 143), since another holder may be running beside it",
+    );
+}
+
+/// `status` by a user who may not read a lock path's lease directory (another user's record
+/// lease, mode 0700) says what the kernel's lock says instead of failing: that user could not
+/// take the record lease either. Run as root, the other user being `nobody` (`setpriv`).
+#[test]
+fn status_by_a_user_who_cannot_read_the_lease_directory_reports_the_kernel_lock() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP: record lease status as another user: needs root (setpriv to nobody)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lock = tmp.path().join("job.lock");
+    std::fs::write(&lock, b"").unwrap();
+    let lease_dir = tmp.path().join("job.lock.lease");
+    std::fs::create_dir(&lease_dir).unwrap();
+    std::fs::set_permissions(&lease_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(lease_dir.join("free.3"), b"").unwrap();
+    let out = run(Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(common::bin())
+        .arg("status")
+        .arg(&lock)
+        .stdin(Stdio::null()));
+    assert_eq!((out.code, out.stdout.as_str()), (0, "free\n"), "{out:?}");
+}
