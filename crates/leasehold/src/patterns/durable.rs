@@ -588,6 +588,40 @@ mod tests {
         );
     }
 
+    /// The collection a store makes at every update leaves the directory's access time alone:
+    /// under `relatime` a listing after a change would otherwise update it, an inode update
+    /// that rides into the next `fsync`. (On a file system mounted `noatime` this passes
+    /// either way.)
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn collecting_temporaries_leaves_the_directory_access_time_alone() {
+        use rustix::fs::{AtFlags, CWD, Timespec, Timestamps, statat, utimensat};
+        let dir = crate::test_dir();
+        let p = dir.path().join("doc.json");
+        replace_file(&p, b"one").unwrap();
+        std::fs::write(dir.path().join(".doc.json.tmp.1.0"), b"x").unwrap();
+        // An access time older than the last change: the next listing would update it.
+        let old = Timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 0,
+        };
+        let now = statat(CWD, dir.path(), AtFlags::empty()).unwrap();
+        let times = Timestamps {
+            last_access: old,
+            last_modification: Timespec {
+                tv_sec: now.st_mtime,
+                tv_nsec: now.st_mtime_nsec as _,
+            },
+        };
+        utimensat(CWD, dir.path(), &times, AtFlags::empty()).unwrap();
+        assert_eq!(remove_temporaries(&p).unwrap(), 1);
+        let after = statat(CWD, dir.path(), AtFlags::empty()).unwrap();
+        assert_eq!(
+            after.st_atime, old.tv_sec,
+            "the listing updated the access time"
+        );
+    }
+
     #[test]
     fn temporary_names_are_read_back_as_their_file_and_process() {
         let made = temporary_name("a.tmp.b.json");
