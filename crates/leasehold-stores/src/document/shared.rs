@@ -12,9 +12,9 @@
 //! * **The new content is written whole and durably** by the library's one rewrite
 //!   ([`replace_file_with`], through the document's directory opened once per update: a
 //!   temporary beside the file, fsync, rename over the file, fsync of the directory). The
-//!   lease is verified after the temporary's fsync and before
-//!   the rename: a writer whose lock file was removed or replaced meanwhile (so another
-//!   writer may hold a new one) renames nothing. Temporaries a killed writer left are
+//!   lease is verified after the temporary's fsync and before the rename: a writer whose
+//!   lock file was removed or replaced meanwhile (so another writer may hold a new one)
+//!   renames nothing. Temporaries a killed writer left are
 //!   removed at the next update, under the lease ([`remove_temporaries_in`]), when no writer
 //!   can be writing one.
 //! * **Readers take no lock.** The file at the path is only ever replaced by a rename, and
@@ -342,10 +342,11 @@ impl DocumentOptions {
 
     /// Calls `hook` after each step of an update's durable write ([`Step`]: the temporary
     /// created, written, fsynced, renamed, the directory fsynced), under the lease. The seam
-    /// crash and fault-injection tests use (as [`replace_file_observed`](leasehold::patterns::durable::replace_file_observed) is): a hook that
-    /// blocks lets a test SIGKILL the writer at that step; an error it returns is handled as
-    /// that step's I/O error (before the rename: the old version stays, the temporary is
-    /// removed; after it: [`DocumentError::OutcomeUnknown`]).
+    /// crash and fault-injection tests use (as
+    /// [`replace_file_observed`](leasehold::patterns::durable::replace_file_observed) is): a
+    /// hook that blocks lets a test SIGKILL the writer at that step; an error it returns is
+    /// handled as that step's I/O error (before the rename: the old version stays, the
+    /// temporary is removed; after it: [`DocumentError::OutcomeUnknown`]).
     #[must_use]
     pub fn observe(
         mut self,
