@@ -10,11 +10,12 @@
 //! * **Under the lease, the durable content is read again** — never a copy cached from
 //!   before the lease was had — so the change is applied to the latest version.
 //! * **The new content is written whole and durably** by the library's one rewrite
-//!   ([`replace_file_observed`]: a temporary beside the file, fsync, rename over the file,
-//!   fsync of the directory). The lease is verified after the temporary's fsync and before
-//!   the rename: a writer whose lock file was removed or replaced meanwhile (so another
-//!   writer may hold a new one) renames nothing. Temporaries a killed writer left are
-//!   removed at the next update, under the lease ([`remove_temporaries`]), when no writer
+//!   ([`replace_file_with`], through the document's directory opened once per update: a
+//!   temporary beside the file, fsync, rename over the file, fsync of the directory). The
+//!   lease is verified after the temporary's fsync and before the rename: a writer whose
+//!   lock file was removed or replaced meanwhile (so another writer may hold a new one)
+//!   renames nothing. Temporaries a killed writer left are
+//!   removed at the next update, under the lease ([`remove_temporaries_in`]), when no writer
 //!   can be writing one.
 //! * **Readers take no lock.** The file at the path is only ever replaced by a rename, and
 //!   a rename swaps the whole file at once: a reader opens either the old file or the new
@@ -33,7 +34,9 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold::patterns::durable::{Step, create_dirs, remove_temporaries, replace_file_observed};
+use leasehold::patterns::durable::{
+    InDir, Step, create_dirs, remove_temporaries_in, replace_file_with,
+};
 use leasehold::{Budget, Classify, Error as LeaseError, ErrorClass, Lease, LeaseOptions, LockDir};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -339,10 +342,11 @@ impl DocumentOptions {
 
     /// Calls `hook` after each step of an update's durable write ([`Step`]: the temporary
     /// created, written, fsynced, renamed, the directory fsynced), under the lease. The seam
-    /// crash and fault-injection tests use (as [`replace_file_observed`] is): a hook that
-    /// blocks lets a test SIGKILL the writer at that step; an error it returns is handled as
-    /// that step's I/O error (before the rename: the old version stays, the temporary is
-    /// removed; after it: [`DocumentError::OutcomeUnknown`]).
+    /// crash and fault-injection tests use (as
+    /// [`replace_file_observed`](leasehold::patterns::durable::replace_file_observed) is): a
+    /// hook that blocks lets a test SIGKILL the writer at that step; an error it returns is
+    /// handled as that step's I/O error (before the rename: the old version stays, the
+    /// temporary is removed; after it: [`DocumentError::OutcomeUnknown`]).
     #[must_use]
     pub fn observe(
         mut self,
@@ -424,27 +428,48 @@ impl Document {
     /// is one writer's whole content. A symlink, FIFO or directory at the path is refused
     /// ([`LeaseError::NotRegularFile`], naming it) without being opened for reading.
     pub fn read(&self) -> Result<Option<Snapshot>, DocumentError> {
-        let dir = match self.path.parent() {
+        let name = self.name()?;
+        match LockDir::open(self.dir()) {
+            Ok(dir) => self.read_in(&dir, name),
+            Err(LeaseError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(DocumentError::Lease(e)),
+        }
+    }
+
+    /// The document's directory (`.` for a bare name).
+    fn dir(&self) -> &Path {
+        match self.path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
-        };
-        let Some(name) = self.path.file_name().and_then(|n| n.to_str()) else {
-            return Err(self.io(
-                "open",
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "not a file name a document can have (not valid UTF-8, or none)",
-                ),
-            ));
-        };
-        let opened = LockDir::open(dir).and_then(|d| d.open_read(name));
-        let file = match opened {
+        }
+    }
+
+    /// The document's file name, which must be valid UTF-8.
+    fn name(&self) -> Result<&str, DocumentError> {
+        self.path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| {
+                self.io(
+                    "open",
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "not a file name a document can have (not valid UTF-8, or none)",
+                    ),
+                )
+            })
+    }
+
+    /// [`read`](Self::read) of the file `name` in the open directory `dir`.
+    fn read_in(&self, dir: &LockDir, name: &str) -> Result<Option<Snapshot>, DocumentError> {
+        let file = match dir.open_read(name) {
             Ok(Some((file, _))) => file,
             Ok(None) | Err(LeaseError::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(DocumentError::Lease(e)),
         };
         let limit = self.options.max_bytes;
-        let mut bytes = Vec::new();
+        // Room for a small document at once: one read and the one that finds its end.
+        let mut bytes = Vec::with_capacity(usize::try_from(limit.min(8191) + 1).unwrap_or(8192));
         file.take(limit.saturating_add(1))
             .read_to_end(&mut bytes)
             .map_err(|e| self.io("read", e))?;
@@ -678,11 +703,22 @@ impl Document {
         self.under_lease(lease, replacing)
     }
 
-    /// The steps of a start once the lease is held: collect, read, check.
+    /// The steps of a start once the lease is held: collect, read, check. The directory is
+    /// opened once, here, and the collection, the read and the rewrite all go through it.
     fn under_lease(&self, lease: Lease, replacing: bool) -> Result<Edit, DocumentError> {
-        // Under the lease no writer is mid-rewrite: any temporary is a killed one's.
-        remove_temporaries(&self.path).map_err(|e| self.io("remove leftover temporaries", e))?;
-        let current = self.read()?;
+        let name = self.name()?;
+        let (dir, current) = match LockDir::open(self.dir()) {
+            Ok(dir) => {
+                // Under the lease no writer is mid-rewrite: any temporary is a killed one's.
+                remove_temporaries_in(&dir, name)
+                    .map_err(|e| self.io("remove leftover temporaries", e))?;
+                let current = self.read_in(&dir, name)?;
+                (Some(dir), current)
+            }
+            // No directory yet: nothing to collect, no document; the rewrite creates it.
+            Err(LeaseError::NotFound { .. }) => (None, None),
+            Err(e) => return Err(self.io("remove leftover temporaries", e.into())),
+        };
         if self.options.json
             && !replacing
             && let Some(cur) = &current
@@ -693,6 +729,7 @@ impl Document {
         Ok(Edit {
             doc: self.clone(),
             lease,
+            dir,
             current,
         })
     }
@@ -719,15 +756,25 @@ impl Document {
         Ok(())
     }
 
-    /// Writes `new` durably, verifying `lease` after the temporary's fsync and before the
-    /// rename.
-    fn write(&self, lease: &Lease, new: &[u8]) -> Result<(), DocumentError> {
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            create_dirs(dir).map_err(|e| self.io("create the directory", e))?;
-        }
+    /// Writes `new` durably in `dir` (the directory the update opened; `None`: there was
+    /// none, it is created now), verifying `lease` after the temporary's fsync and before
+    /// the rename.
+    fn write(&self, lease: &Lease, dir: Option<&LockDir>, new: &[u8]) -> Result<(), DocumentError> {
+        let created;
+        let dir = match dir {
+            Some(dir) => dir,
+            None => {
+                if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    create_dirs(dir).map_err(|e| self.io("create the directory", e))?;
+                }
+                created = LockDir::open(self.dir())
+                    .map_err(|e| self.io("write the new version", e.into()))?;
+                &created
+            }
+        };
         let mut lost = None;
         let mut renamed = false;
-        let written = replace_file_observed(&self.path, new, &mut |step, _| {
+        let written = replace_file_with(&self.path, new, &mut InDir(dir), &mut |step, _| {
             match step {
                 Step::Synced => {
                     if let Err(e) = lease.verify() {
@@ -783,6 +830,8 @@ impl Document {
 pub struct Edit {
     doc: Document,
     lease: Lease,
+    /// The document's directory, opened under the lease (`None`: it did not exist).
+    dir: Option<LockDir>,
     current: Option<Snapshot>,
 }
 
@@ -806,7 +855,7 @@ impl Edit {
     /// before the rename; then releases the lease. Returns the version written.
     pub fn commit(mut self, new: Vec<u8>) -> Result<Snapshot, DocumentError> {
         self.doc.check_new(&new)?;
-        self.doc.write(&self.lease, &new)?;
+        self.doc.write(&self.lease, self.dir.as_ref(), &new)?;
         self.lease.release();
         Ok(Snapshot::new(new))
     }
