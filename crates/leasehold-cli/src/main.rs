@@ -33,7 +33,6 @@
 #![deny(unsafe_code)]
 
 mod cmd;
-mod env;
 mod exit;
 mod out;
 #[cfg(target_os = "linux")]
@@ -42,6 +41,9 @@ mod signals;
 mod wait;
 
 use std::process::ExitCode;
+
+// The environment's opt-ins: the lab's torture reads them too, so they live below both.
+use leasehold_lab::env;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 

@@ -126,7 +126,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
         key_four: "document_update_4",
         label: "Document::update_json",
         command: Box::new(|path: &Path, n: usize| {
-            let mut cmd = crate::cmd::platform::worker_command("bench")?;
+            let mut cmd = crate::platform::worker_command("bench")?;
             cmd.args(["doc", "--lock"])
                 .arg(path)
                 .arg(format!("--count={n}"));

@@ -652,7 +652,7 @@ fn start_waiters(
 }
 
 /// Runs one worker role until its parent ends it.
-pub(crate) fn main(args: &WorkerArgs) -> Outcome {
+pub fn main(args: &WorkerArgs) -> Outcome {
     let role = args.role.as_str();
     let lock = args.lock.as_path();
     let mut out = std::io::stdout().lock();
@@ -754,7 +754,7 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
                 .map_err(io_fail("report"))?;
             // CPU time is 0 where the platform has no process CPU clock (Windows: only the
             // POSIX waiting-CPU figure reads it).
-            let cpu = || crate::cmd::platform::process_cpu_ns().unwrap_or(0);
+            let cpu = || crate::platform::process_cpu_ns().unwrap_or(0);
             let (c0, t0) = (cpu(), mono_ns());
             let (held, acquired) = acquire(lock, wait, rt.as_ref())?;
             let c1 = cpu();
@@ -816,7 +816,7 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
             writeln!(out, "T {before} {during}")
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
-            let cpu = || crate::cmd::platform::process_cpu_ns().unwrap_or(0);
+            let cpu = || crate::platform::process_cpu_ns().unwrap_or(0);
             for line in lines.by_ref() {
                 let line = line.map_err(io_fail("read a cue"))?;
                 let Some(ms) = line.strip_prefix("c ").and_then(|m| m.parse().ok()) else {

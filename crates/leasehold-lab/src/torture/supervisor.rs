@@ -13,8 +13,8 @@ use leasehold_stores::registry::{Registry, RegistryPaths, existing_dir};
 use serde_json::json;
 
 use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
-use crate::cmd::platform;
 use crate::exit::{Failure, OK, Outcome};
+use crate::platform;
 
 /// The phases a hunting kill aims at: holding a lease, and every step of a durable rewrite.
 const HUNTED: [&str; 6] = [
@@ -387,7 +387,7 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags)
         let spawned = Instant::now();
         let mut child = match stderr.and_then(|err| {
             let mut cmd = Command::new(exe);
-            cmd.args(crate::cmd::platform::WORKER_ARGS)
+            cmd.args(crate::platform::WORKER_ARGS)
                 .arg("torture")
                 .arg(format!("{slot}:{generation}"))
                 .arg("--dir")
@@ -512,7 +512,7 @@ fn start_attacker(layout: &Layout) -> Result<Attacker, Failure> {
     let mut child = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(&exe)
-        .args(crate::cmd::platform::WORKER_ARGS)
+        .args(crate::platform::WORKER_ARGS)
         .args(["torture", "0:0", "--dir"])
         .arg(&layout.dir)
         .args(["--ancestor-rename", "--attacker"])

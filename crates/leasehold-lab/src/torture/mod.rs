@@ -215,7 +215,7 @@ pub fn worker(args: WorkerArgs) -> Outcome {
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
-    super::parse_secs(s).map(|d| d.as_secs_f64())
+    crate::parse_secs(s).map(|d| d.as_secs_f64())
 }
 
 pub fn main(args: TortureArgs) -> Outcome {
@@ -467,7 +467,7 @@ impl AppendLog {
 
 /// One monotonic clock for every process of the machine (`platform::mono_ns`), in ns.
 fn now_ns() -> u64 {
-    super::platform::mono_ns()
+    crate::platform::mono_ns()
 }
 
 /// A small xorshift generator: the schedule only needs to be varied, not unpredictable.

@@ -57,7 +57,7 @@ impl Crew {
         stamp: Option<&Path>,
         args: &[String],
     ) -> Result<usize, Failure> {
-        let mut cmd = crate::cmd::platform::worker_command("bench")?;
+        let mut cmd = crate::platform::worker_command("bench")?;
         cmd.args([role, "--lock"]).arg(lock);
         if let Some(s) = stamp {
             cmd.arg("--stamp").arg(s);

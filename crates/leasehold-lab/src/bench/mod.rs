@@ -46,7 +46,7 @@ mod waiters;
 mod worker;
 
 pub use worker::WorkerArgs;
-pub(crate) use worker::main as worker;
+pub use worker::main as worker;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -306,7 +306,7 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 /// Monotonic nanoseconds comparable across processes on one machine (`platform::mono_ns`:
 /// `CLOCK_MONOTONIC`; Windows: `GetSystemTimePreciseAsFileTime`).
 pub(crate) fn mono_ns() -> u64 {
-    super::platform::mono_ns()
+    crate::platform::mono_ns()
 }
 
 /// A figure this platform cannot measure, and why: printed as one line

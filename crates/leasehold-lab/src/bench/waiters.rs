@@ -20,8 +20,8 @@ use super::worker::open_kernel;
 use super::{Dist, Plan, Row, Unit, mono_ns};
 #[cfg(unix)]
 use super::{errno_fail, median};
-use crate::cmd::platform::KILL;
 use crate::exit::Failure;
+use crate::platform::KILL;
 
 /// All figures of waiting.
 #[cfg(unix)]

@@ -52,8 +52,8 @@ use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::{Map, Value, json};
 
 use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
-use crate::cmd::etcd::private::PrivateEtcd;
 use crate::exit::{Failure, OK, Outcome};
+use crate::private_etcd::PrivateEtcd;
 
 /// The workers' lease TTL: short, so that pauses and kills cost little time.
 pub const TTL: Duration = Duration::from_secs(2);
