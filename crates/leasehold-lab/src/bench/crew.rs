@@ -10,8 +10,8 @@ use std::time::Duration;
 #[cfg(unix)]
 use std::time::Instant;
 
-use super::io_fail;
-use super::worker::Wait;
+use super::report::io_fail;
+use super::role::Wait;
 use crate::exit::Failure;
 
 /// Upper bound on any single wait for a worker's line: a wedged benchmark fails, never hangs.

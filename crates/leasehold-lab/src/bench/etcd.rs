@@ -32,7 +32,7 @@ use leasehold::arbiters::etcd::EtcdArbiter;
 use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::json;
 
-use super::median;
+use super::report::median;
 use crate::exit::{Failure, OK, Outcome};
 use crate::private_etcd::PrivateEtcd;
 use leasehold_stores::registry::ETCD_RUN_LOCKS as LOCK_PREFIX;

@@ -15,8 +15,8 @@ use leasehold::{Budget, CancelToken, Lease, LeaseHandle, LeaseOptions};
 use rustix::fs::{AtFlags, CWD, FlockOperation, Mode, OFlags};
 
 #[cfg(windows)]
-use super::NotMeasured;
-use super::{Plan, Row, Unit, median};
+use super::report::NotMeasured;
+use super::report::{Plan, Row, Unit, median};
 use crate::exit::Failure;
 
 pub(super) type Op<'a> = Box<dyn FnMut() -> Result<(), Failure> + 'a>;
