@@ -23,6 +23,7 @@ pub mod exit;
 pub mod platform;
 #[cfg(all(feature = "etcd", unix))]
 mod private_etcd;
+mod sync;
 pub mod torture;
 
 use std::time::Duration;

@@ -306,7 +306,7 @@ impl FlockHelper {
                     };
                     // Its copy goes before the caller runs: the caller's close releases.
                     drop(job.fd);
-                    *job.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(locked);
+                    *crate::sync::lock(&job.done) = Some(locked);
                     job.caller.unpark();
                 }
             })
@@ -343,7 +343,7 @@ impl FlockHelper {
             .send(job)
             .map_err(|_| Failure::failed("bench: the flock helper is gone"))?;
         loop {
-            if let Some(locked) = done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if let Some(locked) = crate::sync::lock(&done).take() {
                 locked.map_err(errno_fail("flock"))?;
                 break;
             }
