@@ -2,7 +2,7 @@
 //! latencies against kernel floors measured in the same run) and `leasehold torture` (crash
 //! torture with SIGKILLed workers, checking exclusion and the stores' durability).
 //!
-//! Not published: the CLI (`crates/leasehold-cli`) is its only user and keeps `bench`,
+//! Internal, with no stable API: the CLI (`crates/leasehold-cli`) is its only user and keeps `bench`,
 //! `torture` and the hidden `worker bench|torture` as thin verbs over [`bench`] and
 //! [`torture`]. Their workers are the `leasehold` binary re-executed
 //! ([`platform::worker_command`]), so the lab runs only inside that binary.
