@@ -1,5 +1,5 @@
-//! The one platform seam of the verbs with worker processes (`bench`, `torture`, `run
-//! --etcd`'s supervisor): how this binary is started as a worker, the clock that crosses
+//! The one platform seam of the verbs with worker processes (the lab's `bench` and `torture`,
+//! and the CLI's `run --etcd` supervisor): how this binary is started as a worker, the clock that crosses
 //! process boundaries, how a worker is started so that it can be killed whole, the kill
 //! itself, and how its end is recognised as that kill.
 //!
@@ -9,7 +9,7 @@
 //!
 //! | | POSIX | Windows |
 //! |---|---|---|
-//! | clock ([`mono_ns`]) | `CLOCK_MONOTONIC` | `GetSystemTimePreciseAsFileTime` (std's `SystemTime`: the CLI has no `unsafe`) |
+//! | clock ([`mono_ns`]) | `CLOCK_MONOTONIC` | `GetSystemTimePreciseAsFileTime` (std's `SystemTime`: the lab has no `unsafe`) |
 //! | worker start ([`isolate`]) | own process group | nothing |
 //! | kill ([`kill`]) | `SIGKILL` to the process group: the worker and whatever it started (`leasehold run`, its COMMAND) | `TerminateProcess` of the worker (`Child::kill`): Windows has no process groups, so a torture worker starts no processes there (see `torture`) |
 //! | killed? ([`ended_by_kill`]) | ended by signal 9 | exit code 1, the code `Child::kill` passes to `TerminateProcess` |
@@ -20,7 +20,7 @@ use std::process::{Child, Command, ExitStatus};
 
 use crate::exit::Failure;
 
-/// The arguments that make this binary a worker: `exe worker VERB ...` (`cmd/worker.rs`).
+/// The arguments that make this binary a worker: `exe worker VERB ...` (`crates/leasehold-cli/src/cmd/worker.rs`).
 pub const WORKER_ARGS: [&str; 1] = ["worker"];
 
 /// The command that starts this binary as a worker of `verb` (add the worker's arguments).

@@ -7,14 +7,14 @@
 //! across machines and file systems; absolute numbers are not.
 //!
 //! Multi-process figures use real OS processes: the binary re-executes itself as the hidden
-//! `leasehold worker bench ROLE` (not part of the public contract; `cmd/worker.rs`). Parent and workers synchronise
+//! `leasehold worker bench ROLE` (not part of the public contract; `crates/leasehold-cli/src/cmd/worker.rs`). Parent and workers synchronise
 //! through pipes (one line per event), never by sleeping; timestamps crossing a process
 //! boundary are `platform::mono_ns` nanoseconds (`CLOCK_MONOTONIC`; Windows: std's
 //! `SystemTime`, `GetSystemTimePreciseAsFileTime`).
 //!
 //! On Windows the same scenarios run where Windows allows them, against what a Windows lease
 //! really is (a named semaphore; its `CreateSemaphoreW` + `CloseHandle` cannot be issued bare
-//! here — the CLI writes no `unsafe`, and the library exposes nothing only for benchmarks —
+//! here — the lab writes no `unsafe`, and the library exposes nothing only for benchmarks —
 //! so the floors are the lease's path calls); what cannot be measured there is a
 //! [`NotMeasured`] line saying why, never a silently missing row. Where Linux watches a
 //! waiter fall asleep in `/proc`, a Windows waiter first sees the lease held and is then

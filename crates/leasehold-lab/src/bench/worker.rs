@@ -1,6 +1,6 @@
 //! The worker side of the multi-process figures: this binary re-executed as
 //! `leasehold worker bench ROLE ...` (the hidden entry point shared with the torture, see
-//! `cmd/worker.rs`). `--kernel` and `--async` choose how a worker waits (see [`Wait`]).
+//! `crates/leasehold-cli/src/cmd/worker.rs`). `--kernel` and `--async` choose how a worker waits (see [`Wait`]).
 //! Workers report to the parent in lines on stdout:
 //!
 //! * `handoff`: on each `g` cue in its turn FIFO, answer `a` to whoever cued it, acquire
