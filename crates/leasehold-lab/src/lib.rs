@@ -2,17 +2,20 @@
 //! latencies against kernel floors measured in the same run) and `leasehold torture` (crash
 //! torture with SIGKILLed workers, checking exclusion and the stores' durability).
 //!
-//! Internal, with no stable API: the CLI (`crates/leasehold-cli`) is its only user and keeps `bench`,
-//! `torture` and the hidden `worker bench|torture` as thin verbs over [`bench`] and
-//! [`torture`]. Their workers are the `leasehold` binary re-executed
+//! Internal, with no stable API: the CLI (`crates/leasehold-cli`) is its only user and keeps
+//! `bench`, `torture` and the hidden `worker bench|torture` as thin verbs over
+//! [`bench`](mod@bench) and [`torture`]. Their workers are the `leasehold` binary re-executed
 //! ([`platform::worker_command`]), so the lab runs only inside that binary.
 //!
 //! What the CLI and the lab share lives here, below both: [`platform`] (how a worker is
-//! started, timed and killed; `run --etcd` starts its supervisor the same way), [`env`] (the
-//! environment's opt-ins as lease options) and [`parse_secs`]. A failure of the lab is an
+//! started, timed and killed; `run --etcd` starts its supervisor the same way),
+//! [`env`](mod@env) (the environment's opt-ins as lease options) and [`parse_secs`]. A failure of the lab is an
 //! [`exit::Failure`] (a class and a message), which the CLI turns into its exit status and
 //! its one line on stderr.
 #![deny(unsafe_code)]
+// Its docs are read with the private items (`cargo doc -p leasehold-lab
+// --document-private-items`): the modules' overviews link to the items they describe.
+#![allow(rustdoc::private_intra_doc_links)]
 
 // The bench reads /proc and thread ids on POSIX: Linux and Windows (its own floors), not
 // macOS and the BSDs.

@@ -24,7 +24,6 @@ use crate::exit::Failure;
 pub const WORKER_ARGS: [&str; 1] = ["worker"];
 
 /// The command that starts this binary as a worker of `verb` (add the worker's arguments).
-#[allow(dead_code)] // bench only (Linux, Windows); the torture builds its command once per run
 pub fn worker_command(verb: &str) -> Result<Command, Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
@@ -35,7 +34,6 @@ pub fn worker_command(verb: &str) -> Result<Command, Failure> {
 
 /// How the platform ends a worker, for reports ("takeover after SIGKILL").
 #[cfg(unix)]
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // bench only (Linux, Windows)
 pub const KILL: &str = "SIGKILL";
 /// How the platform ends a worker, for reports ("takeover after TerminateProcess").
 #[cfg(windows)]
@@ -65,7 +63,6 @@ pub fn mono_ns() -> u64 {
 }
 
 /// CPU time this process has used, in nanoseconds, where the platform offers it safely.
-#[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))] // bench only
 pub fn process_cpu_ns() -> Option<u64> {
     #[cfg(unix)]
     {

@@ -35,7 +35,7 @@
 //! directory of its own (`renameat2(RENAME_EXCHANGE)`, so the path is never empty), at random
 //! moments and on purpose while a worker holds a lease or is part-way through a durable
 //! rewrite. Without `LEASEHOLD_ALLOW_SHARED=1` every acquisition must be refused (the chain
-//! is unsafe); with it, [`check::ancestor`] checks each store generation on its own and the
+//! is unsafe); with it, [`check::ancestor_audit`] checks each store generation on its own and the
 //! overlaps against the moves (see there).
 //!
 //! The run is bounded by `--kills` and `--seconds`, stops by itself and removes its directory
