@@ -19,4 +19,6 @@ pub mod status;
 pub mod torture;
 pub mod worker;
 
+/// The wait budgets' parser (`--timeout SECS` and the like), shared with the lab's
+/// `torture --seconds`.
 pub use leasehold_lab::parse_secs;
