@@ -15,7 +15,7 @@ bindings/python filelock portalocker``, which builds leasehold in release mode):
                     --contender filelock="$VENV/bin/python bindings/python/bench/worker.py filelock" \\
                     --contender portalocker="$VENV/bin/python bindings/python/bench/worker.py portalocker"
 
-The protocol is the built-in ``loop`` worker's (``crates/leasehold-cli/src/cmd/bench/worker.rs``):
+The protocol is the built-in ``loop`` worker's (``crates/leasehold-lab/src/bench/worker.rs``):
 environment ``LEASEHOLD_BENCH_ROLE``, ``LEASEHOLD_BENCH_LOCK``, ``LEASEHOLD_BENCH_HOLD_NS`` (and
 ``LEASEHOLD_BENCH_CYCLES`` for ``cycle``); print ``R``, read ``go <end ns>``, run, and only then
 report: ``r <start> <acquired> <released>`` per acquisition and ``D <count>`` (``loop``), or

@@ -53,6 +53,13 @@ impl From<std::io::Error> for Failure {
     }
 }
 
+/// A failure of the lab (`bench`, `torture`): its class's status and its own message.
+impl From<leasehold_lab::exit::Failure> for Failure {
+    fn from(f: leasehold_lab::exit::Failure) -> Failure {
+        Failure::new(f.class, f.message)
+    }
+}
+
 impl Failure {
     /// A failure of `class` with its contract status.
     pub fn new(class: ErrorClass, message: impl fmt::Display) -> Failure {

@@ -19,21 +19,23 @@
 //!   workspace registry under a store-wide authority, append-only session logs, and
 //!   isolated results under per-ID leases.
 //! * `torture`, `bench` — measure the claims: crash torture with SIGKILLed workers, and
-//!   latencies and costs against kernel floors measured in the same run.
+//!   latencies and costs against kernel floors measured in the same run. Thin verbs over the
+//!   lab crate (`crates/leasehold-lab`), whose failures `exit` reports as every verb's.
 //!
-//! `env` maps the opt-in environment variables to lease options; `exit` maps errors to the
+//! `exit` maps errors to the
 //! contract's statuses and prints them; `out` is the one writer of both streams (stderr
 //! lines in one `write` each; on stdout a reader that went away ends the output and any
 //! other failed write is exit 1); `signals` turns SIGINT and SIGTERM into cancellation of a
 //! wait. Where a verb needs what the platform lacks (`bench` on
 //! macOS and the BSDs: `/proc`; `flock` outside Linux: `pidfd_getfd`), it says it is not
-//! available (`cmd/unsupported.rs`); `cmd/platform.rs` is the one seam that lets `bench` and
-//! `torture` run their worker processes on POSIX and Windows alike. Being a binary, this crate has no public
+//! available (`cmd/unsupported.rs`); the lab's `platform` module
+//! (`crates/leasehold-lab/src/platform.rs`) is the one seam that lets `bench`, `torture` and
+//! `run --etcd` run their worker processes on POSIX and Windows alike, and the lab's `env` the
+//! one map of the environment's opt-ins to lease options. Being a binary, this crate has no public
 //! API: the library is `leasehold`, the stores are `leasehold-stores`.
 #![deny(unsafe_code)]
 
 mod cmd;
-mod env;
 mod exit;
 mod out;
 #[cfg(target_os = "linux")]
@@ -42,6 +44,9 @@ mod signals;
 mod wait;
 
 use std::process::ExitCode;
+
+// The environment's opt-ins: the lab's torture reads them too, so they live below both.
+use leasehold_lab::env;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 

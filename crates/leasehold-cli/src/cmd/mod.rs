@@ -11,7 +11,6 @@ pub mod etcd;
 #[cfg_attr(windows, path = "unsupported.rs")]
 #[cfg_attr(windows, allow(clippy::duplicate_mod))]
 pub mod flock;
-pub mod platform;
 pub mod registry;
 pub mod results;
 pub mod run;
@@ -20,16 +19,6 @@ pub mod status;
 pub mod torture;
 pub mod worker;
 
-use std::time::Duration;
-
-/// Parses a wait budget in seconds: a non-negative decimal number.
-pub fn parse_secs(s: &str) -> Result<Duration, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("'{s}' is not a non-negative number of seconds"));
-    }
-    Duration::try_from_secs_f64(v).map_err(|_| format!("'{s}' is too large"))
-}
+/// The wait budgets' parser (`--timeout SECS` and the like), shared with the lab's
+/// `torture --seconds`.
+pub use leasehold_lab::parse_secs;

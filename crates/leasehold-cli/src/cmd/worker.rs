@@ -1,10 +1,11 @@
 //! `leasehold worker VERB ...`: the one hidden entry point through which `bench` and
 //! `torture` re-execute this binary as their worker processes, and `run --etcd` as the
 //! supervisor of its COMMAND (`etcd-supervisor`) (on POSIX and Windows; what
-//! differs between them, and how a worker's command line is made, is `cmd/platform.rs`).
+//! differs between them, and how a worker's command line is made, is the lab's
+//! `crates/leasehold-lab/src/platform.rs`).
 //! It only dispatches: the verbs import nothing from it. It is not part of the
 //! contract (not listed in `--help`), and each verb's worker arguments are its own
-//! (`bench::WorkerArgs`, `torture::WorkerArgs`).
+//! (the lab's `bench::WorkerArgs`, `torture::WorkerArgs`).
 
 use clap::{Args, Subcommand};
 

@@ -161,9 +161,6 @@ pub use imp::{exec, registry, run, status};
 mod fds;
 
 #[cfg(all(feature = "etcd", unix))]
-pub mod private;
-
-#[cfg(all(feature = "etcd", unix))]
 pub mod supervisor;
 
 #[cfg(all(feature = "etcd", unix))]
@@ -302,7 +299,7 @@ mod imp {
             let exe = std::env::current_exe()
                 .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
             let mut child = Command::new(exe)
-                .args(crate::cmd::platform::WORKER_ARGS)
+                .args(leasehold_lab::platform::WORKER_ARGS)
                 .arg("etcd-supervisor")
                 .arg("--grace")
                 .arg(supervisor::nanos(args.grace).to_string())

@@ -514,7 +514,7 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         Binding::Kernel => {
             let (ours, theirs) = UnixStream::pair().map_err(|e| fail("socket pair", &e))?;
             let mut child = Command::new(exe)
-                .args(crate::cmd::platform::WORKER_ARGS)
+                .args(leasehold_lab::platform::WORKER_ARGS)
                 .arg("etcd-ns-init")
                 .arg("--")
                 .args(&args.command)

@@ -1,5 +1,5 @@
-//! The one platform seam of the verbs with worker processes (`bench`, `torture`, `run
-//! --etcd`'s supervisor): how this binary is started as a worker, the clock that crosses
+//! The one platform seam of the verbs with worker processes (the lab's `bench` and `torture`,
+//! and the CLI's `run --etcd` supervisor): how this binary is started as a worker, the clock that crosses
 //! process boundaries, how a worker is started so that it can be killed whole, the kill
 //! itself, and how its end is recognised as that kill.
 //!
@@ -9,7 +9,7 @@
 //!
 //! | | POSIX | Windows |
 //! |---|---|---|
-//! | clock ([`mono_ns`]) | `CLOCK_MONOTONIC` | `GetSystemTimePreciseAsFileTime` (std's `SystemTime`: the CLI has no `unsafe`) |
+//! | clock ([`mono_ns`]) | `CLOCK_MONOTONIC` | `GetSystemTimePreciseAsFileTime` (std's `SystemTime`: the lab has no `unsafe`) |
 //! | worker start ([`isolate`]) | own process group | nothing |
 //! | kill ([`kill`]) | `SIGKILL` to the process group: the worker and whatever it started (`leasehold run`, its COMMAND) | `TerminateProcess` of the worker (`Child::kill`): Windows has no process groups, so a torture worker starts no processes there (see `torture`) |
 //! | killed? ([`ended_by_kill`]) | ended by signal 9 | exit code 1, the code `Child::kill` passes to `TerminateProcess` |
@@ -20,11 +20,10 @@ use std::process::{Child, Command, ExitStatus};
 
 use crate::exit::Failure;
 
-/// The arguments that make this binary a worker: `exe worker VERB ...` (`cmd/worker.rs`).
+/// The arguments that make this binary a worker: `exe worker VERB ...` (`crates/leasehold-cli/src/cmd/worker.rs`).
 pub const WORKER_ARGS: [&str; 1] = ["worker"];
 
 /// The command that starts this binary as a worker of `verb` (add the worker's arguments).
-#[allow(dead_code)] // bench only (Linux, Windows); the torture builds its command once per run
 pub fn worker_command(verb: &str) -> Result<Command, Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
@@ -35,7 +34,6 @@ pub fn worker_command(verb: &str) -> Result<Command, Failure> {
 
 /// How the platform ends a worker, for reports ("takeover after SIGKILL").
 #[cfg(unix)]
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // bench only (Linux, Windows)
 pub const KILL: &str = "SIGKILL";
 /// How the platform ends a worker, for reports ("takeover after TerminateProcess").
 #[cfg(windows)]
@@ -65,7 +63,6 @@ pub fn mono_ns() -> u64 {
 }
 
 /// CPU time this process has used, in nanoseconds, where the platform offers it safely.
-#[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))] // bench only
 pub fn process_cpu_ns() -> Option<u64> {
     #[cfg(unix)]
     {

@@ -35,7 +35,7 @@
 //! directory of its own (`renameat2(RENAME_EXCHANGE)`, so the path is never empty), at random
 //! moments and on purpose while a worker holds a lease or is part-way through a durable
 //! rewrite. Without `LEASEHOLD_ALLOW_SHARED=1` every acquisition must be refused (the chain
-//! is unsafe); with it, [`check::ancestor`] checks each store generation on its own and the
+//! is unsafe); with it, [`check::ancestor_audit`] checks each store generation on its own and the
 //! overlaps against the moves (see there).
 //!
 //! The run is bounded by `--kills` and `--seconds`, stops by itself and removes its directory
@@ -215,7 +215,7 @@ pub fn worker(args: WorkerArgs) -> Outcome {
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
-    super::parse_secs(s).map(|d| d.as_secs_f64())
+    crate::parse_secs(s).map(|d| d.as_secs_f64())
 }
 
 pub fn main(args: TortureArgs) -> Outcome {
@@ -467,7 +467,7 @@ impl AppendLog {
 
 /// One monotonic clock for every process of the machine (`platform::mono_ns`), in ns.
 fn now_ns() -> u64 {
-    super::platform::mono_ns()
+    crate::platform::mono_ns()
 }
 
 /// A small xorshift generator: the schedule only needs to be varied, not unpredictable.

@@ -30,8 +30,8 @@ use std::path::Path;
 use std::process::Command;
 
 use super::crew::Crew;
+use super::report::{Plan, median, mono_ns};
 use super::worker::HOLD_NS;
-use super::{Plan, median, mono_ns};
 use crate::exit::Failure;
 
 /// Acquire + release cycles per reported batch of role `cycle`.
@@ -185,9 +185,10 @@ pub(super) fn table(cycles: &[Cycle]) -> String {
     for c in cycles {
         cells.push([
             c.label.clone(),
-            super::fmt_value(c.ns, super::Unit::Nanos),
-            c.floor
-                .map_or("—".into(), |f| super::fmt_value(f, super::Unit::Nanos)),
+            super::fmt_value(c.ns, super::report::Unit::Nanos),
+            c.floor.map_or("—".into(), |f| {
+                super::fmt_value(f, super::report::Unit::Nanos)
+            }),
             c.ratio().map_or("—".into(), |r| format!("{r:.2}×")),
             c.batches.to_string(),
         ]);

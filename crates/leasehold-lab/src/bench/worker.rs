@@ -1,6 +1,6 @@
 //! The worker side of the multi-process figures: this binary re-executed as
 //! `leasehold worker bench ROLE ...` (the hidden entry point shared with the torture, see
-//! `cmd/worker.rs`). `--kernel` and `--async` choose how a worker waits (see [`Wait`]).
+//! `crates/leasehold-cli/src/cmd/worker.rs`). `--kernel` and `--async` choose how a worker waits (see [`Wait`]).
 //! Workers report to the parent in lines on stdout:
 //!
 //! * `handoff`: on each `g` cue in its turn FIFO, answer `a` to whoever cued it, acquire
@@ -50,8 +50,11 @@ use rustix::io::Errno;
 #[cfg(unix)]
 use super::crew::until_asleep;
 #[cfg(unix)]
-use super::errno_fail;
-use super::{io_fail, mono_ns};
+use super::report::errno_fail;
+use super::report::{io_fail, mono_ns};
+use super::role::{Held, Method, Wait};
+#[cfg(unix)]
+use super::role::{lock_kernel, open_kernel};
 use crate::exit::{Failure, OK, Outcome};
 
 /// The sender byte of cues from the parent (workers are 0..n, n ≤ 4).
@@ -93,134 +96,6 @@ pub struct WorkerArgs {
     /// How many updates a `doc` worker makes.
     #[arg(long, default_value_t = 0)]
     count: usize,
-}
-
-/// How a `loop` worker of the uncued scenario takes and releases the lease, once per turn
-/// (exclusively, or shared with `--shared`: `LOCK_SH` and `SharedLease` in place of
-/// `LOCK_EX` and `Lease`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Method {
-    /// The kernel floor: open, blocking `flock(LOCK_EX)`, close.
-    Floor,
-    /// The floor plus the inode check a safe lease needs: open, `flock(LOCK_EX)`, `fstat`,
-    /// `stat` of the path (same dev and inode), close.
-    FloorVerify,
-    /// The floor of a cancellable waiter's design, built the plainest way: open, try
-    /// `LOCK_NB`; when busy, a helper thread (kept, parked between waits) blocks in `flock`
-    /// and unparks the caller, which parks until then; verify as [`Method::FloorVerify`]
-    /// does; close. A waiter that must stay cancellable cannot block in `flock` itself, so
-    /// its hand-over pays the helper's wake-up of the caller, which on an idle CPU costs
-    /// far more than a wake between two busy threads: this is what such waiters are read
-    /// against.
-    HelperFloor,
-    /// Cold `Lease::acquire` with an unlimited budget, then drop.
-    Lease,
-    /// Cold `Lease::acquire` with a deadline and a `CancelToken`: what users with timeouts
-    /// (and every CLI wait) get.
-    LeaseBudget,
-    /// Warm: `LeaseHandle::lock` (unlimited budget) and release, the file kept open
-    /// (exclusive only: there is no shared handle).
-    Handle,
-    /// `Lease::acquire_async` (unlimited budget) on a current-thread tokio runtime.
-    Async,
-    /// `KeyedLeases::acquire` of one key with a deadline and a `CancelToken`, as every result
-    /// store operation (and every `results` verb) takes it; the lock file is the key's in a
-    /// namespace beside the lock path (`Keyed::root`).
-    Keyed,
-}
-
-impl Method {
-    /// Every method of this platform, the floors first.
-    #[cfg(unix)]
-    pub(super) const ALL: &[Method] = &[
-        Method::Floor,
-        Method::FloorVerify,
-        Method::HelperFloor,
-        Method::Lease,
-        Method::LeaseBudget,
-        Method::Handle,
-        Method::Async,
-        Method::Keyed,
-    ];
-    /// Every method of this platform: Windows has no kernel wait for a named object to
-    /// compare with (waiters poll), so no floors.
-    #[cfg(windows)]
-    pub(super) const ALL: &[Method] = &[
-        Method::Lease,
-        Method::LeaseBudget,
-        Method::Handle,
-        Method::Async,
-        Method::Keyed,
-    ];
-
-    /// Whether this is a kernel floor rather than leasehold.
-    pub(super) fn is_floor(self) -> bool {
-        matches!(
-            self,
-            Method::Floor | Method::FloorVerify | Method::HelperFloor
-        )
-    }
-
-    /// Whether a helper thread waits in the kernel for this method's waiter and hands the
-    /// grant over with one more thread wake-up (a deadline or token, or an async waiter;
-    /// a keyed wait is the lease's cancellable one): the uncued table reads its hand-over
-    /// against [`Method::HelperFloor`]'s.
-    pub(super) fn hands_over(self) -> bool {
-        matches!(self, Method::LeaseBudget | Method::Async | Method::Keyed)
-    }
-
-    /// Its `--method` value.
-    pub(super) fn arg(self) -> &'static str {
-        match self {
-            Method::Floor => "floor",
-            Method::FloorVerify => "floor-verify",
-            Method::HelperFloor => "helper-floor",
-            Method::Lease => "lease",
-            Method::LeaseBudget => "lease-budget",
-            Method::Handle => "handle",
-            Method::Async => "async",
-            Method::Keyed => "keyed",
-        }
-    }
-
-    /// The methods of the mixed (shared + exclusive workers) runs: those with a shared
-    /// form, the floors first.
-    #[cfg(unix)] // Windows has no shared leases
-    pub(super) const MIXED: [Method; 5] = [
-        Method::Floor,
-        Method::FloorVerify,
-        Method::HelperFloor,
-        Method::Lease,
-        Method::LeaseBudget,
-    ];
-
-    /// What it is in a mixed run, for the report.
-    pub(super) fn mixed_label(self) -> &'static str {
-        match self {
-            Method::Floor => "kernel floor: open + flock(LOCK_SH or LOCK_EX) + close",
-            Method::FloorVerify => "floor + inode verify (fstat + stat)",
-            Method::HelperFloor => "helper-thread floor: LOCK_NB, else a helper's flock + unpark",
-            Method::Lease => "SharedLease / Lease::acquire, unlimited budget",
-            Method::LeaseBudget => "SharedLease / Lease::acquire, deadline + CancelToken",
-            Method::Handle => "LeaseHandle::lock (warm; exclusive only)",
-            Method::Async => "acquire_shared_async / acquire_async, current-thread runtime",
-            Method::Keyed => "KeyedLeases::acquire (exclusive only)",
-        }
-    }
-
-    /// What it is, for the report.
-    pub(super) fn label(self) -> &'static str {
-        match self {
-            Method::Floor => "kernel floor: open + flock(LOCK_EX) + close",
-            Method::FloorVerify => "floor + inode verify (fstat + stat)",
-            Method::HelperFloor => "helper-thread floor: LOCK_NB, else a helper's flock + unpark",
-            Method::Lease => "Lease::acquire, unlimited budget",
-            Method::LeaseBudget => "Lease::acquire, deadline + CancelToken",
-            Method::Handle => "LeaseHandle::lock (warm)",
-            Method::Async => "Lease::acquire_async, current-thread runtime",
-            Method::Keyed => "KeyedLeases::acquire, deadline + CancelToken",
-        }
-    }
 }
 
 /// The keyed leases of a [`Method::Keyed`] loop: one key in a namespace under
@@ -346,12 +221,14 @@ fn back_to_back(
                 let lease = match (&rt, shared) {
                     (Some(rt), false) => rt
                         .block_on(Lease::acquire_async(lock, &budget))
-                        .map(Held::Lease),
+                        .map(|l| Held::Lease(l.into())),
                     (Some(rt), true) => rt
                         .block_on(SharedLease::acquire_async(lock, &budget))
-                        .map(Held::Shared),
-                    (None, false) => Lease::acquire(lock, &budget).map(Held::Lease),
-                    (None, true) => SharedLease::acquire(lock, &budget).map(Held::Shared),
+                        .map(|l| Held::Lease(l.into())),
+                    (None, false) => Lease::acquire(lock, &budget).map(|l| Held::Lease(l.into())),
+                    (None, true) => {
+                        SharedLease::acquire(lock, &budget).map(|l| Held::Lease(l.into()))
+                    }
                 }
                 .map_err(lease_err)?;
                 let t1 = mono_ns();
@@ -429,7 +306,7 @@ impl FlockHelper {
                     };
                     // Its copy goes before the caller runs: the caller's close releases.
                     drop(job.fd);
-                    *job.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(locked);
+                    *crate::sync::lock(&job.done) = Some(locked);
                     job.caller.unpark();
                 }
             })
@@ -466,7 +343,7 @@ impl FlockHelper {
             .send(job)
             .map_err(|_| Failure::failed("bench: the flock helper is gone"))?;
         loop {
-            if let Some(locked) = done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if let Some(locked) = crate::sync::lock(&done).take() {
                 locked.map_err(errno_fail("flock"))?;
                 break;
             }
@@ -477,73 +354,14 @@ impl FlockHelper {
     }
 }
 
-/// A lease held either by the library (exclusive or shared) or by a bare descriptor locked
-/// with `flock`; dropping it releases.
-pub(super) enum Held {
-    Lease(#[allow(dead_code)] Lease),
-    Shared(#[allow(dead_code)] SharedLease),
-    #[cfg(unix)]
-    Kernel(#[allow(dead_code)] OwnedFd),
-}
-
-/// The kernel floor's acquisition: open `path` (created 0600 if missing) and block in
-/// `flock(LOCK_SH)` or `flock(LOCK_EX)` until granted.
-#[cfg(unix)]
-pub(super) fn lock_kernel(path: &Path, shared: bool) -> Result<OwnedFd, Failure> {
-    let fd = open_kernel(path)?;
-    let op = match shared {
-        true => FlockOperation::LockShared,
-        false => FlockOperation::LockExclusive,
-    };
-    loop {
-        match rustix::fs::flock(&fd, op) {
-            Ok(()) => return Ok(fd),
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(errno_fail("flock")(e)),
-        }
-    }
-}
-
-#[cfg(unix)]
-pub(super) fn open_kernel(path: &Path) -> Result<OwnedFd, Failure> {
-    rustix::fs::openat(
-        CWD,
-        path,
-        OFlags::RDONLY | OFlags::CREATE | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(errno_fail("open lock file"))
-}
-
-/// How a worker waits for the lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Wait {
-    /// A blocking `flock(LOCK_EX)` on a freshly opened file: the floor (not cancellable).
-    Kernel,
-    /// `Lease::acquire` with an unlimited budget, on a thread of its own.
-    Lease,
-    /// A `Lease::acquire_async` task on the worker's one current-thread tokio runtime.
-    Async,
-}
-
-impl Wait {
-    fn of(args: &WorkerArgs) -> Wait {
-        if args.kernel {
-            Wait::Kernel
-        } else if args.async_wait {
-            Wait::Async
-        } else {
-            Wait::Lease
-        }
-    }
-
-    /// The worker flag selecting this way of waiting.
-    pub(super) fn flag(self) -> Option<&'static str> {
-        match self {
-            Wait::Kernel => Some("--kernel"),
-            Wait::Lease => None,
-            Wait::Async => Some("--async"),
-        }
+/// How this worker waits, as its flags say.
+fn wait_of(args: &WorkerArgs) -> Wait {
+    if args.kernel {
+        Wait::Kernel
+    } else if args.async_wait {
+        Wait::Async
+    } else {
+        Wait::Lease
     }
 }
 
@@ -584,13 +402,13 @@ fn acquire(
             });
             let joined = rt.block_on(task);
             match joined {
-                Ok((Ok(lease), at)) => Ok((Held::Lease(lease), at)),
+                Ok((Ok(lease), at)) => Ok((Held::Lease(lease.into()), at)),
                 Ok((Err(e), _)) => Err(Failure::of(&e)),
                 Err(e) => Err(Failure::failed(format!("bench: async waiter task: {e}"))),
             }
         }
         _ => Lease::acquire(path, &Budget::unlimited())
-            .map(|l| (Held::Lease(l), mono_ns()))
+            .map(|l| (Held::Lease(l.into()), mono_ns()))
             .map_err(|e| Failure::of(&e)),
     }
 }
@@ -652,12 +470,12 @@ fn start_waiters(
 }
 
 /// Runs one worker role until its parent ends it.
-pub(crate) fn main(args: &WorkerArgs) -> Outcome {
+pub fn main(args: &WorkerArgs) -> Outcome {
     let role = args.role.as_str();
     let lock = args.lock.as_path();
     let mut out = std::io::stdout().lock();
     let mut lines = std::io::stdin().lock().lines();
-    let wait = Wait::of(args);
+    let wait = wait_of(args);
     let rt = match wait {
         Wait::Async => Some(runtime()?),
         _ => None,
@@ -754,7 +572,7 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
                 .map_err(io_fail("report"))?;
             // CPU time is 0 where the platform has no process CPU clock (Windows: only the
             // POSIX waiting-CPU figure reads it).
-            let cpu = || crate::cmd::platform::process_cpu_ns().unwrap_or(0);
+            let cpu = || crate::platform::process_cpu_ns().unwrap_or(0);
             let (c0, t0) = (cpu(), mono_ns());
             let (held, acquired) = acquire(lock, wait, rt.as_ref())?;
             let c1 = cpu();
@@ -781,7 +599,7 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
             let wait = Budget::timeout(Duration::from_secs(60));
             let t0 = mono_ns();
             for _ in 0..args.count {
-                doc.update_json(&wait, super::document::bump)
+                doc.update_json(&wait, super::stores::bump)
                     .map_err(|e| Failure::failed(format!("bench: document: {e}")))?;
             }
             writeln!(out, "D {}", mono_ns() - t0)
@@ -816,7 +634,7 @@ pub(crate) fn main(args: &WorkerArgs) -> Outcome {
             writeln!(out, "T {before} {during}")
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
-            let cpu = || crate::cmd::platform::process_cpu_ns().unwrap_or(0);
+            let cpu = || crate::platform::process_cpu_ns().unwrap_or(0);
             for line in lines.by_ref() {
                 let line = line.map_err(io_fail("read a cue"))?;
                 let Some(ms) = line.strip_prefix("c ").and_then(|m| m.parse().ok()) else {

@@ -401,7 +401,7 @@ fn judge(
     report
 }
 
-/// What an `--ancestor-rename` run shows (with the opt-in): see [`ancestor`].
+/// What an `--ancestor-rename` run shows (with the opt-in): see [`ancestor_audit`].
 #[derive(Debug, Default)]
 pub struct AncestorReport {
     /// Lease holding intervals seen (all locks).

@@ -32,10 +32,10 @@ use leasehold::arbiters::etcd::EtcdArbiter;
 use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::json;
 
-use super::median;
-use crate::cmd::etcd::LOCK_PREFIX;
-use crate::cmd::etcd::private::PrivateEtcd;
+use super::report::median;
 use crate::exit::{Failure, OK, Outcome};
+use crate::private_etcd::PrivateEtcd;
+use leasehold_stores::registry::ETCD_RUN_LOCKS as LOCK_PREFIX;
 
 const TTL: &str = "2";
 /// How long the settled hand-over's waiter has been queued before the release: longer than

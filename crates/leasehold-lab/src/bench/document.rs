@@ -25,26 +25,12 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::crew::Crew;
-use super::{NotMeasured, Plan, Row, Unit, io_fail, mono_ns};
+use super::report::{NotMeasured, Plan, Row, Unit, io_fail, mono_ns};
+use super::stores::{Settings, bump};
 use crate::exit::Failure;
 
 /// Processes of the contended figures.
 const CONTENDERS: usize = 4;
-
-/// The benchmark's settings document (about 160 bytes as `update_json` writes it).
-#[derive(Default, serde::Serialize, serde::Deserialize)]
-pub(super) struct Settings {
-    pub count: u64,
-    pub theme: String,
-    pub recent: Vec<String>,
-}
-
-/// One update of the settings: what every way does to it.
-pub(super) fn bump(s: &mut Settings) {
-    s.count += 1;
-    s.theme = "dark".into();
-    s.recent = (0..4).map(|i| format!("/home/me/project-{i}")).collect();
-}
 
 /// The Node way: `node -e NODE_WAY PATH N` (`NODE_PATH` has the two packages).
 const NODE_WAY: &str = r#"
@@ -126,7 +112,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
         key_four: "document_update_4",
         label: "Document::update_json",
         command: Box::new(|path: &Path, n: usize| {
-            let mut cmd = crate::cmd::platform::worker_command("bench")?;
+            let mut cmd = crate::platform::worker_command("bench")?;
             cmd.args(["doc", "--lock"])
                 .arg(path)
                 .arg(format!("--count={n}"));

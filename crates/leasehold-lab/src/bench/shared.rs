@@ -21,8 +21,8 @@ use rustix::fs::{CWD, FlockOperation, Mode, OFlags};
 
 use super::crew::Crew;
 use super::micro::{Op, measure_batches};
-use super::worker::{Held, Method, Wait};
-use super::{Dist, Plan, Row, Unit, errno_fail, median, mono_ns};
+use super::report::{Dist, Plan, Row, Unit, errno_fail, median, mono_ns};
+use super::role::{Held, Method, Wait, lock_kernel};
 use crate::exit::Failure;
 
 /// How long a looping reader holds its shared lease per turn.
@@ -215,7 +215,7 @@ pub(super) fn share_loop(
     let say = |out: &mut std::io::StdoutLock<'_>, s: &str| {
         writeln!(out, "{s}")
             .and_then(|()| out.flush())
-            .map_err(super::io_fail("report"))
+            .map_err(super::report::io_fail("report"))
     };
     say(&mut out, "R")?;
     let end: u64 = match lines.next() {
@@ -230,9 +230,11 @@ pub(super) fn share_loop(
     let mut turns = 0u64;
     while mono_ns() < end {
         let held = match method {
-            Method::Floor => Held::Kernel(super::worker::lock_kernel(lock, true)?),
-            _ => Held::Shared(
-                SharedLease::acquire(lock, &Budget::unlimited()).map_err(|e| Failure::of(&e))?,
+            Method::Floor => Held::Kernel(lock_kernel(lock, true)?),
+            _ => Held::Lease(
+                SharedLease::acquire(lock, &Budget::unlimited())
+                    .map_err(|e| Failure::of(&e))?
+                    .into(),
             ),
         };
         if turns == 0 {

@@ -57,8 +57,8 @@ use std::path::Path;
 
 use super::crew::Crew;
 use super::external::Contender;
-use super::worker::Method;
-use super::{Dist, Plan, median, mono_ns};
+use super::report::{Dist, Plan, median, mono_ns};
+use super::role::Method;
 use crate::exit::Failure;
 
 /// What one method did with W workers (medians over repeats).
@@ -398,7 +398,7 @@ pub(super) fn futex_wake(samples: usize) -> Result<Dist, Failure> {
                 }
                 lat
             })
-            .map_err(super::io_fail("start a thread"))?
+            .map_err(super::report::io_fail("start a thread"))?
     };
     let tid = rx
         .recv()

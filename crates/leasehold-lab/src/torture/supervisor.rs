@@ -13,8 +13,9 @@ use leasehold_stores::registry::{Registry, RegistryPaths, existing_dir};
 use serde_json::json;
 
 use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
-use crate::cmd::platform;
 use crate::exit::{Failure, OK, Outcome};
+use crate::platform;
+use crate::sync;
 
 /// The phases a hunting kill aims at: holding a lease, and every step of a durable rewrite.
 const HUNTED: [&str; 6] = [
@@ -113,7 +114,7 @@ impl Shared {
     /// and counts it as landed `landed`. A failed move is a violation (the attacker is then
     /// gone: every later move fails at once).
     fn move_stores(&self, landed: &str) {
-        let mut guard = self.attacker.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = sync::lock(&self.attacker);
         let Some(a) = guard.as_mut() else { return };
         let mut line = String::new();
         let answered = writeln!(a.stdin, "move")
@@ -141,7 +142,7 @@ impl Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        sync::lock(&self.state)
     }
 
     /// Kills `slot`'s current worker whole (`platform::kill`: on POSIX SIGKILL to its
@@ -194,10 +195,7 @@ pub fn run(settings: &Settings) -> Outcome {
     });
     if settings.ancestor {
         let attacker = start_attacker(&layout)?;
-        *shared
-            .attacker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(attacker);
+        *sync::lock(&shared.attacker) = Some(attacker);
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
@@ -234,11 +232,7 @@ pub fn run(settings: &Settings) -> Outcome {
                 .push("a worker thread panicked".into());
         }
     }
-    let attacker = shared
-        .attacker
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take();
+    let attacker = sync::lock(&shared.attacker).take();
     if let Some(Attacker {
         mut child, stdin, ..
     }) = attacker
@@ -387,7 +381,7 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags)
         let spawned = Instant::now();
         let mut child = match stderr.and_then(|err| {
             let mut cmd = Command::new(exe);
-            cmd.args(crate::cmd::platform::WORKER_ARGS)
+            cmd.args(crate::platform::WORKER_ARGS)
                 .arg("torture")
                 .arg(format!("{slot}:{generation}"))
                 .arg("--dir")
@@ -512,7 +506,7 @@ fn start_attacker(layout: &Layout) -> Result<Attacker, Failure> {
     let mut child = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(&exe)
-        .args(crate::cmd::platform::WORKER_ARGS)
+        .args(crate::platform::WORKER_ARGS)
         .args(["torture", "0:0", "--dir"])
         .arg(&layout.dir)
         .args(["--ancestor-rename", "--attacker"])

@@ -13,8 +13,9 @@ use std::path::Path;
 use rustix::fs::{CWD, Mode};
 
 use super::crew::Crew;
-use super::worker::{PARENT, Wait, open_turn, turn_path};
-use super::{Dist, Plan, Row, Unit, errno_fail, io_fail};
+use super::report::{Dist, Plan, Row, Unit, errno_fail, io_fail};
+use super::role::Wait;
+use super::worker::{PARENT, open_turn, turn_path};
 use crate::exit::Failure;
 
 /// One handoff run: `n` workers pass the lease around until `count` handoffs to a waiting

@@ -15,8 +15,8 @@ use leasehold::{Budget, CancelToken, Lease, LeaseHandle, LeaseOptions};
 use rustix::fs::{AtFlags, CWD, FlockOperation, Mode, OFlags};
 
 #[cfg(windows)]
-use super::NotMeasured;
-use super::{Plan, Row, Unit, median};
+use super::report::NotMeasured;
+use super::report::{Plan, Row, Unit, median};
 use crate::exit::Failure;
 
 pub(super) type Op<'a> = Box<dyn FnMut() -> Result<(), Failure> + 'a>;
@@ -360,7 +360,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
 /// `lease/windows.rs`, `open` and `try_lock`): look at the parent directory (the lease
 /// creates missing parents), look at the path without following it, resolve the parent's
 /// real path. The named semaphore's `CreateSemaphoreW` + `CloseHandle` are not: they need
-/// `unsafe` Win32 calls, which the CLI does not write, and the library exposes nothing for
+/// `unsafe` Win32 calls, which the lab does not write, and the library exposes nothing for
 /// benchmarks.
 #[cfg(windows)]
 fn windows_path_floor(path: &Path) -> Result<(), Failure> {
@@ -484,7 +484,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
         NotMeasured::new(
             "uncontended_floor",
             "uncontended kernel floor (CreateSemaphoreW + CloseHandle)",
-            "the named object's calls need unsafe Win32 calls, which the CLI does not write, and the library exposes nothing for benchmarks; the rows above have their path calls as floor, or none",
+            "the named object's calls need unsafe Win32 calls, which the lab does not write, and the library exposes nothing for benchmarks; the rows above have their path calls as floor, or none",
         ),
         NotMeasured::new(
             "fs4_cold_cycle",

@@ -41,7 +41,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -52,8 +52,9 @@ use rustix::process::{Pid, Signal, kill_process_group};
 use serde_json::{Map, Value, json};
 
 use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
-use crate::cmd::etcd::private::PrivateEtcd;
 use crate::exit::{Failure, OK, Outcome};
+use crate::private_etcd::PrivateEtcd;
+use crate::sync;
 
 /// The workers' lease TTL: short, so that pauses and kills cost little time.
 pub const TTL: Duration = Duration::from_secs(2);
@@ -179,7 +180,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        sync::lock(&self.state)
     }
 
     fn kill(&self, st: &mut State, slot: usize, landed: &str) -> bool {

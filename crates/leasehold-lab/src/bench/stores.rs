@@ -35,10 +35,10 @@ use leasehold_stores::session::{SessionId, SessionStore};
 #[cfg(unix)]
 use rustix::fs::{CWD, Mode, OFlags};
 
-#[cfg(unix)]
-use super::errno_fail;
 use super::micro::{Op, measure_batches};
-use super::{Plan, Row, Unit, io_fail, median};
+#[cfg(unix)]
+use super::report::errno_fail;
+use super::report::{Plan, Row, Unit, io_fail, median};
 use crate::exit::Failure;
 
 /// Records per sync in the batched session figure.
@@ -229,11 +229,25 @@ fn registry(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
 // Document
 // ---------------------------------------------------------------------------------------
 
+/// The benchmark's settings document (about 160 bytes as `update_json` writes it).
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct Settings {
+    pub count: u64,
+    pub theme: String,
+    pub recent: Vec<String>,
+}
+
+/// One update of the settings: what every way does to it.
+pub(super) fn bump(s: &mut Settings) {
+    s.count += 1;
+    s.theme = "dark".into();
+    s.recent = (0..4).map(|i| format!("/home/me/project-{i}")).collect();
+}
+
 /// Uncontended `Document::update_json` of a small JSON document (a counter incremented; one
 /// writer), next to the raw durable rewrite of a document of the same size: what the lease,
 /// the collection of leftovers, the re-read and the verification before the rename add.
 pub(super) fn document(dir: &Path, plan: &Plan) -> Result<Row, Failure> {
-    use super::document::{Settings, bump};
     let base = dir.join("document");
     std::fs::create_dir_all(&base).map_err(io_fail("create directory"))?;
     let doc = Document::open(
@@ -569,7 +583,7 @@ fn keyed(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
 #[cfg(unix)]
 fn gc_beside_verbs(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     use super::crew::Crew;
-    use super::mono_ns;
+    use super::report::mono_ns;
     use leasehold_stores::results::ResultStore;
     let root = dir.join("gc-root");
     let store = ResultStore::new(&root);

@@ -10,8 +10,8 @@ use std::time::Duration;
 #[cfg(unix)]
 use std::time::Instant;
 
-use super::io_fail;
-use super::worker::Wait;
+use super::report::io_fail;
+use super::role::Wait;
 use crate::exit::Failure;
 
 /// Upper bound on any single wait for a worker's line: a wedged benchmark fails, never hangs.
@@ -57,7 +57,7 @@ impl Crew {
         stamp: Option<&Path>,
         args: &[String],
     ) -> Result<usize, Failure> {
-        let mut cmd = crate::cmd::platform::worker_command("bench")?;
+        let mut cmd = crate::platform::worker_command("bench")?;
         cmd.args([role, "--lock"]).arg(lock);
         if let Some(s) = stamp {
             cmd.arg("--stamp").arg(s);

@@ -11,17 +11,17 @@ use leasehold::{Budget, CancelToken};
 #[cfg(unix)]
 use rustix::fs::FlockOperation;
 
-#[cfg(windows)]
-use super::NotMeasured;
 use super::crew::{Crew, this_thread, until_process_waits, until_thread_waits};
-use super::worker::Wait;
+#[cfg(windows)]
+use super::report::NotMeasured;
+use super::report::{Dist, Plan, Row, Unit, mono_ns};
 #[cfg(unix)]
-use super::worker::open_kernel;
-use super::{Dist, Plan, Row, Unit, mono_ns};
+use super::report::{errno_fail, median};
+use super::role::Wait;
 #[cfg(unix)]
-use super::{errno_fail, median};
-use crate::cmd::platform::KILL;
+use super::role::open_kernel;
 use crate::exit::Failure;
+use crate::platform::KILL;
 
 /// All figures of waiting.
 #[cfg(unix)]

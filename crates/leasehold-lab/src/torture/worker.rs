@@ -361,7 +361,7 @@ fn exchange(_: &Path, _: &Path) -> io::Result<()> {
 
 /// The worker arguments of an increment as COMMAND (after the executable).
 fn increment_args(layout: &Layout, logs: &Logs) -> Vec<std::ffi::OsString> {
-    let mut args: Vec<std::ffi::OsString> = crate::cmd::platform::WORKER_ARGS
+    let mut args: Vec<std::ffi::OsString> = crate::platform::WORKER_ARGS
         .iter()
         .chain(&["torture", "--increment"])
         .map(Into::into)
@@ -384,7 +384,7 @@ fn shared_read(layout: &Layout, logs: &Logs, exe: &Path) -> Result<(), Failure> 
         .arg(layout.counter_lock())
         .arg("--")
         .arg(exe)
-        .args(crate::cmd::platform::WORKER_ARGS)
+        .args(crate::platform::WORKER_ARGS)
         .args(["torture", "--read"])
         .arg(format!("{}:{}", logs.slot, logs.generation))
         .arg("--dir")
