@@ -488,8 +488,7 @@ fn gc_removes_only_unheld_lock_files_of_ids_without_records() {
 /// Whether process `pid` holds a `flock` lock on anything (a granted line of `/proc/locks`).
 fn holds_a_lock(pid: u32) -> bool {
     let pid = pid.to_string();
-    fs::read_to_string("/proc/locks")
-        .unwrap_or_default()
+    testkit::proc_locks()
         .lines()
         .any(|l| !l.contains("->") && l.split_whitespace().nth(4) == Some(pid.as_str()))
 }

@@ -484,7 +484,7 @@ fn collect_never_waits_for_a_busy_namespace_and_an_acquisition_waits_out_a_colle
             .any(|l| l.contains("->") && l.contains(&format!(":{ino} ")))
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !queued(fs::read_to_string("/proc/locks").unwrap()) {
+    while !queued(testkit::proc_locks()) {
         assert!(
             std::time::Instant::now() < deadline,
             "the waiter never queued"
@@ -605,14 +605,11 @@ fn the_kept_root_and_namespace_are_checked_again() {
 fn queued_on(path: &Path) -> bool {
     let ino = fs::metadata(path).unwrap().ino();
     let pid = std::process::id().to_string();
-    fs::read_to_string("/proc/locks")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| {
-            l.contains("->")
-                && l.split_whitespace().nth(5) == Some(pid.as_str())
-                && l.contains(&format!(":{ino} "))
-        })
+    testkit::proc_locks().lines().any(|l| {
+        l.contains("->")
+            && l.split_whitespace().nth(5) == Some(pid.as_str())
+            && l.contains(&format!(":{ino} "))
+    })
 }
 
 /// A waiter that wakes on a lock file the collector removed (and a newcomer made again) goes

@@ -543,8 +543,7 @@ fn stopped(pid: u32) -> bool {
 /// Whether process `pid` is blocked in the kernel's queue for any lock, and not for the lock
 /// of `path`'s inode.
 fn blocked_elsewhere(pid: u32, path: &Path) -> bool {
-    let anywhere = std::fs::read_to_string("/proc/locks")
-        .unwrap()
+    let anywhere = testkit::proc_locks()
         .lines()
         .any(|l| l.contains("->") && l.split_whitespace().nth(5) == Some(&pid.to_string()));
     anywhere && !blocked_on(pid, path)

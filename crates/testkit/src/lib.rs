@@ -43,7 +43,7 @@ mod torture;
 pub use canary::Canary;
 pub use free::{assert_free, reveals_holders};
 #[cfg(unix)]
-pub use locks::{blocked_on, holds, until};
+pub use locks::{blocked_on, holds, proc_locks, until};
 #[cfg(unix)]
 pub use process::{
     FlockHolder, Out, Proc, assert_abandoned_grant_let_go, assert_one_line_error, run, stopped,
