@@ -10,7 +10,6 @@
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::Duration;
 
 use leasehold::{AnyLease, Budget, CancelToken, Holders, LeaseOptions, LockMode};
 use napi::{Either, Env, JsFunction};
@@ -77,20 +76,25 @@ impl NativeOptIns {
     }
 }
 
-/// The wait budget of a `timeoutMs` (absent: unlimited; 0: try once), with `cancel` attached.
+/// The wait budget of a `timeoutMs` (absent or `Infinity`: unlimited; 0: try once), with
+/// `cancel` attached: the library's reading of a timeout ([`Budget::from_timeout_secs`]), in
+/// milliseconds, its refusal worded with this option's name.
 pub(crate) fn budget(
     timeout_ms: Option<f64>,
     cancel: Option<&CancelToken>,
 ) -> Result<Budget, Failure> {
     let budget = match timeout_ms {
         None => Budget::unlimited(),
-        Some(ms) if !ms.is_finite() || ms < 0.0 => {
-            return Err(Failure::invalid(format!(
-                "timeoutMs {ms} is not a number of milliseconds ≥ 0; leave it out to wait without limit"
-            )));
-        }
-        Some(0.0) => Budget::no_wait(),
-        Some(ms) => Budget::timeout(Duration::from_secs_f64(ms / 1000.0)),
+        Some(ms) => Budget::from_timeout_secs(ms / 1000.0).map_err(|_| {
+            // Spelled as JavaScript spells it (Rust writes -inf).
+            let ms = match ms {
+                f64::NEG_INFINITY => "-Infinity".to_string(),
+                ms => ms.to_string(),
+            };
+            Failure::invalid(format!(
+                "timeoutMs {ms} is not a number of milliseconds ≥ 0; leave it out, or pass Infinity, to wait without limit"
+            ))
+        })?,
     };
     Ok(match cancel {
         Some(token) => budget.with_cancel(token.clone()),

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use leasehold::{AnyLease, Budget, CancelToken, Holders, LeaseOptions, LockMode};
 use pyo3::exceptions::PyValueError;
@@ -116,18 +115,20 @@ fn mode(shared: bool) -> LockMode {
     }
 }
 
-/// The budget for a Python `timeout`, as every call of the package reads one: `None`, `-1`
-/// (filelock's spelling) or infinity waits without limit, `0` tries once, a positive number
-/// of seconds waits at most that long; anything else is a `ValueError`.
+/// The budget for a Python `timeout`, as every call of the package reads one: the library's
+/// reading of a number of seconds ([`Budget::from_timeout_secs`]: infinity waits without
+/// limit, `0` tries once, a positive number waits at most that long, NaN and negatives are
+/// refused), after `None` and `-1` — filelock's spelling of "no limit", this package's alone —
+/// are read as no limit; a refusal is a `ValueError` naming the keyword.
 pub(crate) fn budget(timeout: Option<f64>) -> PyResult<Budget> {
     match timeout {
         None => Ok(Budget::unlimited()),
-        Some(t) if t == f64::INFINITY || t == -1.0 => Ok(Budget::unlimited()),
-        Some(0.0) => Ok(Budget::no_wait()),
-        Some(t) if t > 0.0 => Ok(Budget::timeout(Duration::from_secs_f64(t))),
-        Some(t) => Err(PyValueError::new_err(format!(
-            "timeout must be None or -1 (no limit), 0 (try once) or a positive number of seconds, not {t}"
-        ))),
+        Some(-1.0) => Ok(Budget::unlimited()),
+        Some(t) => Budget::from_timeout_secs(t).map_err(|_| {
+            PyValueError::new_err(format!(
+                "timeout must be None or -1 (no limit), 0 (try once) or a positive number of seconds, not {t}"
+            ))
+        }),
     }
 }
 
