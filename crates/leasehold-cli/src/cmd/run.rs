@@ -264,40 +264,11 @@ fn stop_tree(command: u32, ended: &std::sync::mpsc::Receiver<()>) {
 fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure> {
     let token = interrupts.token();
     let wait = Wait::of(args.no_wait, args.timeout, token);
-    // What holds the lease up, after "{path}: lock is " (and, in the notice, after the
-    // path): "held by another process (pid N)", or, for a wait held up at one of the lock's
-    // gates, that gate, who holds it and what the lock itself is.
-    let holders = |e: &Error| match e {
-        Error::Contended { path, holders, .. } | Error::TimedOut { path, holders, .. } => Some((
-            path.display().to_string(),
-            format!("held by {}", holders.who()),
-        )),
-        Error::GateHeld {
-            path,
-            gate,
-            holders,
-            ..
-        } => {
-            let why = match holders.get().is_held() {
-                Some(true) => format!(
-                    "an exclusive waiter ahead in line; the lock itself is held by {}",
-                    holders.who()
-                ),
-                Some(false) => {
-                    "a waiter ahead in line; the lock itself is free, so that waiter is stopped or stuck".into()
-                }
-                None => "an exclusive waiter ahead in line, or one stopped or stuck there".into(),
-            };
-            let by = e.gate_holders().unwrap_or_default().who();
-            let gate = gate.display();
-            Some((
-                path.display().to_string(),
-                format!("held up at its gate {gate}, held by {by} ({why})"),
-            ))
-        }
-        _ => None,
-    };
-    let held_by = move |e: &Error| holders(e).map(|(path, held)| format!("{path} {held}"));
+    // What holds the lease up, in the library's words: the notice names the lock file and
+    // its hold-up ("waiting for PATH held by ..."), the final message is the situation and
+    // this face's advice.
+    let lockfile = args.lockfile.display().to_string();
+    let held_by = move |e: &Error| e.hold_up().map(|held| format!("{lockfile} {held}"));
     let options = crate::env::lease_options();
     // One acquisition for the whole wait, which says the notice and goes on waiting on the
     // file it opened (see `Wait::lease_budget`).
@@ -310,11 +281,8 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<AnyLease, Failure>
     acquired.map_err(|e| {
         // How long it waited, before the holders are looked up (that takes a moment).
         let tail = wait.gave_up();
-        match holders(&e) {
-            Some((path, held)) => Failure::new(
-                ErrorClass::Contended,
-                format!("{path}: lock is {held}{tail}"),
-            ),
+        match e.situation() {
+            Some(held) => Failure::new(ErrorClass::Contended, format!("{held}{tail}")),
             None => Failure::lease(&e),
         }
     })
