@@ -53,7 +53,7 @@ declare global {
 }
 
 export interface LeaseOptions {
-  /** Absent: wait without limit; 0: try once. A wait that runs out rejects with CONTENDED. */
+  /** Absent or Infinity: wait without limit; 0: try once. A wait that runs out rejects with CONTENDED. */
   timeoutMs?: number
   /** Abort ends the wait promptly: rejects with `signal.reason` (code CANCELLED), and nothing is held. */
   signal?: AbortSignalLike
@@ -180,7 +180,7 @@ export interface DocumentOpenOptions {
 }
 
 export interface DocumentUpdateOptions {
-  /** How long to wait for the document's lease; absent: without limit; 0: try once (CONTENDED). */
+  /** How long to wait for the document's lease; absent or Infinity: without limit; 0: try once (CONTENDED). */
   timeoutMs?: number
   /** Abort ends the wait for the lease promptly (`signal.reason`, code CANCELLED); nothing is written. */
   signal?: AbortSignalLike

@@ -1,4 +1,5 @@
-//! `Lease` and `holders`: the library's [`Lease`] and [`SharedLease`] behind one class.
+//! `Lease` and `holders`: the library's [`AnyLease`] (a lease in the mode asked for) behind
+//! one class.
 //!
 //! A wait is the library's tokio driver polled on the JS thread (`drive.rs`): no thread of
 //! libuv's pool, no thread per waiter, and no runtime worker between the grant and the event
@@ -9,9 +10,8 @@
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::Duration;
 
-use leasehold::{Budget, CancelToken, Holders, Lease, LeaseOptions, SharedLease};
+use leasehold::{AnyLease, Budget, CancelToken, Holders, LeaseOptions, LockMode};
 use napi::{Either, Env, JsFunction};
 use napi_derive::napi;
 
@@ -36,6 +36,13 @@ pub struct NativeLeaseOptions {
 impl NativeLeaseOptions {
     fn lease_options(&self) -> LeaseOptions {
         opt_ins(self.allow_network_fs, self.allow_shared_state)
+    }
+
+    fn mode(&self) -> LockMode {
+        match self.shared.unwrap_or(false) {
+            true => LockMode::Shared,
+            false => LockMode::Exclusive,
+        }
     }
 }
 
@@ -69,20 +76,25 @@ impl NativeOptIns {
     }
 }
 
-/// The wait budget of a `timeoutMs` (absent: unlimited; 0: try once), with `cancel` attached.
+/// The wait budget of a `timeoutMs` (absent or `Infinity`: unlimited; 0: try once), with
+/// `cancel` attached: the library's reading of a timeout ([`Budget::from_timeout_secs`]), in
+/// milliseconds, its refusal worded with this option's name.
 pub(crate) fn budget(
     timeout_ms: Option<f64>,
     cancel: Option<&CancelToken>,
 ) -> Result<Budget, Failure> {
     let budget = match timeout_ms {
         None => Budget::unlimited(),
-        Some(ms) if !ms.is_finite() || ms < 0.0 => {
-            return Err(Failure::invalid(format!(
-                "timeoutMs {ms} is not a number of milliseconds ≥ 0; leave it out to wait without limit"
-            )));
-        }
-        Some(0.0) => Budget::no_wait(),
-        Some(ms) => Budget::timeout(Duration::from_secs_f64(ms / 1000.0)),
+        Some(ms) => Budget::from_timeout_secs(ms / 1000.0).map_err(|_| {
+            // Spelled as JavaScript spells it (Rust writes -inf).
+            let ms = match ms {
+                f64::NEG_INFINITY => "-Infinity".to_string(),
+                ms => ms.to_string(),
+            };
+            Failure::invalid(format!(
+                "timeoutMs {ms} is not a number of milliseconds ≥ 0; leave it out, or pass Infinity, to wait without limit"
+            ))
+        })?,
     };
     Ok(match cancel {
         Some(token) => budget.with_cancel(token.clone()),
@@ -95,55 +107,33 @@ pub(crate) fn budget(
 /// the process dies. It never expires.
 #[napi]
 pub struct NativeLease {
-    held: Arc<Mutex<Held>>,
+    held: Arc<Mutex<AnyLease>>,
     path: String,
     shared: bool,
 }
 
-enum Held {
-    Exclusive(Lease),
-    Shared(SharedLease),
-}
-
 impl NativeLease {
-    fn from_exclusive(lease: Lease) -> NativeLease {
+    fn new(lease: AnyLease) -> NativeLease {
         NativeLease {
             path: lease.path().to_string_lossy().into_owned(),
-            shared: false,
-            held: kept(Held::Exclusive(lease)),
+            shared: lease.mode() == LockMode::Shared,
+            held: kept(lease),
         }
     }
 
-    fn from_shared(lease: SharedLease) -> NativeLease {
-        NativeLease {
-            path: lease.path().to_string_lossy().into_owned(),
-            shared: true,
-            held: kept(Held::Shared(lease)),
-        }
-    }
-
-    fn held(&self) -> MutexGuard<'_, Held> {
+    fn held(&self) -> MutexGuard<'_, AnyLease> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Held {
-    fn release(&mut self) {
-        match self {
-            Held::Exclusive(l) => l.release(),
-            Held::Shared(l) => l.release(),
-        }
     }
 }
 
 thread_local! {
     /// The leases made on this JS thread (always the one whose environment gets them: a
     /// wait is polled there, `drive.rs`), for [`release_all`].
-    static MADE: RefCell<Vec<Weak<Mutex<Held>>>> = const { RefCell::new(Vec::new()) };
+    static MADE: RefCell<Vec<Weak<Mutex<AnyLease>>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `held`, remembered for [`release_all`] (entries of leases gone since are dropped here).
-fn kept(held: Held) -> Arc<Mutex<Held>> {
+fn kept(held: AnyLease) -> Arc<Mutex<AnyLease>> {
     let held = Arc::new(Mutex::new(held));
     MADE.with(|made| {
         let mut made = made.borrow_mut();
@@ -184,11 +174,7 @@ impl NativeLease {
     /// release.
     #[napi]
     pub fn verify(&self) -> Option<Failure> {
-        let checked = match &*self.held() {
-            Held::Exclusive(l) => l.verify(),
-            Held::Shared(l) => l.verify(),
-        };
-        checked.err().map(|e| errors::lease(&e))
+        self.held().verify().err().map(|e| errors::lease(&e))
     }
 
     /// Releases the lease (closes its descriptor). Idempotent.
@@ -220,13 +206,11 @@ fn try_acquire_hooked(
     if let Err(f) = budget(options.timeout_ms, None) {
         return Some(Either::B(f));
     }
-    let opts = options.lease_options();
-    let got = match options.shared.unwrap_or(false) {
-        false => opts.try_acquire(&path).map(NativeLease::from_exclusive),
-        true => opts.try_acquire_shared(&path).map(NativeLease::from_shared),
-    };
+    let got = options
+        .lease_options()
+        .try_acquire_mode(&path, options.mode());
     match got {
-        Ok(lease) => Some(Either::A(lease)),
+        Ok(lease) => Some(Either::A(NativeLease::new(lease))),
         Err(e) if e.is_contended() => None,
         Err(e) => Some(Either::B(errors::lease(&e))),
     }
@@ -277,21 +261,10 @@ impl Waiter {
             Ok(b) => b,
             Err(f) => return Ok(Some(Either::B(f))),
         };
-        let opts = options.lease_options();
-        let shared = options.shared.unwrap_or(false);
+        let (opts, mode) = (options.lease_options(), options.mode());
         drive::drive(&env, &done, async move {
-            let got = match shared {
-                false => opts
-                    .acquire_async(&path, &budget)
-                    .await
-                    .map(NativeLease::from_exclusive),
-                true => opts
-                    .acquire_shared_async(&path, &budget)
-                    .await
-                    .map(NativeLease::from_shared),
-            };
-            match got {
-                Ok(lease) => Either::A(lease),
+            match opts.acquire_mode_async(&path, mode, budget).await {
+                Ok(lease) => Either::A(NativeLease::new(lease)),
                 Err(e) => Either::B(errors::lease(&e)),
             }
         })

@@ -7,7 +7,7 @@ const assert = require('node:assert/strict')
 const { join } = require('node:path')
 const fs = require('node:fs')
 const { execFileSync } = require('node:child_process')
-const { lh, tempDir, nodeChild, skip } = require('./helpers')
+const { lh, tempDir, nodeChild, skip, Child } = require('./helpers')
 const { Lease, LeaseholdError, Document, ResultStore, SessionLog, Registry } = lh
 
 /** No Rust API names and no CLI code prefixes in a message of this package. */
@@ -26,6 +26,23 @@ test('every failure is a LeaseholdError with its code, and instanceof tells it a
   const made = new LeaseholdError('m', 'IO', [1])
   assert.deepEqual([made.message, made.code, made.pids], ['m', 'IO', [1]])
   assert.ok(!(new Error('x') instanceof LeaseholdError))
+})
+
+test('a wait held up at a gate is worded as the library words it, with the advice in timeoutMs', { skip: process.platform !== 'linux' && 'needs util-linux flock(1) and /proc/locks' }, async (t) => {
+  const dir = tempDir(t)
+  const lock = join(dir, 'g.lock')
+  // The gates exist once a shared lease was taken; one is then held by a process that does
+  // not let it go (in life a waiter stopped or stuck), the lock itself free.
+  ;(await Lease.acquire(lock, { shared: true })).release()
+  const gate = join(dir, '.g.lock.leasehold-gate')
+  const blocker = new Child('flock', [gate, 'sh', '-c', 'echo H; read x'])
+  t.after(() => blocker.finish())
+  await blocker.expect('H')
+  const e = await Lease.acquire(lock, { shared: true, timeoutMs: 0 }).catch((e) => e)
+  assert.equal(e.code, 'CONTENDED', String(e))
+  assert.ok(e.message.startsWith(`${lock}: lock is held up at its gate ${gate}, held by another process`), e.message)
+  assert.ok(e.message.includes('the lock itself is free, so that waiter is stopped or stuck: resume or end it); not waited for (pass a timeoutMs'), e.message)
+  assert.ok(inNodeTerms(e.message), e.message)
 })
 
 test('an empty path, or one with a NUL byte, is INVALID_INPUT (holders too) and creates nothing', async (t) => {

@@ -159,6 +159,32 @@ test('abort ends a wait with CANCELLED promptly, timeoutMs with CONTENDED; nothi
   await second.finish()
 })
 
+test('timeoutMs Infinity, or too large to count, waits without limit; NaN and negatives are INVALID_INPUT', async (t) => {
+  const lock = join(tempDir(t), 'endless.lock')
+  // The library's one reading of a timeout: Infinity, and milliseconds beyond what a
+  // duration holds, wait without limit (Infinity was refused, and a number that large made
+  // the addon panic, before).
+  for (const timeoutMs of [Infinity, 1e308, Number.MAX_VALUE]) {
+    (await Lease.acquire(lock, { timeoutMs })).release()
+    ;(await Lease.acquire(lock, { timeoutMs, shared: true })).release()
+  }
+  // Held by another process: Infinity waits in the kernel's queue until the holder goes.
+  const holder = nodeChild('hold', lock)
+  t.after(() => holder.kill())
+  await holder.expect('H')
+  const waiting = Lease.acquire(lock, { timeoutMs: Infinity })
+  await until('this process waits in the kernel', () => blockedOn(process.pid, lock))
+  await holder.kill()
+  const lease = await within(5000, waiting)
+  assert.equal(lease.shared, false)
+  lease.release()
+  // No number of milliseconds: refused before anything is taken, naming the option.
+  for (const timeoutMs of [NaN, -1, -0.5, -Infinity]) {
+    await assert.rejects(Lease.acquire(lock, { timeoutMs }), (e) =>
+      e.code === 'INVALID_INPUT' && e.message.startsWith(`timeoutMs ${timeoutMs} `) && e.message.includes('Infinity'), String(timeoutMs))
+  }
+})
+
 test('release, Symbol.dispose, garbage collection and process exit release; verify says LOST', async (t) => {
   const dir = tempDir(t)
   const lock = join(dir, 'life.lock')

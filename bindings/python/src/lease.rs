@@ -4,36 +4,13 @@
 
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
-use leasehold::{Budget, CancelToken, Holders, LeaseOptions, SharedLease};
+use leasehold::{AnyLease, Budget, CancelToken, Holders, LeaseOptions, LockMode};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::to_pyerr;
 use crate::wait::{self, Waited};
-
-/// The library lease a `Lease` object owns, in either mode.
-enum Held {
-    Exclusive(leasehold::Lease),
-    Shared(SharedLease),
-}
-
-impl Held {
-    fn path(&self) -> &std::path::Path {
-        match self {
-            Held::Exclusive(l) => l.path(),
-            Held::Shared(l) => l.path(),
-        }
-    }
-
-    fn is_held(&self) -> bool {
-        match self {
-            Held::Exclusive(l) => l.is_held(),
-            Held::Shared(l) => l.is_held(),
-        }
-    }
-}
 
 /// A lease held by this process: exclusive, or shared with `shared=True`. Released by
 /// `release()`, by leaving its `with` block, when it is garbage-collected (the library
@@ -41,21 +18,20 @@ impl Held {
 /// expires.
 #[pyclass(module = "leasehold_lock", name = "Lease", frozen)]
 pub(crate) struct Lease {
-    held: Mutex<Held>,
+    held: Mutex<AnyLease>,
     shared: bool,
 }
 
 impl Lease {
-    fn new(held: Held) -> Lease {
-        let shared = matches!(held, Held::Shared(_));
+    fn new(held: AnyLease) -> Lease {
         Lease {
+            shared: held.mode() == LockMode::Shared,
             held: Mutex::new(held),
-            shared,
         }
     }
 
-    fn held(&self) -> MutexGuard<'_, Held> {
-        // A panic cannot leave a `Held` half-changed: every method is one library call.
+    fn held(&self) -> MutexGuard<'_, AnyLease> {
+        // A panic cannot leave the lease half-changed: every method is one library call.
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -86,22 +62,13 @@ impl Lease {
     /// file was removed or replaced (a newcomer would lock the new file), or the lease was
     /// released. Call it before a write that the lease must guard.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
-        let res = {
-            let held = self.held();
-            match &*held {
-                Held::Exclusive(l) => l.verify(),
-                Held::Shared(l) => l.verify(),
-            }
-        };
+        let res = self.held().verify();
         res.map_err(|e| to_pyerr(py, e))
     }
 
     /// Releases the lease (closes its descriptor). Idempotent; the lock file stays.
     fn release(&self) {
-        match &mut *self.held() {
-            Held::Exclusive(l) => l.release(),
-            Held::Shared(l) => l.release(),
-        }
+        self.held().release();
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -140,18 +107,28 @@ fn options(allow_network_fs: bool, allow_shared_state: bool) -> LeaseOptions {
         .allow_shared_state(allow_shared_state)
 }
 
-/// The budget for a Python `timeout`, as every call of the package reads one: `None`, `-1`
-/// (filelock's spelling) or infinity waits without limit, `0` tries once, a positive number
-/// of seconds waits at most that long; anything else is a `ValueError`.
+/// The mode of the `shared` keyword.
+fn mode(shared: bool) -> LockMode {
+    match shared {
+        true => LockMode::Shared,
+        false => LockMode::Exclusive,
+    }
+}
+
+/// The budget for a Python `timeout`, as every call of the package reads one: the library's
+/// reading of a number of seconds ([`Budget::from_timeout_secs`]: infinity waits without
+/// limit, `0` tries once, a positive number waits at most that long, NaN and negatives are
+/// refused), after `None` and `-1` — filelock's spelling of "no limit", this package's alone —
+/// are read as no limit; a refusal is a `ValueError` naming the keyword.
 pub(crate) fn budget(timeout: Option<f64>) -> PyResult<Budget> {
     match timeout {
         None => Ok(Budget::unlimited()),
-        Some(t) if t == f64::INFINITY || t == -1.0 => Ok(Budget::unlimited()),
-        Some(0.0) => Ok(Budget::no_wait()),
-        Some(t) if t > 0.0 => Ok(Budget::timeout(Duration::from_secs_f64(t))),
-        Some(t) => Err(PyValueError::new_err(format!(
-            "timeout must be None or -1 (no limit), 0 (try once) or a positive number of seconds, not {t}"
-        ))),
+        Some(-1.0) => Ok(Budget::unlimited()),
+        Some(t) => Budget::from_timeout_secs(t).map_err(|_| {
+            PyValueError::new_err(format!(
+                "timeout must be None or -1 (no limit), 0 (try once) or a positive number of seconds, not {t}"
+            ))
+        }),
     }
 }
 
@@ -169,25 +146,12 @@ pub(crate) fn acquire(
     allow_shared_state: bool,
 ) -> PyResult<Lease> {
     let budget = budget(timeout)?;
-    let opts = options(allow_network_fs, allow_shared_state);
+    let (opts, mode) = (options(allow_network_fs, allow_shared_state), mode(shared));
     let waited = if budget.remaining().is_none() {
         // No limit: the library's blocking wait, inline in the kernel's queue (`wait.rs`).
-        wait::block_inline(py, |budget| match shared {
-            true => opts.acquire_shared(&path, budget).map(Held::Shared),
-            false => opts.acquire(&path, budget).map(Held::Exclusive),
-        })
-    } else if shared {
-        wait::block(py, async {
-            opts.acquire_shared_async(&path, &budget)
-                .await
-                .map(Held::Shared)
-        })?
+        wait::block_inline(py, |budget| opts.acquire_mode(&path, mode, budget))
     } else {
-        wait::block(py, async {
-            opts.acquire_async(&path, &budget)
-                .await
-                .map(Held::Exclusive)
-        })?
+        wait::block(py, opts.acquire_mode_async(&path, mode, &budget))?
     };
     match waited {
         Waited::Done(Ok(held)) => Ok(Lease::new(held)),
@@ -207,10 +171,7 @@ pub(crate) fn try_acquire(
     allow_shared_state: bool,
 ) -> PyResult<Option<Lease>> {
     let opts = options(allow_network_fs, allow_shared_state);
-    let res = py.detach(|| match shared {
-        true => opts.try_acquire_shared(&path).map(Held::Shared),
-        false => opts.try_acquire(&path).map(Held::Exclusive),
-    });
+    let res = py.detach(|| opts.try_acquire_mode(&path, mode(shared)));
     match res {
         Ok(held) => Ok(Some(Lease::new(held))),
         Err(e) if e.is_contended() => Ok(None),
@@ -220,7 +181,7 @@ pub(crate) fn try_acquire(
 
 /// The result of an async acquisition, turned into a `Lease` or the exception object on the
 /// event loop's side (where the GIL is held).
-fn outcome(py: Python<'_>, res: leasehold::Result<Held>) -> PyResult<Py<PyAny>> {
+fn outcome(py: Python<'_>, res: leasehold::Result<AnyLease>) -> PyResult<Py<PyAny>> {
     match res {
         Ok(held) => Ok(Bound::new(py, Lease::new(held))?.into_any().unbind()),
         Err(e) => Ok(to_pyerr(py, e).into_value(py).into_any()),
@@ -260,18 +221,9 @@ pub(crate) fn start_acquire(
 ) -> PyResult<AsyncWait> {
     let cancel = CancelToken::new();
     let budget = budget(timeout)?.with_cancel(cancel.clone());
-    let opts = options(allow_network_fs, allow_shared_state);
+    let (opts, mode) = (options(allow_network_fs, allow_shared_state), mode(shared));
     wait::runtime()?.spawn(async move {
-        let res = match shared {
-            true => opts
-                .acquire_shared_async(&path, &budget)
-                .await
-                .map(Held::Shared),
-            false => opts
-                .acquire_async(&path, &budget)
-                .await
-                .map(Held::Exclusive),
-        };
+        let res = opts.acquire_mode_async(&path, mode, budget).await;
         // The acquisition is over (dropped) before the loop hears of it.
         Python::attach(|py| {
             let delivered = outcome(py, res).and_then(|value| {

@@ -6,16 +6,18 @@ that opts in, never a Rust API; an empty or NUL path is ``INVALID_INPUT``)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import typing
 
 import pytest
 
 import leasehold_lock
-from conftest import HOLD, WAIT, blocked_on, until
+from conftest import FCNTL_HOLD, HOLD, WAIT, blocked_on, until
 
 
 def test_dir_lists_the_public_names_and_private_modules_only():
@@ -108,6 +110,56 @@ def test_timeout_minus_one_waits_without_limit_everywhere(spawn, lock_path, tmp_
         with pytest.raises(ValueError, match="None or -1"):
             doc.edit(timeout=bad).__enter__()
 
+
+
+def test_infinity_and_a_timeout_too_large_to_count_wait_without_limit_and_nan_is_refused(spawn, lock_path, tmp_path):
+    # The library's one reading of a timeout: infinity, and seconds beyond what a duration
+    # holds, wait without limit (a number that large made the binding panic before).
+    for endless in (math.inf, 1e300, sys.float_info.max):
+        leasehold_lock.acquire(lock_path, endless).release()
+
+        async def in_asyncio(endless: float = endless) -> None:
+            (await leasehold_lock.acquire_async(lock_path, endless)).release()
+
+        asyncio.run(in_asyncio())
+        with leasehold_lock.Document(str(tmp_path / "d.json")).edit(timeout=endless) as value:
+            value["n"] = 1
+    # Held elsewhere: 1e300 waits in the kernel's queue until the holder lets go.
+    holder = spawn(HOLD, lock_path, "exclusive")
+    holder.expect("held")
+    waiter = spawn(WAIT, lock_path, "1e300", "exclusive")
+    waiter.expect("waiting")
+    until("the waiter is queued in the kernel", lambda: blocked_on(waiter.pid, lock_path))
+    holder.send()
+    holder.expect("released")
+    waiter.expect("acquired")
+    waiter.send()
+    waiter.expect("released")
+    # NaN and -inf are no number of seconds: refused before anything is opened, naming the
+    # keyword.
+    for bad in (math.nan, -math.inf):
+        with pytest.raises(ValueError, match="timeout must be None or -1"):
+            leasehold_lock.acquire(lock_path, bad)
+        with pytest.raises(ValueError, match="timeout must be None or -1"):
+            asyncio.run(leasehold_lock.acquire_async(lock_path, bad))
+
+
+def test_a_wait_held_up_at_a_gate_is_worded_as_the_library_and_the_cli_word_it(spawn, lock_path):
+    # The gates exist once a shared lease was taken; one is then held by a process that does
+    # not let it go (in life a waiter that is stopped or stuck), the lock itself free.
+    leasehold_lock.acquire(lock_path, shared=True).release()
+    gate = os.path.join(os.path.dirname(lock_path), "." + os.path.basename(lock_path) + ".leasehold-gate")
+    blocker = spawn(FCNTL_HOLD, gate, "exclusive")
+    blocker.expect("held")
+    with pytest.raises(leasehold_lock.Timeout) as raised:
+        leasehold_lock.acquire(lock_path, 0, shared=True)
+    message = str(raised.value)
+    assert message.startswith(f"{lock_path}: lock is held up at its gate {gate}, held by "), message
+    if leasehold_lock.holders(lock_path) is not None:
+        assert f"another process (pid {blocker.pid}) (a waiter ahead in line; the lock itself is free" in message
+        assert "stopped or stuck: resume or end it); not waited for (pass timeout=SECONDS" in message
+    blocker.send()
+    blocker.expect("released")
 
 def test_an_empty_or_nul_path_is_invalid_input(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

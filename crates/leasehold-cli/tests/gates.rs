@@ -224,7 +224,11 @@ fn a_wait_held_up_at_a_gate_names_the_gate_and_its_holder() {
         ),
     );
     if testkit::reveals_holders() {
-        assert_one_line_error(&out, "the lock itself is free");
+        // What to do about it, in the library's words as every face says them.
+        assert_one_line_error(
+            &out,
+            "(a waiter ahead in line; the lock itself is free, so that waiter is stopped or stuck: resume or end it); did not wait",
+        );
     }
     assert_one_line_error(&out, "did not wait");
 

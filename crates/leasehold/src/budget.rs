@@ -259,6 +259,39 @@ impl Budget {
         }
     }
 
+    /// The budget of a timeout given as a number of seconds, as a binding's caller writes
+    /// one (a float, or milliseconds converted): the one reading of such a number.
+    /// `+∞` waits without limit, `0` tries once, a positive number waits at most that long
+    /// (one too large for a [`Duration`] waits without limit too, as [`Budget::timeout`]
+    /// saturates); NaN and every negative number are refused. A face with its own spelling of
+    /// "no limit" (Python's filelock-compatible `-1`) maps it before asking: a negative
+    /// timeout is otherwise a caller's arithmetic gone wrong (a deadline already past), not a
+    /// wish to wait for ever.
+    ///
+    /// ```
+    /// use leasehold::Budget;
+    /// assert_eq!(Budget::from_timeout_secs(f64::INFINITY).unwrap().remaining(), None);
+    /// assert_eq!(Budget::from_timeout_secs(1.5).unwrap().remaining(), Some(std::time::Duration::from_millis(1500)));
+    /// assert!(Budget::from_timeout_secs(-1.0).is_err() && Budget::from_timeout_secs(f64::NAN).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`InvalidTimeout`] for NaN or a negative number (`-∞` too); each face words it in its
+    /// own terms (its argument's name and unit).
+    pub fn from_timeout_secs(secs: f64) -> Result<Budget, InvalidTimeout> {
+        if secs.is_nan() || secs < 0.0 {
+            return Err(InvalidTimeout { secs });
+        }
+        if secs == 0.0 {
+            return Ok(Budget::no_wait());
+        }
+        Ok(match Duration::try_from_secs_f64(secs) {
+            Ok(timeout) => Budget::timeout(timeout),
+            // +∞, or more seconds than a `Duration` holds.
+            Err(_) => Budget::unlimited(),
+        })
+    }
+
     /// Wait until `deadline`, the same instant for every acquisition that uses this budget:
     /// one budget across several steps. An acquisition that begins after it makes one try.
     #[must_use]
@@ -594,6 +627,31 @@ mod tests {
     }
 }
 
+/// A timeout that [`Budget::from_timeout_secs`] refuses: NaN or a negative number of
+/// seconds. The message is the library's (in seconds); a face words the refusal with its own
+/// argument's name and unit from [`secs`](Self::secs).
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "timeout {secs} s is not a number of seconds ≥ 0; give 0 to try once, a positive number to wait at most that long, or infinity to wait without limit"
+)]
+pub struct InvalidTimeout {
+    secs: f64,
+}
+
+impl InvalidTimeout {
+    /// The refused number of seconds.
+    pub fn secs(&self) -> f64 {
+        self.secs
+    }
+}
+
+impl crate::error::Classify for InvalidTimeout {
+    /// Always [`ErrorClass::Usage`](crate::ErrorClass::Usage): the caller's input.
+    fn class(&self) -> crate::error::ErrorClass {
+        crate::error::ErrorClass::Usage
+    }
+}
+
 /// A copy of the budget: what lets `&budget` be passed where a budget is taken by value (the
 /// async acquisitions), so that a caller keeps its own. Cheap: the token is shared.
 impl From<&Budget> for Budget {
@@ -642,5 +700,38 @@ mod limits {
         assert_eq!(huge.deadline(), None);
         assert_eq!(huge.started().deadline(), None);
         assert_eq!(Budget::unlimited().started().remaining(), None);
+    }
+
+    /// A binding's timeout in seconds, read once for every face: infinity and a number too
+    /// large for a `Duration` wait without limit, zero tries once, NaN and every negative
+    /// number (the `-1` of Python's filelock spelling too: Python maps it first) are refused.
+    #[test]
+    fn a_timeout_in_seconds_is_read_one_way_and_nan_or_negatives_are_refused() {
+        let limit = |secs: f64| Budget::from_timeout_secs(secs).map(|b| b.limit);
+        assert_eq!(limit(f64::INFINITY), Ok(Limit::Unlimited));
+        assert_eq!(limit(1e300), Ok(Limit::Unlimited));
+        assert_eq!(limit(f64::MAX), Ok(Limit::Unlimited));
+        assert_eq!(limit(0.0), Ok(Limit::Timeout(Duration::ZERO)));
+        assert_eq!(limit(-0.0), Ok(Limit::Timeout(Duration::ZERO)));
+        assert_eq!(limit(2.5), Ok(Limit::Timeout(Duration::from_millis(2500))));
+        assert_eq!(
+            Budget::from_timeout_secs(0.0).map(|b| b.not_waited(Instant::now())),
+            Ok(NotWaited::SingleTry)
+        );
+        for bad in [f64::NAN, -1.0, -0.5, -1e-9, f64::NEG_INFINITY] {
+            let refused = Budget::from_timeout_secs(bad).expect_err("refused");
+            assert!(
+                refused.secs().to_bits() == bad.to_bits(),
+                "{bad}: {refused:?}"
+            );
+            assert_eq!(
+                crate::error::Classify::class(&refused),
+                crate::error::ErrorClass::Usage
+            );
+            assert!(
+                refused.to_string().contains("not a number of seconds ≥ 0"),
+                "{refused}"
+            );
+        }
     }
 }

@@ -385,24 +385,41 @@ impl Error {
         matches!(self, Error::Expired { .. })
     }
 
-    /// What held a contended acquisition up, without advice: "PATH: lock is held by
-    /// another process (pid N)", or for [`Error::GateHeld`] the lock's state and the gate's
-    /// holders; `None` for an error that is not contention. The library's message is this and
-    /// what to change in the [`Budget`](crate::Budget); a program that shows errors to its own
-    /// users (a CLI, a binding) adds its own advice to this (its flag, its `timeout`
-    /// argument) from the variant's facts (`why`, `waited`), so that the situation is worded
-    /// once. Looks the holders up, as the message does.
+    /// What held a contended acquisition up, without advice: "PATH: lock is " and its
+    /// [`hold_up`](Self::hold_up) ("PATH: lock is held by another process (pid N)", or for
+    /// [`Error::GateHeld`] the gate, its holders and what the lock itself is); `None` for an
+    /// error that is not contention. The library's message is this and what to change in the
+    /// [`Budget`](crate::Budget); a program that shows errors to its own users (a CLI, a
+    /// binding) adds its own advice to this (its flag, its `timeout` argument) from the
+    /// variant's facts (`why`, `waited`), so that the situation is worded once, here, for
+    /// every face. Looks the holders up, as the message does.
     pub fn situation(&self) -> Option<String> {
+        let path = self.contended_path()?.display();
+        Some(format!("{path}: lock is {}", self.hold_up()?))
+    }
+
+    /// The [situation](Self::situation) without the lock file's path: what follows
+    /// "PATH: lock is " — "held by another process (pid N)", or, for [`Error::GateHeld`],
+    /// "held up at its gate GATE, held by WHO (WHY)", WHY saying what the lock itself is (held
+    /// by whom, free — the gate's holder then stopped or stuck — or not known). For a face
+    /// that names the path its own way (a notice "waiting for PATH held by ..."). `None` for
+    /// an error that is not contention. Looks the holders up.
+    pub fn hold_up(&self) -> Option<String> {
         match self {
-            Error::Contended { path, holders, .. } | Error::TimedOut { path, holders, .. } => Some(
-                format!("{}: lock is held by {}", path.display(), holders.who()),
-            ),
-            Error::GateHeld {
-                path,
-                gate,
-                holders,
-                ..
-            } => Some(gate_held_situation(path, gate, holders)),
+            Error::Contended { holders, .. } | Error::TimedOut { holders, .. } => {
+                Some(format!("held by {}", holders.who()))
+            }
+            Error::GateHeld { gate, holders, .. } => Some(gate_hold_up(gate, holders)),
+            _ => None,
+        }
+    }
+
+    /// The lock file of a contention error.
+    fn contended_path(&self) -> Option<&std::path::Path> {
+        match self {
+            Error::Contended { path, .. }
+            | Error::TimedOut { path, .. }
+            | Error::GateHeld { path, .. } => Some(path),
             _ => None,
         }
     }
@@ -490,8 +507,8 @@ impl From<Error> for io::Error {
     }
 }
 
-/// [`Error::GateHeld`]'s message: its [situation](gate_held_situation), and how the wait
-/// ended in the library's terms.
+/// [`Error::GateHeld`]'s message: its [situation](Error::situation), and how the wait ended
+/// in the library's terms.
 fn gate_held(
     path: &std::path::Path,
     gate: &std::path::Path,
@@ -502,30 +519,26 @@ fn gate_held(
         None => library_terms::not_waited_at_gate(),
         Some(w) => library_terms::gave_up(*w),
     };
-    format!("{}; {tail}", gate_held_situation(path, gate, holders))
+    let hold_up = gate_hold_up(gate, holders);
+    format!("{}: lock is {hold_up}; {tail}", path.display())
 }
 
-/// What held up an acquisition at a gate: the lock's state (free, held by whom, or unknown),
-/// the gate and who holds it.
-fn gate_held_situation(
-    path: &std::path::Path,
-    gate: &std::path::Path,
-    holders: &HolderInfo,
-) -> String {
+/// What held up an acquisition at a gate, after "lock is ": the gate and who holds it, then
+/// why that holds the acquirer up — the lock's state (held by whom, free, or not known).
+fn gate_hold_up(gate: &std::path::Path, holders: &HolderInfo) -> String {
     let by = HolderInfo::of_path(gate).who();
-    let (path, gate) = (path.display(), gate.display());
-    match holders.get().is_held() {
+    let why = match holders.get().is_held() {
         Some(true) => format!(
-            "{path}: lock is held by {}, and its gate {gate} by {by} (an exclusive waiter ahead in line)",
+            "an exclusive waiter ahead in line; the lock itself is held by {}",
             holders.who()
         ),
-        Some(false) => format!(
-            "{path}: lock is free, but its gate {gate} is held by {by}, which keeps acquirers out: a waiter ahead in line that is stopped or stuck (resume or end it)"
-        ),
-        None => format!(
-            "{path}: its gate {gate} is held by {by} (an exclusive waiter ahead in line, or one that is stopped or stuck)"
-        ),
-    }
+        Some(false) => "a waiter ahead in line; the lock itself is free, so that waiter is stopped or stuck: resume or end it".into(),
+        None => "an exclusive waiter ahead in line, or one stopped or stuck there".into(),
+    };
+    format!(
+        "held up at its gate {}, held by {by} ({why})",
+        gate.display()
+    )
 }
 
 /// Shorthand for results of this crate.
@@ -951,8 +964,21 @@ mod tests {
         let once = gated(None);
         let situation = once.situation().expect("contention has a situation");
         assert!(
-            situation.starts_with("/var/lib/app/store.lock: lock is held by another process (pid 42), and its gate /var/lib/app/.store.lock.leasehold-gate by "),
+            situation.starts_with("/var/lib/app/store.lock: lock is held up at its gate /var/lib/app/.store.lock.leasehold-gate, held by "),
             "{situation}"
+        );
+        assert!(
+            situation.ends_with(
+                " (an exclusive waiter ahead in line; the lock itself is held by another process (pid 42))"
+            ),
+            "{situation}"
+        );
+        assert_eq!(
+            situation,
+            format!(
+                "/var/lib/app/store.lock: lock is {}",
+                once.hold_up().unwrap()
+            )
         );
         assert!(!situation.contains("Budget"), "{situation}");
         let message = once.to_string();
@@ -979,6 +1005,25 @@ mod tests {
             contended.situation().as_deref(),
             Some("/var/lib/app/store.lock: lock is held by another process (pid 42)")
         );
-        assert_eq!(Error::Cancelled { path }.situation(), None);
+        assert_eq!(
+            contended.hold_up().as_deref(),
+            Some("held by another process (pid 42)")
+        );
+        // The lock free behind a held gate: its holder is a waiter stopped or stuck.
+        let free = Error::GateHeld {
+            path: path.clone(),
+            gate: std::path::Path::new("/var/lib/app/.store.lock.leasehold-gate").into(),
+            holders: HolderInfo::known(Holders::Free),
+            waited: None,
+        };
+        let hold_up = free.hold_up().unwrap_or_default();
+        assert!(
+            hold_up.ends_with(
+                " (a waiter ahead in line; the lock itself is free, so that waiter is stopped or stuck: resume or end it)"
+            ),
+            "{hold_up}"
+        );
+        assert_eq!(Error::Cancelled { path: path.clone() }.situation(), None);
+        assert_eq!(Error::Cancelled { path }.hold_up(), None);
     }
 }

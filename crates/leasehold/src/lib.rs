@@ -263,7 +263,7 @@ pub mod patterns;
 mod record;
 mod sys;
 
-pub use budget::{Budget, CancelToken};
+pub use budget::{Budget, CancelToken, InvalidTimeout};
 pub use error::{Classify, Error, ErrorClass, NotWaited, OptIn, Result};
 pub use holders::HolderInfo;
 pub use kind::{FileId, FileKind, Holders};

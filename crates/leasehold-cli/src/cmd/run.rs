@@ -288,43 +288,16 @@ fn stop_tree(command: u32, ended: &std::sync::mpsc::Receiver<()>) {
 fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<MountLease, Failure> {
     let token = interrupts.token();
     let wait = Wait::of(args.no_wait, args.timeout, token);
-    // What holds the lease up, after "{path}: lock is " (and, in the notice, after the
-    // path): "held by another process (pid N)", or, for a wait held up at one of the lock's
-    // gates, that gate, who holds it and what the lock itself is.
-    let holders = |e: &Error| match e {
-        Error::Contended { path, holders, .. } | Error::TimedOut { path, holders, .. } => Some((
-            path.display().to_string(),
-            format!(
-                "held by {}",
-                record_holder(path).unwrap_or_else(|| holders.who())
-            ),
-        )),
-        Error::GateHeld {
-            path,
-            gate,
-            holders,
-            ..
-        } => {
-            let why = match holders.get().is_held() {
-                Some(true) => format!(
-                    "an exclusive waiter ahead in line; the lock itself is held by {}",
-                    holders.who()
-                ),
-                Some(false) => {
-                    "a waiter ahead in line; the lock itself is free, so that waiter is stopped or stuck".into()
-                }
-                None => "an exclusive waiter ahead in line, or one stopped or stuck there".into(),
-            };
-            let by = e.gate_holders().unwrap_or_default().who();
-            let gate = gate.display();
-            Some((
-                path.display().to_string(),
-                format!("held up at its gate {gate}, held by {by} ({why})"),
-            ))
-        }
-        _ => None,
+    // What holds the lease up, in the library's words — or, for a record lease on a shared
+    // mount, its holder as the record names it: the notice names the lock file and its
+    // hold-up ("waiting for PATH held by ..."), the final message is the situation and this
+    // face's advice.
+    let lockfile = args.lockfile.display().to_string();
+    let held_by = move |e: &Error| {
+        record_hold_up(e)
+            .or_else(|| e.hold_up())
+            .map(|held| format!("{lockfile} {held}"))
     };
-    let held_by = move |e: &Error| holders(e).map(|(path, held)| format!("{path} {held}"));
     let options = crate::env::lease_options()
         .on_shared_mount(crate::env::shared_mount().map_err(Failure::usage)?);
     // One acquisition for the whole wait, which says the notice and goes on waiting on the
@@ -338,14 +311,29 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<MountLease, Failur
     acquired.map_err(|e| {
         // How long it waited, before the holders are looked up (that takes a moment).
         let tail = wait.gave_up();
-        match holders(&e) {
-            Some((path, held)) => Failure::new(
-                ErrorClass::Contended,
-                format!("{path}: lock is {held}{tail}"),
-            ),
+        let situation = match &e {
+            Error::Contended { path, .. } | Error::TimedOut { path, .. } => {
+                record_hold_up(&e).map(|held| format!("{}: lock is {held}", path.display()))
+            }
+            _ => None,
+        }
+        .or_else(|| e.situation());
+        match situation {
+            Some(held) => Failure::new(ErrorClass::Contended, format!("{held}{tail}")),
             None => Failure::lease(&e),
         }
     })
+}
+
+/// A contention's hold-up when a record lease holds the lock: "held by pid N on this host
+/// (record lease, fencing token T)" (the library's words otherwise: `Error::hold_up`).
+fn record_hold_up(e: &Error) -> Option<String> {
+    match e {
+        Error::Contended { path, .. } | Error::TimedOut { path, .. } => {
+            record_holder(path).map(|who| format!("held by {who}"))
+        }
+        _ => None,
+    }
 }
 
 /// Who holds a record lease on `path`, as contention names it, if one does: "pid N on this

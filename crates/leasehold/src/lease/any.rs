@@ -153,6 +153,50 @@ impl LeaseOptions {
         }
     }
 
+    /// [`acquire_async`](Self::acquire_async) or
+    /// [`acquire_shared_async`](Self::acquire_shared_async), as `mode` says: the lease in the
+    /// mode a caller chose at run time, waited for within `budget` without blocking the
+    /// executor (dropping the future abandons the wait and leaves nothing held).
+    ///
+    /// ```
+    /// # #[cfg(all(feature = "tokio", unix))]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use leasehold::{Budget, LeaseOptions, LockMode};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("job.lock");
+    /// let opts = LeaseOptions::new();
+    /// let reader = opts.acquire_mode_async(&path, LockMode::Shared, Budget::unlimited()).await.unwrap();
+    /// let another = opts.acquire_mode_async(&path, LockMode::Shared, Budget::no_wait()).await.unwrap();
+    /// assert_eq!((reader.mode(), another.mode()), (LockMode::Shared, LockMode::Shared));
+    /// let writer = opts.acquire_mode_async(&path, LockMode::Exclusive, Budget::no_wait()).await;
+    /// assert!(writer.unwrap_err().is_contended());
+    /// # }
+    /// # #[cfg(not(all(feature = "tokio", unix)))]
+    /// # fn main() {}
+    /// ```
+    ///
+    /// # Errors
+    /// As the asynchronous acquisition of that mode.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_mode_async(
+        self,
+        path: impl AsRef<Path>,
+        mode: LockMode,
+        budget: impl Into<Budget>,
+    ) -> Result<AnyLease> {
+        match mode {
+            LockMode::Exclusive => self
+                .acquire_async(path, budget)
+                .await
+                .map(AnyLease::Exclusive),
+            LockMode::Shared => self
+                .acquire_shared_async(path, budget)
+                .await
+                .map(AnyLease::Shared),
+        }
+    }
+
     /// [`try_acquire`](Self::try_acquire) or [`try_acquire_shared`](Self::try_acquire_shared),
     /// as `mode` says.
     ///
