@@ -3,7 +3,7 @@
 //! wait is the library's (see `wait.rs`).
 
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use leasehold::{AnyLease, Budget, CancelToken, Holders, LeaseOptions, LockMode};
 use pyo3::exceptions::PyValueError;
@@ -192,6 +192,8 @@ fn outcome(py: Python<'_>, res: leasehold::Result<AnyLease>) -> PyResult<Py<PyAn
 #[pyclass(module = "leasehold_lock._native", name = "_AsyncWait", frozen)]
 pub(crate) struct AsyncWait {
     cancel: CancelToken,
+    /// Set once the driver's thread that delivered the outcome has left Python.
+    left: Arc<(Mutex<bool>, Condvar)>,
 }
 
 #[pymethods]
@@ -200,6 +202,23 @@ impl AsyncWait {
     /// (nothing held); `finish` is still called, with the outcome.
     fn cancel(&self) {
         self.cancel.cancel();
+    }
+
+    /// Returns once the driver's thread that delivered the outcome has left Python (at once,
+    /// almost always); `finish` calls it before anything else. Without it the awaiting code
+    /// could end, and the interpreter begin to shut down, while that thread still released
+    /// its thread state, which CPython aborts ("PyGILState_Release: thread state ... must be
+    /// current when releasing"): a script that exited right after its `await` crashed about
+    /// one run in twenty. Waits without the GIL, which that thread may need to leave.
+    fn settled(&self, py: Python<'_>) {
+        let left = self.left.clone();
+        py.detach(move || {
+            let (done, changed) = &*left;
+            let mut done = done.lock().unwrap_or_else(PoisonError::into_inner);
+            while !*done {
+                done = changed.wait(done).unwrap_or_else(PoisonError::into_inner);
+            }
+        });
     }
 }
 
@@ -222,10 +241,12 @@ pub(crate) fn start_acquire(
     let cancel = CancelToken::new();
     let budget = budget(timeout)?.with_cancel(cancel.clone());
     let (opts, mode) = (options(allow_network_fs, allow_shared_state), mode(shared));
+    let left = Arc::new((Mutex::new(false), Condvar::new()));
+    let leaving = left.clone();
     wait::runtime()?.spawn(async move {
         let res = opts.acquire_mode_async(&path, mode, budget).await;
         // The acquisition is over (dropped) before the loop hears of it.
-        Python::attach(|py| {
+        Python::attach(move |py| {
             let delivered = outcome(py, res).and_then(|value| {
                 event_loop.call_method1(py, "call_soon_threadsafe", (finish, value))
             });
@@ -234,9 +255,14 @@ pub(crate) fn start_acquire(
                 // dropped with it (released).
                 e.write_unraisable(py, None);
             }
+            drop(event_loop); // while attached: nothing of Python is left to drop after
         });
+        // Out of Python: `finish` (see `AsyncWait::settled`) may go on.
+        let (done, changed) = &*leaving;
+        *done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        changed.notify_all();
     });
-    Ok(AsyncWait { cancel })
+    Ok(AsyncWait { cancel, left })
 }
 
 /// Who holds the lock file at `path`, without taking, creating or disturbing anything: the

@@ -29,7 +29,9 @@ async def acquire_async(
     abandoned = False
 
     def finish(outcome: Union[Lease, BaseException]) -> None:
-        # Called on the loop once the native acquisition has ended.
+        # Called on the loop once the native acquisition has ended, and its thread has left
+        # Python (`settled`: the interpreter must not shut down under it).
+        waiter.settled()
         if abandoned and isinstance(outcome, Lease):
             outcome.release()  # granted as the task was cancelled: nobody will hold it
         if done.done():
