@@ -13,10 +13,10 @@
 //! Each code means one thing: an ID that names nothing is `NOT_FOUND`, never `INVALID_INPUT`.
 //!
 //! Messages are in this surface's words: a setting the library's message names is named as a
-//! JavaScript caller writes it ([`option`], the one table), and the stores' errors whose
+//! JavaScript caller writes it (`option`, the one table), and the stores' errors whose
 //! library messages start with the CLI contract's codes (`invalid-root:`, `unknown-result:`)
-//! or say nothing of what to do next are worded here from their facts ([`registry`],
-//! [`session`], [`results`]).
+//! or say nothing of what to do next are worded here from their facts (`registry`,
+//! `session`, `results`).
 
 use leasehold::{Classify, Error, ErrorClass, HolderInfo, NotWaited, OptIn};
 use leasehold_stores::registry::RegistryError;

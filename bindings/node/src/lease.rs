@@ -58,7 +58,7 @@ pub(crate) fn opt_ins(
 }
 
 /// The opt-ins of a store's `open` (`SessionLog.open`, `ResultStore.open`): what its leases
-/// and its checks of the store's directories accept ([`opt_ins`]).
+/// and its checks of the store's directories accept (`opt_ins`).
 #[napi(object)]
 #[derive(Debug, Clone, Default)]
 pub struct NativeOptIns {

@@ -1,7 +1,7 @@
 //! A durable JSON document: one JSON object in one file, rewritten whole and atomically.
 //!
 //! * **Atomic rewrite.** Every save goes through
-//!   [`replace_file`] (temp file in the same
+//!   [`replace_file`](leasehold::patterns::durable::replace_file) (temp file in the same
 //!   directory → write → fsync → rename → fsync directory), so a crash at any point leaves
 //!   the old or the new document, never a torn one, and a save that returned is durable.
 //! * **Never overwrite what does not parse.** [`JsonDocument::load`] reports an unparsable
@@ -57,7 +57,7 @@ pub trait DocumentFiles: Send + Sync {
     }
 }
 
-/// The real file system, with [`replace_file`] for writes.
+/// The real file system, with [`replace_file`](leasehold::patterns::durable::replace_file) for writes.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RealFiles;
 
