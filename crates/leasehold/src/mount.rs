@@ -431,7 +431,7 @@ mod tests {
 
     #[test]
     fn a_missing_path_is_judged_by_its_nearest_existing_ancestor() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::test_dir();
         let here = MountLocks::of(dir.path()).unwrap();
         let below = MountLocks::of(dir.path().join("no/such/dir/x.lock")).unwrap();
         assert_eq!(here, below);
