@@ -30,15 +30,6 @@ pub fn main(args: StatusArgs) -> Outcome {
         return super::etcd::status(endpoints, &args.lockfile.to_string_lossy(), args.json);
     }
     let holders = leasehold::holders(&args.lockfile).map_err(|e| Failure::of(&e))?;
-    let held = match holders.is_held() {
-        Some(held) => held,
-        None => {
-            return Err(Failure::failed(format!(
-                "{}: this system does not reveal lock holders",
-                args.lockfile.display()
-            )));
-        }
-    };
     // A record lease's holder (`run` with LEASEHOLD_SHARED_MOUNT=record:SECS), which may be
     // on another host, where this host's kernel lock shows nothing.
     // A lease directory this user may not read is another user's record lease, which this
@@ -54,7 +45,18 @@ pub fn main(args: StatusArgs) -> Outcome {
     };
     #[cfg(not(unix))]
     let record: Option<()> = None;
-    let held = held || record.is_some();
+    // A record lease says who holds it on any system; the kernel's lock only where the
+    // system reveals its holders.
+    let held = match holders.is_held() {
+        _ if record.is_some() => true,
+        Some(held) => held,
+        None => {
+            return Err(Failure::failed(format!(
+                "{}: this system does not reveal lock holders",
+                args.lockfile.display()
+            )));
+        }
+    };
     if args.json {
         let mount = leasehold::MountLocks::of(&args.lockfile).map_err(|e| Failure::of(&e))?;
         let doc = serde_json::json!({
