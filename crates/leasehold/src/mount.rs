@@ -284,11 +284,18 @@ fn seen(dir: &Path) -> std::io::Result<MountLocks> {
         .map_err(std::io::Error::from)
 }
 
+/// A resolved key on a network share: `\\?\UNC\server\share\...` (what the file system
+/// reports for UNC paths and mapped drives alike). Keys are case-folded.
+#[cfg(windows)]
+pub(crate) fn is_network_path(key: &str) -> bool {
+    key.starts_with(r"\\?\unc\") || (key.starts_with(r"\\") && !key.starts_with(r"\\?\"))
+}
+
 #[cfg(windows)]
 fn seen(dir: &Path) -> std::io::Result<MountLocks> {
     let real = crate::sys::real_path(dir)?;
     let key = real.to_string_lossy().to_lowercase();
-    Ok(match crate::lease::is_network_path(&key) {
+    Ok(match is_network_path(&key) {
         true => MountLocks::share(),
         false => MountLocks::Local {
             fs: "local volume".into(),

@@ -63,10 +63,6 @@ type Imp = imp::Single;
 use claim::{Claim, Key, Mode};
 use wait::Acquisition;
 
-/// Whether a resolved, case-folded path is on a network share (Windows; see `windows.rs`).
-#[cfg(windows)]
-pub(crate) use imp::is_network_path;
-
 /// The contract every platform file meets — `posix/` (`flock` on a lock file),
 /// `windows.rs` (a named kernel semaphore), `single.rs` (WASI: the in-process claim alone)
 /// — written once, so that the compiler checks each of them against it, the way

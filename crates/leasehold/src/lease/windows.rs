@@ -472,7 +472,7 @@ fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
         TargetKind::Path(_) => naming::resolve_key(&parent, &file_name)
             .map_err(|e| dir_error(&parent, "resolve directory", e).for_lock_path(path))?,
     };
-    if !opts.allow_network_fs && is_network_path(&key) {
+    if !opts.allow_network_fs && crate::mount::is_network_path(&key) {
         return Err(Error::NetworkFilesystem {
             path: path.to_path_buf(),
             fs: "network share",
@@ -606,12 +606,6 @@ fn holders_error(path: &Path, u: Unusable) -> Error {
         },
         Unusable::Os(e) => io_error(path, "inspect lock file", e),
     }
-}
-
-/// A resolved key on a network share: `\\?\UNC\server\share\...` (what the file system
-/// reports for UNC paths and mapped drives alike). Keys are case-folded.
-pub(crate) fn is_network_path(key: &str) -> bool {
-    key.starts_with(r"\\?\unc\") || (key.starts_with(r"\\") && !key.starts_with(r"\\?\"))
 }
 
 fn not_plain(path: PathBuf, op: &'static str) -> Error {

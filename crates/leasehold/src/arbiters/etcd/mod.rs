@@ -5,8 +5,8 @@
 //!
 //! It is etcd's own mutex (`client/v3/concurrency/mutex.go` and `session.go` in etcd's
 //! repository), not the server's `Lock` RPC: etcd 3.4 (Debian 12 ships 3.4.23) can grant a
-//! `Lock` after the caller's lease expired (etcd issue 11456, found by Jepsen's analysis of
-//! etcd 3.4.3, fixed only in 3.5). Each acquisition:
+//! `Lock` after the caller's lease expired (a bug Jepsen's analysis of
+//! etcd 3.4.3 found, fixed only in 3.5). Each acquisition:
 //!
 //! 1. grants a lease of `ttl` and keeps it alive (its own task) at most `ttl / 3` apart,
 //!    more often when the holder's grace and the round trip measured at connect need it
