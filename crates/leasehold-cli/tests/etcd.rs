@@ -406,7 +406,7 @@ mod with_etcd {
         let paused = Instant::now();
         let status = a
             .wait_timeout(TTL + Duration::from_secs(9))
-            .expect("run exits");
+            .unwrap_or_else(|| panic!("run exits; its tree:\n{}", tree(a.pid())));
         let took = paused.elapsed();
         server.resume();
         assert_eq!(status.code(), Some(1));
@@ -726,6 +726,40 @@ mod with_etcd {
         assert_eq!(err.lines().count(), 1, "{err:?}");
         assert!(err.starts_with("leasehold: ss: lease lost"), "{err:?}");
         assert!(err.contains("supervisor did not answer"), "{err:?}");
+    }
+
+    /// `pid` and its descendants, one line each: pid, state, process group, kernel wait
+    /// channel and command line — what a test that timed out waiting for `pid` prints.
+    fn tree(pid: u32) -> String {
+        let mut lines = Vec::new();
+        let mut todo = vec![pid];
+        while let Some(p) = todo.pop() {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+            let wchan = std::fs::read_to_string(format!("/proc/{p}/wchan")).unwrap_or_default();
+            let threads: Vec<String> = std::fs::read_dir(format!("/proc/{p}/task"))
+                .map(|d| {
+                    d.filter_map(|t| {
+                        let t = t.ok()?.path();
+                        let w = std::fs::read_to_string(t.join("wchan")).ok()?;
+                        let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+                        Some(format!("{}:{w}", comm.trim()))
+                    })
+                    .collect()
+                })
+                .unwrap_or_default();
+            lines.push(format!(
+                "{p} state {} group {} wchan {wchan} threads [{}] {}",
+                fields.first().unwrap_or(&"?"),
+                fields.get(2).unwrap_or(&"?"),
+                threads.join(" "),
+                cmdline(p)
+            ));
+            todo.extend(children_of(p));
+        }
+        lines.join("\n")
     }
 
     /// The pids of `pid`'s children (Linux: from every `/proc/PID/stat`).
