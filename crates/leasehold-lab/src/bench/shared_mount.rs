@@ -20,7 +20,7 @@
 //! the floors interleaved with the figures they are read against.
 //!
 //! The TTL is 1 s (0.5 s with `--quick`); the longest poll interval P of a record lease's
-//! waiter is TTL/20 (between 2 and 200 ms: the library's rule, `record.rs`), and the foreign
+//! waiter is the library's (`RecordLease::longest_poll`: TTL/20 here), and the foreign
 //! lockers are given the same P. The bare-poll floor is a thread of this process listing
 //! the directory through mount B every P until a file created through mount A appears.
 
@@ -429,7 +429,7 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<(Vec<Row>, Vec<NotMeasured>
         }
     };
     let ttl = Duration::from_millis(if plan.quick { 500 } else { 1000 });
-    let poll = (ttl / 20).clamp(Duration::from_millis(2), Duration::from_millis(200));
+    let poll = leasehold::RecordLease::longest_poll(ttl);
     let t = Timing {
         ttl,
         poll,
