@@ -377,6 +377,8 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         Some((1, "same syscalls")),
     );
     let r = cold_row.ratio().unwrap_or(f64::INFINITY);
+    // Its calls are the floor's; what it pays beyond is user space (BENCHMARKS.md,
+    // "Cold and uncontended cycles").
     cold_row.target = Some(("≤ 1.15× floor".into(), r <= 1.15));
     let fs4_row = row(
         "fs4_cold_cycle",
@@ -391,6 +393,8 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         Some((4, "flock+fstatat+unlock")),
     );
     let r = warm_row.ratio().unwrap_or(f64::INFINITY);
+    // It makes one call its floor does not, the fairness check's `fcntl(F_GETLK)` at release
+    // (BENCHMARKS.md, "Warm handle").
     warm_row.target = Some((
         "≤ 1.3× floor, < fs4-style cycle".into(),
         r <= 1.3 && medians.m[3] < medians.m[2],
@@ -418,6 +422,8 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         r.target = Some((text.into(), ratio <= limit));
         r
     };
+    // The cold acquisitions make floor + verify's calls and `geteuid`; the rest of what they
+    // pay is user space (BENCHMARKS.md, "Cold and uncontended cycles").
     let acquire_row = target(
         row(
             "uncontended_acquire",
@@ -438,6 +444,8 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         1.15,
         "≤ 1.15× floor + verify",
     );
+    // Four calls (`fcntl(F_GETLK)` among them) against the kernel floor's three
+    // (BENCHMARKS.md, "Warm handle").
     let handle_row = target(
         row(
             "uncontended_handle_lock",
