@@ -230,9 +230,8 @@ impl Fixtures {
         })
     }
 
-    /// The ops, in the order [`run`] reads them, each with the name
-    /// `leasehold worker bench micro --op NAME` repeats it by.
-    fn ops(&mut self) -> Vec<(&'static str, Op<'_>)> {
+    /// The ops, in the order [`run`] reads them and [`OP_NAMES`] names them.
+    fn ops(&mut self) -> Vec<Op<'_>> {
         let Fixtures {
             cold,
             fs4,
@@ -250,97 +249,84 @@ impl Fixtures {
         } = self;
         let (cold, warm, held) = (&*cold, &*warm, &*held);
         vec![
-            // 0: the library's cold cycle: open, lock, verify the inode, close.
-            (
-                "cold",
-                Box::new(move || {
-                    drop(Lease::try_acquire(cold).map_err(lease_err)?);
-                    Ok(())
-                }),
-            ),
-            // 1: its floor.
-            ("cold-floor", Box::new(move || cold_floor(cold))),
-            // 2: fs4-style cold cycle (no verification).
-            ("fs4", Box::new(|| fs4_cycle(fs4))),
-            // 3: warm re-acquire on a kept-open handle: lock (which verifies) and release.
-            (
-                "warm",
-                Box::new(|| {
-                    handle.try_lock().map_err(lease_err)?.release();
-                    Ok(())
-                }),
-            ),
-            // 4: its floor: flock + fstatat + unlock on a kept-open descriptor. The warm
+            // 0, `cold`: the library's cold cycle: open, lock, verify the inode, close.
+            Box::new(move || {
+                drop(Lease::try_acquire(cold).map_err(lease_err)?);
+                Ok(())
+            }),
+            // 1, `cold-floor`: its floor.
+            Box::new(move || cold_floor(cold)),
+            // 2, `fs4`: fs4-style cold cycle (no verification).
+            Box::new(|| fs4_cycle(fs4)),
+            // 3, `warm`: warm re-acquire on a kept-open handle: lock (which verifies) and release.
+            Box::new(|| {
+                handle.try_lock().map_err(lease_err)?.release();
+                Ok(())
+            }),
+            // 4, `warm-floor`: its floor: flock + fstatat + unlock on a kept-open descriptor. The warm
             // handle's file is locked and unlocked by both, never at once (one runs after
             // the other).
-            (
-                "warm-floor",
-                Box::new(move || {
-                    let fd = warm_fd.as_fd();
-                    rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive)
-                        .map_err(sys_err("flock", warm))?;
-                    rustix::fs::statat(CWD, warm, AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(sys_err("stat", warm))?;
-                    rustix::fs::flock(fd, FlockOperation::Unlock)
-                        .map_err(sys_err("unlock", warm))?;
-                    Ok(())
-                }),
-            ),
-            // 5: verify() on a held lease.
-            ("verify", Box::new(|| lease.verify().map_err(lease_err))),
-            // 6: its floor: one fstatat.
-            (
-                "verify-floor",
-                Box::new(move || {
-                    rustix::fs::statat(CWD, held, AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(sys_err("stat", held))?;
-                    Ok(())
-                }),
-            ),
-            // 7: the kernel floor of a blocking lock: open, flock(LOCK_EX), close.
-            ("kernel-floor", Box::new(|| kernel_cycle(floor, false))),
-            // 8: the same plus the inode verification (fstat + stat).
-            (
-                "floor-verify",
-                Box::new(|| kernel_cycle(floor_verify, true)),
-            ),
-            // 9: cold Lease::acquire with an unlimited budget, then release.
-            (
-                "acquire",
-                Box::new(|| {
-                    drop(Lease::acquire(&*acquired, &Budget::unlimited()).map_err(lease_err)?);
-                    Ok(())
-                }),
-            ),
-            // 10: the same with a deadline and a cancellation token (what timeouts get).
-            (
-                "acquire-budget",
-                Box::new(|| {
-                    let budget = Budget::timeout(std::time::Duration::from_secs(600))
-                        .with_cancel(token.clone());
-                    drop(Lease::acquire(&*cancellable, &budget).map_err(lease_err)?);
-                    Ok(())
-                }),
-            ),
-            // 11: warm LeaseHandle::lock (unlimited budget) and release.
-            (
-                "handle-lock",
-                Box::new(|| {
-                    warm_lock
-                        .lock(&Budget::unlimited())
-                        .map_err(lease_err)?
-                        .release();
-                    Ok(())
-                }),
-            ),
+            Box::new(move || {
+                let fd = warm_fd.as_fd();
+                rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive)
+                    .map_err(sys_err("flock", warm))?;
+                rustix::fs::statat(CWD, warm, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(sys_err("stat", warm))?;
+                rustix::fs::flock(fd, FlockOperation::Unlock).map_err(sys_err("unlock", warm))?;
+                Ok(())
+            }),
+            // 5, `verify`: verify() on a held lease.
+            Box::new(|| lease.verify().map_err(lease_err)),
+            // 6, `verify-floor`: its floor: one fstatat.
+            Box::new(move || {
+                rustix::fs::statat(CWD, held, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(sys_err("stat", held))?;
+                Ok(())
+            }),
+            // 7, `kernel-floor`: the kernel floor of a blocking lock: open, flock(LOCK_EX), close.
+            Box::new(|| kernel_cycle(floor, false)),
+            // 8, `floor-verify`: the same plus the inode verification (fstat + stat).
+            Box::new(|| kernel_cycle(floor_verify, true)),
+            // 9, `acquire`: cold Lease::acquire with an unlimited budget, then release.
+            Box::new(|| {
+                drop(Lease::acquire(&*acquired, &Budget::unlimited()).map_err(lease_err)?);
+                Ok(())
+            }),
+            // 10, `acquire-budget`: the same with a deadline and a cancellation token (what timeouts get).
+            Box::new(|| {
+                let budget =
+                    Budget::timeout(std::time::Duration::from_secs(600)).with_cancel(token.clone());
+                drop(Lease::acquire(&*cancellable, &budget).map_err(lease_err)?);
+                Ok(())
+            }),
+            // 11, `handle-lock`: warm LeaseHandle::lock (unlimited budget) and release.
+            Box::new(|| {
+                warm_lock
+                    .lock(&Budget::unlimited())
+                    .map_err(lease_err)?
+                    .release();
+                Ok(())
+            }),
         ]
     }
 }
 
-/// The op names `leasehold worker bench micro --op NAME` accepts, for its usage error.
+/// The op names `leasehold worker bench micro --op NAME` accepts, in [`Fixtures::ops`]' order.
 #[cfg(unix)]
-const OP_NAMES: &str = "cold, cold-floor, fs4, warm, warm-floor, verify, verify-floor, \
-                        kernel-floor, floor-verify, acquire, acquire-budget, handle-lock";
+const OP_NAMES: [&str; 12] = [
+    "cold",
+    "cold-floor",
+    "fs4",
+    "warm",
+    "warm-floor",
+    "verify",
+    "verify-floor",
+    "kernel-floor",
+    "floor-verify",
+    "acquire",
+    "acquire-budget",
+    "handle-lock",
+];
 
 /// `leasehold worker bench micro --op NAME --count N --lock DIR`: set up what [`run`] sets
 /// up in DIR (an existing, empty directory), then call op NAME `count` times, untimed. For
@@ -349,12 +335,16 @@ const OP_NAMES: &str = "cold, cold-floor, fs4, warm, warm-floor, verify, verify-
 /// (instructions), run with two counts and read by difference (see BENCHMARKS.md).
 #[cfg(unix)]
 pub(super) fn repeat(dir: &Path, name: &str, count: usize) -> Result<(), Failure> {
+    let Some(i) = OP_NAMES.iter().position(|n| *n == name) else {
+        return Err(Failure::usage(format!(
+            "unknown micro op '{name}' (one of: {})",
+            OP_NAMES.join(", ")
+        )));
+    };
     let mut fixtures = Fixtures::new(dir)?;
     let mut ops = fixtures.ops();
-    let Some((_, op)) = ops.iter_mut().find(|(n, _)| *n == name) else {
-        return Err(Failure::usage(format!(
-            "unknown micro op '{name}' (one of: {OP_NAMES})"
-        )));
+    let Some(op) = ops.get_mut(i) else {
+        return Err(Failure::failed(format!("bench: no micro op {name}")));
     };
     for _ in 0..count {
         op()?;
@@ -366,7 +356,7 @@ pub(super) fn repeat(dir: &Path, name: &str, count: usize) -> Result<(), Failure
 #[cfg(unix)]
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
     let mut fixtures = Fixtures::new(dir)?;
-    let mut ops: Vec<Op<'_>> = fixtures.ops().into_iter().map(|(_, op)| op).collect();
+    let mut ops = fixtures.ops();
     let medians = Medians::of(&mut ops, plan)?;
     drop(ops);
     let row = |key, name: &str, i, floor| medians.row(key, name, i, floor);
