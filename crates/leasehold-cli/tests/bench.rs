@@ -299,3 +299,52 @@ fn bench_workers_are_hidden_from_help() {
         out.stdout
     );
 }
+
+/// The hidden `micro` worker, which BENCHMARKS.md's system-call and instruction counts run
+/// under strace or callgrind, calls the in-process op it names as often as told, and refuses
+/// an unknown op before it creates anything.
+#[test]
+fn micro_worker_repeats_the_op_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let micro = |op: &str, count: &str| {
+        run(leasehold()
+            .args([
+                "worker", "bench", "micro", "--op", op, "--count", count, "--lock",
+            ])
+            .arg(dir.path()))
+    };
+    let out = micro("nope", "1");
+    assert_eq!(
+        out.code, 2,
+        "an unknown op is a usage error: {}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("cold-floor"), "{}", out.stderr);
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "an unknown op created files: {left:?}");
+    // The cold cycle's lock file is the op's own: made by a call of it, not by the set-up.
+    let cold = dir.path().join("cold.lock");
+    let out = micro("cold", "0");
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    assert!(!cold.exists(), "--count 0 called the op");
+    let out = micro("cold", "3");
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    assert!(cold.exists(), "the op was not called");
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    for op in [
+        "cold-floor",
+        "fs4",
+        "warm",
+        "warm-floor",
+        "verify",
+        "verify-floor",
+        "kernel-floor",
+        "floor-verify",
+        "acquire",
+        "acquire-budget",
+        "handle-lock",
+    ] {
+        let out = micro(op, "2");
+        assert_eq!(out.code, 0, "{op}: {}", out.stderr);
+    }
+}

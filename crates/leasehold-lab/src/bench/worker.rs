@@ -31,6 +31,9 @@
 //!   started to acquire, when it had the lease and when it released (stamped just before the
 //!   release call). Then print one `r <start> <acquired> <released>` line per acquisition and
 //!   `D <count>`. Nothing is printed or written inside the loop.
+//! * `micro` (not used by the bench itself: for counting one in-process op apart from the
+//!   others, see `micro.rs`): set up the in-process figures' files in the directory
+//!   `--lock`, call `--op` `--count` times, print nothing.
 
 use std::io::{BufRead, Write};
 #[cfg(unix)]
@@ -96,7 +99,7 @@ pub struct WorkerArgs {
     /// A `loop` worker takes the lease shared (`SharedLease`, `flock(LOCK_SH)`).
     #[arg(long)]
     shared: bool,
-    /// How many updates a `doc` worker makes.
+    /// How many updates a `doc` worker makes; how many calls a `micro` worker makes.
     #[arg(long, default_value_t = 0)]
     count: usize,
     /// A `peer` worker's TTL in ms: it takes the lease `LeaseOptions::acquire_mount_lease`
@@ -104,6 +107,9 @@ pub struct WorkerArgs {
     /// kernel locks on each host); 0: the kernel's lease, network file systems allowed.
     #[arg(long, default_value_t = 0)]
     record_ttl_ms: u64,
+    /// The op a `micro` worker repeats (see `micro.rs`).
+    #[arg(long)]
+    op: Option<String>,
 }
 
 /// The keyed leases of a [`Method::Keyed`] loop: one key in a namespace under
@@ -629,6 +635,14 @@ pub fn main(args: &WorkerArgs) -> Outcome {
         }
         #[cfg(unix)]
         "verbs" => verbs(lock, &mut lines, &mut out)?,
+        #[cfg(unix)]
+        "micro" => {
+            let op = args
+                .op
+                .as_deref()
+                .ok_or_else(|| Failure::usage("bench worker micro needs --op"))?;
+            super::micro::repeat(lock, op, args.count)?;
+        }
         #[cfg(unix)]
         "share" => {
             super::shared::share_loop(lock, args.method, args.index, &mut lines)?;
