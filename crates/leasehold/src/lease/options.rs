@@ -13,7 +13,8 @@ use super::LockMode;
 use super::claim::Mode;
 use super::wait::Acquisition;
 use super::{
-    Imp, Lease, LeaseHandle, LockDir, Platform, PlatformTarget, SharedLease, blocking, imp,
+    Imp, Lease, LeaseHandle, LockDir, Platform, PlatformOptions, PlatformTarget, SharedLease,
+    blocking, imp,
 };
 use crate::budget::Budget;
 use crate::error::Error;
@@ -216,6 +217,17 @@ impl LeaseOptions {
     pub fn allows_shared_state(&self) -> bool {
         self.allow_shared_state
     }
+
+    /// What the platform is told of these options (see [`PlatformOptions`]).
+    pub(crate) fn platform(&self) -> PlatformOptions {
+        PlatformOptions {
+            create: self.create,
+            create_parents: self.create_parents,
+            allow_network_fs: self.allow_network_fs,
+            allow_shared_state: self.allow_shared_state,
+            single_process: self.single_process,
+        }
+    }
 }
 
 impl LeaseOptions {
@@ -256,7 +268,7 @@ impl LeaseOptions {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn acquire_at(&self, dir: &LockDir, name: &str, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::at(self, &dir.0, name)?;
+        let target = imp::Target::at(&self.platform(), &dir.0, name)?;
         self.acquire_target(target, budget, Mode::Exclusive)
     }
 
@@ -271,7 +283,7 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(self, &dir.0, name)?.without_gate();
+        let target = imp::Target::at(&self.platform(), &dir.0, name)?.without_gate();
         self.acquire_target(target, budget, mode)
     }
 
@@ -284,7 +296,7 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(self, &dir.0, name)?.without_gate();
+        let target = imp::Target::at(&self.platform(), &dir.0, name)?.without_gate();
         self.acquire_target_async(target, budget, mode).await
     }
 
@@ -347,7 +359,7 @@ impl LeaseOptions {
         budget: impl Into<Budget>,
     ) -> Result<Lease> {
         let budget = budget.into();
-        let target = imp::Target::at(&self, &dir.0, name)?;
+        let target = imp::Target::at(&self.platform(), &dir.0, name)?;
         self.acquire_target_async(target, &budget, Mode::Exclusive)
             .await
     }
@@ -374,7 +386,7 @@ impl LeaseOptions {
     /// The unusable-path errors of [`try_acquire`](Self::try_acquire), and [`Error::Io`].
     pub fn open_handle(&self, path: impl AsRef<Path>) -> Result<LeaseHandle> {
         let target = lock_target(self, path.as_ref())?;
-        let opened = Imp::open(self, &target)?;
+        let opened = Imp::open(&self.platform(), &target)?;
         Ok(LeaseHandle {
             opts: *self,
             target,
@@ -401,7 +413,7 @@ impl LeaseOptions {
     ) -> Result<LeaseHandle> {
         Ok(LeaseHandle {
             opts: *self,
-            target: imp::Target::at(self, &dir.0, name)?
+            target: imp::Target::at(&self.platform(), &dir.0, name)?
                 .without_gate()
                 .unchecked(),
             opened: None,
@@ -501,7 +513,7 @@ impl LeaseOptions {
 /// would answer "not found" or a bare "invalid argument", which say nothing of the cause).
 fn lock_target(opts: &LeaseOptions, path: &Path) -> Result<imp::Target> {
     usable(path)?;
-    imp::Target::path(opts, path)
+    imp::Target::path(&opts.platform(), path)
 }
 
 /// [`Error::InvalidPath`] for a path no file can have (empty, or holding a NUL byte): the

@@ -253,7 +253,7 @@ impl<'a> Acquisition<'a> {
                     }
                     let opened = match reuse {
                         Some(o) => o,
-                        None => Imp::open(&self.opts, self.target)?,
+                        None => Imp::open(&self.opts.platform(), self.target)?,
                     };
                     // First without a place in the queue: the uncontended path creates no
                     // notifier.
