@@ -2,8 +2,8 @@
 //! over a private per-platform implementation (`posix/`: `flock` on a lock file;
 //! `windows.rs`: a named kernel semaphore; `single.rs`: WASI, which has no inter-process
 //! lock, where a lease is the in-process claim alone and only behind
-//! [`LeaseOptions::single_process`]), each of which meets the one contract written here,
-//! [`Platform`].
+//! [`LeaseOptions::single_process`]), each of which meets the one contract of `platform.rs`
+//! (`os.rs` picks this build's).
 //!
 //! Contract, in the order things happen — open (no-follow, non-blocking, 0600, never
 //! truncated or removed; anything but a regular file refused), claim (the in-process table,
@@ -16,64 +16,54 @@
 //! One acquisition, from the top: [`LeaseOptions::acquire`] → `wait.rs`
 //! (`Acquisition::next`) → `posix/mod.rs` (`open`, `try_lock`) and `posix/kernel_wait.rs`
 //! (`KernelWait`) → `sys/unix.rs` (`flock`).
+//!
+//! The files, each depending only on those listed before it: `claim.rs` (the in-process
+//! claim table), `platform.rs` (the contract and [`PlatformOptions`]), the platform files,
+//! `os.rs` (this build's platform), `wait.rs` (one acquisition's decisions) and its drivers
+//! `blocking.rs` and `asynchronous.rs`, `lock_dir.rs` ([`LockDir`]), `held.rs` ([`Lease`],
+//! [`LeaseHandle`]), `shared.rs` ([`SharedLease`]), `options.rs` ([`LeaseOptions`]: every
+//! way of taking a lease), `any.rs` ([`AnyLease`]); this file names the public items and
+//! gives the lease values their default-options constructors.
 
-use std::fmt::Debug;
 use std::path::Path;
 
-#[cfg(unix)]
-use std::os::fd::BorrowedFd;
-
 use crate::budget::Budget;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::holders as lookup;
-use crate::kind::{FileId, FileKind, Holders};
+use crate::kind::Holders;
 
 mod any;
 #[cfg(feature = "tokio")]
 mod asynchronous;
 mod blocking;
 pub(crate) mod claim;
+mod held;
+mod lock_dir;
 mod options;
+mod os;
 mod platform;
+#[cfg(unix)]
+mod posix;
 mod shared;
+#[cfg(target_os = "wasi")]
+mod single;
 mod wait;
-
-#[cfg(unix)]
-#[path = "posix/mod.rs"]
-mod imp;
 #[cfg(windows)]
-#[path = "windows.rs"]
-mod imp;
-#[cfg(target_os = "wasi")]
-#[path = "single.rs"]
-mod imp;
+mod windows;
 
-/// This build's platform (see [`Platform`]).
+use os::Imp;
 #[cfg(unix)]
-type Imp = imp::Posix;
-/// This build's platform (see [`Platform`]).
-#[cfg(windows)]
-type Imp = imp::Windows;
-/// This build's platform (see [`Platform`]).
-#[cfg(target_os = "wasi")]
-type Imp = imp::Single;
+use os::imp;
+use platform::Platform;
 
-use claim::Mode;
-pub(crate) use platform::{
-    Attempt, Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformOptions,
-    PlatformTarget,
-};
-use wait::Acquisition;
-
-/// `Ok(false)` for an entry that was not there ([`PlatformDataDir::rename`] and
-/// [`PlatformDataDir::remove`]): what a caller cleaning up asks.
-fn existed(done: Result<()>) -> Result<bool> {
-    match done {
-        Ok(()) => Ok(true),
-        Err(Error::NotFound { .. }) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
+pub use any::AnyLease;
+pub use held::{HandleGuard, Lease, LeaseHandle};
+pub use lock_dir::LockDir;
+pub use options::{LeaseOptions, SharedMount};
+#[cfg(unix)]
+pub use shared::unlock_descriptor;
+pub use shared::{LockMode, SharedLease};
+pub use wait::MAX_REOPENS;
 
 /// The two kernel services the patterns need beside leases, so that they reach the kernel
 /// only through the primitive: positioned reads of a data file opened with
@@ -135,252 +125,9 @@ pub fn after_fork_in_parent() {
     imp::fork::after_fork_in_parent();
 }
 
-pub use any::AnyLease;
-pub use options::{LeaseOptions, SharedMount};
-#[cfg(unix)]
-pub use shared::unlock_descriptor;
-pub use shared::{LockMode, SharedLease};
-
-/// How many times a lock file replaced between open and lock is reopened before giving up.
-pub const MAX_REOPENS: u32 = 3;
-
-/// A directory that lock files (and the data they guard) are opened relative to.
-///
-/// POSIX: an open directory descriptor (`openat`), so that a directory renamed or swapped
-/// after it was opened cannot redirect where locks are taken. A lease held in it stays
-/// locked after the directory (or one above it) is renamed, but newcomers resolving the
-/// path reach another directory, so its [`Lease::verify`] then reports the loss: it walks
-/// the chain this handle was reached through ([`child`](Self::child) by
-/// [`child`](Self::child) up to the path given to [`open`](Self::open)). Windows: the directory's real path, resolved once at
-/// [`open`](Self::open) (junctions, symbolic links and 8.3 names resolved), from which lock
-/// names derive.
-#[derive(Debug, Clone)]
-pub struct LockDir(imp::Dir);
-
-impl LockDir {
-    /// Opens an existing directory. The path is the caller's configuration, so symlinks in it
-    /// are followed, as for any path prefix (a home directory moved to another disk and linked
-    /// back keeps working); what lies *inside* is opened with [`child`](Self::child), which
-    /// never follows one.
-    ///
-    /// # Errors
-    /// [`Error::NotDirectory`] when something else stands there, [`Error::NotFound`],
-    /// [`Error::PermissionDenied`], or [`Error::Io`].
-    pub fn open(path: impl AsRef<Path>) -> Result<LockDir> {
-        imp::Dir::open(path.as_ref()).map(LockDir)
-    }
-
-    /// Opens a directory, creating it and missing parents (mode 0700 on POSIX).
-    ///
-    /// # Errors
-    /// As [`open`](Self::open), plus [`Error::ParentNotDirectory`] when a component on the
-    /// way is a file.
-    pub fn create(path: impl AsRef<Path>) -> Result<LockDir> {
-        imp::Dir::create(path.as_ref()).map(LockDir)
-    }
-
-    /// Opens the child directory `name`, which must be a real directory (never a symlink or
-    /// junction); with `create`, creates it (0700) when missing.
-    ///
-    /// # Errors
-    /// [`Error::NotDirectory`] (naming what stands there), or an I/O error; a `name` that is
-    /// not one plain component is refused.
-    pub fn child(&self, name: &str, create: bool) -> Result<LockDir> {
-        self.0.child(name, create).map(LockDir)
-    }
-
-    /// What stands at `name` in this directory (never following a symlink): `Ok(true)` for a
-    /// regular file, `Ok(false)` when nothing is there.
-    ///
-    /// # Errors
-    /// [`Error::NotRegularFile`] for anything else.
-    pub fn has_lock_file(&self, name: &str) -> Result<bool> {
-        self.0.has_lock_file(name)
-    }
-
-    /// The path this handle was opened as (for messages; the handle is what is used).
-    pub fn path(&self) -> &Path {
-        self.0.path()
-    }
-
-    /// The directory descriptor.
-    #[cfg(unix)]
-    pub fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
-    }
-
-    /// The directory's real path, as the file system resolved it when it was opened.
-    #[cfg(windows)]
-    pub fn real_path(&self) -> &Path {
-        self.0.real_path()
-    }
-
-    /// Opens the data file `name` in this directory as carefully as a lock file (see
-    /// `imp::Dir::open_file`): the file and whether it existed before; `Ok(None)` when it
-    /// does not exist and `create` is false.
-    pub(crate) fn open_file(
-        &self,
-        name: &str,
-        write: bool,
-        create: bool,
-    ) -> Result<Option<(std::fs::File, bool)>> {
-        self.0.open_file(name, write, create)
-    }
-
-    /// Makes the directory's entries durable: `fsync` of the directory on POSIX; nothing on
-    /// Windows, which cannot `fsync` a directory (NTFS journals the entry itself). Stores call
-    /// it after creating a file in the directory, so that the new name survives a crash.
-    ///
-    /// # Errors
-    /// The `fsync`'s I/O error.
-    pub fn sync(&self) -> std::io::Result<()> {
-        self.0.sync()
-    }
-
-    /// Checks that the chain of directories this handle was reached through still stands:
-    /// the path given to [`open`](Self::open) names the same directory (symlinks followed,
-    /// as there), and every [`child`](Self::child) name on the way names the same child
-    /// (never followed). A handle keeps working after a rename, so without this check a
-    /// lease held in a renamed directory would no longer exclude newcomers, who resolve the
-    /// path to somewhere else. Costs one `fstatat` per level (POSIX; Windows binds names to
-    /// the real path resolved at open and answers `Ok`).
-    ///
-    /// # Errors
-    /// [`Error::LeaseLost`] naming the first directory that moved, or an I/O error.
-    pub(crate) fn verify(&self) -> Result<()> {
-        self.0.verify()
-    }
-
-    /// The names of this directory's entries (`.` and `..` left out), in no particular
-    /// order.
-    ///
-    /// # Errors
-    /// An I/O error naming the directory.
-    pub fn names(&self) -> Result<Vec<std::ffi::OsString>> {
-        self.0.names()
-    }
-}
-
-/// Data below a directory handle: what a store does with the files and directories its
-/// records live in (the result store's candidates, publications and TARGETs), made relative
-/// to this handle one component at a time, so that nothing below the directory it was opened
-/// as is ever reached through a symlink — another user who can write there cannot redirect a
-/// read, a write or a removal, and a directory swapped after it was opened cannot either.
-/// Every `name` is one plain component (no separator, not `.` or `..`); another is refused.
-///
-/// Why our own rather than cap-std's `Dir`: cap-std confines resolution to a directory but
-/// *follows* symlinks that stay inside it, and a link inside a TARGET is another user's
-/// redirection even when it points inside; `openat(O_NOFOLLOW)` per component gives the
-/// kernel's own no-follow check, with no path-string checks of ours.
-///
-/// POSIX: `openat`, `mkdirat`, `renameat` and `unlinkat` on the handle's descriptor. Windows
-/// and WASI (no stable `openat` in std): the same operations on the real path joined with
-/// the name, each checked first without following (`symlink_metadata`), so a component
-/// swapped between the check and the use is not excluded there.
-impl LockDir {
-    /// What stands at `name` (never following a symlink: a link is
-    /// [`FileKind::Symlink`]); `Ok(None)`: nothing.
-    ///
-    /// # Errors
-    /// An I/O error naming the path.
-    pub fn entry(&self, name: &str) -> Result<Option<FileKind>> {
-        self.0.entry(name)
-    }
-
-    /// Creates the child directory `name` with `mode` (permission bits; the umask applies;
-    /// Windows and WASI have no modes) unless it exists, making its name durable (`fsync` of
-    /// this directory) when it was created, then opens it as [`child`](Self::child) does: it
-    /// must be a real directory.
-    ///
-    /// # Errors
-    /// [`Error::NotDirectory`] when something else stands there, or an I/O error.
-    pub fn create_child(&self, name: &str, mode: u32) -> Result<LockDir> {
-        self.0.create_child(name, mode).map(LockDir)
-    }
-
-    /// Opens the regular file `name` for reading as carefully as a lock file (never
-    /// following a final symlink, never blocking on a FIFO, a device refused before it is
-    /// opened, close-on-exec): the file and its permission bits (POSIX; 0o644 where there are
-    /// none). `Ok(None)`: no such file.
-    ///
-    /// # Errors
-    /// [`Error::NotRegularFile`] for anything but a regular file, or an I/O error.
-    pub fn open_read(&self, name: &str) -> Result<Option<(std::fs::File, u32)>> {
-        self.0.open_read(name)
-    }
-
-    /// Creates the regular file `name` exclusively, for writing, with `mode` (permission
-    /// bits; the umask applies): a name that is taken — by a file, a symlink or anything
-    /// else — is `Ok(None)`, and nothing standing there is opened or followed. For
-    /// temporaries that are renamed into place ([`durable::replace_at`]).
-    ///
-    /// [`durable::replace_at`]: crate::patterns::durable::replace_at
-    ///
-    /// # Errors
-    /// An I/O error naming the path.
-    pub fn create_new(&self, name: &str, mode: u32) -> Result<Option<std::fs::File>> {
-        self.0.create_new(name, mode)
-    }
-
-    /// Renames the entry `from` of this directory to `to` in `to_dir` (the entries
-    /// themselves: a symlink at either name is renamed or replaced, never followed; on
-    /// Windows one standing at `to` is refused). `Ok(false)`: `from` did not exist.
-    ///
-    /// # Errors
-    /// An I/O error naming `from`'s path (`to_dir` on another file system, a directory
-    /// replacing a file, …).
-    pub fn rename(&self, from: &str, to_dir: &LockDir, to: &str) -> Result<bool> {
-        existed(self.0.rename(from, &to_dir.0, to))
-    }
-
-    /// Removes the entry `name` that is not a directory (a symlink: the link itself).
-    /// `Ok(false)`: nothing was there.
-    ///
-    /// # Errors
-    /// An I/O error naming the path (a directory there, no permission, …).
-    pub fn remove_file(&self, name: &str) -> Result<bool> {
-        existed(self.0.remove(name, false))
-    }
-
-    /// Removes the empty directory `name` (never what a symlink points to). `Ok(false)`:
-    /// nothing was there.
-    ///
-    /// # Errors
-    /// An I/O error naming the path (not empty, not a directory, …).
-    pub fn remove_dir(&self, name: &str) -> Result<bool> {
-        existed(self.0.remove(name, true))
-    }
-}
-
-/// An exclusive lease, held until [`release`](Lease::release) or drop.
-///
-/// While a `Lease` is held, no other process (and no other `Lease` in this process) holds the
-/// same lock. The lease never expires: a holder that stalls keeps it until it releases or its
-/// process exits, because handing a stalled writer's store to someone else lets its resumed
-/// writes tear the store.
-///
-/// It is `#[must_use]`: a lease that is not bound is released at once, which is never what
-/// taking it meant (bind it, `let _lease = ...`, for as long as the lock must be held):
-///
-/// ```compile_fail
-/// #![deny(unused_must_use)]
-/// let dir = tempfile::tempdir().unwrap();
-/// leasehold::Lease::try_acquire(dir.path().join("a.lock")).unwrap(); // error: unused `Lease`
-/// ```
-#[derive(Debug)]
-#[must_use = "a lease is released when dropped: bind it (`let _lease = ...`) for as long as the lock must be held"]
-pub struct Lease {
-    held: Option<imp::Held>,
-    target: imp::Target,
-}
-
+/// The default-options constructors of the lease values (each is [`LeaseOptions::default`]
+/// and the method of [`LeaseOptions`] it names).
 impl Lease {
-    /// The lease, unless released — or inherited through a `fork` and let go in the child
-    /// ([`after_fork_in_child`]).
-    fn live(&self) -> Option<&imp::Held> {
-        self.held.as_ref().filter(|h| !h.forgotten())
-    }
-
     /// Takes the lease on `path` if it is free right now (default [`LeaseOptions`]).
     ///
     /// ```
@@ -440,142 +187,6 @@ impl Lease {
     pub async fn acquire_async(path: impl AsRef<Path>, budget: impl Into<Budget>) -> Result<Lease> {
         LeaseOptions::default().acquire_async(path, budget).await
     }
-
-    /// The lock file's path (for a lease taken in a [`LockDir`], the directory's path joined
-    /// with the name).
-    pub fn path(&self) -> &Path {
-        self.target.display()
-    }
-
-    /// Whether the lease is still held (not yet released).
-    pub fn is_held(&self) -> bool {
-        self.live().is_some()
-    }
-
-    /// The identity of the locked inode, while held (`None` on Windows, where the lease is a
-    /// kernel object, not a file).
-    pub fn file_id(&self) -> Option<FileId> {
-        self.live().and_then(imp::Held::file_id)
-    }
-
-    /// Checks that the lease still stands for its path.
-    ///
-    /// A lease whose lock file was unlinked or replaced excludes nobody: a newcomer locks the
-    /// new file. Nor does one whose path now leads elsewhere — a directory above the lock
-    /// file renamed, a symlink on the way re-pointed — so the whole path is resolved again
-    /// and must still name the locked inode. Stores call this before every durable write and
-    /// fail closed on an error. It costs one `fstatat` (POSIX: the path walked from the root
-    /// or the working directory); a lease taken in a [`LockDir`] adds one per directory of
-    /// the chain the handle was reached through.
-    ///
-    /// # Errors
-    /// [`Error::LeaseLost`] when the path names another file (or none), [`Error::Released`]
-    /// after [`release`](Self::release).
-    pub fn verify(&self) -> Result<()> {
-        let held = self.live().ok_or_else(|| Error::Released {
-            path: self.path().to_path_buf(),
-        })?;
-        Imp::verify(&self.target, held)
-    }
-
-    /// Removes the lock file while holding its lease, if the path still names the locked
-    /// inode (`Ok(true)`: removed). For the keyed pattern's collector only: it holds this
-    /// lease exclusively, so no one else holds the inode, and whoever opened the file before
-    /// the unlink finds, once it has locked, that the path no longer names its inode and
-    /// tries again (the post-lock check every acquisition makes; docs/design.md has the
-    /// argument). Windows keeps no lock files: `Ok(false)`.
-    ///
-    /// # Errors
-    /// [`Error::Released`], or an I/O error from the check or the unlink.
-    pub(crate) fn unlink_locked(&self) -> Result<bool> {
-        let held = self.live().ok_or_else(|| Error::Released {
-            path: self.path().to_path_buf(),
-        })?;
-        Imp::unlink_held(&self.target, held)
-    }
-
-    /// The lock file's modification time, while held (when it was created: lock files are
-    /// never written).
-    ///
-    /// # Errors
-    /// [`Error::Released`], or an I/O error from `fstat`.
-    pub(crate) fn modified(&self) -> Result<std::time::SystemTime> {
-        let held = self.live().ok_or_else(|| Error::Released {
-            path: self.path().to_path_buf(),
-        })?;
-        Imp::modified(&self.target, held)
-    }
-
-    /// Releases the lease by closing its descriptor. Idempotent. The lock file stays.
-    ///
-    /// If the descriptor was shared with child processes (see
-    /// [`share_with_children`](Self::share_with_children)), the kernel keeps the lock until
-    /// they have closed it too.
-    pub fn release(&mut self) {
-        self.held = None;
-    }
-
-    /// Lets child processes spawned from now on inherit the lease, as `flock(1)` does: the
-    /// lock then lasts until the last process holding the descriptor has exited, even if this
-    /// process dies first. Use it only around spawning the children that should hold it.
-    ///
-    /// # Errors
-    /// [`Error::Released`], or [`Error::Io`] from `fcntl`.
-    #[cfg(unix)]
-    pub fn share_with_children(&self, share: bool) -> Result<()> {
-        let held = self.live().ok_or_else(|| Error::Released {
-            path: self.path().to_path_buf(),
-        })?;
-        crate::sys::set_inheritable(held.as_fd(), share)
-            .map_err(|e| imp::path_error(self.path(), "set descriptor inheritance", e))
-    }
-
-    /// The locked descriptor, while held.
-    #[cfg(unix)]
-    pub fn as_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.live().map(imp::Held::as_fd)
-    }
-
-    /// The kernel object that is the lease: `Local\leasehold-<hex sha256>`.
-    #[cfg(windows)]
-    pub fn object_name(&self) -> &str {
-        self.target.object_name()
-    }
-}
-
-/// A lock file kept open so that one lease can be taken many times cheaply.
-///
-/// Each [`lock`](Self::lock) costs `flock` + `fstatat` (the inode verification) and each
-/// release one `flock(LOCK_UN)`: no open, no close, no allocation. The guarantees are those of
-/// [`Lease`]; if the lock file was replaced since the handle opened it, the handle follows the
-/// path to the new file. `&mut self` makes one handle hold at most one lease at a time.
-///
-/// Fairness: a release that re-locks at once would win every race against a waiter the
-/// kernel has just woken (measured: 1 handoff in 24,530 in a back-to-back loop). On Linux
-/// waiters mark themselves (a POSIX read lock, which flock ignores), and a handle whose
-/// release sees such a mark (one `F_GETLK`) closes its file instead of unlocking it, so its
-/// next `lock` reopens and waiters get the chance a closing releaser gives them.
-///
-/// The lease taken through it is a [`HandleGuard`], which borrows the handle: one clear name
-/// for each, the handle that stays open and the guard that holds the lock for a while.
-///
-/// ```
-/// let dir = tempfile::tempdir().unwrap();
-/// let mut handle = leasehold::LeaseHandle::open(dir.path().join("hot.lock")).unwrap();
-/// for _ in 0..3 {
-///     let guard: leasehold::HandleGuard<'_> = handle.try_lock().unwrap();
-///     guard.verify().unwrap();
-/// } // each guard unlocks as it is dropped; the file stays open for the next
-/// ```
-#[derive(Debug)]
-#[must_use = "a handle that is dropped closes its lock file: keep it to take its lease cheaply"]
-pub struct LeaseHandle {
-    opts: LeaseOptions,
-    target: imp::Target,
-    opened: Option<imp::Opened>,
-    /// Exclusive for every public handle; shared only for the keyed pattern's collector-lock
-    /// handles ([`LeaseOptions::handle_at_mode`]).
-    mode: Mode,
 }
 
 impl LeaseHandle {
@@ -586,94 +197,38 @@ impl LeaseHandle {
     pub fn open(path: impl AsRef<Path>) -> Result<LeaseHandle> {
         LeaseOptions::default().open_handle(path)
     }
+}
 
-    /// Takes the lease if it is free right now.
+impl SharedLease {
+    /// Takes a shared lease on `path` if no exclusive holder has it and no exclusive waiter
+    /// is queued for it right now (default [`LeaseOptions`]).
     ///
     /// # Errors
     /// As [`LeaseOptions::try_acquire`].
-    pub fn try_lock(&mut self) -> Result<HandleGuard<'_>> {
-        self.lock(&Budget::no_wait())
+    pub fn try_acquire(path: impl AsRef<Path>) -> Result<SharedLease> {
+        LeaseOptions::default().try_acquire_shared(path)
     }
 
-    /// Takes the lease, waiting within `budget`.
+    /// Takes a shared lease on `path`, waiting within `budget` (default [`LeaseOptions`]).
     ///
     /// # Errors
     /// As [`LeaseOptions::acquire`].
-    pub fn lock(&mut self, budget: &Budget) -> Result<HandleGuard<'_>> {
-        let acq = Acquisition::new(
-            self.opts,
-            &self.target,
-            budget,
-            self.mode,
-            // A file this handle kept open before a `fork` is `/dev/null` in the child.
-            self.opened.take().filter(|o| !o.forgotten()),
-        );
-        let held = blocking::run(acq)?;
-        Ok(HandleGuard {
-            handle: self,
-            held: Some(held),
-        })
+    pub fn acquire(path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
+        LeaseOptions::default().acquire_shared(path, budget)
     }
 
-    /// The lock file's path.
-    pub fn path(&self) -> &Path {
-        self.target.display()
-    }
-}
-
-/// The lease taken through a [`LeaseHandle`] ([`LeaseHandle::lock`]), held until
-/// [`release`](Self::release) or drop, which unlock (`LOCK_UN`) and keep the file open in the
-/// handle for the next lock. It borrows the handle mutably, so a handle holds at most one.
-///
-/// ```compile_fail
-/// #![deny(unused_must_use)]
-/// let dir = tempfile::tempdir().unwrap();
-/// let mut handle = leasehold::LeaseHandle::open(dir.path().join("a.lock")).unwrap();
-/// handle.try_lock().unwrap(); // error: unused `HandleGuard`, unlocked at once
-/// ```
-#[derive(Debug)]
-#[must_use = "the guard unlocks when dropped: bind it (`let _guard = ...`) for as long as the lock must be held"]
-pub struct HandleGuard<'a> {
-    handle: &'a mut LeaseHandle,
-    held: Option<imp::Held>,
-}
-
-impl HandleGuard<'_> {
-    /// Checks that the locked inode is still the file at the path (see [`Lease::verify`]).
+    /// [`SharedLease::acquire`] for async code (see [`Lease::acquire_async`](super::Lease::acquire_async)).
     ///
     /// # Errors
-    /// As [`Lease::verify`].
-    pub fn verify(&self) -> Result<()> {
-        let Some(held) = self.held.as_ref().filter(|h| !h.forgotten()) else {
-            return Err(Error::Released {
-                path: self.handle.path().to_path_buf(),
-            });
-        };
-        Imp::verify(&self.handle.target, held)
-    }
-
-    /// Releases the lease; the handle keeps the file open for the next [`LeaseHandle::lock`]
-    /// (unless other processes wait: see [`LeaseHandle`]).
-    pub fn release(mut self) {
-        self.unlock();
-    }
-
-    fn unlock(&mut self) {
-        if let Some(held) = self.held.take() {
-            // Shared holders do not exclude each other, so a shared handle that re-locks at
-            // once takes nothing from a waiter: it unlocks without asking.
-            let shared = self.handle.mode == Mode::Shared;
-            self.handle.opened = match held.forgotten() || (!shared && held.others_waiting()) {
-                true => None, // dropping `held` closes the file (`/dev/null` after a fork)
-                false => held.unlock_keep(),
-            };
-        }
-    }
-}
-
-impl Drop for HandleGuard<'_> {
-    fn drop(&mut self) {
-        self.unlock();
+    /// As [`LeaseOptions::acquire`].
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_async(
+        path: impl AsRef<Path>,
+        budget: impl Into<Budget>,
+    ) -> Result<SharedLease> {
+        LeaseOptions::default()
+            .acquire_shared_async(path, budget)
+            .await
     }
 }
 
@@ -684,9 +239,9 @@ impl Drop for HandleGuard<'_> {
 /// [`Holders::Unknown`].
 ///
 /// # Errors
-/// [`Error::NotRegularFile`] for anything but a regular file, [`Error::ParentNotDirectory`]
-/// when a component that exists is not a directory, [`Error::PermissionDenied`];
-/// [`Error::InvalidPath`] for an empty path or one holding a NUL byte.
+/// [`Error::NotRegularFile`](crate::Error::NotRegularFile) for anything but a regular file, [`Error::ParentNotDirectory`](crate::Error::ParentNotDirectory)
+/// when a component that exists is not a directory, [`Error::PermissionDenied`](crate::Error::PermissionDenied);
+/// [`Error::InvalidPath`](crate::Error::InvalidPath) for an empty path or one holding a NUL byte.
 pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
     let path = path.as_ref();
     options::usable(path)?;
@@ -703,7 +258,7 @@ pub fn holders(path: impl AsRef<Path>) -> Result<Holders> {
 /// (ACLs are not judged).
 ///
 /// # Errors
-/// [`Error::Untrusted`] naming the path and who else could change it; an I/O error of the
+/// [`Error::Untrusted`](crate::Error::Untrusted) naming the path and who else could change it; an I/O error of the
 /// look.
 pub fn check_trusted(path: impl AsRef<Path>) -> Result<()> {
     Imp::check_trusted(path.as_ref())
@@ -730,25 +285,13 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::budget::CancelToken;
+    use crate::error::Error;
     use crate::kind::FileKind;
-    use std::cell::RefCell;
+    use posix::BEFORE_LOCK;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::sync::mpsc;
     use std::time::Duration;
     use std::time::Instant;
-
-    thread_local! {
-        static BEFORE_LOCK: RefCell<Option<Box<dyn FnMut()>>> = RefCell::new(None);
-    }
-
-    /// Runs the test's hook between open and lock (the window the inode check guards).
-    pub(super) fn before_lock_hook() {
-        BEFORE_LOCK.with(|h| {
-            if let Some(f) = h.borrow_mut().as_mut() {
-                f();
-            }
-        });
-    }
 
     /// Makes a FIFO without spawning a process where the platform allows: a child forked
     /// from this multi-threaded test process shares every open lock file until it execs, so

@@ -8,14 +8,16 @@ use std::path::Path;
 #[cfg(unix)]
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-#[cfg(unix)]
-use super::LockMode;
+use super::blocking;
 use super::claim::Mode;
+use super::held::{Lease, LeaseHandle};
+use super::lock_dir::LockDir;
+use super::os::{Imp, imp};
+use super::platform::{Platform, PlatformOptions, PlatformTarget};
+#[cfg(unix)]
+use super::shared::LockMode;
+use super::shared::SharedLease;
 use super::wait::Acquisition;
-use super::{
-    Imp, Lease, LeaseHandle, LockDir, Platform, PlatformOptions, PlatformTarget, SharedLease,
-    blocking, imp,
-};
 use crate::budget::Budget;
 use crate::error::Error;
 use crate::error::Result;
@@ -301,7 +303,14 @@ impl LeaseOptions {
     }
 
     fn acquire_target(&self, target: imp::Target, budget: &Budget, mode: Mode) -> Result<Lease> {
-        let held = blocking::run(Acquisition::new(*self, &target, budget, mode, None))?;
+        let held = blocking::run(Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            budget,
+            mode,
+            None,
+        ))?;
         Ok(Lease {
             held: Some(held),
             target,
@@ -371,8 +380,15 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let held =
-            super::asynchronous::run(Acquisition::new(*self, &target, budget, mode, None)).await?;
+        let held = super::asynchronous::run(Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            budget,
+            mode,
+            None,
+        ))
+        .await?;
         Ok(Lease {
             held: Some(held),
             target,
@@ -388,7 +404,8 @@ impl LeaseOptions {
         let target = lock_target(self, path.as_ref())?;
         let opened = Imp::open(&self.platform(), &target)?;
         Ok(LeaseHandle {
-            opts: *self,
+            opts: self.platform(),
+            follow_replaced: self.follow_replaced,
             target,
             opened: Some(opened),
             mode: Mode::Exclusive,
@@ -412,7 +429,8 @@ impl LeaseOptions {
         mode: Mode,
     ) -> Result<LeaseHandle> {
         Ok(LeaseHandle {
-            opts: *self,
+            opts: self.platform(),
+            follow_replaced: self.follow_replaced,
             target: imp::Target::at(&self.platform(), &dir.0, name)?
                 .without_gate()
                 .unchecked(),
@@ -444,7 +462,14 @@ impl LeaseOptions {
     /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
     pub fn acquire_shared(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
         let target = lock_target(self, path.as_ref())?;
-        let held = blocking::run(Acquisition::new(*self, &target, budget, Mode::Shared, None))?;
+        let held = blocking::run(Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            budget,
+            Mode::Shared,
+            None,
+        ))?;
         Ok(SharedLease {
             held: Some(held),
             target,
@@ -465,7 +490,14 @@ impl LeaseOptions {
     ) -> Result<SharedLease> {
         let budget = budget.into();
         let target = lock_target(&self, path.as_ref())?;
-        let acq = Acquisition::new(self, &target, &budget, Mode::Shared, None);
+        let acq = Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            &budget,
+            Mode::Shared,
+            None,
+        );
         let held = super::asynchronous::run(acq).await?;
         Ok(SharedLease {
             held: Some(held),
@@ -501,7 +533,14 @@ impl LeaseOptions {
         let display = std::path::PathBuf::from(format!("descriptor {}", fd.as_raw_fd()));
         let target = imp::Target::descriptor(display);
         let opened = imp::open_descriptor(&target, fd)?;
-        let acq = Acquisition::new(*self, &target, budget, mode.into(), Some(opened));
+        let acq = Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            budget,
+            mode.into(),
+            Some(opened),
+        );
         // Closing our duplicate leaves the lock with the caller's description.
         drop(blocking::run(acq)?);
         Ok(())

@@ -40,9 +40,11 @@ use std::sync::Arc;
 
 use rustix::io::Errno;
 
-use super::PlatformOptions;
 use super::claim::{Claim, Key, Mode};
-use super::{Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
+use super::platform::PlatformOptions;
+use super::platform::{
+    Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget,
+};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
@@ -364,7 +366,7 @@ impl PlatformHeld for Held {
 pub(crate) enum Granted {}
 
 /// The outcome of one non-blocking try (the one enum of every platform).
-type Attempt = super::Attempt<Single>;
+type Attempt = super::platform::Attempt<Single>;
 
 /// The claim key of a lock file: its `(dev, ino)`, so that every spelling of one file is
 /// one lease. A runtime that reports no inode numbers (0: some in-memory or browser WASI

@@ -34,9 +34,11 @@ use std::os::windows::io::OwnedHandle;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use super::PlatformOptions;
 use super::claim::{Claim, Key, Mode};
-use super::{Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
+use super::platform::PlatformOptions;
+use super::platform::{
+    Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget,
+};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
@@ -404,7 +406,7 @@ impl PlatformHeld for Held {
 pub(crate) enum Granted {}
 
 /// The outcome of one non-blocking try (the one enum of every platform).
-type Attempt = super::Attempt<Windows>;
+type Attempt = super::platform::Attempt<Windows>;
 
 /// No kernel queue on Windows: [`start`](Self::start) always gives the lock back, and the
 /// waiter polls.

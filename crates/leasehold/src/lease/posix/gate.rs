@@ -147,7 +147,7 @@ use rustix::io::Errno;
 
 use super::{Target, guard};
 use crate::kind::FileId;
-use crate::lease::PlatformTarget;
+use crate::lease::platform::PlatformTarget;
 use crate::sys;
 
 /// The gate (and the writers' queue) an exclusive waiter holds with its lease.

@@ -10,8 +10,8 @@ use rustix::io::Errno;
 use super::{Granted, Opened, Target, gate, guard, lock_error};
 use crate::error::Result;
 use crate::kind::FileId;
-use crate::lease::PlatformTarget;
 use crate::lease::claim::Mode;
+use crate::lease::platform::PlatformTarget;
 #[cfg(all(target_os = "linux", not(leasehold_portable)))]
 use crate::sys;
 use crate::sys::Notifier;

@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use rustix::io::Errno;
 
-use super::PlatformOptions;
 use super::claim::{Claim, Key, Mode};
-use super::{Platform, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
+use super::platform::PlatformOptions;
+use super::platform::{Platform, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::FileId;
@@ -464,7 +464,7 @@ pub(crate) struct Granted {
 }
 
 /// The outcome of one non-blocking try (the one enum of every platform).
-type Attempt = super::Attempt<Posix>;
+type Attempt = super::platform::Attempt<Posix>;
 
 /// File systems already classified, by device: `fstatfs` on every acquisition measured as a
 /// tenth of the uncontended cost, and a mounted device's file system does not change. (An
@@ -847,7 +847,11 @@ impl Platform for Posix {
         may_wait: bool,
     ) -> Result<Attempt> {
         #[cfg(test)]
-        super::tests::before_lock_hook();
+        BEFORE_LOCK.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f();
+            }
+        });
         let shared = mode == Mode::Shared;
         opened.at_gate = false;
         if !shared && may_wait && gate::readers_waiting(target, opened.id) {
@@ -1075,6 +1079,13 @@ impl Platform for Posix {
             },
         }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A test's hook between open and lock (the window the inode check guards).
+    pub(crate) static BEFORE_LOCK: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+        std::cell::RefCell::new(None);
 }
 
 /// An inline wait that a signal interrupts asks its budget's hook (Linux: the tests look at
