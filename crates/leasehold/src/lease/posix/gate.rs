@@ -416,7 +416,7 @@ pub(crate) fn open(target: &Target, create: bool) -> Option<OwnedFd> {
 fn open_file(target: &Target, name: Option<PathBuf>, create: bool) -> Option<OwnedFd> {
     let fd = sys::open_lock_file(target.dir(), &name?, create).ok()?;
     let id = sys::fd_gate_usable(fd.as_fd()).ok()??;
-    super::fork::register(fd.as_fd(), id);
+    super::descriptors::register(fd.as_fd(), id);
     Some(fd)
 }
 

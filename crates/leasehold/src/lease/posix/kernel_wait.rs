@@ -156,7 +156,7 @@ impl KernelWait {
         // A copy a forked child inherits would keep the description, and so a grant the
         // parent abandons, locked: the child lets it go with the others (`fork.rs`).
         if let Some(watch) = &watch {
-            super::fork::register(watch.as_fd(), opened.id);
+            super::descriptors::register(watch.as_fd(), opened.id);
         }
         // Opened here, by the waiter, so the helper needs nothing of the target.
         let gates = gate::open_for_wait(target, opened.id, shared);

@@ -28,6 +28,7 @@ use crate::kind::FileId;
 use crate::sys::{self, Entry, Notifier};
 
 mod data;
+mod descriptors;
 mod error;
 pub(crate) mod fork;
 pub(crate) mod gate;
@@ -340,7 +341,7 @@ pub(crate) fn open_descriptor(target: &Target, fd: BorrowedFd<'_>) -> Result<Ope
     let path = target.display();
     let (id, _) = sys::fd_identity(fd).map_err(|e| path_error(path, "stat descriptor", e))?;
     let fd = sys::dup_cloexec(fd).map_err(|e| path_error(path, "duplicate descriptor", e))?;
-    fork::register(fd.as_fd(), id);
+    descriptors::register(fd.as_fd(), id);
     Ok(Opened {
         fd,
         id,
@@ -812,7 +813,7 @@ impl Platform for Posix {
             });
         }
         // A child forked from now on lets its copy go (`fork::after_fork_in_child`).
-        fork::register(fd.as_fd(), id);
+        descriptors::register(fd.as_fd(), id);
         // The file's own device too (a file can be a mount point of its own); known after the
         // directory's check in all but that case, so this costs one atomic load.
         if !opts.allow_network_fs
