@@ -40,7 +40,7 @@ pub struct Lease {
 
 impl Lease {
     /// The lease, unless released — or inherited through a `fork` and let go in the child
-    /// ([`after_fork_in_child`]).
+    /// ([`after_fork_in_child`](crate::after_fork_in_child())).
     fn live(&self) -> Option<&imp::Held> {
         self.held.as_ref().filter(|h| !h.forgotten())
     }

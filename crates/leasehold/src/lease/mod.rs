@@ -18,7 +18,7 @@
 //! (`KernelWait`) → `sys/unix.rs` (`flock`).
 //!
 //! The files, each depending only on those listed before it: `claim.rs` (the in-process
-//! claim table), `platform.rs` (the contract and [`PlatformOptions`]), the platform files,
+//! claim table), `platform.rs` (the contract and `PlatformOptions`), the platform files,
 //! `os.rs` (this build's platform), `wait.rs` (one acquisition's decisions) and its drivers
 //! `blocking.rs` and `asynchronous.rs`, `lock_dir.rs` ([`LockDir`]), `held.rs` ([`Lease`],
 //! [`LeaseHandle`]), `shared.rs` ([`SharedLease`]), `options.rs` ([`LeaseOptions`]: every

@@ -251,7 +251,7 @@ pub(crate) trait PlatformOpened: Debug {
     /// The identity of the opened inode (`None` where a lease is no file: Windows).
     fn file_id(&self) -> Option<FileId>;
     /// Whether it was opened before a `fork` and let go in the child
-    /// ([`after_fork_in_child`]): never to be locked again.
+    /// ([`after_fork_in_child`](crate::after_fork_in_child())): never to be locked again.
     fn forgotten(&self) -> bool {
         false
     }

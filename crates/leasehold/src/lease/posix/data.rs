@@ -10,7 +10,7 @@ use std::path::Path;
 
 use rustix::io::Errno;
 
-use super::Dir;
+use super::dir::Dir;
 use super::error::{dir_error, path_error, plain};
 use crate::error::{Error, Result};
 use crate::kind::FileKind;

@@ -7,11 +7,15 @@ use std::time::Duration;
 
 use rustix::io::Errno;
 
-use super::{Granted, Opened, Target, gate, guard, lock_error};
+use super::error::lock_error;
+use super::file::{Granted, Opened};
+use super::gate;
+use super::target::Target;
 use crate::error::Result;
 use crate::kind::FileId;
 use crate::lease::claim::Mode;
 use crate::lease::platform::PlatformTarget;
+use crate::mutex::lock as guard;
 #[cfg(all(target_os = "linux", not(leasehold_portable)))]
 use crate::sys;
 use crate::sys::Notifier;

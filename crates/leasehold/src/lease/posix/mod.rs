@@ -1,27 +1,26 @@
 //! The primitive on POSIX (Linux, macOS, the BSDs): `flock` on a lock file.
 //!
-//! The platform contract of `lease/mod.rs` ([`Platform`], which [`Posix`] at the end of this
-//! file implements): [`Dir`] (directory handles), [`Target`] (where a lock file is),
-//! [`open`], [`try_lock`], [`KernelWait`] (a wait in the kernel's own `flock` queue),
-//! [`accept`], [`still_at_path`], [`verify`], [`holders_error`] and the error mapping. Every
-//! system call is made through `sys`.
-//!
-//! This file is the primitive itself: open, claim, lock, verify, release. Beside it,
-//! `data.rs` (the data operations of a [`Dir`]), `kernel_wait.rs` ([`KernelWait`] and the helper threads that block in `flock` for a
-//! waiter), `gate.rs` (the shared-mode gates: the cross-process half of the turnstile) and
-//! `error.rs` (errno to the typed error).
+//! The platform contract of `lease/platform.rs` ([`Platform`], which [`Posix`] at the end of
+//! this file implements, each step's body in its item). The files, each depending only on
+//! those before it: `error.rs` (errno to the typed error), `descriptors.rs` (the lock files
+//! and gates this process opened, for a forked child), `dir.rs` ([`Dir`], directory handles)
+//! and `data.rs` (its data operations), `target.rs` ([`Target`], where a lock file is),
+//! `gate.rs` (the shared-mode gates: the cross-process half of the turnstile), `file.rs`
+//! ([`Opened`], [`Granted`], [`Held`]), `kernel_wait.rs` ([`KernelWait`] and the helper
+//! threads that block in `flock` for a waiter), `fork.rs` (a forked child letting go); this
+//! file judges the way to a lock file and takes it: open, claim, lock, verify, release.
+//! Every system call is made through `sys`.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustix::io::Errno;
 
-use super::claim::{Claim, Key, Mode};
-use super::platform::PlatformOptions;
-use super::platform::{Platform, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
+use super::claim::{Claim, Mode};
+use super::platform::{Platform, PlatformDir, PlatformOptions, PlatformTarget};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::FileId;
@@ -29,440 +28,20 @@ use crate::sys::{self, Entry, Notifier};
 
 mod data;
 mod descriptors;
+mod dir;
 mod error;
+mod file;
 pub(crate) mod fork;
 pub(crate) mod gate;
 mod kernel_wait;
+mod target;
 
+pub(crate) use dir::Dir;
 pub(crate) use error::path_error;
-use error::{create_dirs, dir_error, lock_error, plain};
+use error::{create_dirs, lock_error};
+pub(crate) use file::{Granted, Held, Opened, open_descriptor};
 pub(crate) use kernel_wait::KernelWait;
-
-/// An opened directory that lock files are opened relative to (`openat`).
-#[derive(Debug, Clone)]
-pub(crate) struct Dir {
-    fd: Arc<OwnedFd>,
-    path: PathBuf,
-    /// The directory's identity when it was opened.
-    id: FileId,
-    /// How it was reached, so that [`Dir::verify`] can walk the chain again.
-    parent: Option<Arc<Dir>>,
-    /// The handle's directory was found fit under both rules of [`check_dir`] (shared by
-    /// clones): it is not judged again, as [`FIT_DIRS`] are not.
-    fit: Arc<AtomicBool>,
-}
-
-impl PlatformDir for Dir {
-    fn open(path: &Path) -> Result<Dir> {
-        let fd = sys::open_dir_at(sys::cwd(), path, true)
-            .map_err(|e| dir_error(sys::cwd(), path, path, e))?;
-        let id = sys::fd_id(fd.as_fd()).map_err(|e| path_error(path, "stat directory", e))?;
-        Ok(Dir {
-            fd: Arc::new(fd),
-            path: path.to_path_buf(),
-            id,
-            parent: None,
-            fit: Arc::default(),
-        })
-    }
-
-    /// Checks that every directory from the path the chain was opened as down to this one
-    /// still is the directory that was opened: the configured path (symlinks followed, as at
-    /// [`Dir::open`]) names the root's inode, and each child name (never followed) names its
-    /// child's inode. A directory renamed or replaced anywhere on the way means newcomers
-    /// resolve elsewhere, so a lease held in it no longer excludes them.
-    fn verify(&self) -> Result<()> {
-        let (at, name, follow) = match &self.parent {
-            None => (sys::cwd(), self.path.as_path(), true),
-            Some(parent) => (
-                parent.fd.as_fd(),
-                Path::new(self.path.file_name().unwrap_or_default()),
-                false,
-            ),
-        };
-        match sys::dir_id_at(at, name, follow) {
-            Ok(Some(now)) if now == self.id => {}
-            Ok(_) => {
-                return Err(Error::LeaseLost {
-                    path: self.path.clone(),
-                });
-            }
-            Err(e) => return Err(path_error(&self.path, "verify directory", e)),
-        }
-        match &self.parent {
-            Some(parent) => parent.verify(),
-            None => Ok(()),
-        }
-    }
-
-    /// The names of the entries of this directory.
-    fn names(&self) -> Result<Vec<std::ffi::OsString>> {
-        sys::dir_names(self.fd.as_fd()).map_err(|e| path_error(&self.path, "list directory", e))
-    }
-
-    fn create(path: &Path) -> Result<Dir> {
-        create_dirs(path)?;
-        Dir::open(path)
-    }
-
-    fn child(&self, name: &str, create: bool) -> Result<Dir> {
-        let path = self.path.join(name);
-        plain(name, &path, "open directory")?;
-        if create {
-            match sys::mkdir_at(self.fd.as_fd(), Path::new(name), 0o700) {
-                Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => return Err(dir_error(self.fd.as_fd(), Path::new(name), &path, e)),
-            }
-        }
-        let fd = sys::open_dir_at(self.fd.as_fd(), Path::new(name), false)
-            .map_err(|e| dir_error(self.fd.as_fd(), Path::new(name), &path, e))?;
-        let id = sys::fd_id(fd.as_fd()).map_err(|e| path_error(&path, "stat directory", e))?;
-        Ok(Dir {
-            fd: Arc::new(fd),
-            path,
-            id,
-            parent: Some(Arc::new(self.clone())),
-            fit: Arc::default(),
-        })
-    }
-
-    fn has_lock_file(&self, name: &str) -> Result<bool> {
-        let path = self.path.join(name);
-        plain(name, &path, "inspect lock file")?;
-        match sys::entry_at(self.fd.as_fd(), Path::new(name)) {
-            Ok(Entry::Missing) => Ok(false),
-            Ok(Entry::Regular(_)) => Ok(true),
-            Ok(Entry::Other(kind)) => Err(Error::NotRegularFile { path, kind }),
-            Err(e) => Err(path_error(&path, "inspect lock file", e)),
-        }
-    }
-
-    /// Opens a data file `name` in this directory as carefully as a lock file: never
-    /// following a final symlink, never opening anything but a regular file (a device node is
-    /// refused before it is opened), never blocking on a FIFO, close-on-exec. `write` opens
-    /// it for appending; `create` creates a missing one (0600). `Ok(None)`: no such file;
-    /// otherwise the file and whether it existed before.
-    fn open_file(
-        &self,
-        name: &str,
-        write: bool,
-        create: bool,
-    ) -> Result<Option<(std::fs::File, bool)>> {
-        let path = self.path.join(name);
-        plain(name, &path, "open file")?;
-        let existed = match sys::entry_at(self.fd.as_fd(), Path::new(name)) {
-            Ok(Entry::Other(kind)) => return Err(Error::NotRegularFile { path, kind }),
-            Ok(Entry::Missing) if !create => return Ok(None),
-            Ok(Entry::Missing) => false,
-            Ok(Entry::Regular(_)) => true,
-            Err(e) => return Err(path_error(&path, "inspect file", e)),
-        };
-        let fd = match sys::open_data_file(self.fd.as_fd(), Path::new(name), write, create) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) if !create => return Ok(None),
-            Err(e) => return Err(path_error(&path, "open file", e)),
-        };
-        match sys::fd_entry(fd.as_fd()) {
-            Ok(Entry::Regular(_)) => Ok(Some((std::fs::File::from(fd), existed))),
-            Ok(Entry::Other(kind)) => Err(Error::NotRegularFile { path, kind }),
-            Ok(Entry::Missing) => Err(path_error(&path, "stat file", Errno::NOENT)),
-            Err(e) => Err(path_error(&path, "stat file", e)),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Makes the directory's entries durable (`fsync` of the directory).
-    fn sync(&self) -> std::io::Result<()> {
-        sys::sync_dir_fd(self.fd.as_fd())
-    }
-}
-
-impl Dir {
-    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
-/// Where a lock file is: a path (resolved against the working directory) or a name inside an
-/// opened [`Dir`] — or, for [`LeaseOptions::lock_descriptor`](crate::LeaseOptions::lock_descriptor), no path
-/// at all (`checked == false`: a descriptor the caller opened, whose inode nothing can be
-/// checked against).
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    /// The directory handle a lock in a [`Dir`] is named in: its descriptor for the
-    /// `*at` calls, its chain for [`verify`].
-    dir: Option<Dir>,
-    name: PathBuf,
-    /// How messages name the lock, where that is not `name` (a lock in a [`Dir`], or a
-    /// descriptor): one path copy fewer per acquisition on the common path.
-    display: Option<PathBuf>,
-    /// Whether the lock has a gate (see [`gate`]), named after `name` when it is needed.
-    gated: bool,
-    /// Whether the locked inode is checked against `name` (false only for descriptors).
-    checked: bool,
-    /// Whether the lock file and its directory are refused where another user could have
-    /// prepared them: `!LeaseOptions::allow_shared_state` (gates are judged always; see
-    /// [`gate`], "Trust").
-    judge: bool,
-}
-
-impl PlatformTarget for Target {
-    type Dir = Dir;
-
-    fn path(opts: &PlatformOptions, path: &Path) -> Result<Target> {
-        Ok(Target {
-            dir: None,
-            name: path.to_path_buf(),
-            display: None,
-            gated: true,
-            checked: true,
-            judge: !opts.allow_shared_state,
-        })
-    }
-
-    fn at(opts: &PlatformOptions, dir: &Dir, name: &str) -> Result<Target> {
-        let display = dir.path.join(name);
-        plain(name, &display, "open lock file")?;
-        Ok(Target {
-            dir: Some(dir.clone()),
-            name: PathBuf::from(name),
-            display: Some(display),
-            gated: true,
-            checked: true,
-            judge: !opts.allow_shared_state,
-        })
-    }
-
-    /// The same lock without a gate: for an internal lock whose exclusive holder waits only
-    /// a moment (the keyed namespace's collector lock), where a turnstile protects nobody and
-    /// its gate file would only be one more file in the namespace.
-    fn without_gate(mut self) -> Target {
-        self.gated = false;
-        self
-    }
-
-    /// The same lock without the post-lock inode check (as for a caller's descriptor).
-    fn unchecked(mut self) -> Target {
-        self.checked = false;
-        self
-    }
-
-    fn display(&self) -> &Path {
-        self.display.as_deref().unwrap_or(&self.name)
-    }
-}
-
-impl Target {
-    /// A descriptor the caller opened (`display` names it in messages): no path, no gate.
-    pub(crate) fn descriptor(display: PathBuf) -> Target {
-        Target {
-            dir: None,
-            name: PathBuf::new(),
-            display: Some(display),
-            gated: false,
-            checked: false,
-            judge: true,
-        }
-    }
-
-    fn dir(&self) -> BorrowedFd<'_> {
-        match &self.dir {
-            None => sys::cwd(),
-            Some(d) => d.fd.as_fd(),
-        }
-    }
-
-    /// The lock file's directory, relative to [`dir`](Self::dir): `.` for a lock in a
-    /// [`Dir`] or a bare file name, else the path's parent.
-    fn parent(&self) -> &Path {
-        match &self.dir {
-            Some(_) => Path::new("."),
-            None => self
-                .name
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new(".")),
-        }
-    }
-
-    /// The lock file's directory as messages name it.
-    fn parent_display(&self) -> PathBuf {
-        match self.display().parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        }
-    }
-
-    /// The gate's name, relative to `dir` (computed when needed: only shared acquirers and
-    /// waiters use it).
-    fn gate(&self) -> Option<PathBuf> {
-        let lock = self.name.file_name().filter(|_| self.gated)?;
-        Some(self.name.with_file_name(gate::name(lock)))
-    }
-
-    /// The readers' gate's name, relative to `dir` (see [`gate`]; computed when needed, as
-    /// [`gate`](Self::gate) is).
-    fn readers_gate(&self) -> Option<PathBuf> {
-        let lock = self.name.file_name().filter(|_| self.gated)?;
-        Some(self.name.with_file_name(gate::readers_name(lock)))
-    }
-
-    /// The writers' queue's name, relative to `dir` (see [`gate`]; computed when needed).
-    fn writers_gate(&self) -> Option<PathBuf> {
-        let lock = self.name.file_name().filter(|_| self.gated)?;
-        Some(self.name.with_file_name(gate::writers_name(lock)))
-    }
-}
-
-/// A lock file opened for locking, not yet locked.
-#[derive(Debug)]
-pub(crate) struct Opened {
-    fd: OwnedFd,
-    id: FileId,
-    /// Whether the last try found the gate held (a shared try, see [`gate`]), for the error
-    /// of a try-once acquisition: it was held up there, not at the lock.
-    at_gate: bool,
-    /// The claim table's generation when it was opened: one opened before a `fork` is, in
-    /// the child, `/dev/null` ([`fork`]) and is never locked again.
-    generation: u64,
-}
-
-/// A caller's descriptor, duplicated (the same open file description, so the lock taken is
-/// the description's), as a lock to take.
-///
-/// Any kind of file is accepted, as `flock(2)` and `flock(1)` accept it: the refusal of
-/// FIFOs, devices and sockets guards *opening a path* (which could block or follow), and the
-/// caller has already opened this one (`flock 9` on a FIFO or a pipe was
-/// refused).
-pub(crate) fn open_descriptor(target: &Target, fd: BorrowedFd<'_>) -> Result<Opened> {
-    let path = target.display();
-    let (id, _) = sys::fd_identity(fd).map_err(|e| path_error(path, "stat descriptor", e))?;
-    let fd = sys::dup_cloexec(fd).map_err(|e| path_error(path, "duplicate descriptor", e))?;
-    descriptors::register(fd.as_fd(), id);
-    Ok(Opened {
-        fd,
-        id,
-        at_gate: false,
-        generation: super::claim::generation(),
-    })
-}
-
-impl PlatformOpened for Opened {
-    fn key(&self) -> Key {
-        (self.id.dev, self.id.ino)
-    }
-
-    fn file_id(&self) -> Option<FileId> {
-        Some(self.id)
-    }
-
-    fn forgotten(&self) -> bool {
-        self.generation != super::claim::generation()
-    }
-}
-
-/// The locked file, its identity and its in-process claim. Field order matters: the
-/// descriptor closes first (dropping the kernel lock, unless a child still holds the open
-/// file description), then a gate kept from an exclusive wait is unlocked (see [`gate`]),
-/// gate descriptors already unlocked close, and the claim leaves the table last.
-///
-/// A lease is released by closing, never by `flock(LOCK_UN)` on its description: the
-/// description may be shared (COMMAND of `run` and `flock`, a child given the lease with
-/// `share_with_children`, a `fork`), and `LOCK_UN` drops the lock for every holder of it
-/// (a waiting `run` whose gate
-/// hand-back unlocked a duplicate of its descriptor let a second `run` in beside COMMAND's
-/// background child).
-#[derive(Debug)]
-pub(crate) struct Held {
-    fd: OwnedFd,
-    /// The gate an exclusive waiter holds until it releases (see [`gate`]).
-    gate: Option<gate::HeldGate>,
-    id: FileId,
-    /// Whether this process marked itself waiting for this lease (Linux; see
-    /// `sys::mark_waiting`): the mark is removed when a handle unlocks.
-    marked: bool,
-    /// Gate descriptors already unlocked, closed after the lock file's.
-    spare: gate::Spare,
-    _claim: Claim,
-}
-
-impl PlatformHeld for Held {
-    type Opened = Opened;
-
-    fn file_id(&self) -> Option<FileId> {
-        Some(self.id)
-    }
-
-    fn forgotten(&self) -> bool {
-        self._claim.forgotten()
-    }
-
-    /// Whether other processes wait for this lease (Linux: their marks, `sys::mark_waiting`;
-    /// elsewhere nobody can tell cheaply, and the answer is `false`).
-    fn others_waiting(&self) -> bool {
-        #[cfg(all(target_os = "linux", not(leasehold_portable)))]
-        return sys::others_waiting(self.fd.as_fd());
-        #[cfg(not(all(target_os = "linux", not(leasehold_portable))))]
-        false
-    }
-
-    /// Unlocks without closing (`LOCK_UN`), giving back the still-open file; `None` when the
-    /// unlock failed and the file was closed instead (which releases for certain). Only for a
-    /// [`LeaseHandle`](super::LeaseHandle)'s lease, whose description nobody else holds: it
-    /// has no `share_with_children` and no `as_fd` (see [`Held`] for why a description that
-    /// may be shared is never unlocked).
-    fn unlock_keep(self) -> Option<Opened> {
-        let Held {
-            gate,
-            fd,
-            id,
-            marked,
-            spare,
-            _claim,
-        } = self;
-        let kept = match sys::unlock(fd.as_fd()) {
-            Ok(()) => {
-                // A mark left from waiting for this lease goes now, after the unlock, so it
-                // costs the waiters the kernel just woke nothing.
-                #[cfg(all(target_os = "linux", not(leasehold_portable)))]
-                if marked {
-                    sys::unmark_waiting(fd.as_fd());
-                }
-                let _ = marked;
-                Some(Opened {
-                    fd,
-                    id,
-                    at_gate: false,
-                    generation: super::claim::generation(),
-                })
-            }
-            Err(_) => None,
-        };
-        drop(gate); // after the unlock: readers queued on the gate find the lock free
-        drop(spare);
-        drop(_claim); // the in-process claim goes last
-        kept
-    }
-}
-
-impl Held {
-    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-}
-
-/// A descriptor the kernel locked for a waiter, not yet checked against the path.
-pub(crate) struct Granted {
-    fd: OwnedFd,
-    id: FileId,
-    /// Whether it was granted after waiting in the kernel's queue (and so marked).
-    marked: bool,
-    /// What the wait kept of the gates (see [`gate`]).
-    passed: gate::Passed,
-}
+pub(crate) use target::Target;
 
 /// The outcome of one non-blocking try (the one enum of every platform).
 type Attempt = super::platform::Attempt<Posix>;
@@ -553,7 +132,7 @@ fn open_error(target: &Target, e: Errno) -> Error {
 /// become unfit by is this user's or root's doing alone: every component belongs to one of
 /// them, and nobody else may write a directory on the way (or, in a sticky one, rename what
 /// is not theirs), so nobody else can rename, replace, chmod or chown anything of it. A
-/// lease held while its owner does so anyway is caught by [`verify`], which resolves the
+/// lease held while its owner does so anyway is caught by `Posix::verify`, which resolves the
 /// whole path again. A [`Dir`] found fit is remembered by its handle (`Dir::fit`) on the
 /// same grounds: its directory is one inode, which only this user or root may chmod or
 /// chown, on a file system an open handle cannot leave; so a keyed acquisition pays no
