@@ -407,7 +407,25 @@ mod with_etcd {
         let paused = Instant::now();
         let status = a
             .wait_timeout(TTL + Duration::from_secs(9))
-            .unwrap_or_else(|| panic!("run exits; its tree:\n{}", tree(a.pid())));
+            .unwrap_or_else(|| {
+                let etcd = server.pid().as_raw_nonzero().get() as u32;
+                let listeners = std::process::Command::new("ss")
+                    .args(["-tnp"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                let port = e.rsplit(':').next().unwrap_or("?");
+                panic!(
+                    "run exits; its tree:\n{}\netcd (pid {etcd}): {}\nconnections on port {port}:\n{}",
+                    tree(a.pid()),
+                    tree(etcd),
+                    listeners
+                        .lines()
+                        .filter(|l| l.contains(&format!(":{port} ")))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )
+            });
         let took = paused.elapsed();
         server.resume();
         assert_eq!(status.code(), Some(1));
@@ -751,15 +769,37 @@ mod with_etcd {
                     .collect()
                 })
                 .unwrap_or_default();
+            // An armed timer (the supervisor's wake-up): its clock, ticks and expiry.
+            let timers: Vec<String> = std::fs::read_dir(format!("/proc/{p}/fd"))
+                .map(|d| {
+                    d.filter_map(|fd| {
+                        let fd = fd.ok()?;
+                        let link = std::fs::read_link(fd.path()).ok()?;
+                        if !link.to_string_lossy().contains("timerfd") {
+                            return None;
+                        }
+                        let info = std::fs::read_to_string(format!(
+                            "/proc/{p}/fdinfo/{}",
+                            fd.file_name().to_string_lossy()
+                        ))
+                        .ok()?;
+                        Some(info.split_whitespace().collect::<Vec<_>>().join(" "))
+                    })
+                    .collect()
+                })
+                .unwrap_or_default();
             lines.push(format!(
-                "{p} state {} group {} wchan {wchan} threads [{}] {}",
+                "{p} state {} group {} wchan {wchan} threads [{}] timers [{}] {}",
                 fields.first().unwrap_or(&"?"),
                 fields.get(2).unwrap_or(&"?"),
                 threads.join(" "),
+                timers.join("; "),
                 cmdline(p)
             ));
             todo.extend(children_of(p));
         }
+        let boot = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        lines.push(format!("boot time now {}.{:09}", boot.tv_sec, boot.tv_nsec));
         lines.join("\n")
     }
 
