@@ -9,7 +9,8 @@ const { spawnSync } = require('node:child_process')
 const { mkdirSync, mkdtempSync, rmSync } = require('node:fs')
 const { tmpdir } = require('node:os')
 const { join } = require('node:path')
-const { lh, CLI, skip, tempDir, Child, nodeChild } = require('./helpers')
+const { Worker } = require('node:worker_threads')
+const { lh, PKG, CLI, skip, tempDir, Child, nodeChild, until, within } = require('./helpers')
 
 const { Lease } = lh
 const record = (ttlMs) => ({ onSharedMount: { record: { ttlMs } } })
@@ -166,4 +167,48 @@ test('onSharedMount: after SIGKILL of a Node holder a successor on this host tak
   next.release()
   const cli = runOnce(lockA, '--no-wait')
   assert.deepEqual([cli.status, cli.stdout], [0, 'ran 3\n'], cli.stderr)
+})
+
+/** Whether this process can take the kernel's lock on `lock` right now (then lets it go). */
+function kernelFree (lock) {
+  const got = Lease.tryAcquire(lock, { allowNetworkFs: true })
+  if (got === null) return false
+  got.release()
+  return true
+}
+
+test('onSharedMount: an abort, or the end of its worker, ends a record wait across hosts with nothing held', async (t) => {
+  const later = undoer(t)
+  const mounts = twoMounts(t, later)
+  if (mounts === null) return
+  const [lockA, lockB] = [join(mounts[0], 'job.lock'), join(mounts[1], 'job.lock')]
+  const cli = cliHolder(lockB)
+  later(() => cli.kill())
+  assert.equal(await cli.line(), 'locked 1')
+
+  // A wait through A holds this host's queue (the kernel's lock on the lock path) while it
+  // polls the record; an abort ends it (bounded: a wait that never ends fails the test).
+  const ac = new AbortController()
+  const waiting = Lease.acquire(lockA, { ...record(60000), signal: ac.signal })
+  await until('the record wait holds this host\'s queue', () => !kernelFree(lockA))
+  ac.abort()
+  const ended = await within(10000, waiting)
+  assert.equal(ended.code, 'CANCELLED', String(ended))
+  assert.ok(kernelFree(lockA), 'nothing of the wait is held')
+
+  // The same wait in a worker_thread, without a signal: terminating the worker ends it.
+  const w = new Worker(`
+    const { parentPort, workerData } = require('node:worker_threads')
+    const { Lease } = require(workerData.pkg)
+    Lease.acquire(workerData.lock, { onSharedMount: { record: { ttlMs: 60000 } } })
+      .then(() => parentPort.postMessage('acquired'), (e) => parentPort.postMessage('failed ' + e.code))
+    parentPort.postMessage('waiting')
+  `, { eval: true, workerData: { pkg: PKG, lock: lockA } })
+  const said = await new Promise((resolve) => w.once('message', resolve))
+  assert.equal(said, 'waiting')
+  await until('the worker\'s record wait holds this host\'s queue', () => !kernelFree(lockA))
+  await w.terminate()
+  await until('the terminated worker\'s wait has ended', () => kernelFree(lockA))
+  cli.send('go')
+  assert.equal(await cli.line(), 'done')
 })
