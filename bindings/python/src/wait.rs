@@ -109,7 +109,7 @@ where
     let budget = budget.with_cancel(cancel.clone());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
-        .name("leasehold-wait".into())
+        .name("leasehold-rec".into())
         .spawn(move || {
             let _ = tx.send(acquire(&budget));
         })

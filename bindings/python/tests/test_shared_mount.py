@@ -17,6 +17,7 @@ from typing import Iterator, List, Tuple
 import pytest
 
 import leasehold_lock
+from conftest import until
 from leasehold_lock import LeaseError, Record
 
 #: A record lease's holder (argv: path, TTL seconds): prints ``held TOKEN``; on ``verify``
@@ -198,3 +199,69 @@ def test_after_sigkill_of_a_python_holder_a_successor_on_this_host_takes_over_at
     successor.release()
     after = run_once(cli, lock_a, "--no-wait")
     assert (after.returncode, after.stdout) == (0, "ran 3\n"), after.stderr
+
+
+#: Waits for a record lease without limit (argv: path); on KeyboardInterrupt says so, then
+#: idles until stdin closes.
+RECORD_SIGINT = """
+import signal, sys, leasehold_lock
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as an interactive program has it
+print("waiting", flush=True)
+try:
+    leasehold_lock.acquire(sys.argv[1], on_shared_mount=leasehold_lock.Record(ttl=60))
+    print("acquired", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+sys.stdin.readline()
+"""
+
+
+def kernel_free(lock: str) -> bool:
+    """Whether this process can take the kernel's lock on ``lock`` right now (then lets it go)."""
+    got = leasehold_lock.try_acquire(lock, allow_network_fs=True)
+    if got is None:
+        return False
+    got.release()
+    return True
+
+
+def test_sigint_and_task_cancellation_end_a_record_wait_with_nothing_held(two_mounts, cli, spawn):
+    lock_a, lock_b = (os.path.join(m, "job.lock") for m in two_mounts)
+    holder = subprocess.Popen(
+        [cli, "run", lock_b, "--", "sh", "-c", "echo locked $LEASEHOLD_FENCING_TOKEN; read _ignored"],
+        env={**os.environ, "LEASEHOLD_SHARED_MOUNT": "record:60"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "locked 1\n"
+
+        # A blocking wait through A holds this host's queue (the kernel's lock on the lock
+        # path) while it polls the record; SIGINT ends it with KeyboardInterrupt.
+        child = spawn(RECORD_SIGINT, lock_a)
+        child.expect("waiting")
+        until("the child's record wait holds this host's queue", lambda: not kernel_free(lock_a))
+        child.signal(signal.SIGINT)
+        child.expect("interrupted")
+        assert kernel_free(lock_a), "the interrupted wait left nothing held"
+
+        # asyncio: cancelling the awaiting task ends the wait.
+        async def cancelled() -> None:
+            task = asyncio.ensure_future(leasehold_lock.acquire_async(lock_a, on_shared_mount=Record(ttl=60)))
+            while kernel_free(lock_a):
+                await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancelled())
+        assert kernel_free(lock_a), "the cancelled wait left nothing held"
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        assert holder.wait(20) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
