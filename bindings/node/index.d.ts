@@ -86,7 +86,11 @@ export type SharedMount = 'refuse' | { record: { ttlMs: number } }
  */
 export declare class Lease {
   private constructor()
-  /** Waits within the options, never blocking the event loop (no libuv pool thread, no thread per waiter). */
+  /**
+   * Waits within the options, never blocking the event loop (no libuv pool thread, no thread
+   * per waiter; a record lease's wait across hosts, which polls, takes a thread of the addon's
+   * own pool while it lasts).
+   */
   static acquire(path: string, options?: LeaseOptions): Promise<Lease>
   /** The lease if it is free right now, else null (synchronous). */
   static tryAcquire(path: string, options?: Omit<LeaseOptions, 'timeoutMs' | 'signal'>): Lease | null
