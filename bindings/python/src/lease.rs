@@ -22,23 +22,49 @@ use crate::wait::{self, Waited};
 /// stay on each host) ends a TTL after its holder stopped renewing it.
 #[pyclass(module = "leasehold_lock", name = "Lease", frozen)]
 pub(crate) struct Lease {
-    held: Mutex<MountLease>,
+    /// The library's lease; `None` once a forked child let go of an inherited record lease
+    /// ([`Lease::held`]).
+    held: Mutex<Option<MountLease>>,
+    path: PathBuf,
     shared: bool,
     fencing_token: Option<u64>,
+    /// The process that took it.
+    owner: u32,
 }
 
 impl Lease {
     fn new(held: MountLease) -> Lease {
         Lease {
+            path: held.path().to_path_buf(),
             shared: held.mode() == LockMode::Shared,
             fencing_token: held.fencing_token(),
-            held: Mutex::new(held),
+            held: Mutex::new(Some(held)),
+            owner: std::process::id(),
         }
     }
 
-    fn held(&self) -> MutexGuard<'_, MountLease> {
+    /// The library's lease, while this process may use it. In a child forked without exec
+    /// an inherited record lease is let go of here, untouched: the library's
+    /// `after_fork_in_child` lets go of kernel leases, but a record lease's release, renewal
+    /// or drop in the child would act on the parent's record (give its baton back while the
+    /// parent holds it), and its renewing thread does not exist there. It then answers as a
+    /// released lease does, as an inherited kernel lease does (README, "fork").
+    fn held(&self) -> MutexGuard<'_, Option<MountLease>> {
         // A panic cannot leave the lease half-changed: every method is one library call.
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if std::process::id() != self.owner && matches!(*held, Some(MountLease::Record(_))) {
+            // Never dropped: its drop gives the parent's baton back.
+            std::mem::forget(held.take());
+        }
+        held
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Garbage collected (or the interpreter ending) in a forked child: let go as `held`
+        // does, before the fields drop.
+        drop(self.held());
     }
 }
 
@@ -47,7 +73,7 @@ impl Lease {
     /// The lock file's path, as given.
     #[getter]
     fn path(&self) -> std::ffi::OsString {
-        self.held().path().as_os_str().to_os_string()
+        self.path.as_os_str().to_os_string()
     }
 
     /// Whether this is a shared (reader) lease.
@@ -68,7 +94,7 @@ impl Lease {
     /// `_after_fork_in_child`).
     #[getter(held)]
     fn is_held(&self) -> bool {
-        self.held().is_held()
+        self.held().as_ref().is_some_and(MountLease::is_held)
     }
 
     /// Raises `LeaseError(code='LOST')` unless the lease still stands for its path: the lock
@@ -79,14 +105,21 @@ impl Lease {
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
         let res = {
             let held = self.held();
-            py.detach(|| held.verify())
+            match held.as_ref() {
+                Some(lease) => py.detach(|| lease.verify()),
+                None => Err(leasehold::Error::Released {
+                    path: self.path.clone(),
+                }),
+            }
         };
         res.map_err(|e| to_pyerr(py, e))
     }
 
     /// Releases the lease (closes its descriptor). Idempotent; the lock file stays.
     fn release(&self) {
-        self.held().release();
+        if let Some(lease) = self.held().as_mut() {
+            lease.release();
+        }
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -100,12 +133,11 @@ impl Lease {
     }
 
     fn __repr__(&self) -> String {
-        let held = self.held();
         format!(
             "<leasehold_lock.Lease {:?} {}, {}>",
-            held.path(),
+            self.path,
             if self.shared { "shared" } else { "exclusive" },
-            if held.is_held() { "held" } else { "released" }
+            if self.is_held() { "held" } else { "released" }
         )
     }
 }

@@ -265,3 +265,45 @@ def test_sigint_and_task_cancellation_end_a_record_wait_with_nothing_held(two_mo
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+#: Holds a record lease (argv: path), then forks: the child says what its inherited lease
+#: answers, releases it and exits through the interpreter's own end (which collects it);
+#: the parent says `child-done`, then idles until stdin closes.
+RECORD_FORK = """
+import gc, os, sys, leasehold_lock
+lease = leasehold_lock.acquire(sys.argv[1], on_shared_mount=leasehold_lock.Record(ttl=60))
+print("held", lease.fencing_token, flush=True)
+pid = os.fork()
+if pid == 0:
+    try:
+        lease.verify()
+        verified = "ok"
+    except leasehold_lock.LeaseError as e:
+        verified = e.code
+    print("child", lease.held, verified, flush=True)
+    lease.release()
+    del lease
+    gc.collect()
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+print("child-done", os.waitstatus_to_exitcode(status), flush=True)
+sys.stdin.readline()
+lease.verify()
+print("still", lease.held, flush=True)
+"""
+
+
+def test_a_forked_child_lets_go_of_an_inherited_record_lease_without_giving_it_back(two_mounts, cli, spawn):
+    lock_a, lock_b = (os.path.join(m, "job.lock") for m in two_mounts)
+    parent = spawn(RECORD_FORK, lock_a)
+    assert parent.line() == "held 1"
+    # In the child the lease answers as a released one: not held, verify LOST.
+    assert parent.line() == "child False LOST"
+    assert parent.line() == "child-done 0"
+    # Neither its release nor its collection gave the parent's record back.
+    busy = run_once(cli, lock_b, "--no-wait")
+    assert (busy.returncode, busy.stdout) == (75, ""), busy.stderr
+    assert f"held by pid {parent.pid} on this host (record lease, fencing token 1)" in busy.stderr
+    parent.send()
+    assert parent.line() == "still True"
