@@ -29,6 +29,7 @@ pub(crate) struct Lease {
     shared: bool,
     fencing_token: Option<u64>,
     /// The process that took it.
+    #[cfg(unix)]
     owner: u32,
 }
 
@@ -39,6 +40,7 @@ impl Lease {
             shared: held.mode() == LockMode::Shared,
             fencing_token: held.fencing_token(),
             held: Mutex::new(Some(held)),
+            #[cfg(unix)]
             owner: std::process::id(),
         }
     }
@@ -51,7 +53,10 @@ impl Lease {
     /// released lease does, as an inherited kernel lease does (README, "fork").
     fn held(&self) -> MutexGuard<'_, Option<MountLease>> {
         // A panic cannot leave the lease half-changed: every method is one library call.
+        #[cfg_attr(not(unix), allow(unused_mut))]
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        // No fork without exec elsewhere, and no record lease.
+        #[cfg(unix)]
         if std::process::id() != self.owner && matches!(*held, Some(MountLease::Record(_))) {
             // Never dropped: its drop gives the parent's baton back.
             std::mem::forget(held.take());
