@@ -17,7 +17,7 @@ from typing import Iterator, List, Tuple
 import pytest
 
 import leasehold_lock
-from conftest import until
+from conftest import Child, until
 from leasehold_lock import LeaseError, Record
 
 #: A record lease's holder (argv: path, TTL seconds): prints ``held TOKEN``; on ``verify``
@@ -95,6 +95,17 @@ def run_once(cli: str, lock: str, *flags: str) -> subprocess.CompletedProcess:
     )
 
 
+def cli_holder(children: List[Child], cli: str, lock: str) -> Child:
+    """A ``leasehold run`` holding the record lease (TTL 60 s) on ``lock``: prints ``locked
+    TOKEN``, waits for a line, prints ``done``; killed when the test ends."""
+    child = Child(
+        [cli, "run", lock, "--", "sh", "-c", "echo locked $LEASEHOLD_FENCING_TOKEN; read _ignored; echo done"],
+        env={**os.environ, "LEASEHOLD_SHARED_MOUNT": "record:60"},
+    )
+    children.append(child)
+    return child
+
+
 def test_without_the_keyword_a_host_only_mount_is_refused_naming_it(two_mounts, tmp_path):
     lock = os.path.join(two_mounts[0], "job.lock")
     named = (
@@ -123,7 +134,7 @@ def test_without_the_keyword_a_host_only_mount_is_refused_naming_it(two_mounts, 
     local.release()
 
 
-def test_a_python_holder_and_leasehold_run_exclude_each_other_across_the_mounts(two_mounts, cli, spawn):
+def test_a_python_holder_and_leasehold_run_exclude_each_other_across_the_mounts(two_mounts, cli, spawn, children):
     lock_a, lock_b = (os.path.join(m, "job.lock") for m in two_mounts)
     record = Record(ttl=60)
 
@@ -142,27 +153,14 @@ def test_a_python_holder_and_leasehold_run_exclude_each_other_across_the_mounts(
 
     # A CLI holder through B: Python through A cannot have it; a waiting acquire gets it,
     # with the next token, once the holder is done.
-    cli_holder = subprocess.Popen(
-        [cli, "run", lock_b, "--", "sh", "-c", "echo locked $LEASEHOLD_FENCING_TOKEN; read _ignored; echo done"],
-        env={**os.environ, "LEASEHOLD_SHARED_MOUNT": "record:60"},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert cli_holder.stdout is not None and cli_holder.stdin is not None
-        assert cli_holder.stdout.readline() == "locked 3\n"
-        assert leasehold_lock.try_acquire(lock_a, on_shared_mount=record) is None
-        with pytest.raises(leasehold_lock.Timeout):
-            leasehold_lock.acquire(lock_a, 0, on_shared_mount=record)
-        cli_holder.stdin.write("go\n")
-        cli_holder.stdin.flush()
-        assert cli_holder.stdout.readline() == "done\n"
-        assert cli_holder.wait(20) == 0
-    finally:
-        if cli_holder.poll() is None:
-            cli_holder.kill()
-            cli_holder.wait()
+    holder = cli_holder(children, cli, lock_b)
+    assert holder.line() == "locked 3"
+    assert leasehold_lock.try_acquire(lock_a, on_shared_mount=record) is None
+    with pytest.raises(leasehold_lock.Timeout):
+        leasehold_lock.acquire(lock_a, 0, on_shared_mount=record)
+    holder.send("go")
+    assert holder.line() == "done"
+    assert holder.wait() == 0
     lease = leasehold_lock.acquire(lock_a, 30, on_shared_mount=record)
     assert (lease.fencing_token, lease.shared) == (4, False)
     lease.verify()
@@ -225,46 +223,34 @@ def kernel_free(lock: str) -> bool:
     return True
 
 
-def test_sigint_and_task_cancellation_end_a_record_wait_with_nothing_held(two_mounts, cli, spawn):
+def test_sigint_and_task_cancellation_end_a_record_wait_with_nothing_held(two_mounts, cli, spawn, children):
     lock_a, lock_b = (os.path.join(m, "job.lock") for m in two_mounts)
-    holder = subprocess.Popen(
-        [cli, "run", lock_b, "--", "sh", "-c", "echo locked $LEASEHOLD_FENCING_TOKEN; read _ignored"],
-        env={**os.environ, "LEASEHOLD_SHARED_MOUNT": "record:60"},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdin is not None
-        assert holder.stdout.readline() == "locked 1\n"
+    holder = cli_holder(children, cli, lock_b)
+    assert holder.line() == "locked 1"
 
-        # A blocking wait through A holds this host's queue (the kernel's lock on the lock
-        # path) while it polls the record; SIGINT ends it with KeyboardInterrupt.
-        child = spawn(RECORD_SIGINT, lock_a)
-        child.expect("waiting")
-        until("the child's record wait holds this host's queue", lambda: not kernel_free(lock_a))
-        child.signal(signal.SIGINT)
-        child.expect("interrupted")
-        assert kernel_free(lock_a), "the interrupted wait left nothing held"
+    # A blocking wait through A holds this host's queue (the kernel's lock on the lock path)
+    # while it polls the record; SIGINT ends it with KeyboardInterrupt.
+    child = spawn(RECORD_SIGINT, lock_a)
+    child.expect("waiting")
+    until("the child's record wait holds this host's queue", lambda: not kernel_free(lock_a))
+    child.signal(signal.SIGINT)
+    child.expect("interrupted")
+    assert kernel_free(lock_a), "the interrupted wait left nothing held"
 
-        # asyncio: cancelling the awaiting task ends the wait.
-        async def cancelled() -> None:
-            task = asyncio.ensure_future(leasehold_lock.acquire_async(lock_a, on_shared_mount=Record(ttl=60)))
-            while kernel_free(lock_a):
-                await asyncio.sleep(0)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+    # asyncio: cancelling the awaiting task ends the wait.
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(leasehold_lock.acquire_async(lock_a, on_shared_mount=Record(ttl=60)))
+        while kernel_free(lock_a):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
 
-        asyncio.run(cancelled())
-        assert kernel_free(lock_a), "the cancelled wait left nothing held"
-        holder.stdin.write("go\n")
-        holder.stdin.flush()
-        assert holder.wait(20) == 0
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+    asyncio.run(cancelled())
+    assert kernel_free(lock_a), "the cancelled wait left nothing held"
+    holder.send("go")
+    assert holder.line() == "done"
+    assert holder.wait() == 0
 
 
 #: Holds a record lease (argv: path), then forks: the child says what its inherited lease
