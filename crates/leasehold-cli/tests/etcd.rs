@@ -1219,6 +1219,41 @@ mod with_etcd {
         assert!(tty.wait().success(), "{:?}", tty.seen);
     }
 
+    /// `run` continues its job's process group at the end only if it stopped it (following
+    /// a stopped COMMAND). In an orphaned group — here a script's, in a session of its own,
+    /// with no job control — a process stopped for reasons of its own stays stopped after a
+    /// `run --etcd` in that script has come and gone. (It used to be continued: a test's
+    /// paused etcd in the test runner's group came back to life when another test's `run`
+    /// ended.)
+    #[test]
+    fn a_run_leaves_a_stopped_process_of_its_group_stopped() {
+        let Some(server) = EtcdServer::start("etcd run leaves its group's stops alone") else {
+            return;
+        };
+        let script = "sleep 600 & echo $!; read _x; \"$0\" run --etcd \"$1\" --ttl 2 og -- true; \
+             echo ran $?; read _x";
+        let mut p = Proc::spawn(
+            std::process::Command::new("setsid")
+                .args(["-w", "sh", "-c", script])
+                .arg(super::common::bin())
+                .arg(&server.endpoint),
+        );
+        let sleeper: u32 = p.line().parse().expect("the background sleep's pid");
+        signal(sleeper, Signal::STOP);
+        testkit::until("the background sleep is stopped", || {
+            testkit::stopped(sleeper)
+        });
+        p.send("go");
+        assert_eq!(p.line(), "ran 0");
+        assert!(
+            testkit::stopped(sleeper),
+            "a process of run's group, stopped by someone else, was continued"
+        );
+        signal(sleeper, Signal::KILL);
+        p.send("end");
+        assert!(p.wait().success());
+    }
+
     /// The terminal goes (its master side closed) while COMMAND is stopped — by Ctrl-Z at
     /// the prompt, or by SIGTTOU in a background job: `run`, its supervisor, ns-init and
     /// COMMAND all end, and the lock is free again. (The background job's stayed, keeping

@@ -83,9 +83,10 @@
 //! stopped COMMAND ends too (a shell's hang-up or `kill` of a stopped job continues only
 //! G). While `run` is stopped it sends no deadline: a job stopped past the deadline minus
 //! the grace has its tree stopped as above. Once the tree is gone, the supervisor continues
-//! G if `run`'s job was hung up or G is orphaned — a `run` stopped there (its stop still
-//! under way when its shell went) would be continued by nobody — so that `run` reads the
-//! report and exits.
+//! G if it passed a stop up to `run` and `run`'s job was hung up or G is orphaned — a `run`
+//! stopped there (its stop still under way when its shell went) would be continued by
+//! nobody — so that `run` reads the report and exits. A group nobody stopped is left alone:
+//! its other processes may be stopped for reasons of their own.
 //!
 //! [`margin`]: leasehold::arbiters::etcd::margin
 
@@ -353,6 +354,9 @@ struct Supervisor {
     handed: bool,
     /// A SIGHUP was passed on (`run`'s job hung up).
     hung_up: bool,
+    /// A stop of COMMAND was passed up to `run` (`stopped SIG`), which then stops its
+    /// group G: only then may G need continuing at the end.
+    passed_stop: bool,
     /// Bytes from ns-init not yet making a whole line.
     init_pending: Vec<u8>,
 }
@@ -381,7 +385,8 @@ impl Supervisor {
 
     /// Tells `run` that COMMAND was stopped by `sig` (job control: `run` stops its own
     /// group likewise, so that the shell sees its job stopped).
-    fn stopped(&self, sig: i32) {
+    fn stopped(&mut self, sig: i32) {
+        self.passed_stop = true;
         // The socket is non-blocking; `run` reads all the time, so it has room.
         let _ = (&self.sock).write_all(format!("stopped {sig}\n").as_bytes());
     }
@@ -581,6 +586,7 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         init_pending: Vec::new(),
         handed: go.terminal,
         hung_up: false,
+        passed_stop: false,
     };
     // The first deadline is acknowledged too (`run` watches that we answer).
     let _ = (&s.sock).write_all(format!("ok {}\n", s.deadline).as_bytes());
@@ -692,6 +698,7 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
     let _ = s.sock.set_nonblocking(false);
     let _ = (&s.sock).write_all(format!("exit {status} {}\n", why.name()).as_bytes());
     if let Some(caller) = Pid::from_raw(args.caller_group)
+        && s.passed_stop
         && (s.hung_up || super::terminal::orphaned(caller))
     {
         // `run` may be stopped (it stops its job when COMMAND is stopped) where no shell
