@@ -101,6 +101,21 @@ impl MountLease {
         }
     }
 
+    /// [`verify`](Self::verify) before a durable write: for a record lease,
+    /// [`RecordLease::verify_for_write`], which also refuses ([`Error::LeaseLost`](crate::Error::LeaseLost))
+    /// when less than its write margin of validity is left; for the kernel's lease, as
+    /// [`verify`](Self::verify). The one rule every store applies before its rename.
+    ///
+    /// # Errors
+    /// As [`verify`](Self::verify).
+    pub fn verify_for_write(&self) -> Result<()> {
+        match self {
+            MountLease::Kernel(l) => l.verify(),
+            #[cfg(unix)]
+            MountLease::Record(l) => l.verify_for_write(),
+        }
+    }
+
     /// Releases it now; dropping does the same. A record lease gives its baton back (a
     /// failure to do so is ignored: a waiter then takes it over once the TTL has passed).
     pub fn release(&mut self) {

@@ -507,6 +507,26 @@ impl RecordLease {
         }
     }
 
+    /// [`verify`](Self::verify) for a durable write about to be made: also refuses, with
+    /// [`Error::LeaseLost`] naming the lock path, when less than the write margin (a tenth
+    /// of the TTL) of validity is left once verified — a write begun that close to the end
+    /// could land after a waiter on another host took the lease over. The stores call it
+    /// last before their rename; what it cannot rule out (a pause between this check and
+    /// the rename) is what their fencing token check is for (docs/design.md).
+    ///
+    /// # Errors
+    ///
+    /// As [`verify`](Self::verify); [`Error::LeaseLost`] when too little validity is left.
+    pub fn verify_for_write(&self) -> Result<()> {
+        self.verify()?;
+        match self.remaining() {
+            Some(left) if left >= margin(self.held.ttl) => Ok(()),
+            _ => Err(Error::LeaseLost {
+                path: self.held.path.clone(),
+            }),
+        }
+    }
+
     /// Renews now (the renewing thread does so every third of the TTL): renames the baton
     /// from this holder's name to the next heartbeat's, which succeeds only if nobody took it
     /// over; the validity then runs a TTL (less the margin) from the clock read before the
