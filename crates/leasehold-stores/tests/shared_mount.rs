@@ -10,8 +10,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use leasehold::patterns::durable::Step;
-use leasehold::{Budget, SharedMount};
+use leasehold::{Budget, LeaseOptions, SharedMount};
 use leasehold_stores::document::{Document, DocumentError, DocumentOptions};
+use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
 use rustix::process::Signal;
 use testkit::{Bindfs, Proc, stopped, until};
 
@@ -26,13 +27,21 @@ fn record() -> DocumentOptions {
     DocumentOptions::new().on_shared_mount(SharedMount::Record { ttl: TTL })
 }
 
+/// The registry whose home is `home`, under a record lease.
+fn registry(home: &Path) -> Registry {
+    Registry::with_options(
+        RegistryPaths::in_home(home, None),
+        LeaseOptions::new().on_shared_mount(SharedMount::Record { ttl: TTL }),
+    )
+}
+
 fn read_line() {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).expect("a line");
 }
 
 /// What a worker's write came to, as one handshake line.
-fn outcome(r: Result<impl Sized, DocumentError>) {
+fn outcome<E: std::fmt::Display>(r: Result<impl Sized, E>) {
     match r {
         Ok(_) => println!("@ written"),
         Err(e) => println!("@ refused {e}"),
@@ -55,7 +64,7 @@ fn worker() {
             let edit = doc.begin(&wait()).expect("begin");
             println!("@ begun");
             read_line();
-            outcome(edit.commit(content.into_bytes()));
+            outcome::<DocumentError>(edit.commit(content.into_bytes()));
         }
         // An update that stops after its lease was verified, its new version staged, and
         // before the rename, until a line.
@@ -70,12 +79,30 @@ fn worker() {
                     Ok(())
                 }),
             );
-            outcome(doc.update(&wait(), |_| content.clone().into_bytes()));
+            outcome::<DocumentError>(doc.update(&wait(), |_| content.clone().into_bytes()));
         }
         // One update.
         "write" => {
             let doc = Document::open(&path, record());
-            outcome(doc.update(&wait(), |_| content.clone().into_bytes()));
+            outcome::<DocumentError>(doc.update(&wait(), |_| content.clone().into_bytes()));
+        }
+        // The registry (home `SHARED_PATH`) made active; after a line, adds the directory
+        // `SHARED_CONTENT` as a root of itself.
+        "registry" => {
+            let reg = registry(&path);
+            reg.acquire(&wait()).expect("acquire the registry");
+            println!("@ active");
+            read_line();
+            let dir = Path::new(&content);
+            outcome::<RegistryError>(reg.add(dir, dir));
+        }
+        // The registry made active (waiting as long as it takes), then one add.
+        "registry-add" => {
+            let reg = registry(&path);
+            reg.acquire(&wait()).expect("acquire the registry");
+            let dir = Path::new(&content);
+            outcome::<RegistryError>(reg.add(dir, dir));
+            reg.teardown();
         }
         other => panic!("unknown role {other}"),
     }
@@ -175,4 +202,40 @@ fn default_options_on_a_host_only_mount_refuse_naming_the_option() {
     assert!(text.contains("on_shared_mount"), "{text}");
     assert!(text.contains(&a.mnt.display().to_string()), "{text}");
     assert!(!a.backing.join("doc").exists());
+}
+
+/// The registry's authority through mount A is SIGSTOPped past the TTL while active; an
+/// authority through mount B takes over and adds a root; A's add once resumed is refused and
+/// the document holds B's root, not A's.
+#[test]
+fn a_registry_paused_past_its_ttl_is_refused_and_its_successors_write_survives() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((a, b)) = Bindfs::two_mounts(tmp.path()) else {
+        return;
+    };
+    let (late, kept) = (tmp.path().join("late"), tmp.path().join("kept"));
+    for d in [&late, &kept] {
+        std::fs::create_dir(d).expect("a root");
+    }
+    let (late, kept) = (late.canonicalize().unwrap(), kept.canonicalize().unwrap());
+    let mut first = spawn("registry", &a.mnt.join("home"), late.to_str().unwrap());
+    assert_eq!(handshake(&mut first), "active");
+    first.signal(Signal::STOP);
+    until("the authority is stopped", || stopped(first.pid()));
+    let mut second = spawn("registry-add", &b.mnt.join("home"), kept.to_str().unwrap());
+    assert_eq!(handshake(&mut second), "written");
+    assert!(second.wait().success());
+    first.signal(Signal::CONT);
+    first.send("go");
+    let said = handshake(&mut first);
+    assert!(
+        said.starts_with("refused"),
+        "the paused authority wrote: {said}"
+    );
+    assert!(first.wait().success());
+    let paths = RegistryPaths::in_home(&a.backing.join("home"), None);
+    let doc = std::fs::read_to_string(&paths.document).expect("the registry document");
+    assert!(doc.contains(kept.to_str().unwrap()), "{doc}");
+    assert!(!doc.contains(late.to_str().unwrap()), "{doc}");
+    assert!(doc.contains("fencing_token"), "{doc}");
 }
