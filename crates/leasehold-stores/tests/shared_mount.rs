@@ -13,6 +13,7 @@ use leasehold::patterns::durable::Step;
 use leasehold::{Budget, LeaseOptions, SharedMount};
 use leasehold_stores::document::{Document, DocumentError, DocumentOptions};
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
+use leasehold_stores::session::{SessionError, SessionId, SessionStore};
 use rustix::process::Signal;
 use testkit::{Bindfs, Proc, stopped, until};
 
@@ -33,6 +34,16 @@ fn registry(home: &Path) -> Registry {
         RegistryPaths::in_home(home, None),
         LeaseOptions::new().on_shared_mount(SharedMount::Record { ttl: TTL }),
     )
+}
+
+/// The session store in `dir`, under a record lease.
+fn sessions(dir: &Path) -> SessionStore {
+    SessionStore::new(dir)
+        .with_lease_options(LeaseOptions::new().on_shared_mount(SharedMount::Record { ttl: TTL }))
+}
+
+fn session_id() -> SessionId {
+    SessionId::new("s1").expect("a session ID")
 }
 
 fn read_line() {
@@ -103,6 +114,19 @@ fn worker() {
             let dir = Path::new(&content);
             outcome::<RegistryError>(reg.add(dir, dir));
             reg.teardown();
+        }
+        // The session's writer: one record, then after a line another.
+        "session" => {
+            let mut w = sessions(&path).open_writer(&session_id()).expect("open");
+            w.append_json(r#"{"by":"first"}"#).expect("append");
+            println!("@ open");
+            read_line();
+            outcome::<SessionError>(w.append_json(r#"{"by":"late"}"#));
+        }
+        // Opens the session's writer (waiting out a stale claim) and appends one record.
+        "session-append" => {
+            let mut w = sessions(&path).open_writer(&session_id()).expect("open");
+            outcome::<SessionError>(w.append_json(r#"{"by":"successor"}"#));
         }
         other => panic!("unknown role {other}"),
     }
@@ -238,4 +262,32 @@ fn a_registry_paused_past_its_ttl_is_refused_and_its_successors_write_survives()
     assert!(doc.contains(kept.to_str().unwrap()), "{doc}");
     assert!(!doc.contains(late.to_str().unwrap()), "{doc}");
     assert!(doc.contains("fencing_token"), "{doc}");
+}
+
+/// A session's writer through mount A is SIGSTOPped past the TTL; a writer through mount B
+/// takes the session over and appends; A's append once resumed is refused, and the log holds
+/// A's first record and B's, never A's late one.
+#[test]
+fn a_session_writer_paused_past_its_ttl_is_refused_and_its_successor_appends() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((a, b)) = Bindfs::two_mounts(tmp.path()) else {
+        return;
+    };
+    let mut first = spawn("session", &a.mnt.join("sessions"), "");
+    assert_eq!(handshake(&mut first), "open");
+    first.signal(Signal::STOP);
+    until("the writer is stopped", || stopped(first.pid()));
+    let mut second = spawn("session-append", &b.mnt.join("sessions"), "");
+    assert_eq!(handshake(&mut second), "written");
+    assert!(second.wait().success());
+    first.signal(Signal::CONT);
+    first.send("go");
+    let said = handshake(&mut first);
+    assert!(
+        said.starts_with("refused") && said.contains("lease lost"),
+        "the paused writer appended: {said}"
+    );
+    assert!(first.wait().success());
+    let log = std::fs::read_to_string(a.backing.join("sessions/s1/session.jsonl")).expect("log");
+    assert_eq!(log, "{\"by\":\"first\"}\n{\"by\":\"successor\"}\n");
 }

@@ -116,6 +116,20 @@ impl MountLease {
         }
     }
 
+    /// The exclusive kernel lease it holds on the lock path — the kernel's own, or the one a
+    /// record lease holds as its host's queue — for a pattern that verifies a [`Lease`](crate::Lease)
+    /// before each write (an [`AppendLog`](crate::patterns::append::AppendLog)); the caller
+    /// adds [`verify_for_write`](Self::verify_for_write), which a record lease needs. `None`
+    /// for a shared kernel lease.
+    pub fn exclusive_kernel(&self) -> Option<&crate::Lease> {
+        match self {
+            MountLease::Kernel(AnyLease::Exclusive(l)) => Some(l),
+            MountLease::Kernel(_) => None,
+            #[cfg(unix)]
+            MountLease::Record(l) => Some(l.kernel()),
+        }
+    }
+
     /// Releases it now; dropping does the same. A record lease gives its baton back (a
     /// failure to do so is ignored: a waiter then takes it over once the TTL has passed).
     pub fn release(&mut self) {
