@@ -187,7 +187,10 @@ fn two_mount_torture(extra: &[&str]) -> Option<(testkit::Out, tempfile::TempDir)
     let (a, b) = testkit::Bindfs::two_mounts(tmp.path())?;
     let out = run(leasehold()
         .arg("torture")
+        // A TTL of a second: the margin (a tenth) must outlast the scheduling stalls of a
+        // loaded test machine between a writer's last check and its rename.
         .args(["--document", "--workers", "4", "--seconds", "60", "--json"])
+        .args(["--record-ttl", "1"])
         .args(extra)
         .arg("--dir")
         .arg(&a.mnt)

@@ -226,14 +226,16 @@ impl Backend {
                         ));
                     }
                 }
-                // Under a record lease, the fence beside the lock file is compared last: a
+                // Under a record lease, the fence beside the lock file is compared too (a
                 // successor claims it before it reads, so this catches a holder deposed before
-                // the successor has written anything.
+                // the successor has written anything), and the lease verified again after it:
+                // a successor takes over only once this holder's validity has run out.
                 match (fence, lock_fence) {
                     (Some(token), Some(f)) => d.save_checked(doc, &mut || {
                         check()?;
                         f.check(token)
-                            .map_err(|e| StoreFailure::new("the lease", "fenced out", e))
+                            .map_err(|e| StoreFailure::new("the lease", "fenced out", e))?;
+                        check()
                     }),
                     _ => d.save_checked(doc, check),
                 }

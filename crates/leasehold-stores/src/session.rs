@@ -340,7 +340,10 @@ impl Held {
     fn before_write(&self) -> Result<&leasehold::Lease, SessionError> {
         if let Some((fence, token)) = &self.fence {
             self.lease.verify_for_write().map_err(SessionError::Lease)?;
-            fence.check(*token).map_err(SessionError::Lease)?;
+            fence
+                .check(*token)
+                .and_then(|()| self.lease.validity_for_write())
+                .map_err(SessionError::Lease)?;
         }
         self.kernel()
     }

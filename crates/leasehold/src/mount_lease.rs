@@ -130,6 +130,21 @@ impl MountLease {
         }
     }
 
+    /// [`RecordLease::validity_for_write`] for a record lease — the margin rule without
+    /// I/O, the last check before a store's rename; nothing to check for the kernel's lease
+    /// (its [`verify_for_write`](Self::verify_for_write) has no time in it).
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when a record lease has too little
+    /// validity left.
+    pub fn validity_for_write(&self) -> Result<()> {
+        match self {
+            MountLease::Kernel(_) => Ok(()),
+            #[cfg(unix)]
+            MountLease::Record(l) => l.validity_for_write(),
+        }
+    }
+
     /// Releases it now; dropping does the same. A record lease gives its baton back (a
     /// failure to do so is ignored: a waiter then takes it over once the TTL has passed).
     pub fn release(&mut self) {

@@ -840,10 +840,13 @@ impl Document {
             if let Some(hook) = &self.options.observer {
                 hook(step)?;
             }
-            // The fence is compared last before the rename (after the observer, which a
-            // test uses to pause a writer between its verification and its rename).
+            // Last before the rename (after the observer, which a test uses to pause a writer
+            // between its verification and its rename): the fence, then the validity left
+            // on this process's clock (a successor takes over only once it has run out).
             if let (Step::Synced, Some(token)) = (step, lease.fencing_token())
-                && let Err(e) = Fence::of(&self.lock).check(token)
+                && let Err(e) = Fence::of(&self.lock)
+                    .check(token)
+                    .and_then(|()| lease.validity_for_write())
             {
                 lost = Some(e);
                 return Err(io::Error::other("the lease was lost"));
