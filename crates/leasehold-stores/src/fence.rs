@@ -11,7 +11,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use leasehold::Error as LeaseError;
-use leasehold::LockDir;
+use leasehold::{LockDir, MountLease};
+
+/// `--cfg leasehold_mutant_no_fence`: a mutant build the two-mount torture must catch
+/// (RELIABILITY.md), whose stores neither claim nor compare the fence nor apply the margin
+/// rule again before a write (the lease's own verification stays). Never set in a real
+/// build.
+pub(crate) const MUTANT: bool = cfg!(leasehold_mutant_no_fence);
 use leasehold::patterns::durable::{remove_temporaries_in, replace_file};
 
 use crate::document::read_regular;
@@ -40,9 +46,7 @@ impl Fence {
     /// `token`, durably. Leftover temporaries of a writer killed while raising it are
     /// removed first (under the lease, no writer is mid-rewrite).
     pub(crate) fn claim(&self, token: u64) -> Result<(), LeaseError> {
-        // `leasehold_mutant_no_fence`: a mutant build the two-mount torture must catch
-        // (RELIABILITY.md); never set in a real build.
-        if cfg!(leasehold_mutant_no_fence) {
+        if MUTANT {
             return Ok(());
         }
         let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty());
@@ -63,13 +67,25 @@ impl Fence {
     /// The last step before a write's rename: refuses ([`LeaseError::LeaseLost`], naming
     /// the lock path) unless the fence still holds `token`.
     pub(crate) fn check(&self, token: u64) -> Result<(), LeaseError> {
-        if cfg!(leasehold_mutant_no_fence) {
+        if MUTANT {
             return Ok(());
         }
         match self.read()? {
             Some(seen) if seen == token => Ok(()),
             _ => Err(self.lost()),
         }
+    }
+
+    /// The last checks before a write under `lease` (a record lease's, token `token`):
+    /// this fence still holds the token, then the validity left on this process's clock
+    /// ([`MountLease::validity_for_write`]) — in that order (docs/design.md, "Fencing the
+    /// stores' writes").
+    pub(crate) fn last_checks(&self, token: u64, lease: &MountLease) -> Result<(), LeaseError> {
+        if MUTANT {
+            return Ok(());
+        }
+        self.check(token)?;
+        lease.validity_for_write()
     }
 
     /// The token the fence holds; `None` when there is no fence yet.

@@ -341,8 +341,7 @@ impl Held {
         if let Some((fence, token)) = &self.fence {
             self.lease.verify_for_write().map_err(SessionError::Lease)?;
             fence
-                .check(*token)
-                .and_then(|()| self.lease.validity_for_write())
+                .last_checks(*token, &self.lease)
                 .map_err(SessionError::Lease)?;
         }
         self.kernel()

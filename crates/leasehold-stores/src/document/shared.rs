@@ -844,9 +844,7 @@ impl Document {
             // between its verification and its rename): the fence, then the validity left
             // on this process's clock (a successor takes over only once it has run out).
             if let (Step::Synced, Some(token)) = (step, lease.fencing_token())
-                && let Err(e) = Fence::of(&self.lock)
-                    .check(token)
-                    .and_then(|()| lease.validity_for_write())
+                && let Err(e) = Fence::of(&self.lock).last_checks(token, lease)
             {
                 lost = Some(e);
                 return Err(io::Error::other("the lease was lost"));
