@@ -2,7 +2,8 @@
 """Import circles between the files of a Rust crate: `.ci/file-circles.py SRC_DIR`.
 
 A file refers to another when its code (comments and its test module left out) names a path
-into it: `crate::a::b`, `super::x`, `self::y`, or a child module's name in a `use`. A
+into it: `crate::a::b`, `super::x`, `self::y` (each name of a `use super::{x, y::{z}}` group
+too), or a child module's name in a `use`. A
 re-export from the crate root (`crate::Error` through `lib.rs`) is not a reference to the
 root: the root is the crate's facade, not a layer. The files that refer to each other in a
 circle are printed with their references; the exit status is 1 when there is a circle, so
@@ -52,6 +53,38 @@ def main(root):
         return found
 
     paths = re.compile(r"\b((?:crate|super|self)(?:::\w+)+)")
+    group_start = re.compile(r"\b((?:crate|super|self)(?:::\w+)*)::\{")
+
+    def expand_group(prefix, src, at):
+        """The paths of the `{...}` group opening before `at` (`use super::{a, b::{c, d}}`):
+        each name in it, nested groups included, is a path from `prefix`."""
+        out, item, depth, i = [], "", 0, at
+        while i < len(src):
+            c = src[i]
+            if c == "{":
+                inner = expand_group(prefix + [p for p in item.strip().rstrip(":").split("::") if p], src, i + 1)
+                out += inner
+                item, depth = "", 0
+                # skip to the matching brace
+                level = 1
+                i += 1
+                while i < len(src) and level:
+                    level += {"{": 1, "}": -1}.get(src[i], 0)
+                    i += 1
+                continue
+            if c in ",}":
+                name = item.strip().split(" as ")[0].strip()
+                if name == "self":
+                    out.append(list(prefix))
+                elif name and name != "*":
+                    out.append(prefix + name.split("::"))
+                item = ""
+                if c == "}":
+                    return out
+            else:
+                item += c
+            i += 1
+        return out
     child_use = re.compile(r"\buse (\w+)::")
     edges = {rel: set() for rel in files}
     for rel, src in files.items():
@@ -60,6 +93,8 @@ def main(root):
         # A test module (`#[cfg(test)]`, `#[cfg(all(test, ...))]`) ends the file's code.
         src = re.split(r"#\[cfg\((?:all\()?test\b[^\]]*\]\s*(?:pub(?:\([\w:]+\))? )?mod \w+", src)[0]
         found = [m.group(1).split("::") for m in paths.finditer(src)]
+        for m in group_start.finditer(src):
+            found += expand_group(m.group(1).split("::"), src, m.end())
         found += [
             [m.group(1)]
             for m in child_use.finditer(src)

@@ -63,22 +63,46 @@ export interface LeaseOptions {
   allowNetworkFs?: boolean
   /** Accept state other users own or may write (LEASEHOLD_ALLOW_SHARED). */
   allowSharedState?: boolean
+  /**
+   * What an exclusive lease does on a mount whose kernel locks stay on each host (NFS with
+   * local_lock=all or nolock, SMB with nobrl, sshfs and most FUSE), where two hosts would both
+   * get the kernel's lock: 'refuse' (the default, NETWORK_FS) or take a record lease with this
+   * TTL in milliseconds, which excludes processes on every host sharing the directory and
+   * carries a fencing token (LEASEHOLD_SHARED_MOUNT=record:SECS). Elsewhere (a local disk, a
+   * mount whose locks cross hosts, a shared lease) the kernel's lease is taken as without it.
+   */
+  onSharedMount?: SharedMount
 }
+
+/** See LeaseOptions.onSharedMount. */
+export type SharedMount = 'refuse' | { record: { ttlMs: number } }
 
 /**
  * A kernel lease on a lock file (Windows: a named kernel semaphore). Held until release(),
  * Symbol.dispose, garbage collection of the object, or the death of the process; never by
- * a TTL.
+ * a TTL. With onSharedMount's record lease on a mount whose locks stay on each host, a record
+ * lease instead: renewed by a thread of its own, it ends a TTL after its holder stopped
+ * renewing (at once for a successor on this host once the holder died).
  */
 export declare class Lease {
   private constructor()
-  /** Waits within the options, never blocking the event loop (no libuv pool thread, no thread per waiter). */
+  /**
+   * Waits within the options, never blocking the event loop (no libuv pool thread, no thread
+   * per waiter; a record lease's wait across hosts, which polls, takes a thread of the addon's
+   * own pool while it lasts).
+   */
   static acquire(path: string, options?: LeaseOptions): Promise<Lease>
   /** The lease if it is free right now, else null (synchronous). */
   static tryAcquire(path: string, options?: Omit<LeaseOptions, 'timeoutMs' | 'signal'>): Lease | null
   readonly path: string
   readonly shared: boolean
-  /** Throws LOST when the lock file was removed or replaced (or after release). */
+  /** A record lease's fencing token, which grows with every grant; null for a kernel lease. */
+  readonly fencingToken: number | null
+  /**
+   * Throws LOST when the lock file was removed or replaced (or after release); for a record
+   * lease, when its validity ran out and the record was taken over (it reads the record once
+   * a third of the TTL is spent). Call it before each write the lease guards.
+   */
   verify(): void
   /** Idempotent. */
   release(): void

@@ -102,9 +102,28 @@ function checkSignal (signal) {
 function nativeOptions (options) {
   if (options === undefined || options === null) return {}
   if (typeof options !== 'object') throw invalid('options must be an object')
-  const { timeoutMs, shared, allowNetworkFs, allowSharedState } = options
+  const { timeoutMs, shared, allowNetworkFs, allowSharedState, onSharedMount } = options
   if (timeoutMs !== undefined && typeof timeoutMs !== 'number') throw invalid('timeoutMs must be a number of milliseconds')
-  return { timeoutMs, shared: shared === true, allowNetworkFs: allowNetworkFs === true, allowSharedState: allowSharedState === true }
+  return {
+    timeoutMs,
+    shared: shared === true,
+    allowNetworkFs: allowNetworkFs === true,
+    allowSharedState: allowSharedState === true,
+    recordTtlMs: recordTtlMs(onSharedMount)
+  }
+}
+
+/**
+ * The record lease's TTL that `onSharedMount` asks for: `undefined` for `'refuse'` (the
+ * default), `record.ttlMs` for `{ record: { ttlMs } }` (the native side checks the number).
+ */
+function recordTtlMs (onSharedMount) {
+  if (onSharedMount === undefined || onSharedMount === 'refuse') return undefined
+  const record = onSharedMount !== null && typeof onSharedMount === 'object' ? onSharedMount.record : undefined
+  if (record === null || typeof record !== 'object' || typeof record.ttlMs !== 'number') {
+    throw invalid("onSharedMount must be 'refuse' or { record: { ttlMs } } with a number of milliseconds")
+  }
+  return record.ttlMs
 }
 
 /**
@@ -162,6 +181,7 @@ class Lease {
     this[kNative] = held
     this.path = path === undefined ? held.path : path
     this.shared = shared === undefined ? held.shared : shared
+    this.fencingToken = held.fencingToken ?? null
     Object.freeze(this)
   }
 

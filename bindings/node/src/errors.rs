@@ -52,7 +52,11 @@ pub(crate) const NOT_FOUND: &str = "NOT_FOUND";
 pub(crate) const IO: &str = "IO";
 
 impl Failure {
-    fn new(code: &str, message: impl std::fmt::Display, holders: Option<&HolderInfo>) -> Failure {
+    pub(crate) fn new(
+        code: &str,
+        message: impl std::fmt::Display,
+        holders: Option<&HolderInfo>,
+    ) -> Failure {
         // The message is rendered first: for a contention it looks the holders up (once, lazily:
         // see `HolderInfo`), and the pids below are the same answer.
         let message = message.to_string();
@@ -86,8 +90,10 @@ fn option(setting: OptIn) -> String {
     match setting {
         OptIn::NetworkFilesystem => "the option allowNetworkFs: true".into(),
         OptIn::SharedState => "the option allowSharedState: true".into(),
-        // Not offered here yet: the Rust library and the CLI offer it.
-        OptIn::RecordLease => "a record lease, which this package does not offer yet (the Rust library and the leasehold tool's run do)".into(),
+        OptIn::RecordLease => {
+            "the option onSharedMount: { record: { ttlMs } } of Lease.acquire and Lease.tryAcquire"
+                .into()
+        }
         // Node runs only where other processes honour locks: there is nothing to opt into.
         _ => "a single-process lease, which this package does not offer".into(),
     }

@@ -1,5 +1,6 @@
-//! `Lease` and `holders`: the library's [`AnyLease`] (a lease in the mode asked for) behind
-//! one class.
+//! `Lease` and `holders`: the library's [`MountLease`] (the kernel's lease in the mode asked
+//! for, or the record lease a mount whose locks stay on each host calls for when
+//! `onSharedMount` chose one) behind one class.
 //!
 //! A wait is the library's tokio driver polled on the JS thread (`drive.rs`): no thread of
 //! libuv's pool, no thread per waiter, and no runtime worker between the grant and the event
@@ -10,8 +11,10 @@
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
 
-use leasehold::{AnyLease, Budget, CancelToken, Holders, LeaseOptions, LockMode};
+use leasehold::{Budget, CancelToken, Holders, LeaseOptions, LockMode, MountLease, SharedMount};
+use napi::bindgen_prelude::spawn_blocking;
 use napi::{Either, Env, JsFunction};
 use napi_derive::napi;
 
@@ -31,11 +34,31 @@ pub struct NativeLeaseOptions {
     pub allow_network_fs: Option<bool>,
     /// `LeaseOptions::allow_shared_state`.
     pub allow_shared_state: Option<bool>,
+    /// `onSharedMount: { record: { ttlMs } }`'s TTL: `LeaseOptions::on_shared_mount` with
+    /// `SharedMount::Record` (absent: refuse, the default).
+    pub record_ttl_ms: Option<f64>,
 }
 
 impl NativeLeaseOptions {
-    fn lease_options(&self) -> LeaseOptions {
-        opt_ins(self.allow_network_fs, self.allow_shared_state)
+    /// The library's options; a record TTL that is no positive number of milliseconds is
+    /// refused, naming the option.
+    fn lease_options(&self) -> Result<LeaseOptions, Failure> {
+        let opts = opt_ins(self.allow_network_fs, self.allow_shared_state);
+        let Some(ms) = self.record_ttl_ms else {
+            return Ok(opts);
+        };
+        match Duration::try_from_secs_f64(ms / 1000.0) {
+            Ok(ttl) if ms > 0.0 => Ok(opts.on_shared_mount(SharedMount::Record { ttl })),
+            _ => Err(Failure::invalid(format!(
+                "onSharedMount.record.ttlMs {ms} is not a positive number of milliseconds; give the record lease's TTL (how long a holder that stopped renewing keeps waiters on other hosts out), or leave onSharedMount out to refuse such a mount"
+            ))),
+        }
+    }
+
+    /// Whether a record lease was chosen: the acquisition is then the library's
+    /// `acquire_mount_lease`, which decides from the mount which lease to take.
+    fn record(&self) -> bool {
+        self.record_ttl_ms.is_some()
     }
 
     fn mode(&self) -> LockMode {
@@ -104,24 +127,28 @@ pub(crate) fn budget(
 
 /// A held lease, exclusive or shared. Dropping it (`release()`, `Symbol.dispose`, or the
 /// garbage collector finalizing the object) releases the lease; the kernel releases it when
-/// the process dies. It never expires.
+/// the process dies. A kernel lease never expires; a record lease ends a TTL after its
+/// holder stopped renewing it (at once for a successor on this host once the holder died).
 #[napi]
 pub struct NativeLease {
-    held: Arc<Mutex<AnyLease>>,
+    held: Arc<Mutex<MountLease>>,
     path: String,
     shared: bool,
+    fencing_token: Option<i64>,
 }
 
 impl NativeLease {
-    fn new(lease: AnyLease) -> NativeLease {
+    fn new(lease: MountLease) -> NativeLease {
         NativeLease {
             path: lease.path().to_string_lossy().into_owned(),
             shared: lease.mode() == LockMode::Shared,
+            // Tokens count grants: far below 2^53, where a JavaScript number stops being exact.
+            fencing_token: lease.fencing_token().and_then(|t| i64::try_from(t).ok()),
             held: kept(lease),
         }
     }
 
-    fn held(&self) -> MutexGuard<'_, AnyLease> {
+    fn held(&self) -> MutexGuard<'_, MountLease> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -129,11 +156,11 @@ impl NativeLease {
 thread_local! {
     /// The leases made on this JS thread (always the one whose environment gets them: a
     /// wait is polled there, `drive.rs`), for [`release_all`].
-    static MADE: RefCell<Vec<Weak<Mutex<AnyLease>>>> = const { RefCell::new(Vec::new()) };
+    static MADE: RefCell<Vec<Weak<Mutex<MountLease>>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `held`, remembered for [`release_all`] (entries of leases gone since are dropped here).
-fn kept(held: AnyLease) -> Arc<Mutex<AnyLease>> {
+fn kept(held: MountLease) -> Arc<Mutex<MountLease>> {
     let held = Arc::new(Mutex::new(held));
     MADE.with(|made| {
         let mut made = made.borrow_mut();
@@ -170,8 +197,16 @@ impl NativeLease {
         self.shared
     }
 
+    /// The fencing token of a record lease's grant (it grows with every grant); `null` for a
+    /// kernel lease.
+    #[napi(getter)]
+    pub fn fencing_token(&self) -> Option<i64> {
+        self.fencing_token
+    }
+
     /// The library's `verify()`: `LOST` when the lock file was removed or replaced, or after
-    /// release.
+    /// release; for a record lease, when its validity ran out and a renewal found the record
+    /// taken over (it reads the record once a third of the TTL is spent).
     #[napi]
     pub fn verify(&self) -> Option<Failure> {
         self.held().verify().err().map(|e| errors::lease(&e))
@@ -206,9 +241,16 @@ fn try_acquire_hooked(
     if let Err(f) = budget(options.timeout_ms, None) {
         return Some(Either::B(f));
     }
-    let got = options
-        .lease_options()
-        .try_acquire_mode(&path, options.mode());
+    let opts = match options.lease_options() {
+        Ok(opts) => opts,
+        Err(f) => return Some(Either::B(f)),
+    };
+    let got = match options.record() {
+        true => opts.try_acquire_mount_lease(&path, options.mode()),
+        false => opts
+            .try_acquire_mode(&path, options.mode())
+            .map(MountLease::Kernel),
+    };
     match got {
         Ok(lease) => Some(Either::A(NativeLease::new(lease))),
         Err(e) if e.is_contended() => None,
@@ -257,15 +299,58 @@ impl Waiter {
         done: JsFunction,
     ) -> napi::Result<Option<Either<NativeLease, Failure>>> {
         let options = options.unwrap_or_default();
+        let opts = match options.lease_options() {
+            Ok(opts) => opts,
+            Err(f) => return Ok(Some(Either::B(f))),
+        };
+        let mode = options.mode();
+        if options.record() {
+            return self.acquire_mount_lease(&env, path, opts, &options, done);
+        }
         let budget = match budget(options.timeout_ms, self.token.as_ref()) {
             Ok(b) => b,
             Err(f) => return Ok(Some(Either::B(f))),
         };
-        let (opts, mode) = (options.lease_options(), options.mode());
         drive::drive(&env, &done, async move {
             match opts.acquire_mode_async(&path, mode, budget).await {
-                Ok(lease) => Either::A(NativeLease::new(lease)),
+                Ok(lease) => Either::A(NativeLease::new(MountLease::Kernel(lease))),
                 Err(e) => Either::B(errors::lease(&e)),
+            }
+        })
+    }
+
+    /// `acquire` with a record lease chosen: the library's `acquire_mount_lease`, whose wait
+    /// across hosts polls and sleeps, on a thread of napi's blocking pool (never the JS
+    /// thread, never libuv's pool); its outcome reaches JavaScript as any wait's does. The
+    /// wait has a cancellation token of its own when no signal gave one, so that the end of
+    /// its environment (a worker terminated) ends it as it ends a kernel wait.
+    fn acquire_mount_lease(
+        &self,
+        env: &Env,
+        path: String,
+        opts: LeaseOptions,
+        options: &NativeLeaseOptions,
+        done: JsFunction,
+    ) -> napi::Result<Option<Either<NativeLease, Failure>>> {
+        let token = self.token.clone().unwrap_or_default();
+        let budget = match budget(options.timeout_ms, Some(&token)) {
+            Ok(b) => b,
+            Err(f) => return Ok(Some(Either::B(f))),
+        };
+        let mode = options.mode();
+        let mut ends = EndsWith(Some(token));
+        let wait = spawn_blocking(move || opts.acquire_mount_lease(&path, mode, &budget));
+        drive::drive(env, &done, async move {
+            let got = wait.await;
+            ends.disarm(); // the wait is over: nothing to end
+            match got {
+                Ok(Ok(lease)) => Either::A(NativeLease::new(lease)),
+                Ok(Err(e)) => Either::B(errors::lease(&e)),
+                Err(e) => Either::B(Failure::new(
+                    errors::IO,
+                    format!("the record lease's wait ended without an outcome: {e}"),
+                    None,
+                )),
             }
         })
     }
@@ -273,6 +358,25 @@ impl Waiter {
     /// The cancellation token, for the stores' waits.
     pub(crate) fn token(&self) -> Option<&CancelToken> {
         self.token.as_ref()
+    }
+}
+
+/// Cancels a wait's token when dropped before the wait ended (its future abandoned with its
+/// environment).
+struct EndsWith(Option<CancelToken>);
+
+impl EndsWith {
+    /// The wait has ended: nothing is cancelled on drop.
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for EndsWith {
+    fn drop(&mut self) {
+        if let Some(token) = self.0.take() {
+            token.cancel();
+        }
     }
 }
 

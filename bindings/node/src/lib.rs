@@ -12,7 +12,8 @@
 //!
 //! Async calls never take a thread of libuv's pool (no `AsyncTask`): `Lease.acquire`'s wait
 //! is the library's future polled on the JS thread itself (`drive.rs`), so a
-//! grant wakes the event loop directly; the stores' calls are `#[napi] async fn`s on napi's
+//! grant wakes the event loop directly (a record lease's wait, which polls across hosts,
+//! blocks a thread of napi's tokio blocking pool instead, its outcome delivered the same way); the stores' calls are `#[napi] async fn`s on napi's
 //! tokio runtime.
 //!
 //! Every item of ours has a doc comment; `missing_docs` is not denied only because napi-derive

@@ -4,6 +4,9 @@
 //   hold PATH [shared]   acquire (waiting), print `H <CLOCK_MONOTONIC ns>`; on `release`
 //                        release and print `R`; exit when stdin closes
 //   try PATH [shared]    print `got` or `busy` (tryAcquire), hold until stdin closes
+//   record PATH TTL_MS   acquire with onSharedMount's record lease, print `H <fencingToken>`;
+//                        on `verify` print `ok` or the error's code; on `release` release and
+//                        print `R`; exit when stdin closes
 //   registry HOME        open the registry, print its state; `add P R`, `close`, `state`
 //   session DIR ID       open the log; `append JSON` prints `ok` or the error's code
 //   gc PATH              acquire, drop the object, collect garbage until the lock is free,
@@ -22,6 +25,13 @@ async function main () {
     out(`H ${process.hrtime.bigint()}`)
     for await (const cmd of commands) {
       if (cmd === 'release' && lease) { lease.release(); lease = null; out('R') }
+    }
+  } else if (role === 'record') {
+    const lease = await Lease.acquire(a, { onSharedMount: { record: { ttlMs: Number(b) } } })
+    out(`H ${lease.fencingToken}`)
+    for await (const cmd of commands) {
+      if (cmd === 'verify') { try { lease.verify(); out('ok') } catch (e) { out(e.code) } }
+      if (cmd === 'release') { lease.release(); out('R') }
     }
   } else if (role === 'try') {
     const lease = Lease.tryAcquire(a, { shared: b === 'shared' })

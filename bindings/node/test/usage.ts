@@ -1,6 +1,6 @@
 // Type-checked by types.test.js with `tsc --noEmit --strict`: every part of the surface
 // used as a TypeScript program would use it (nothing here runs).
-import { Lease, holders, Registry, SessionLog, ResultStore, Document, LeaseholdError, type LeaseholdErrorCode, type AbortSignalLike, type HoldersAnswer, type RegistryState, type DocumentVersion } from '..'
+import { Lease, holders, Registry, SessionLog, ResultStore, Document, LeaseholdError, type LeaseholdErrorCode, type AbortSignalLike, type HoldersAnswer, type RegistryState, type DocumentVersion, type SharedMount } from '..'
 
 export async function usage (dir: string): Promise<void> {
   const ac = new AbortController()
@@ -12,6 +12,11 @@ export async function usage (dir: string): Promise<void> {
   lease[Symbol.dispose]()
   const maybe: Lease | null = Lease.tryAcquire(path, { shared })
   maybe?.release()
+  const onSharedMount: SharedMount = { record: { ttlMs: 10000 } }
+  const fenced = await Lease.acquire(path, { onSharedMount, timeoutMs: 100 })
+  const token: number | null = fenced.fencingToken
+  void token
+  Lease.tryAcquire(path, { onSharedMount: 'refuse' })?.release()
   const h: HoldersAnswer = holders(path)
   if (h.state === 'held') {
     const pids: number[] = h.pids
@@ -81,6 +86,8 @@ export async function usage (dir: string): Promise<void> {
 // Misuse does not type-check.
 // @ts-expect-error: timeoutMs is not an option of tryAcquire
 Lease.tryAcquire('x.lock', { timeoutMs: 5 })
+// @ts-expect-error: a record lease's TTL is in ttlMs
+Lease.tryAcquire('x.lock', { onSharedMount: { record: { ttl: 5 } } })
 // @ts-expect-error: the constructor is private
 void new Lease()
 // @ts-expect-error: not an encoding

@@ -125,8 +125,7 @@ fn keyword(setting: OptIn) -> String {
     match setting {
         OptIn::NetworkFilesystem => "allow_network_fs=True".into(),
         OptIn::SharedState => "allow_shared_state=True".into(),
-        // Not offered here yet: the Rust library and the CLI offer it.
-        OptIn::RecordLease => "a record lease, which this package does not offer yet (the Rust library and the leasehold tool's run do)".into(),
+        OptIn::RecordLease => "on_shared_mount=leasehold_lock.Record(ttl=SECONDS)".into(),
         // The package runs only where other processes honour locks: nothing to opt into.
         _ => "a single-process lease, which this package does not offer".into(),
     }

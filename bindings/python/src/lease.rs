@@ -1,11 +1,14 @@
-//! `acquire`, `try_acquire`, `acquire_async`, `Lease` and `holders`: the library's lease,
-//! translated. Timeouts become [`Budget`]s, keyword options become [`LeaseOptions`], and the
-//! wait is the library's (see `wait.rs`).
+//! `acquire`, `try_acquire`, `acquire_async`, `Lease`, `Record` and `holders`: the library's
+//! lease, translated. Timeouts become [`Budget`]s, keyword options become [`LeaseOptions`]
+//! (`on_shared_mount=Record(ttl=...)`: `SharedMount::Record`, taken through the library's
+//! `acquire_mount_lease`), and the wait is the library's (see `wait.rs`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use leasehold::{AnyLease, Budget, CancelToken, Holders, LeaseOptions, LockMode};
+use std::time::Duration;
+
+use leasehold::{Budget, CancelToken, Holders, LeaseOptions, LockMode, MountLease, SharedMount};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -14,25 +17,59 @@ use crate::wait::{self, Waited};
 
 /// A lease held by this process: exclusive, or shared with `shared=True`. Released by
 /// `release()`, by leaving its `with` block, when it is garbage-collected (the library
-/// lease's drop closes the descriptor), and by the kernel when the process exits. It never
-/// expires.
+/// lease's drop closes the descriptor), and by the kernel when the process exits. A kernel
+/// lease never expires; a record lease (`on_shared_mount=Record(...)` on a mount whose locks
+/// stay on each host) ends a TTL after its holder stopped renewing it.
 #[pyclass(module = "leasehold_lock", name = "Lease", frozen)]
 pub(crate) struct Lease {
-    held: Mutex<AnyLease>,
+    /// The library's lease; `None` once a forked child let go of an inherited record lease
+    /// ([`Lease::held`]).
+    held: Mutex<Option<MountLease>>,
+    path: PathBuf,
     shared: bool,
+    fencing_token: Option<u64>,
+    /// The process that took it.
+    #[cfg(unix)]
+    owner: u32,
 }
 
 impl Lease {
-    fn new(held: AnyLease) -> Lease {
+    fn new(held: MountLease) -> Lease {
         Lease {
+            path: held.path().to_path_buf(),
             shared: held.mode() == LockMode::Shared,
-            held: Mutex::new(held),
+            fencing_token: held.fencing_token(),
+            held: Mutex::new(Some(held)),
+            #[cfg(unix)]
+            owner: std::process::id(),
         }
     }
 
-    fn held(&self) -> MutexGuard<'_, AnyLease> {
+    /// The library's lease, while this process may use it. In a child forked without exec
+    /// an inherited record lease is let go of here, untouched: the library's
+    /// `after_fork_in_child` lets go of kernel leases, but a record lease's release, renewal
+    /// or drop in the child would act on the parent's record (give its baton back while the
+    /// parent holds it), and its renewing thread does not exist there. It then answers as a
+    /// released lease does, as an inherited kernel lease does (README, "fork").
+    fn held(&self) -> MutexGuard<'_, Option<MountLease>> {
         // A panic cannot leave the lease half-changed: every method is one library call.
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+        #[cfg_attr(not(unix), allow(unused_mut))]
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        // No fork without exec elsewhere, and no record lease.
+        #[cfg(unix)]
+        if std::process::id() != self.owner && matches!(*held, Some(MountLease::Record(_))) {
+            // Never dropped: its drop gives the parent's baton back.
+            std::mem::forget(held.take());
+        }
+        held
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Garbage collected (or the interpreter ending) in a forked child: let go as `held`
+        // does, before the fields drop.
+        drop(self.held());
     }
 }
 
@@ -41,7 +78,7 @@ impl Lease {
     /// The lock file's path, as given.
     #[getter]
     fn path(&self) -> std::ffi::OsString {
-        self.held().path().as_os_str().to_os_string()
+        self.path.as_os_str().to_os_string()
     }
 
     /// Whether this is a shared (reader) lease.
@@ -50,25 +87,44 @@ impl Lease {
         self.shared
     }
 
+    /// A record lease's fencing token, which grows with every grant; `None` for a kernel
+    /// lease.
+    #[getter]
+    fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
     /// Whether the lease is held: `False` once released, and in a process forked from the
     /// one that took it (the child lets go of its copy at the fork: see
     /// `_after_fork_in_child`).
     #[getter(held)]
     fn is_held(&self) -> bool {
-        self.held().is_held()
+        self.held().as_ref().is_some_and(MountLease::is_held)
     }
 
     /// Raises `LeaseError(code='LOST')` unless the lease still stands for its path: the lock
     /// file was removed or replaced (a newcomer would lock the new file), or the lease was
-    /// released. Call it before a write that the lease must guard.
+    /// released; for a record lease, its validity ran out and a renewal found the record
+    /// taken over (it reads the record once a third of the TTL is spent). Call it before a
+    /// write that the lease must guard.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
-        let res = self.held().verify();
+        let res = {
+            let held = self.held();
+            match held.as_ref() {
+                Some(lease) => py.detach(|| lease.verify()),
+                None => Err(leasehold::Error::Released {
+                    path: self.path.clone(),
+                }),
+            }
+        };
         res.map_err(|e| to_pyerr(py, e))
     }
 
     /// Releases the lease (closes its descriptor). Idempotent; the lock file stays.
     fn release(&self) {
-        self.held().release();
+        if let Some(lease) = self.held().as_mut() {
+            lease.release();
+        }
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -82,12 +138,11 @@ impl Lease {
     }
 
     fn __repr__(&self) -> String {
-        let held = self.held();
         format!(
             "<leasehold_lock.Lease {:?} {}, {}>",
-            held.path(),
+            self.path,
             if self.shared { "shared" } else { "exclusive" },
-            if held.is_held() { "held" } else { "released" }
+            if self.is_held() { "held" } else { "released" }
         )
     }
 }
@@ -101,10 +156,53 @@ pub(crate) fn path_arg(obj: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
 }
 
 /// What the keyword options of `acquire`, `try_acquire` and `acquire_async` ask for.
-fn options(allow_network_fs: bool, allow_shared_state: bool) -> LeaseOptions {
-    LeaseOptions::new()
+fn options(
+    allow_network_fs: bool,
+    allow_shared_state: bool,
+    on_shared_mount: Option<&Record>,
+) -> LeaseOptions {
+    let opts = LeaseOptions::new()
         .allow_network_filesystem(allow_network_fs)
-        .allow_shared_state(allow_shared_state)
+        .allow_shared_state(allow_shared_state);
+    match on_shared_mount {
+        Some(record) => opts.on_shared_mount(SharedMount::Record { ttl: record.ttl }),
+        None => opts,
+    }
+}
+
+/// `on_shared_mount=Record(ttl=SECONDS)`: on a mount whose kernel locks stay on each host
+/// (NFS with `local_lock=all` or `nolock`, SMB with `nobrl`, sshfs and most FUSE), an
+/// exclusive lease is a record lease with this TTL, which excludes processes on every host
+/// sharing the directory and carries a fencing token (the library's
+/// `SharedMount::Record`). Elsewhere the kernel's lease is taken as without it.
+#[pyclass(module = "leasehold_lock", name = "Record", frozen, eq)]
+#[derive(PartialEq)]
+pub(crate) struct Record {
+    ttl: Duration,
+}
+
+#[pymethods]
+impl Record {
+    #[new]
+    #[pyo3(signature = (ttl))]
+    fn new(ttl: f64) -> PyResult<Record> {
+        match Duration::try_from_secs_f64(ttl) {
+            Ok(d) if ttl > 0.0 => Ok(Record { ttl: d }),
+            _ => Err(PyValueError::new_err(format!(
+                "Record(ttl={ttl}): the TTL must be a positive number of seconds (how long a holder that stopped renewing keeps waiters on other hosts out)"
+            ))),
+        }
+    }
+
+    /// The TTL, in seconds.
+    #[getter]
+    fn ttl(&self) -> f64 {
+        self.ttl.as_secs_f64()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("leasehold_lock.Record(ttl={})", self.ttl.as_secs_f64())
+    }
 }
 
 /// The mode of the `shared` keyword.
@@ -134,9 +232,11 @@ pub(crate) fn budget(timeout: Option<f64>) -> PyResult<Budget> {
 
 /// Takes the lease on `path`, waiting at most `timeout` seconds (`None`: without limit;
 /// `0`: try once). Raises `leasehold_lock.Timeout` when it could not be had in time. The GIL is
-/// released while waiting, and Ctrl-C ends the wait with `KeyboardInterrupt`.
+/// released while waiting, and Ctrl-C ends the wait with `KeyboardInterrupt`. With
+/// `on_shared_mount=Record(ttl=...)`, an exclusive lease on a mount whose kernel locks stay
+/// on each host is a record lease (a lock path there is refused without it, naming it).
 #[pyfunction]
-#[pyo3(signature = (path, timeout=None, *, shared=false, allow_network_fs=false, allow_shared_state=false))]
+#[pyo3(signature = (path, timeout=None, *, shared=false, allow_network_fs=false, allow_shared_state=false, on_shared_mount=None))]
 pub(crate) fn acquire(
     py: Python<'_>,
     #[pyo3(from_py_with = path_arg)] path: PathBuf,
@@ -144,14 +244,30 @@ pub(crate) fn acquire(
     shared: bool,
     allow_network_fs: bool,
     allow_shared_state: bool,
+    on_shared_mount: Option<Bound<'_, Record>>,
 ) -> PyResult<Lease> {
     let budget = budget(timeout)?;
-    let (opts, mode) = (options(allow_network_fs, allow_shared_state), mode(shared));
-    let waited = if budget.remaining().is_none() {
+    let record = on_shared_mount.as_ref().map(Bound::get);
+    let opts = options(allow_network_fs, allow_shared_state, record);
+    let mode = mode(shared);
+    let waited = if record.is_some() {
+        // The library decides from the mount which lease to take; its wait across hosts
+        // polls, on a thread of its own (`wait.rs`).
+        wait::block_thread(py, budget, move |budget| {
+            opts.acquire_mount_lease(&path, mode, budget)
+        })?
+    } else if budget.remaining().is_none() {
         // No limit: the library's blocking wait, inline in the kernel's queue (`wait.rs`).
-        wait::block_inline(py, |budget| opts.acquire_mode(&path, mode, budget))
+        wait::block_inline(py, |budget| {
+            opts.acquire_mode(&path, mode, budget)
+                .map(MountLease::Kernel)
+        })
     } else {
-        wait::block(py, opts.acquire_mode_async(&path, mode, &budget))?
+        wait::block(py, async {
+            opts.acquire_mode_async(&path, mode, &budget)
+                .await
+                .map(MountLease::Kernel)
+        })?
     };
     match waited {
         Waited::Done(Ok(held)) => Ok(Lease::new(held)),
@@ -162,16 +278,22 @@ pub(crate) fn acquire(
 
 /// Takes the lease on `path` if it is free right now; `None` when another holder has it.
 #[pyfunction]
-#[pyo3(signature = (path, *, shared=false, allow_network_fs=false, allow_shared_state=false))]
+#[pyo3(signature = (path, *, shared=false, allow_network_fs=false, allow_shared_state=false, on_shared_mount=None))]
 pub(crate) fn try_acquire(
     py: Python<'_>,
     #[pyo3(from_py_with = path_arg)] path: PathBuf,
     shared: bool,
     allow_network_fs: bool,
     allow_shared_state: bool,
+    on_shared_mount: Option<Bound<'_, Record>>,
 ) -> PyResult<Option<Lease>> {
-    let opts = options(allow_network_fs, allow_shared_state);
-    let res = py.detach(|| opts.try_acquire_mode(&path, mode(shared)));
+    let record = on_shared_mount.as_ref().map(Bound::get);
+    let opts = options(allow_network_fs, allow_shared_state, record);
+    let mode = mode(shared);
+    let res = py.detach(|| match record {
+        Some(_) => opts.try_acquire_mount_lease(&path, mode),
+        None => opts.try_acquire_mode(&path, mode).map(MountLease::Kernel),
+    });
     match res {
         Ok(held) => Ok(Some(Lease::new(held))),
         Err(e) if e.is_contended() => Ok(None),
@@ -181,7 +303,7 @@ pub(crate) fn try_acquire(
 
 /// The result of an async acquisition, turned into a `Lease` or the exception object on the
 /// event loop's side (where the GIL is held).
-fn outcome(py: Python<'_>, res: leasehold::Result<AnyLease>) -> PyResult<Py<PyAny>> {
+fn outcome(py: Python<'_>, res: leasehold::Result<MountLease>) -> PyResult<Py<PyAny>> {
     match res {
         Ok(held) => Ok(Bound::new(py, Lease::new(held))?.into_any().unbind()),
         Err(e) => Ok(to_pyerr(py, e).into_value(py).into_any()),
@@ -227,7 +349,7 @@ impl AsyncWait {
 /// called on `event_loop` (`call_soon_threadsafe`) with a `Lease` or an exception.
 /// `leasehold_lock.acquire_async` wraps this in a coroutine.
 #[pyfunction]
-#[pyo3(signature = (path, timeout, shared, allow_network_fs, allow_shared_state, event_loop, finish))]
+#[pyo3(signature = (path, timeout, shared, allow_network_fs, allow_shared_state, on_shared_mount, event_loop, finish))]
 #[allow(clippy::too_many_arguments)] // the surface's keywords, then the loop's two ends
 pub(crate) fn start_acquire(
     #[pyo3(from_py_with = path_arg)] path: PathBuf,
@@ -235,34 +357,56 @@ pub(crate) fn start_acquire(
     shared: bool,
     allow_network_fs: bool,
     allow_shared_state: bool,
+    on_shared_mount: Option<Bound<'_, Record>>,
     event_loop: Py<PyAny>,
     finish: Py<PyAny>,
 ) -> PyResult<AsyncWait> {
     let cancel = CancelToken::new();
     let budget = budget(timeout)?.with_cancel(cancel.clone());
-    let (opts, mode) = (options(allow_network_fs, allow_shared_state), mode(shared));
+    let record = on_shared_mount.as_ref().map(Bound::get);
+    let opts = options(allow_network_fs, allow_shared_state, record);
+    let mode = mode(shared);
     let left = Arc::new((Mutex::new(false), Condvar::new()));
     let leaving = left.clone();
-    wait::runtime()?.spawn(async move {
-        let res = opts.acquire_mode_async(&path, mode, budget).await;
-        // The acquisition is over (dropped) before the loop hears of it.
-        Python::attach(move |py| {
-            let delivered = outcome(py, res).and_then(|value| {
-                event_loop.call_method1(py, "call_soon_threadsafe", (finish, value))
-            });
-            if let Err(e) = delivered {
-                // The loop is closed: nobody waits any more, and a lease in `value` was
-                // dropped with it (released).
-                e.write_unraisable(py, None);
-            }
-            drop(event_loop); // while attached: nothing of Python is left to drop after
-        });
-        // Out of Python: `finish` (see `AsyncWait::settled`) may go on.
-        let (done, changed) = &*leaving;
-        *done.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        changed.notify_all();
-    });
+    let runtime = wait::runtime()?;
+    match record {
+        // The library decides from the mount which lease to take; its wait across hosts
+        // polls, on a thread of the runtime's blocking pool.
+        Some(_) => drop(runtime.spawn_blocking(move || {
+            let res = opts.acquire_mount_lease(&path, mode, &budget);
+            deliver(res, event_loop, finish, &leaving);
+        })),
+        None => drop(runtime.spawn(async move {
+            let res = opts.acquire_mode_async(&path, mode, budget).await;
+            deliver(res.map(MountLease::Kernel), event_loop, finish, &leaving);
+        })),
+    }
     Ok(AsyncWait { cancel, left })
+}
+
+/// Hands an async acquisition's outcome to the event loop (`finish` on `event_loop`), then
+/// says, through `leaving`, that this thread has left Python. The acquisition is over
+/// (dropped) before the loop hears of it.
+fn deliver(
+    res: leasehold::Result<MountLease>,
+    event_loop: Py<PyAny>,
+    finish: Py<PyAny>,
+    leaving: &(Mutex<bool>, Condvar),
+) {
+    Python::attach(move |py| {
+        let delivered = outcome(py, res)
+            .and_then(|value| event_loop.call_method1(py, "call_soon_threadsafe", (finish, value)));
+        if let Err(e) = delivered {
+            // The loop is closed: nobody waits any more, and a lease in `value` was
+            // dropped with it (released).
+            e.write_unraisable(py, None);
+        }
+        drop(event_loop); // while attached: nothing of Python is left to drop after
+    });
+    // Out of Python: `finish` (see `AsyncWait::settled`) may go on.
+    let (done, changed) = leaving;
+    *done.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    changed.notify_all();
 }
 
 /// Who holds the lock file at `path`, without taking, creating or disturbing anything: the

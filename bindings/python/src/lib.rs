@@ -28,6 +28,7 @@ use pyo3::prelude::*;
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<lease::Lease>()?;
+    m.add_class::<lease::Record>()?;
     m.add_class::<errors::Cause>()?;
     m.add_function(wrap_pyfunction!(lease::acquire, m)?)?;
     m.add_function(wrap_pyfunction!(lease::try_acquire, m)?)?;

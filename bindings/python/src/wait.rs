@@ -20,6 +20,13 @@
 //!   that. A handler that raises (SIGINT's `KeyboardInterrupt`) ends the wait: the future is
 //!   dropped, which abandons the wait and leaves nothing held (the library's contract), and
 //!   the exception propagates. The lock itself is never polled.
+//! * **A record lease** (`on_shared_mount=Record(...)`; [`block_thread`]): its wait across
+//!   hosts polls and sleeps rather than waiting in the kernel's queue alone, so it runs on a
+//!   thread of its own with a [`CancelToken`](leasehold::CancelToken) in its budget; the
+//!   calling thread waits for the outcome without the GIL and checks signals as a timed
+//!   wait does. A handler that raises cancels the token and waits for the acquisition to
+//!   end (a lease granted meanwhile is released) before the exception propagates. Async,
+//!   the same acquisition runs on [`runtime`]'s blocking pool.
 //! * **Async** (`acquire_async`): the same future runs as a task on [`runtime`], with a
 //!   [`CancelToken`](leasehold::CancelToken) in its budget, and reports to the event loop
 //!   (`call_soon_threadsafe`) once it has ended. Cancelling the awaiting task cancels the
@@ -31,6 +38,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::pin;
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
@@ -84,6 +92,51 @@ where
         (Err(_), Some(raised)) => Waited::Interrupted(raised),
         (res, _) => Waited::Done(res),
     }
+}
+
+/// Runs `acquire` (a blocking acquisition of the library whose wait does not sleep in the
+/// kernel's queue alone: the record lease polls across hosts) on a thread of its own, with
+/// `budget` and a cancellation token; the calling thread waits for its outcome with the GIL
+/// released, asking Python every [`SIGNAL_CHECK`] whether a signal arrived (main thread
+/// only). A handler that raises cancels the token and waits for the acquisition to end
+/// (nothing held: a lease granted meanwhile is released), then the exception propagates.
+pub(crate) fn block_thread<T, F>(py: Python<'_>, budget: Budget, acquire: F) -> PyResult<Waited<T>>
+where
+    F: FnOnce(&Budget) -> leasehold::Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    let cancel = leasehold::CancelToken::new();
+    let budget = budget.with_cancel(cancel.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("leasehold-rec".into())
+        .spawn(move || {
+            let _ = tx.send(acquire(&budget));
+        })
+        .map_err(|e| {
+            PyRuntimeError::new_err(format!("leasehold: cannot start the wait's thread: {e}"))
+        })?;
+    let main = on_main_thread(py);
+    let lost = || PyRuntimeError::new_err("leasehold: the wait's thread ended without an outcome");
+    py.detach(move || {
+        loop {
+            let got = match main {
+                true => rx.recv_timeout(SIGNAL_CHECK),
+                false => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match got {
+                Ok(res) => return Ok(Waited::Done(res)),
+                Err(RecvTimeoutError::Disconnected) => return Err(lost()),
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Err(raised) = Python::attach(|py| py.check_signals()) {
+                        cancel.cancel();
+                        drop(rx.recv()); // the acquisition's end (a lease released)
+                        return Ok(Waited::Interrupted(raised));
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// Runs `fut` (a wait of the library's tokio driver) to completion on this thread with the

@@ -221,6 +221,65 @@ fn only_runs_the_one_scenario_it_names() {
     );
 }
 
+/// `--only shared-mount` runs the record lease's figures on two bindfs mounts of one
+/// directory and prints its rows (same host: takeover and hand-over beside the kernel's
+/// lease; another host, as root: takeover and hand-over; proper-lockfile and SoftFileLock on
+/// the same bed, or a line saying why not), unmounts and leaves no files; where bindfs or
+/// FUSE is missing it says `SKIP:`. Figures are printed, never asserted.
+#[test]
+#[cfg(target_os = "linux")]
+fn only_shared_mount_prints_the_record_lease_rows_on_the_two_mount_bed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(leasehold()
+        .args(["bench", "--quick", "--only", "shared-mount", "--dir"])
+        .arg(dir.path()));
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    println!("{}", out.stdout);
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "bench left files behind: {left:?}");
+    if let Some(skip) = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("SKIP: shared-mount"))
+    {
+        println!("{skip}");
+        assert!(
+            out.stdout.contains("shared-mount figures"),
+            "{}",
+            out.stdout
+        );
+        return;
+    }
+    assert!(
+        out.stdout
+            .starts_with("leasehold bench --quick --only shared-mount")
+    );
+    let row = |text: &str| {
+        assert!(
+            out.stdout
+                .lines()
+                .any(|l| l.contains(text) && !l.starts_with("not measured")),
+            "no row {text:?} in\n{}",
+            out.stdout
+        )
+    };
+    row("takeover after SIGKILL on the same host");
+    row("hand-over between waiters on one host");
+    if rustix::process::geteuid().is_root() {
+        row("takeover after SIGKILL by another host");
+        row("hand-over to another host");
+    }
+    for foreign in ["proper-lockfile", "SoftFileLock"] {
+        assert!(out.stdout.contains(foreign), "{foreign}: {}", out.stdout);
+    }
+    let rows = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("kernel lease on the same mount"))
+        .count();
+    assert_eq!(rows, 2, "{}", out.stdout);
+}
+
 #[test]
 fn bench_workers_are_hidden_from_help() {
     let out = run(leasehold().args(["bench", "--help"]));
@@ -239,4 +298,53 @@ fn bench_workers_are_hidden_from_help() {
         "{}",
         out.stdout
     );
+}
+
+/// The hidden `micro` worker, which BENCHMARKS.md's system-call and instruction counts run
+/// under strace or callgrind, calls the in-process op it names as often as told, and refuses
+/// an unknown op before it creates anything.
+#[test]
+fn micro_worker_repeats_the_op_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let micro = |op: &str, count: &str| {
+        run(leasehold()
+            .args([
+                "worker", "bench", "micro", "--op", op, "--count", count, "--lock",
+            ])
+            .arg(dir.path()))
+    };
+    let out = micro("nope", "1");
+    assert_eq!(
+        out.code, 2,
+        "an unknown op is a usage error: {}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("cold-floor"), "{}", out.stderr);
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "an unknown op created files: {left:?}");
+    // The cold cycle's lock file is the op's own: made by a call of it, not by the set-up.
+    let cold = dir.path().join("cold.lock");
+    let out = micro("cold", "0");
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    assert!(!cold.exists(), "--count 0 called the op");
+    let out = micro("cold", "3");
+    assert_eq!(out.code, 0, "stderr: {}", out.stderr);
+    assert!(cold.exists(), "the op was not called");
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    for op in [
+        "cold-floor",
+        "fs4",
+        "warm",
+        "warm-floor",
+        "verify",
+        "verify-floor",
+        "kernel-floor",
+        "floor-verify",
+        "acquire",
+        "acquire-budget",
+        "handle-lock",
+    ] {
+        let out = micro(op, "2");
+        assert_eq!(out.code, 0, "{op}: {}", out.stderr);
+    }
 }

@@ -41,8 +41,9 @@ fn usage_errors_are_exit_2() {
     let e = dead_endpoint();
     let out = run(leasehold().args(["run", "--etcd", &e, "--ttl", "1", "n", "--", "true"]));
     assert_eq!(out.code, 2, "ttl below 2: {out:?}");
-    let out = run(leasehold().args(["run", "--ttl", "5", "/tmp/x.lock", "--", "true"]));
-    assert_eq!(out.code, 2, "--ttl without --etcd: {out:?}");
+    // Without --etcd, --ttl is a record lease's (at least 0.03 s).
+    let out = run(leasehold().args(["run", "--ttl", "0.01", "/tmp/x.lock", "--", "true"]));
+    assert_eq!(out.code, 2, "--ttl below 0.03 without --etcd: {out:?}");
     if cfg!(feature = "etcd") {
         let out = run(leasehold().args(["run", "--etcd", &e, "a/b", "--", "true"]));
         assert_eq!(out.code, 2, "a name with a slash: {out:?}");
@@ -406,7 +407,25 @@ mod with_etcd {
         let paused = Instant::now();
         let status = a
             .wait_timeout(TTL + Duration::from_secs(9))
-            .expect("run exits");
+            .unwrap_or_else(|| {
+                let etcd = server.pid().as_raw_nonzero().get() as u32;
+                let listeners = std::process::Command::new("ss")
+                    .args(["-tnp"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                let port = e.rsplit(':').next().unwrap_or("?");
+                panic!(
+                    "run exits; its tree:\n{}\netcd (pid {etcd}): {}\nconnections on port {port}:\n{}",
+                    tree(a.pid()),
+                    tree(etcd),
+                    listeners
+                        .lines()
+                        .filter(|l| l.contains(&format!(":{port} ")))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )
+            });
         let took = paused.elapsed();
         server.resume();
         assert_eq!(status.code(), Some(1));
@@ -726,6 +745,62 @@ mod with_etcd {
         assert_eq!(err.lines().count(), 1, "{err:?}");
         assert!(err.starts_with("leasehold: ss: lease lost"), "{err:?}");
         assert!(err.contains("supervisor did not answer"), "{err:?}");
+    }
+
+    /// `pid` and its descendants, one line each: pid, state, process group, kernel wait
+    /// channel and command line — what a test that timed out waiting for `pid` prints.
+    fn tree(pid: u32) -> String {
+        let mut lines = Vec::new();
+        let mut todo = vec![pid];
+        while let Some(p) = todo.pop() {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+            let wchan = std::fs::read_to_string(format!("/proc/{p}/wchan")).unwrap_or_default();
+            let threads: Vec<String> = std::fs::read_dir(format!("/proc/{p}/task"))
+                .map(|d| {
+                    d.filter_map(|t| {
+                        let t = t.ok()?.path();
+                        let w = std::fs::read_to_string(t.join("wchan")).ok()?;
+                        let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+                        Some(format!("{}:{w}", comm.trim()))
+                    })
+                    .collect()
+                })
+                .unwrap_or_default();
+            // An armed timer (the supervisor's wake-up): its clock, ticks and expiry.
+            let timers: Vec<String> = std::fs::read_dir(format!("/proc/{p}/fd"))
+                .map(|d| {
+                    d.filter_map(|fd| {
+                        let fd = fd.ok()?;
+                        let link = std::fs::read_link(fd.path()).ok()?;
+                        if !link.to_string_lossy().contains("timerfd") {
+                            return None;
+                        }
+                        let info = std::fs::read_to_string(format!(
+                            "/proc/{p}/fdinfo/{}",
+                            fd.file_name().to_string_lossy()
+                        ))
+                        .ok()?;
+                        Some(info.split_whitespace().collect::<Vec<_>>().join(" "))
+                    })
+                    .collect()
+                })
+                .unwrap_or_default();
+            lines.push(format!(
+                "{p} state {} group {} wchan {wchan} threads [{}] timers [{}] {}",
+                fields.first().unwrap_or(&"?"),
+                fields.get(2).unwrap_or(&"?"),
+                threads.join(" "),
+                timers.join("; "),
+                cmdline(p)
+            ));
+            todo.extend(children_of(p));
+        }
+        let boot = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        lines.push(format!("boot time now {}.{:09}", boot.tv_sec, boot.tv_nsec));
+        lines.join("\n")
     }
 
     /// The pids of `pid`'s children (Linux: from every `/proc/PID/stat`).

@@ -56,7 +56,7 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
     assert_eq!(refused.code, 2, "{refused:?}");
     assert_one_line_error(
         &refused,
-        "take a record lease there, which excludes across hosts (exclusive leases; LEASEHOLD_SHARED_MOUNT=record:SECS in the environment of leasehold run), or opt in with LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment to take the kernel's lock anyway",
+        "take a record lease there, which excludes across hosts (exclusive leases; leasehold run --ttl SECS (or LEASEHOLD_SHARED_MOUNT=record:SECS in its environment)), or opt in with LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment to take the kernel's lock anyway",
     );
     let bad = run(leasehold()
         .env("LEASEHOLD_SHARED_MOUNT", "record:soon")
@@ -143,6 +143,79 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
         (next.code, next.stdout.as_str()),
         (0, "ran 3\n"),
         "{next:?}"
+    );
+}
+
+/// `run --ttl SECS` is the flag form of `LEASEHOLD_SHARED_MOUNT=record:SECS`: through one
+/// mount it holds a record lease (COMMAND gets a fencing token) that a `run --ttl` through the
+/// other mount cannot take, naming the holder; once released, that one gets the next token.
+/// On a local directory the same flag takes the kernel's lease (no token), and a TTL under
+/// 0.03 s is a usage error naming the flag.
+#[test]
+fn run_ttl_holds_a_record_lease_that_excludes_a_run_ttl_through_the_other_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((a, b)) = two_mounts(tmp.path()) else {
+        return;
+    };
+    let (lock_a, lock_b) = (a.mnt.join("job.lock"), b.mnt.join("job.lock"));
+    let mut first = Proc::spawn(
+        leasehold()
+            .env_remove("LEASEHOLD_SHARED_MOUNT")
+            .args(["run", "--ttl", "60"])
+            .arg(&lock_a)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo locked $LEASEHOLD_FENCING_TOKEN; read _ignored; echo done",
+            ]),
+    );
+    assert_eq!(first.line(), "locked 1");
+    let try_b = || {
+        run(leasehold()
+            .env_remove("LEASEHOLD_SHARED_MOUNT")
+            .args(["run", "--ttl", "60", "--no-wait"])
+            .arg(&lock_b)
+            .args(["--", "sh", "-c", "echo ran $LEASEHOLD_FENCING_TOKEN"]))
+    };
+    let busy = try_b();
+    assert_eq!((busy.code, busy.stdout.as_str()), (75, ""), "{busy:?}");
+    assert_one_line_error(
+        &busy,
+        &format!(
+            "lock is held by pid {} on this host (record lease, fencing token 1)",
+            first.pid()
+        ),
+    );
+    first.send("go");
+    assert_eq!(first.line(), "done");
+    assert!(first.wait().success());
+    let next = try_b();
+    assert_eq!(
+        (next.code, next.stdout.as_str()),
+        (0, "ran 2\n"),
+        "{next:?}"
+    );
+
+    let local = tmp.path().join("local.lock");
+    let kernel = run(leasehold()
+        .env_remove("LEASEHOLD_SHARED_MOUNT")
+        .args(["run", "--ttl", "60"])
+        .arg(&local)
+        .args(["--", "sh", "-c", "echo ran ${LEASEHOLD_FENCING_TOKEN-none}"]));
+    assert_eq!(
+        (kernel.code, kernel.stdout.as_str()),
+        (0, "ran none\n"),
+        "{kernel:?}"
+    );
+    let short = run(leasehold()
+        .args(["run", "--ttl", "0.01"])
+        .arg(&lock_a)
+        .args(["--", "true"]));
+    assert_eq!(short.code, 2, "{short:?}");
+    assert_one_line_error(
+        &short,
+        "--ttl 0.01: expected a record lease's TTL in seconds",
     );
 }
 

@@ -9,7 +9,7 @@
 //!
 //! Any other value (unset, empty, `0`) leaves the default.
 //!
-//! And, read by `run` alone ([`shared_mount`]):
+//! And, read by `run` alone ([`shared_mount`]; its flag `--ttl SECS` says the same and wins):
 //!
 //! * `LEASEHOLD_SHARED_MOUNT=record:SECS` — on a mount whose kernel locks stay on each host
 //!   (NFS with `local_lock=all` or `nolock`, SMB with `nobrl`, sshfs, most FUSE), hold a
@@ -24,12 +24,25 @@ use leasehold::{LeaseOptions, OptIn, SharedMount};
 /// The variable that chooses the record lease ([`shared_mount`]).
 pub const SHARED_MOUNT: &str = "LEASEHOLD_SHARED_MOUNT";
 
-/// What `LEASEHOLD_SHARED_MOUNT` asks for.
+/// What `run` asks for on a mount whose kernel locks stay on each host: a record lease with
+/// the TTL of `--ttl SECS` (`ttl_flag`, the flag form) when given, else what
+/// `LEASEHOLD_SHARED_MOUNT` asks for. Where LOCKFILE's mount lets the kernel's lock reach
+/// every host, the library takes the kernel lease whatever this says.
 ///
 /// # Errors
-/// For any other value, what to say of it (naming the variable and what it accepts): a
-/// usage error.
-pub fn shared_mount() -> Result<SharedMount, String> {
+/// For a TTL that is not a number of seconds of at least 0.03, or any other value of the
+/// variable, what to say of it (naming the flag or variable and what it accepts): a usage
+/// error.
+pub fn shared_mount(ttl_flag: Option<&str>) -> Result<SharedMount, String> {
+    if let Some(secs) = ttl_flag {
+        return record_ttl(secs)
+            .map(|ttl| SharedMount::Record { ttl })
+            .ok_or_else(|| {
+                format!(
+                    "--ttl {secs}: expected a record lease's TTL in seconds, at least 0.03 (with --etcd: an etcd lease's, at least 2)"
+                )
+            });
+    }
     let Some(value) = std::env::var_os(SHARED_MOUNT) else {
         return Ok(SharedMount::Refuse);
     };
@@ -41,16 +54,18 @@ pub fn shared_mount() -> Result<SharedMount, String> {
     };
     match text.split_once(':') {
         None if text.is_empty() || text == "refuse" => Ok(SharedMount::Refuse),
-        Some(("record", secs)) => {
-            let secs: f64 = secs.parse().map_err(|_| bad())?;
-            let ttl = Duration::try_from_secs_f64(secs).map_err(|_| bad())?;
-            if ttl < Duration::from_millis(30) {
-                return Err(bad());
-            }
-            Ok(SharedMount::Record { ttl })
-        }
+        Some(("record", secs)) => record_ttl(secs)
+            .map(|ttl| SharedMount::Record { ttl })
+            .ok_or_else(bad),
         _ => Err(bad()),
     }
+}
+
+/// A record lease's TTL written as seconds: a number of at least 0.03; `None` otherwise.
+fn record_ttl(secs: &str) -> Option<Duration> {
+    let secs: f64 = secs.parse().ok()?;
+    let ttl = Duration::try_from_secs_f64(secs).ok()?;
+    (ttl >= Duration::from_millis(30)).then_some(ttl)
 }
 
 /// Whether the environment variable `name` is set to `1`.
@@ -72,7 +87,8 @@ pub fn opt_in(setting: OptIn) -> String {
         OptIn::NetworkFilesystem => "LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment".into(),
         OptIn::SharedState => "LEASEHOLD_ALLOW_SHARED=1 in the environment".into(),
         OptIn::RecordLease => {
-            "LEASEHOLD_SHARED_MOUNT=record:SECS in the environment of leasehold run".into()
+            "leasehold run --ttl SECS (or LEASEHOLD_SHARED_MOUNT=record:SECS in its environment)"
+                .into()
         }
         // The tool runs only where other processes honour locks: nothing to opt into.
         _ => "a single-process lease, which this tool does not offer".into(),

@@ -358,7 +358,7 @@ impl RecordLease {
         // The baton being watched, and when (on the boot clock) it was first listed.
         let mut watch: Option<(String, Duration)> = None;
         let mut backoff = Duration::from_millis(1);
-        let cap = (ttl / 20).clamp(Duration::from_millis(2), Duration::from_millis(200));
+        let cap = Self::longest_poll(ttl);
         loop {
             if budget.cancelled() {
                 return Err(Error::Cancelled {
@@ -476,6 +476,25 @@ impl RecordLease {
             std::thread::sleep(pause);
             backoff = (backoff * 2).min(cap);
         }
+    }
+
+    /// The longest pause between two looks at the baton of a waiter acquiring with TTL `ttl`
+    /// (raised and lowered as [`acquire`](Self::acquire) does): a twentieth of it, at least
+    /// 2 ms and at most 200 ms. A waiter backs off from 1 ms to it (jittered by a quarter
+    /// either way), so a release on another host is noticed within about that long.
+    ///
+    /// ```
+    /// # #[cfg(unix)] {
+    /// use leasehold::RecordLease;
+    /// use std::time::Duration;
+    /// assert_eq!(RecordLease::longest_poll(Duration::from_secs(1)), Duration::from_millis(50));
+    /// assert_eq!(RecordLease::longest_poll(Duration::from_secs(60)), Duration::from_millis(200));
+    /// assert_eq!(RecordLease::longest_poll(Duration::ZERO), Duration::from_millis(2));
+    /// # }
+    /// ```
+    pub fn longest_poll(ttl: Duration) -> Duration {
+        (ttl.clamp(MIN_TTL, MAX_TTL) / 20)
+            .clamp(Duration::from_millis(2), Duration::from_millis(200))
     }
 
     /// The fencing token: it grows with every grant of this lease.

@@ -331,7 +331,8 @@ impl EtcdServer {
             .unwrap_or_else(|| panic!("etcd has no metric {name}"))
     }
 
-    fn pid(&self) -> Pid {
+    /// The etcd process (what [`pause`](Self::pause) stops).
+    pub fn pid(&self) -> Pid {
         let child = self.child.as_ref().expect("etcd is running");
         Pid::from_raw(child.id() as i32).expect("a positive pid")
     }

@@ -1,7 +1,8 @@
 """leasehold: fair, cancellable, kernel-arbitrated file leases for Python.
 
 The lease (:func:`acquire`, :func:`try_acquire`, :func:`acquire_async`, :class:`Lease`,
-:func:`holders`) is the Rust library's, through its native module; :class:`FileLock` gives it
+:func:`holders`; :class:`Record` for a record lease on a mount whose kernel locks stay on
+each host) is the Rust library's, through its native module; :class:`FileLock` gives it
 filelock's interface. :class:`Document` is a file of your own that several processes read and
 update without losing a change. Every error is a :class:`LeaseError` with a stable ``code``;
 :class:`Timeout` is raised when a lease could not be had in time.
@@ -16,7 +17,7 @@ from ._aio import acquire_async
 from ._document import Document, DocumentWatch, Snapshot
 from ._errors import LeaseError, LeaseErrorCode, Timeout
 from ._filelock import AcquireReturnProxy, AsyncFileLock, FileLock, ReadWriteLock
-from ._native import Lease, __version__, acquire, holders, try_acquire
+from ._native import Lease, Record, __version__, acquire, holders, try_acquire
 
 # A child forked without exec (os.fork, multiprocessing's "fork" start method) lets go of
 # the leases, waits and gates it inherited, without unlocking them: otherwise its copies keep
@@ -40,6 +41,7 @@ __all__ = [
     "LeaseError",
     "LeaseErrorCode",
     "ReadWriteLock",
+    "Record",
     "Snapshot",
     "Timeout",
     "__version__",

@@ -7,7 +7,7 @@ import os
 from typing import Optional, Union
 
 from . import _native
-from ._native import Lease
+from ._native import Lease, Record
 
 __all__ = ["acquire_async"]
 
@@ -19,11 +19,13 @@ async def acquire_async(
     shared: bool = False,
     allow_network_fs: bool = False,
     allow_shared_state: bool = False,
+    on_shared_mount: Optional[Record] = None,
 ) -> Lease:
     """:func:`acquire` for asyncio: waits without blocking the event loop (the wait runs on
     the library's tokio driver); cancelling the awaiting task ends the wait and leaves
     nothing held. ``timeout`` as for :func:`acquire` (``None`` or ``-1``: without limit; ``0``:
-    try once). Raises :class:`Timeout` when the lease could not be had in time."""
+    try once), ``on_shared_mount`` too. Raises :class:`Timeout` when the lease could not be had
+    in time."""
     loop = asyncio.get_running_loop()
     done: "asyncio.Future[Lease]" = loop.create_future()
     abandoned = False
@@ -42,7 +44,7 @@ async def acquire_async(
             done.set_result(outcome)
 
     waiter = _native.start_acquire(
-        path, timeout, shared, allow_network_fs, allow_shared_state, loop, finish
+        path, timeout, shared, allow_network_fs, allow_shared_state, on_shared_mount, loop, finish
     )
     try:
         return await asyncio.shield(done)

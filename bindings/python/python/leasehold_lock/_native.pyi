@@ -8,9 +8,19 @@ _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 __version__: str
 
+class Record:
+    """on_shared_mount=Record(ttl=SECONDS): on a mount whose kernel locks stay on each host
+    (NFS local_lock=all or nolock, SMB nobrl, sshfs and most FUSE), an exclusive lease is a
+    record lease with this TTL, which excludes every host and carries a fencing token."""
+
+    def __init__(self, ttl: float) -> None: ...
+    @property
+    def ttl(self) -> float: ...
+
 class Lease:
     """A lease held by this process; released by release(), a with block's end, garbage
-    collection, or process exit. It never expires."""
+    collection, or process exit. A kernel lease never expires; a record lease ends a TTL
+    after its holder stopped renewing it."""
 
     @property
     def path(self) -> str: ...
@@ -18,6 +28,8 @@ class Lease:
     def shared(self) -> bool: ...
     @property
     def held(self) -> bool: ...
+    @property
+    def fencing_token(self) -> Optional[int]: ...
     def verify(self) -> None: ...
     def release(self) -> None: ...
     def __enter__(self) -> "Lease": ...
@@ -39,6 +51,7 @@ def acquire(
     shared: bool = False,
     allow_network_fs: bool = False,
     allow_shared_state: bool = False,
+    on_shared_mount: Optional[Record] = None,
 ) -> Lease: ...
 def try_acquire(
     path: _Path,
@@ -46,6 +59,7 @@ def try_acquire(
     shared: bool = False,
     allow_network_fs: bool = False,
     allow_shared_state: bool = False,
+    on_shared_mount: Optional[Record] = None,
 ) -> Optional[Lease]: ...
 class _AsyncWait:
     def cancel(self) -> None: ...
@@ -57,6 +71,7 @@ def start_acquire(
     shared: bool,
     allow_network_fs: bool,
     allow_shared_state: bool,
+    on_shared_mount: Optional[Record],
     event_loop: Any,
     finish: Callable[[Union[Lease, BaseException]], None],
 ) -> _AsyncWait: ...

@@ -17,6 +17,7 @@ from leasehold_lock import (
     LeaseError,
     LeaseErrorCode,
     ReadWriteLock,
+    Record,
     Snapshot,
     Timeout,
     __version__,
@@ -36,6 +37,22 @@ def leases(path: str) -> int:
         shared: bool = lease.shared
         del held, where, shared
         return len(version)  # `with` returns: __exit__ swallows nothing
+
+
+def record_leases(path: str) -> Optional[int]:
+    shared_mount: Record = Record(ttl=10.0)
+    ttl: float = shared_mount.ttl
+    with acquire(path, 5, on_shared_mount=shared_mount) as lease:
+        token: Optional[int] = lease.fencing_token
+    again = try_acquire(path, on_shared_mount=Record(ttl))
+    if again is not None:
+        again.release()
+    return token
+
+
+async def record_in_asyncio(path: str) -> None:
+    lease: Lease = await acquire_async(path, 1.5, on_shared_mount=Record(ttl=2.5))
+    lease.release()
 
 
 def paths(path: str) -> Optional[Lease]:

@@ -1,6 +1,6 @@
 //! `leasehold run`: hold an exclusive (with `--shared`, a shared) kernel lease on LOCKFILE
-//! while COMMAND runs — or, on a mount whose kernel locks stay on each host with
-//! `LEASEHOLD_SHARED_MOUNT=record:SECS` set, an exclusive record lease
+//! while COMMAND runs — or, on a mount whose kernel locks stay on each host with `--ttl SECS`
+//! (or `LEASEHOLD_SHARED_MOUNT=record:SECS`) given, an exclusive record lease
 //! ([`leasehold::RecordLease`]), renewed by this process while COMMAND runs, whose fencing
 //! token COMMAND gets as `LEASEHOLD_FENCING_TOKEN`.
 //!
@@ -65,9 +65,13 @@ pub struct RunArgs {
     /// CAs, or SSL_CERT_FILE): arbitrate with etcd; LOCKFILE is then a lock NAME.
     #[arg(long, value_name = "ENDPOINTS")]
     etcd: Option<String>,
-    /// With --etcd: the lease TTL in seconds (at least 2).
-    #[arg(long, value_name = "SECS", value_parser = super::etcd::parse_ttl, requires = "etcd")]
-    ttl: Option<Duration>,
+    /// Where LOCKFILE's mount keeps kernel locks on each host (NFS with local_lock=all or
+    /// nolock, SMB with nobrl, sshfs, bindfs and other FUSE): hold an exclusive record lease
+    /// with a TTL of SECS seconds (at least 0.03) instead of refusing; elsewhere the kernel
+    /// lease, as without it. The flag form of LEASEHOLD_SHARED_MOUNT=record:SECS. With
+    /// --etcd: the etcd lease's TTL in seconds (at least 2; default 10).
+    #[arg(long, value_name = "SECS")]
+    ttl: Option<String>,
     /// With --etcd: how long before the lease can run out COMMAND gets SIGTERM (default: a
     /// third of the TTL; at most half).
     ///
@@ -90,7 +94,10 @@ pub struct RunArgs {
 
 pub fn main(args: RunArgs) -> Outcome {
     if let Some(endpoints) = args.etcd {
-        let ttl = args.ttl.unwrap_or(super::etcd::DEFAULT_TTL);
+        let ttl = match args.ttl.as_deref() {
+            Some(secs) => super::etcd::parse_ttl(secs).map_err(Failure::usage)?,
+            None => super::etcd::DEFAULT_TTL,
+        };
         return super::etcd::run(super::etcd::RunEtcd {
             endpoints,
             ttl,
@@ -299,7 +306,7 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<MountLease, Failur
             .map(|held| format!("{lockfile} {held}"))
     };
     let options = crate::env::lease_options()
-        .on_shared_mount(crate::env::shared_mount().map_err(Failure::usage)?);
+        .on_shared_mount(crate::env::shared_mount(args.ttl.as_deref()).map_err(Failure::usage)?);
     // One acquisition for the whole wait, which says the notice and goes on waiting on the
     // file it opened (see `Wait::lease_budget`).
     let budget = wait.lease_budget(held_by);

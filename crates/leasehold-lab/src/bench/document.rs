@@ -280,7 +280,7 @@ fn row(key: &'static str, name: String, rate: f64, floor: f64, samples: usize) -
 
 /// `write-file-atomic` and `proper-lockfile` from npm, in `base/node_modules`: its path, or
 /// why they cannot be had.
-fn node_packages(base: &Path) -> Result<PathBuf, &'static str> {
+pub(super) fn node_packages(base: &Path) -> Result<PathBuf, &'static str> {
     let ok = |c: &mut Command| {
         c.stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -313,7 +313,7 @@ fn node_packages(base: &Path) -> Result<PathBuf, &'static str> {
 
 /// Where `filelock` can be imported from: `None` when python3 has it, else a directory
 /// pip installed it into; or why it cannot be had.
-fn python_filelock(base: &Path) -> Result<Option<PathBuf>, &'static str> {
+pub(super) fn python_filelock(base: &Path) -> Result<Option<PathBuf>, &'static str> {
     let has = |path: Option<&Path>| {
         let mut c = Command::new("python3");
         c.args(["-c", "import filelock"])

@@ -112,6 +112,9 @@ pub(super) fn handoff(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         } else {
             f64::INFINITY
         };
+        // The lease's waiter makes one call on the hand-over's path that the floor's does
+        // not, the inode check's `newfstatat` (BENCHMARKS.md,
+        // "Cued hand-over at 4 processes").
         let (target, met) = if n == 4 {
             ("p50 ≤ 1.5× floor, p99 ≤ 2 ms", ratio <= 1.5 && l.p99 <= 2e6)
         } else {
@@ -128,6 +131,8 @@ pub(super) fn handoff(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
             target: Some((target.into(), met)),
             samples: counts[1],
         });
+        // An async waiter's grant reaches it through a helper thread: one more wake-up of a
+        // sleeping thread than the sync waiter's (BENCHMARKS.md, "Async cued hand-over").
         if let Some(a) = d.get(2) {
             let met = l.p50 > 0.0 && a.p50 <= 2.0 * l.p50;
             rows.push(Row {

@@ -177,91 +177,186 @@ pub(super) fn measure_batches(
     Ok(per_op)
 }
 
+/// What the unix ops of [`run`] work on: their lock files under one directory, the handles
+/// and descriptors kept open between calls, the held lease `verify()` checks.
+#[cfg(unix)]
+struct Fixtures {
+    cold: PathBuf,
+    fs4: PathBuf,
+    warm: PathBuf,
+    held: PathBuf,
+    floor: PathBuf,
+    floor_verify: PathBuf,
+    acquired: PathBuf,
+    cancellable: PathBuf,
+    token: CancelToken,
+    warm_lock: LeaseHandle,
+    handle: LeaseHandle,
+    warm_fd: OwnedFd,
+    lease: Lease,
+}
+
+#[cfg(unix)]
+impl Fixtures {
+    fn new(dir: &Path) -> Result<Fixtures, Failure> {
+        let warm = dir.join("warm.lock");
+        let held = dir.join("held.lock");
+        let warm_lock = LeaseOptions::new()
+            .open_handle(dir.join("warm-lock.lock"))
+            .map_err(lease_err)?;
+        let handle = LeaseOptions::new().open_handle(&warm).map_err(lease_err)?;
+        let warm_fd: OwnedFd = rustix::fs::openat(
+            CWD,
+            &warm,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(sys_err("open", &warm))?;
+        let lease = Lease::try_acquire(&held).map_err(lease_err)?;
+        Ok(Fixtures {
+            cold: dir.join("cold.lock"),
+            fs4: dir.join("fs4.lock"),
+            warm,
+            held,
+            floor: dir.join("floor.lock"),
+            floor_verify: dir.join("floor-verify.lock"),
+            acquired: dir.join("acquire.lock"),
+            cancellable: dir.join("acquire-budget.lock"),
+            token: CancelToken::new(),
+            warm_lock,
+            handle,
+            warm_fd,
+            lease,
+        })
+    }
+
+    /// The ops, in the order [`run`] reads them and [`OP_NAMES`] names them.
+    fn ops(&mut self) -> Vec<Op<'_>> {
+        let Fixtures {
+            cold,
+            fs4,
+            warm,
+            held,
+            floor,
+            floor_verify,
+            acquired,
+            cancellable,
+            token,
+            warm_lock,
+            handle,
+            warm_fd,
+            lease,
+        } = self;
+        let (cold, warm, held) = (&*cold, &*warm, &*held);
+        vec![
+            // 0, `cold`: the library's cold cycle: open, lock, verify the inode, close.
+            Box::new(move || {
+                drop(Lease::try_acquire(cold).map_err(lease_err)?);
+                Ok(())
+            }),
+            // 1, `cold-floor`: its floor.
+            Box::new(move || cold_floor(cold)),
+            // 2, `fs4`: fs4-style cold cycle (no verification).
+            Box::new(|| fs4_cycle(fs4)),
+            // 3, `warm`: warm re-acquire on a kept-open handle: lock (which verifies) and release.
+            Box::new(|| {
+                handle.try_lock().map_err(lease_err)?.release();
+                Ok(())
+            }),
+            // 4, `warm-floor`: its floor: flock + fstatat + unlock on a kept-open descriptor. The warm
+            // handle's file is locked and unlocked by both, never at once (one runs after
+            // the other).
+            Box::new(move || {
+                let fd = warm_fd.as_fd();
+                rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive)
+                    .map_err(sys_err("flock", warm))?;
+                rustix::fs::statat(CWD, warm, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(sys_err("stat", warm))?;
+                rustix::fs::flock(fd, FlockOperation::Unlock).map_err(sys_err("unlock", warm))?;
+                Ok(())
+            }),
+            // 5, `verify`: verify() on a held lease.
+            Box::new(|| lease.verify().map_err(lease_err)),
+            // 6, `verify-floor`: its floor: one fstatat.
+            Box::new(move || {
+                rustix::fs::statat(CWD, held, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(sys_err("stat", held))?;
+                Ok(())
+            }),
+            // 7, `kernel-floor`: the kernel floor of a blocking lock: open, flock(LOCK_EX), close.
+            Box::new(|| kernel_cycle(floor, false)),
+            // 8, `floor-verify`: the same plus the inode verification (fstat + stat).
+            Box::new(|| kernel_cycle(floor_verify, true)),
+            // 9, `acquire`: cold Lease::acquire with an unlimited budget, then release.
+            Box::new(|| {
+                drop(Lease::acquire(&*acquired, &Budget::unlimited()).map_err(lease_err)?);
+                Ok(())
+            }),
+            // 10, `acquire-budget`: the same with a deadline and a cancellation token (what timeouts get).
+            Box::new(|| {
+                let budget =
+                    Budget::timeout(std::time::Duration::from_secs(600)).with_cancel(token.clone());
+                drop(Lease::acquire(&*cancellable, &budget).map_err(lease_err)?);
+                Ok(())
+            }),
+            // 11, `handle-lock`: warm LeaseHandle::lock (unlimited budget) and release.
+            Box::new(|| {
+                warm_lock
+                    .lock(&Budget::unlimited())
+                    .map_err(lease_err)?
+                    .release();
+                Ok(())
+            }),
+        ]
+    }
+}
+
+/// The op names `leasehold worker bench micro --op NAME` accepts, in [`Fixtures::ops`]' order.
+#[cfg(unix)]
+const OP_NAMES: [&str; 12] = [
+    "cold",
+    "cold-floor",
+    "fs4",
+    "warm",
+    "warm-floor",
+    "verify",
+    "verify-floor",
+    "kernel-floor",
+    "floor-verify",
+    "acquire",
+    "acquire-budget",
+    "handle-lock",
+];
+
+/// `leasehold worker bench micro --op NAME --count N --lock DIR`: set up what [`run`] sets
+/// up in DIR (an existing, empty directory), then call op NAME `count` times, untimed. For
+/// counting what one op costs apart from the others and from its floor, by what does not
+/// depend on the machine's load: `strace -f -c` (system calls) or `valgrind --tool=callgrind`
+/// (instructions), run with two counts and read by difference (see BENCHMARKS.md).
+#[cfg(unix)]
+pub(super) fn repeat(dir: &Path, name: &str, count: usize) -> Result<(), Failure> {
+    let Some(i) = OP_NAMES.iter().position(|n| *n == name) else {
+        return Err(Failure::usage(format!(
+            "unknown micro op '{name}' (one of: {})",
+            OP_NAMES.join(", ")
+        )));
+    };
+    let mut fixtures = Fixtures::new(dir)?;
+    let mut ops = fixtures.ops();
+    let Some(op) = ops.get_mut(i) else {
+        return Err(Failure::failed(format!("bench: no micro op {name}")));
+    };
+    for _ in 0..count {
+        op()?;
+    }
+    Ok(())
+}
+
 /// Cold cycle, fs4-style cycle, warm re-acquire and `verify()`, each with its floor.
 #[cfg(unix)]
 pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
-    let cold: PathBuf = dir.join("cold.lock");
-    let fs4: PathBuf = dir.join("fs4.lock");
-    let warm: PathBuf = dir.join("warm.lock");
-    let held: PathBuf = dir.join("held.lock");
-    let floor: PathBuf = dir.join("floor.lock");
-    let floor_verify: PathBuf = dir.join("floor-verify.lock");
-    let acquired: PathBuf = dir.join("acquire.lock");
-    let cancellable: PathBuf = dir.join("acquire-budget.lock");
-    let token = CancelToken::new();
-    let mut warm_lock: LeaseHandle = LeaseOptions::new()
-        .open_handle(dir.join("warm-lock.lock"))
-        .map_err(lease_err)?;
-
-    let mut handle: LeaseHandle = LeaseOptions::new().open_handle(&warm).map_err(lease_err)?;
-    let warm_fd: OwnedFd = rustix::fs::openat(
-        CWD,
-        &warm,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
-        Mode::empty(),
-    )
-    .map_err(sys_err("open", &warm))?;
-    let lease = Lease::try_acquire(&held).map_err(lease_err)?;
-
-    let mut ops: Vec<Op<'_>> = vec![
-        // 0: the library's cold cycle: open, lock, verify the inode, close.
-        Box::new(|| {
-            drop(Lease::try_acquire(&cold).map_err(lease_err)?);
-            Ok(())
-        }),
-        // 1: its floor.
-        Box::new(|| cold_floor(&cold)),
-        // 2: fs4-style cold cycle (no verification).
-        Box::new(|| fs4_cycle(&fs4)),
-        // 3: warm re-acquire on a kept-open handle: lock (which verifies) and release.
-        Box::new(|| {
-            handle.try_lock().map_err(lease_err)?.release();
-            Ok(())
-        }),
-        // 4: its floor: flock + fstatat + unlock on a kept-open descriptor. The warm handle's
-        // file is locked and unlocked by both, never at once (one runs after the other).
-        Box::new(|| {
-            let fd = warm_fd.as_fd();
-            rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive)
-                .map_err(sys_err("flock", &warm))?;
-            rustix::fs::statat(CWD, &warm, AtFlags::SYMLINK_NOFOLLOW)
-                .map_err(sys_err("stat", &warm))?;
-            rustix::fs::flock(fd, FlockOperation::Unlock).map_err(sys_err("unlock", &warm))?;
-            Ok(())
-        }),
-        // 5: verify() on a held lease.
-        Box::new(|| lease.verify().map_err(lease_err)),
-        // 6: its floor: one fstatat.
-        Box::new(|| {
-            rustix::fs::statat(CWD, &held, AtFlags::SYMLINK_NOFOLLOW)
-                .map_err(sys_err("stat", &held))?;
-            Ok(())
-        }),
-        // 7: the kernel floor of a blocking lock: open, flock(LOCK_EX), close.
-        Box::new(|| kernel_cycle(&floor, false)),
-        // 8: the same plus the inode verification (fstat + stat).
-        Box::new(|| kernel_cycle(&floor_verify, true)),
-        // 9: cold Lease::acquire with an unlimited budget, then release.
-        Box::new(|| {
-            drop(Lease::acquire(&acquired, &Budget::unlimited()).map_err(lease_err)?);
-            Ok(())
-        }),
-        // 10: the same with a deadline and a cancellation token (what timeouts get).
-        Box::new(|| {
-            let budget =
-                Budget::timeout(std::time::Duration::from_secs(600)).with_cancel(token.clone());
-            drop(Lease::acquire(&cancellable, &budget).map_err(lease_err)?);
-            Ok(())
-        }),
-        // 11: warm LeaseHandle::lock (unlimited budget) and release.
-        Box::new(|| {
-            warm_lock
-                .lock(&Budget::unlimited())
-                .map_err(lease_err)?
-                .release();
-            Ok(())
-        }),
-    ];
+    let mut fixtures = Fixtures::new(dir)?;
+    let mut ops = fixtures.ops();
     let medians = Medians::of(&mut ops, plan)?;
     drop(ops);
     let row = |key, name: &str, i, floor| medians.row(key, name, i, floor);
@@ -272,6 +367,8 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         Some((1, "same syscalls")),
     );
     let r = cold_row.ratio().unwrap_or(f64::INFINITY);
+    // Its calls are the floor's; what it pays beyond is user space (BENCHMARKS.md,
+    // "Cold and uncontended cycles").
     cold_row.target = Some(("≤ 1.15× floor".into(), r <= 1.15));
     let fs4_row = row(
         "fs4_cold_cycle",
@@ -286,6 +383,8 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         Some((4, "flock+fstatat+unlock")),
     );
     let r = warm_row.ratio().unwrap_or(f64::INFINITY);
+    // It makes one call its floor does not, the fairness check's `fcntl(F_GETLK)` at release
+    // (BENCHMARKS.md, "Warm handle").
     warm_row.target = Some((
         "≤ 1.3× floor, < fs4-style cycle".into(),
         r <= 1.3 && medians.m[3] < medians.m[2],
@@ -313,6 +412,8 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         r.target = Some((text.into(), ratio <= limit));
         r
     };
+    // The cold acquisitions make floor + verify's calls and `geteuid`; the rest of what they
+    // pay is user space (BENCHMARKS.md, "Cold and uncontended cycles").
     let acquire_row = target(
         row(
             "uncontended_acquire",
@@ -333,6 +434,8 @@ pub(super) fn run(dir: &Path, plan: &Plan) -> Result<Vec<Row>, Failure> {
         1.15,
         "≤ 1.15× floor + verify",
     );
+    // Four calls (`fcntl(F_GETLK)` among them) against the kernel floor's three
+    // (BENCHMARKS.md, "Warm handle").
     let handle_row = target(
         row(
             "uncontended_handle_lock",

@@ -28,7 +28,9 @@
 //! threads, CPU, takeover, cancellation (`waiters`), shared-mode figures: shared acquire
 //! cost, and a writer among overlapping shared holders vs `flock -s` readers (`shared`), and the stores' figures: registry mutation vs a raw durable rewrite, session
 //! append vs raw write+fdatasync, keyed lease cost at 10 vs 100,000 IDs, and the longest wait of a
-//! verb beside a gc of 100,000 lock files (`stores`).
+//! verb beside a gc of 100,000 lock files (`stores`), a document's updates (`document`), and
+//! the record lease on two FUSE mounts of one directory, beside the kernel's lease and the
+//! foreign lockers (`shared_mount`, Linux).
 
 mod crew;
 mod document;
@@ -42,6 +44,8 @@ mod report;
 mod role;
 #[cfg(unix)]
 mod shared;
+#[cfg(target_os = "linux")]
+mod shared_mount;
 mod stores;
 mod uncued;
 mod waiters;
@@ -110,6 +114,10 @@ pub(crate) enum Scenario {
     Document,
     /// The uncued back-to-back handoff table (and its mixed shared-mode table).
     Uncued,
+    /// The record lease on two FUSE mounts of one directory (two hosts to the kernel's
+    /// lock), beside the kernel's lease, proper-lockfile and SoftFileLock (Linux; `SKIP:`
+    /// where bindfs or FUSE is missing).
+    SharedMount,
 }
 
 impl Scenario {
@@ -123,6 +131,7 @@ impl Scenario {
             Scenario::Stores => "stores",
             Scenario::Document => "document",
             Scenario::Uncued => "uncued",
+            Scenario::SharedMount => "shared-mount",
         }
     }
 
@@ -236,6 +245,12 @@ fn scenarios(
         rows.extend(more);
         not.extend(missing);
     }
+    #[cfg(target_os = "linux")]
+    if Scenario::SharedMount.runs(only) {
+        let (more, missing) = shared_mount::run(dir, plan)?;
+        rows.extend(more);
+        not.extend(missing);
+    }
     Ok((rows, not))
 }
 
@@ -284,6 +299,13 @@ fn scenarios(
         let (more, missing) = document::run(dir, plan)?;
         rows.extend(more);
         not.extend(missing);
+    }
+    if Scenario::SharedMount.runs(only) {
+        not.push(NotMeasured::new(
+            "mount_*",
+            "shared-mount figures (the record lease on two FUSE mounts of one directory)",
+            "the record lease is POSIX-only, and the bed is two bindfs (FUSE) mounts",
+        ));
     }
     if Scenario::Uncued.runs(only) {
         not.push(NotMeasured::new(

@@ -336,6 +336,9 @@ fn run_mix(dir: &Path, plan: &Plan, mix: Mix, methods: &[Runner]) -> Result<Vec<
             (Some(h), Some(b)) => ratio(h.p50, b.p50),
             _ => None,
         };
+        // A helper-thread face pays the helper floor's wake-up and calls on the hand-over's
+        // path, and 5 more calls before it blocks (BENCHMARKS.md,
+        // "Cancellable, async and keyed hand-over").
         let handoff_target = if method.hands_over() { 1.1 } else { 1.3 };
         let within = |r: Option<f64>| r.is_some_and(|r| r <= 1.5);
         let external = matches!(method, Runner::External(_));

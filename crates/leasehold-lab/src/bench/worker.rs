@@ -21,6 +21,9 @@
 //!   in that window; exit when stdin closes (the waiters die with it).
 //! * `doc` (the document scenario, `document.rs`): print `R`, read a line, make `--count`
 //!   `Document::update_json` updates of the document `--lock`, print `D <ns they took>`.
+//! * `peer` (the shared-mount scenario, `shared_mount.rs`): print `W`, take the record lease
+//!   (`--record-ttl-ms`) or the kernel's lease on a network or FUSE mount, print
+//!   `A <acquired ns>`, read a line, release, print `R <ns stamped just before the release>`.
 //! * `loop` (the uncued back-to-back scenario): prepare `--method`, print `R`, read
 //!   `go <end ns>`, then until the end loop *acquire → hold 100 µs (asleep) → release →
 //!   acquire again at once* (shared with `--shared`, else exclusive), with no cue from
@@ -28,6 +31,9 @@
 //!   started to acquire, when it had the lease and when it released (stamped just before the
 //!   release call). Then print one `r <start> <acquired> <released>` line per acquisition and
 //!   `D <count>`. Nothing is printed or written inside the loop.
+//! * `micro` (not used by the bench itself: for counting one in-process op apart from the
+//!   others, see `micro.rs`): set up the in-process figures' files in the directory
+//!   `--lock`, call `--op` `--count` times, print nothing.
 
 use std::io::{BufRead, Write};
 #[cfg(unix)]
@@ -93,9 +99,17 @@ pub struct WorkerArgs {
     /// A `loop` worker takes the lease shared (`SharedLease`, `flock(LOCK_SH)`).
     #[arg(long)]
     shared: bool,
-    /// How many updates a `doc` worker makes.
+    /// How many updates a `doc` worker makes; how many calls a `micro` worker makes.
     #[arg(long, default_value_t = 0)]
     count: usize,
+    /// A `peer` worker's TTL in ms: it takes the lease `LeaseOptions::acquire_mount_lease`
+    /// gives with `SharedMount::Record { ttl }` (a record lease, where the mount keeps
+    /// kernel locks on each host); 0: the kernel's lease, network file systems allowed.
+    #[arg(long, default_value_t = 0)]
+    record_ttl_ms: u64,
+    /// The op a `micro` worker repeats (see `micro.rs`).
+    #[arg(long)]
+    op: Option<String>,
 }
 
 /// The keyed leases of a [`Method::Keyed`] loop: one key in a namespace under
@@ -606,6 +620,7 @@ pub fn main(args: &WorkerArgs) -> Outcome {
                 .and_then(|()| out.flush())
                 .map_err(io_fail("report"))?;
         }
+        "peer" => peer(lock, args.record_ttl_ms, &mut lines, &mut out)?,
         "loop" => {
             let turns = back_to_back(lock, args.method, args.shared, &mut lines)?;
             use std::fmt::Write as _;
@@ -620,6 +635,14 @@ pub fn main(args: &WorkerArgs) -> Outcome {
         }
         #[cfg(unix)]
         "verbs" => verbs(lock, &mut lines, &mut out)?,
+        #[cfg(unix)]
+        "micro" => {
+            let op = args
+                .op
+                .as_deref()
+                .ok_or_else(|| Failure::usage("bench worker micro needs --op"))?;
+            super::micro::repeat(lock, op, args.count)?;
+        }
         #[cfg(unix)]
         "share" => {
             super::shared::share_loop(lock, args.method, args.index, &mut lines)?;
@@ -659,6 +682,46 @@ pub fn main(args: &WorkerArgs) -> Outcome {
         }
     }
     Ok(OK)
+}
+
+/// The `peer` role (the shared-mount figures, `shared_mount.rs`): print `W`, take the lease
+/// (waiting without limit) — with `ttl_ms` > 0 the record lease, which it must be (the mount
+/// keeps kernel locks on each host), else the kernel's lease with network file systems
+/// allowed — print `A <acquired ns>`, read a line, stamp, release, print `R <stamp ns>`.
+fn peer(
+    lock: &Path,
+    ttl_ms: u64,
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    out: &mut impl Write,
+) -> Result<(), Failure> {
+    use leasehold::{LeaseOptions, LockMode, SharedMount};
+    let mut say = |line: String| {
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .map_err(io_fail("report"))
+    };
+    say("W".into())?;
+    let options = match ttl_ms {
+        0 => LeaseOptions::new().allow_network_filesystem(true),
+        ms => LeaseOptions::new().on_shared_mount(SharedMount::Record {
+            ttl: Duration::from_millis(ms),
+        }),
+    };
+    let mut lease = options
+        .acquire_mount_lease(lock, LockMode::Exclusive, &Budget::unlimited())
+        .map_err(|e| Failure::of(&e))?;
+    let acquired = mono_ns();
+    if ttl_ms > 0 && lease.fencing_token().is_none() {
+        return Err(Failure::failed(format!(
+            "bench: {} got the kernel's lease, not a record lease: its mount's locks reach every host",
+            lock.display()
+        )));
+    }
+    say(format!("A {acquired}"))?;
+    let _ = lines.next();
+    let released = mono_ns();
+    lease.release();
+    say(format!("R {released}"))
 }
 
 /// The `verbs` role (the gc figure, `stores.rs`): `ResultStore::paths` of the live result in

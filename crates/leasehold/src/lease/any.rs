@@ -8,7 +8,7 @@ use std::path::Path;
 #[cfg(unix)]
 use std::os::fd::BorrowedFd;
 
-use super::Lease;
+use super::held::Lease;
 use super::options::LeaseOptions;
 use super::shared::{LockMode, SharedLease};
 use crate::budget::Budget;

@@ -12,7 +12,7 @@
 use std::future::{Future, poll_fn};
 use std::task::Poll;
 
-use super::imp::Held;
+use super::os::imp::Held;
 use super::wait::{Acquisition, Next};
 use crate::error::Result;
 

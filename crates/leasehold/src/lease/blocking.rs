@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::imp::Held;
+use super::os::imp::Held;
 use super::wait::{Acquisition, Next};
 use crate::error::Result;
 

@@ -8,13 +8,16 @@ use std::path::Path;
 #[cfg(unix)]
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-#[cfg(unix)]
-use super::LockMode;
+use super::blocking;
 use super::claim::Mode;
+use super::held::{Lease, LeaseHandle};
+use super::lock_dir::LockDir;
+use super::os::{Imp, imp};
+use super::platform::{Platform, PlatformOptions, PlatformTarget};
+#[cfg(unix)]
+use super::shared::LockMode;
+use super::shared::SharedLease;
 use super::wait::Acquisition;
-use super::{
-    Imp, Lease, LeaseHandle, LockDir, Platform, PlatformTarget, SharedLease, blocking, imp,
-};
 use crate::budget::Budget;
 use crate::error::Error;
 use crate::error::Result;
@@ -216,6 +219,17 @@ impl LeaseOptions {
     pub fn allows_shared_state(&self) -> bool {
         self.allow_shared_state
     }
+
+    /// What the platform is told of these options (see [`PlatformOptions`]).
+    pub(crate) fn platform(&self) -> PlatformOptions {
+        PlatformOptions {
+            create: self.create,
+            create_parents: self.create_parents,
+            allow_network_fs: self.allow_network_fs,
+            allow_shared_state: self.allow_shared_state,
+            single_process: self.single_process,
+        }
+    }
 }
 
 impl LeaseOptions {
@@ -256,7 +270,7 @@ impl LeaseOptions {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn acquire_at(&self, dir: &LockDir, name: &str, budget: &Budget) -> Result<Lease> {
-        let target = imp::Target::at(self, &dir.0, name)?;
+        let target = imp::Target::at(&self.platform(), &dir.0, name)?;
         self.acquire_target(target, budget, Mode::Exclusive)
     }
 
@@ -271,7 +285,7 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(self, &dir.0, name)?.without_gate();
+        let target = imp::Target::at(&self.platform(), &dir.0, name)?.without_gate();
         self.acquire_target(target, budget, mode)
     }
 
@@ -284,12 +298,19 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let target = imp::Target::at(self, &dir.0, name)?.without_gate();
+        let target = imp::Target::at(&self.platform(), &dir.0, name)?.without_gate();
         self.acquire_target_async(target, budget, mode).await
     }
 
     fn acquire_target(&self, target: imp::Target, budget: &Budget, mode: Mode) -> Result<Lease> {
-        let held = blocking::run(Acquisition::new(*self, &target, budget, mode, None))?;
+        let held = blocking::run(Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            budget,
+            mode,
+            None,
+        ))?;
         Ok(Lease {
             held: Some(held),
             target,
@@ -347,7 +368,7 @@ impl LeaseOptions {
         budget: impl Into<Budget>,
     ) -> Result<Lease> {
         let budget = budget.into();
-        let target = imp::Target::at(&self, &dir.0, name)?;
+        let target = imp::Target::at(&self.platform(), &dir.0, name)?;
         self.acquire_target_async(target, &budget, Mode::Exclusive)
             .await
     }
@@ -359,8 +380,15 @@ impl LeaseOptions {
         budget: &Budget,
         mode: Mode,
     ) -> Result<Lease> {
-        let held =
-            super::asynchronous::run(Acquisition::new(*self, &target, budget, mode, None)).await?;
+        let held = super::asynchronous::run(Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            budget,
+            mode,
+            None,
+        ))
+        .await?;
         Ok(Lease {
             held: Some(held),
             target,
@@ -374,9 +402,10 @@ impl LeaseOptions {
     /// The unusable-path errors of [`try_acquire`](Self::try_acquire), and [`Error::Io`].
     pub fn open_handle(&self, path: impl AsRef<Path>) -> Result<LeaseHandle> {
         let target = lock_target(self, path.as_ref())?;
-        let opened = Imp::open(self, &target)?;
+        let opened = Imp::open(&self.platform(), &target)?;
         Ok(LeaseHandle {
-            opts: *self,
+            opts: self.platform(),
+            follow_replaced: self.follow_replaced,
             target,
             opened: Some(opened),
             mode: Mode::Exclusive,
@@ -400,8 +429,9 @@ impl LeaseOptions {
         mode: Mode,
     ) -> Result<LeaseHandle> {
         Ok(LeaseHandle {
-            opts: *self,
-            target: imp::Target::at(self, &dir.0, name)?
+            opts: self.platform(),
+            follow_replaced: self.follow_replaced,
+            target: imp::Target::at(&self.platform(), &dir.0, name)?
                 .without_gate()
                 .unchecked(),
             opened: None,
@@ -432,7 +462,14 @@ impl LeaseOptions {
     /// As [`acquire`](Self::acquire); [`Error::SharedUnsupported`] on Windows.
     pub fn acquire_shared(&self, path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
         let target = lock_target(self, path.as_ref())?;
-        let held = blocking::run(Acquisition::new(*self, &target, budget, Mode::Shared, None))?;
+        let held = blocking::run(Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            budget,
+            Mode::Shared,
+            None,
+        ))?;
         Ok(SharedLease {
             held: Some(held),
             target,
@@ -453,7 +490,14 @@ impl LeaseOptions {
     ) -> Result<SharedLease> {
         let budget = budget.into();
         let target = lock_target(&self, path.as_ref())?;
-        let acq = Acquisition::new(self, &target, &budget, Mode::Shared, None);
+        let acq = Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            &budget,
+            Mode::Shared,
+            None,
+        );
         let held = super::asynchronous::run(acq).await?;
         Ok(SharedLease {
             held: Some(held),
@@ -489,7 +533,14 @@ impl LeaseOptions {
         let display = std::path::PathBuf::from(format!("descriptor {}", fd.as_raw_fd()));
         let target = imp::Target::descriptor(display);
         let opened = imp::open_descriptor(&target, fd)?;
-        let acq = Acquisition::new(*self, &target, budget, mode.into(), Some(opened));
+        let acq = Acquisition::new(
+            self.platform(),
+            self.follow_replaced,
+            &target,
+            budget,
+            mode.into(),
+            Some(opened),
+        );
         // Closing our duplicate leaves the lock with the caller's description.
         drop(blocking::run(acq)?);
         Ok(())
@@ -501,7 +552,7 @@ impl LeaseOptions {
 /// would answer "not found" or a bare "invalid argument", which say nothing of the cause).
 fn lock_target(opts: &LeaseOptions, path: &Path) -> Result<imp::Target> {
     usable(path)?;
-    imp::Target::path(opts, path)
+    imp::Target::path(&opts.platform(), path)
 }
 
 /// [`Error::InvalidPath`] for a path no file can have (empty, or holding a NUL byte): the

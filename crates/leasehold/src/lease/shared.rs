@@ -11,7 +11,7 @@
 //! claim queue (`claim.rs`), across processes through the lock's gate (`posix/gate.rs`),
 //! which every leasehold process honours. (Plain `flock -s` readers starve a `flock -x`
 //! writer for ever; BENCHMARKS.md has both figures.) A gate file is used only where it
-//! passes the lock file's ownership rule (whatever [`LeaseOptions::allow_shared_state`]
+//! passes the lock file's ownership rule (whatever [`LeaseOptions::allow_shared_state`](crate::LeaseOptions::allow_shared_state)
 //! says); one that another user could have prepared is ignored — that costs fairness, never
 //! exclusion — and
 //! an acquirer whose budget runs out while it is held up at a gate gets
@@ -46,14 +46,13 @@ use std::path::Path;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use super::claim::Mode;
-use super::{Imp, Platform, PlatformHeld, PlatformTarget, imp};
-use crate::budget::Budget;
+use super::os::{Imp, imp};
+use super::platform::{Platform, PlatformHeld, PlatformTarget};
 use crate::error::{Error, Result};
 use crate::kind::FileId;
-use crate::lease::LeaseOptions;
 
 /// Whether a lock excludes everyone ([`Exclusive`](LockMode::Exclusive)) or only exclusive
-/// holders ([`Shared`](LockMode::Shared)): for [`LeaseOptions::lock_descriptor`], where the
+/// holders ([`Shared`](LockMode::Shared)): for [`LeaseOptions::lock_descriptor`](crate::LeaseOptions::lock_descriptor), where the
 /// mode is the caller's choice at run time (path leases have a type per mode: [`Lease`](super::Lease)
 /// and [`SharedLease`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,37 +121,6 @@ impl SharedLease {
     /// ([`after_fork_in_child`](crate::after_fork_in_child())).
     fn live(&self) -> Option<&imp::Held> {
         self.held.as_ref().filter(|h| !h.forgotten())
-    }
-
-    /// Takes a shared lease on `path` if no exclusive holder has it and no exclusive waiter
-    /// is queued for it right now (default [`LeaseOptions`]).
-    ///
-    /// # Errors
-    /// As [`LeaseOptions::try_acquire`].
-    pub fn try_acquire(path: impl AsRef<Path>) -> Result<SharedLease> {
-        LeaseOptions::default().try_acquire_shared(path)
-    }
-
-    /// Takes a shared lease on `path`, waiting within `budget` (default [`LeaseOptions`]).
-    ///
-    /// # Errors
-    /// As [`LeaseOptions::acquire`].
-    pub fn acquire(path: impl AsRef<Path>, budget: &Budget) -> Result<SharedLease> {
-        LeaseOptions::default().acquire_shared(path, budget)
-    }
-
-    /// [`SharedLease::acquire`] for async code (see [`Lease::acquire_async`](super::Lease::acquire_async)).
-    ///
-    /// # Errors
-    /// As [`LeaseOptions::acquire`].
-    #[cfg(feature = "tokio")]
-    pub async fn acquire_async(
-        path: impl AsRef<Path>,
-        budget: impl Into<Budget>,
-    ) -> Result<SharedLease> {
-        LeaseOptions::default()
-            .acquire_shared_async(path, budget)
-            .await
     }
 
     /// The lock file's path.

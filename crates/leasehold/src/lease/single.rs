@@ -1,6 +1,6 @@
 //! The primitive where the platform has no inter-process lock (WASI, `wasm32-wasip1`): a
 //! lease is a claim in this process's claim table (`claim.rs`) and nothing else, and only
-//! behind [`LeaseOptions::single_process`].
+//! behind [`LeaseOptions::single_process`](crate::LeaseOptions::single_process).
 //!
 //! The same platform contract as `posix/` and `windows.rs` ([`Platform`], which [`Single`]
 //! implements); the differences, and why:
@@ -41,11 +41,13 @@ use std::sync::Arc;
 use rustix::io::Errno;
 
 use super::claim::{Claim, Key, Mode};
-use super::{Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
+use super::platform::PlatformOptions;
+use super::platform::{
+    Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget,
+};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
-use crate::lease::LeaseOptions;
 use crate::sys::{self, Notifier, Stood};
 
 /// What the platform is called in [`Error::Unsupported`].
@@ -280,14 +282,14 @@ pub(crate) struct Target {
 impl PlatformTarget for Target {
     type Dir = Dir;
 
-    fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
+    fn path(_opts: &PlatformOptions, path: &Path) -> Result<Target> {
         Ok(Target {
             path: path.to_path_buf(),
             in_dir: false,
         })
     }
 
-    fn at(_opts: &LeaseOptions, dir: &Dir, name: &str) -> Result<Target> {
+    fn at(_opts: &PlatformOptions, dir: &Dir, name: &str) -> Result<Target> {
         let path = dir.path.join(name);
         plain(name, &path, "open lock file")?;
         Ok(Target { path, in_dir: true })
@@ -364,58 +366,7 @@ impl PlatformHeld for Held {
 pub(crate) enum Granted {}
 
 /// The outcome of one non-blocking try (the one enum of every platform).
-type Attempt = super::Attempt<Single>;
-
-/// WASI has no users or mode bits: nothing to judge (see [`LeaseOptions::allow_shared_state`]).
-fn check_trusted(_path: &Path) -> Result<()> {
-    Ok(())
-}
-
-/// Opens the lock file, refusing anything but a regular file — and refusing to lease at
-/// all unless the program declared itself the only one ([`LeaseOptions::single_process`]).
-fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
-    let path = target.display();
-    if !opts.single_process {
-        return Err(Error::Unsupported {
-            path: path.to_path_buf(),
-            platform: PLATFORM,
-        });
-    }
-    let fd = match sys::open_lock_file(path, opts.create) {
-        Ok(fd) => fd,
-        Err(e)
-            if e.kind() == io::ErrorKind::NotFound
-                && opts.create
-                && opts.create_parents
-                && !target.in_dir =>
-        {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                create_dirs(parent).map_err(|e| e.for_lock_path(path))?;
-            }
-            sys::open_lock_file(path, true).map_err(|e| io_error(path, "open lock file", e))?
-        }
-        Err(e) => return Err(io_error(path, "open lock file", e)),
-    };
-    match sys::fd_stood(fd.as_fd()) {
-        Ok(Stood::Regular(id)) => Ok(Opened {
-            fd,
-            id,
-            key: claim_key(id, path),
-        }),
-        Ok(Stood::Directory(_)) => Err(Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind: FileKind::Directory,
-        }),
-        Ok(Stood::Other(kind)) => Err(Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind,
-        }),
-        Ok(Stood::Missing) => Err(Error::NotFound {
-            path: path.to_path_buf(),
-        }),
-        Err(e) => Err(io_error(path, "stat lock file", e)),
-    }
-}
+type Attempt = super::platform::Attempt<Single>;
 
 /// The claim key of a lock file: its `(dev, ino)`, so that every spelling of one file is
 /// one lease. A runtime that reports no inode numbers (0: some in-memory or browser WASI
@@ -430,46 +381,6 @@ fn claim_key(id: FileId, path: &Path) -> Key {
     let digest = sha2::Sha256::digest(path.as_os_str().as_encoded_bytes());
     let half = |b: &[u8]| b.iter().fold(0u64, |acc, x| (acc << 8) | u64::from(*x));
     (half(&digest[..8]), half(&digest[8..16]))
-}
-
-/// One try under a granted claim. The claim is the lock; what is left to check is that the
-/// claimed inode is still the file at the path (else newcomers claim another inode).
-fn try_lock(
-    target: &Target,
-    opened: Opened,
-    claim: Claim,
-    _mode: Mode,
-    _may_wait: bool,
-) -> Result<Attempt> {
-    match sys::stat_nofollow(target.display()) {
-        Ok(Stood::Regular(now)) if now == opened.id => Ok(Attempt::Acquired(Held {
-            fd: opened.fd,
-            id: opened.id,
-            key: opened.key,
-            _claim: claim,
-        })),
-        Ok(_) => Ok(Attempt::Replaced),
-        Err(e) => Err(io_error(target.display(), "verify lock file", e)),
-    }
-}
-
-/// Never granted (no kernel queue).
-fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
-    match granted {}
-}
-
-/// Never called here (no kernel queue to block in: `NOTIFIES` is false).
-fn lock_inline(target: &Target, _opened: Opened, _mode: Mode) -> Result<Option<Granted>> {
-    Err(Error::Io {
-        op: "lock",
-        path: target.display().to_path_buf(),
-        source: io::Error::new(io::ErrorKind::Unsupported, "no kernel lock queue on WASI"),
-    })
-}
-
-/// Whether the inode `id` is still the file at the path.
-fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
-    matches!(sys::stat_nofollow(target.display()), Ok(Stood::Regular(now)) if Some(now) == id)
 }
 
 /// No kernel queue: [`start`](Self::start) always gives the file back, and the waiter
@@ -494,48 +405,6 @@ impl KernelWait {
 impl Drop for KernelWait {
     fn drop(&mut self) {
         match *self {}
-    }
-}
-
-/// Checks that a held lease's inode is still the file at the path.
-fn verify(target: &Target, held: &Held) -> Result<()> {
-    match sys::stat_nofollow(target.display()) {
-        Ok(Stood::Regular(now)) if now == held.id => Ok(()),
-        Ok(_) => Err(Error::LeaseLost {
-            path: target.display().to_path_buf(),
-        }),
-        Err(e) => Err(io_error(target.display(), "verify lock file", e)),
-    }
-}
-
-/// Removes a held lease's lock file if the path still names the claimed inode (the keyed
-/// collector's protocol, see `posix/mod.rs`).
-fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
-    match sys::stat_nofollow(target.display()) {
-        Ok(Stood::Regular(now)) if now == held.id => {}
-        Ok(_) => return Ok(false),
-        Err(e) => return Err(io_error(target.display(), "inspect lock file", e)),
-    }
-    match sys::unlink(target.display()) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(io_error(target.display(), "remove lock file", e)),
-    }
-}
-
-/// The modification time of a held lease's lock file.
-fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
-    sys::fd_modified(held.fd.as_fd()).map_err(|e| io_error(target.display(), "stat lock file", e))
-}
-
-/// Maps a failed holder look-up to the error naming `path`.
-fn holders_error(path: &Path, u: Unusable) -> Error {
-    match u {
-        Unusable::NotRegular(kind) => Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind,
-        },
-        Unusable::Os(e) => io_error(path, "inspect lock file", e),
     }
 }
 
@@ -597,8 +466,8 @@ pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
     }
 }
 
-/// The single-process platform, WASI (see [`Platform`]): each item names the function of
-/// this file that does it.
+/// The single-process platform, WASI (see [`Platform`]): each step's body is in its item
+/// below.
 #[derive(Debug)]
 pub(crate) struct Single;
 
@@ -614,28 +483,87 @@ impl Platform for Single {
     type Granted = Granted;
     type KernelWait = KernelWait;
 
-    fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
-        open(opts, target)
+    /// Opens the lock file, refusing anything but a regular file — and refusing to lease at
+    /// all unless the program declared itself the only one ([`LeaseOptions::single_process`](crate::LeaseOptions::single_process)).
+    fn open(opts: &PlatformOptions, target: &Target) -> Result<Opened> {
+        let path = target.display();
+        if !opts.single_process {
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                platform: PLATFORM,
+            });
+        }
+        let fd = match sys::open_lock_file(path, opts.create) {
+            Ok(fd) => fd,
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    && opts.create
+                    && opts.create_parents
+                    && !target.in_dir =>
+            {
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    create_dirs(parent).map_err(|e| e.for_lock_path(path))?;
+                }
+                sys::open_lock_file(path, true).map_err(|e| io_error(path, "open lock file", e))?
+            }
+            Err(e) => return Err(io_error(path, "open lock file", e)),
+        };
+        match sys::fd_stood(fd.as_fd()) {
+            Ok(Stood::Regular(id)) => Ok(Opened {
+                fd,
+                id,
+                key: claim_key(id, path),
+            }),
+            Ok(Stood::Directory(_)) => Err(Error::NotRegularFile {
+                path: path.to_path_buf(),
+                kind: FileKind::Directory,
+            }),
+            Ok(Stood::Other(kind)) => Err(Error::NotRegularFile {
+                path: path.to_path_buf(),
+                kind,
+            }),
+            Ok(Stood::Missing) => Err(Error::NotFound {
+                path: path.to_path_buf(),
+            }),
+            Err(e) => Err(io_error(path, "stat lock file", e)),
+        }
     }
+    /// One try under a granted claim. The claim is the lock; what is left to check is that the
+    /// claimed inode is still the file at the path (else newcomers claim another inode).
     fn try_lock(
         target: &Target,
         opened: Opened,
         claim: Claim,
-        mode: Mode,
-        may_wait: bool,
+        _mode: Mode,
+        _may_wait: bool,
     ) -> Result<Attempt> {
-        try_lock(target, opened, claim, mode, may_wait)
+        match sys::stat_nofollow(target.display()) {
+            Ok(Stood::Regular(now)) if now == opened.id => Ok(Attempt::Acquired(Held {
+                fd: opened.fd,
+                id: opened.id,
+                key: opened.key,
+                _claim: claim,
+            })),
+            Ok(_) => Ok(Attempt::Replaced),
+            Err(e) => Err(io_error(target.display(), "verify lock file", e)),
+        }
     }
-    fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
-        accept(target, granted, claim)
+    /// Never granted (no kernel queue).
+    fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
+        match granted {}
     }
+    /// Never called here (no kernel queue to block in: `NOTIFIES` is false).
     fn lock_inline(
         target: &Target,
-        opened: Opened,
-        mode: Mode,
+        _opened: Opened,
+        _mode: Mode,
         _interrupted: &dyn Fn() -> std::ops::ControlFlow<()>,
     ) -> Result<Option<Granted>> {
-        lock_inline(target, opened, mode)
+        Err(Error::Io {
+            op: "lock",
+            path: target.display().to_path_buf(),
+            source: io::Error::new(io::ErrorKind::Unsupported, "no kernel lock queue on WASI"),
+        })
     }
     fn start_wait(
         target: &Target,
@@ -648,23 +576,52 @@ impl Platform for Single {
     fn poll_wait(wait: &KernelWait, target: &Target) -> Option<Result<Granted>> {
         wait.poll(target)
     }
+    /// Whether the inode `id` is still the file at the path.
     fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
-        still_at_path(target, id)
+        matches!(sys::stat_nofollow(target.display()), Ok(Stood::Regular(now)) if Some(now) == id)
     }
+    /// Checks that a held lease's inode is still the file at the path.
     fn verify(target: &Target, held: &Held) -> Result<()> {
-        verify(target, held)
+        match sys::stat_nofollow(target.display()) {
+            Ok(Stood::Regular(now)) if now == held.id => Ok(()),
+            Ok(_) => Err(Error::LeaseLost {
+                path: target.display().to_path_buf(),
+            }),
+            Err(e) => Err(io_error(target.display(), "verify lock file", e)),
+        }
     }
+    /// Removes a held lease's lock file if the path still names the claimed inode (the keyed
+    /// collector's protocol, see `posix/mod.rs`).
     fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
-        unlink_held(target, held)
+        match sys::stat_nofollow(target.display()) {
+            Ok(Stood::Regular(now)) if now == held.id => {}
+            Ok(_) => return Ok(false),
+            Err(e) => return Err(io_error(target.display(), "inspect lock file", e)),
+        }
+        match sys::unlink(target.display()) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_error(target.display(), "remove lock file", e)),
+        }
     }
+    /// The modification time of a held lease's lock file.
     fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
-        modified(target, held)
+        sys::fd_modified(held.fd.as_fd())
+            .map_err(|e| io_error(target.display(), "stat lock file", e))
     }
-    fn check_trusted(path: &Path) -> Result<()> {
-        check_trusted(path)
+    /// WASI has no users or mode bits: nothing to judge (see [`LeaseOptions::allow_shared_state`](crate::LeaseOptions::allow_shared_state)).
+    fn check_trusted(_path: &Path) -> Result<()> {
+        Ok(())
     }
+    /// Maps a failed holder look-up to the error naming `path`.
     fn holders_error(path: &Path, u: Unusable) -> Error {
-        holders_error(path, u)
+        match u {
+            Unusable::NotRegular(kind) => Error::NotRegularFile {
+                path: path.to_path_buf(),
+                kind,
+            },
+            Unusable::Os(e) => io_error(path, "inspect lock file", e),
+        }
     }
 }
 
@@ -690,14 +647,18 @@ mod tests {
     fn without_the_opt_in_open_refuses_before_touching_the_file_system() {
         let dir = crate::test_dir();
         let path = dir.path().join("p/q.lock");
-        let target = Target::path(&LeaseOptions::new(), &path).unwrap();
-        let err = open(&LeaseOptions::new(), &target).unwrap_err();
+        let target = Target::path(&crate::LeaseOptions::new().platform(), &path).unwrap();
+        let err = Single::open(&crate::LeaseOptions::new().platform(), &target).unwrap_err();
         assert!(
             matches!(&err, Error::Unsupported { path: p, .. } if *p == path),
             "{err:?}"
         );
         assert!(!dir.path().join("p").exists());
-        let opened = open(&LeaseOptions::new().single_process(true), &target).unwrap();
+        let opened = Single::open(
+            &crate::LeaseOptions::new().single_process(true).platform(),
+            &target,
+        )
+        .unwrap();
         assert_eq!(
             opened.file_id(),
             sys::stat_nofollow(&path).ok().and_then(|s| match s {

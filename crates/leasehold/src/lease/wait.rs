@@ -49,15 +49,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::MAX_REOPENS;
 use super::claim::{self, Claim, Mode, Queued, Taken};
-use super::imp::{self, Held, Opened, Target};
-use super::{Attempt, Imp, Platform, PlatformOpened, PlatformTarget};
+use super::os::Imp;
+use super::os::imp::{self, Held, Opened, Target};
+use super::platform::{Attempt, Platform, PlatformOpened, PlatformOptions, PlatformTarget};
 use crate::budget::{Budget, Exhausted, Subscription};
 use crate::error::{Error, Result};
 use crate::holders::HolderInfo;
 use crate::kind::FileId;
-use crate::lease::LeaseOptions;
 use crate::sys::Notifier;
 
 /// How often a polling waiter (no notifier wakes it: Windows, WASI) checks that the file it
@@ -132,9 +131,15 @@ enum State {
     Done,
 }
 
+/// How many times a lock file replaced between open and lock is reopened before giving up.
+pub const MAX_REOPENS: u32 = 3;
+
 /// One acquisition: open, claim, lock, verify, and wait within a budget.
 pub(crate) struct Acquisition<'a> {
-    opts: LeaseOptions,
+    opts: PlatformOptions,
+    /// Whether a lock file replaced under the try or the wait is reopened (see
+    /// `LeaseOptions::follow_replaced`).
+    follow_replaced: bool,
     target: &'a Target,
     budget: &'a Budget,
     /// The budget's deadline for this acquisition, resolved once as it starts: a timeout is
@@ -160,7 +165,8 @@ pub(crate) struct Acquisition<'a> {
 impl<'a> Acquisition<'a> {
     /// Starts an acquisition; `reuse` is a file a handle keeps open, tried first.
     pub(crate) fn new(
-        opts: LeaseOptions,
+        opts: PlatformOptions,
+        follow_replaced: bool,
         target: &'a Target,
         budget: &'a Budget,
         mode: Mode,
@@ -169,6 +175,7 @@ impl<'a> Acquisition<'a> {
         let started = Instant::now();
         Acquisition {
             opts,
+            follow_replaced,
             target,
             budget,
             deadline: budget.deadline_from(started),
@@ -418,7 +425,7 @@ impl<'a> Acquisition<'a> {
 
     fn reopen(&mut self) -> Result<()> {
         self.reopens += 1;
-        if self.reopens >= MAX_REOPENS || !self.opts.follow_replaced {
+        if self.reopens >= MAX_REOPENS || !self.follow_replaced {
             return Err(Error::Unstable {
                 path: self.path().to_path_buf(),
                 attempts: self.reopens,

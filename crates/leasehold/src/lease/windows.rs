@@ -35,11 +35,13 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use super::claim::{Claim, Key, Mode};
-use super::{Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget};
+use super::platform::PlatformOptions;
+use super::platform::{
+    Platform, PlatformDataDir, PlatformDir, PlatformHeld, PlatformOpened, PlatformTarget,
+};
 use crate::error::{Error, Result};
 use crate::holders::Unusable;
 use crate::kind::{FileId, FileKind};
-use crate::lease::LeaseOptions;
 use crate::sys::{self, Created, Notifier, Stood, naming};
 
 /// `ERROR_DIRECTORY`: "the directory name is invalid" (a file where a directory was expected).
@@ -296,7 +298,7 @@ enum TargetKind {
 impl PlatformTarget for Target {
     type Dir = Dir;
 
-    fn path(_opts: &LeaseOptions, path: &Path) -> Result<Target> {
+    fn path(_opts: &PlatformOptions, path: &Path) -> Result<Target> {
         Ok(Target {
             kind: TargetKind::Path(path.to_path_buf()),
             display: path.to_path_buf(),
@@ -304,7 +306,7 @@ impl PlatformTarget for Target {
         })
     }
 
-    fn at(_opts: &LeaseOptions, dir: &Dir, name: &str) -> Result<Target> {
+    fn at(_opts: &PlatformOptions, dir: &Dir, name: &str) -> Result<Target> {
         let display = dir.path.join(name);
         if !sys::is_plain_name(OsStr::new(name)) {
             return Err(not_plain(display, "open lock file"));
@@ -404,134 +406,7 @@ impl PlatformHeld for Held {
 pub(crate) enum Granted {}
 
 /// The outcome of one non-blocking try (the one enum of every platform).
-type Attempt = super::Attempt<Windows>;
-
-/// Windows does not judge ACLs: see `lease::check_trusted`.
-fn check_trusted(_path: &Path) -> Result<()> {
-    Ok(())
-}
-
-/// Checks the target and computes its object name (creating missing parents if allowed).
-fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
-    let path = target.display();
-    let (parent, file_name) = match &target.kind {
-        TargetKind::At { dir, name } => (dir.clone(), name.clone()),
-        TargetKind::Path(p) => {
-            let Some(file_name) = p.file_name().and_then(OsStr::to_str) else {
-                return Err(Error::Io {
-                    op: "open lock file",
-                    path: p.clone(),
-                    source: io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        "a lock path must end in a file name (valid Unicode)",
-                    ),
-                });
-            };
-            if matches!(p.components().next_back(), Some(Component::ParentDir)) {
-                return Err(not_plain(p.clone(), "open lock file"));
-            }
-            let parent = match p.parent() {
-                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-                _ => PathBuf::from("."),
-            };
-            if opts.create_parents {
-                create_dirs(&parent).map_err(|e| e.for_lock_path(p))?;
-            }
-            (parent, file_name.to_string())
-        }
-    };
-    // Like the POSIX lease, refuse anything but a regular file (a directory or a link there
-    // is a configuration mistake).
-    match sys::stat_nofollow(&parent.join(&file_name)) {
-        Ok(Stood::Missing) if !opts.create => {
-            return Err(Error::NotFound {
-                path: path.to_path_buf(),
-            });
-        }
-        Ok(Stood::Directory) => {
-            return Err(Error::NotRegularFile {
-                path: path.to_path_buf(),
-                kind: FileKind::Directory,
-            });
-        }
-        Ok(Stood::Other(kind)) => {
-            return Err(Error::NotRegularFile {
-                path: path.to_path_buf(),
-                kind,
-            });
-        }
-        Ok(_) => {}
-        Err(e) => return Err(io_error(path, "inspect lock file", e)),
-    }
-    let key = match &target.kind {
-        TargetKind::At { dir, .. } => naming::lock_key(
-            &dir.to_string_lossy(),
-            &file_name,
-            std::path::MAIN_SEPARATOR,
-        ),
-        TargetKind::Path(_) => naming::resolve_key(&parent, &file_name)
-            .map_err(|e| dir_error(&parent, "resolve directory", e).for_lock_path(path))?,
-    };
-    if !opts.allow_network_fs && crate::mount::is_network_path(&key) {
-        return Err(Error::NetworkFilesystem {
-            path: path.to_path_buf(),
-            fs: "network share",
-            locks: crate::MountLocks::share(),
-        });
-    }
-    let name = naming::object_name(&key);
-    let _ = target.name.set(name.clone());
-    Ok(Opened { name })
-}
-
-/// One try under a granted claim: create the named object.
-fn try_lock(
-    target: &Target,
-    opened: Opened,
-    claim: Claim,
-    mode: Mode,
-    _may_wait: bool,
-) -> Result<Attempt> {
-    if mode == Mode::Shared {
-        // A named semaphore's existence is the lock: it has no shared mode, and a counted
-        // semaphore cannot tell readers from a writer without a second object and a
-        // protocol no other process could be trusted to follow. Refused, typed.
-        return Err(Error::SharedUnsupported {
-            path: target.display().to_path_buf(),
-        });
-    }
-    match sys::create_named(&opened.name) {
-        Ok(Created::Held(handle)) => Ok(Attempt::Acquired(Held {
-            _handle: handle,
-            name: opened.name,
-            _claim: claim,
-        })),
-        Ok(Created::Exists) => Ok(Attempt::Busy(opened, claim)),
-        Err(e) => Err(io_error(target.display(), "create lock object", e)),
-    }
-}
-
-/// Never granted (no kernel queue).
-fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
-    match granted {}
-}
-
-/// Never called on Windows (its waits poll).
-fn lock_inline(_target: &Target, opened: Opened, _mode: Mode) -> Result<Option<Granted>> {
-    Err(Error::Io {
-        op: "lock",
-        path: PathBuf::from(opened.name),
-        source: io::Error::new(
-            io::ErrorKind::Unsupported,
-            "no kernel lock queue on Windows",
-        ),
-    })
-}
-
-/// A held object cannot be replaced under us.
-fn still_at_path(_target: &Target, _id: Option<FileId>) -> bool {
-    true
-}
+type Attempt = super::platform::Attempt<Windows>;
 
 /// No kernel queue on Windows: [`start`](Self::start) always gives the lock back, and the
 /// waiter polls.
@@ -555,56 +430,6 @@ impl KernelWait {
 impl Drop for KernelWait {
     fn drop(&mut self) {
         match *self {}
-    }
-}
-
-/// Checks that the lease still stands for its path.
-///
-/// A named object vanishes with its last handle: there is no lock file to remove.
-fn unlink_held(_target: &Target, _held: &Held) -> Result<bool> {
-    Ok(false)
-}
-
-/// A kernel object has no modification time; it counts as just made (never collected).
-fn modified(_target: &Target, _held: &Held) -> Result<std::time::SystemTime> {
-    Ok(std::time::SystemTime::now())
-}
-
-/// Nobody can destroy or replace a named object while we hold a handle to it, so a held
-/// lease is only lost when the *path* now resolves to another object — a directory on the
-/// way was re-pointed (a junction changed), and newcomers would lock elsewhere. A path that
-/// no longer resolves at all (its directory was removed) keeps the lease: whoever recreates
-/// the directory at that path resolves the same name. Leases taken in a `LockDir` are bound
-/// to the directory resolved when it was opened.
-fn verify(target: &Target, held: &Held) -> Result<()> {
-    let TargetKind::Path(p) = &target.kind else {
-        return Ok(());
-    };
-    let (Some(parent), Some(file_name)) = (p.parent(), p.file_name().and_then(OsStr::to_str))
-    else {
-        return Ok(());
-    };
-    let parent = if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        parent
-    };
-    match naming::resolve_key(parent, file_name) {
-        Ok(key) if naming::object_name(&key) != held.name => {
-            Err(Error::LeaseLost { path: p.clone() })
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Maps a failed holder look-up to the error naming `path`.
-fn holders_error(path: &Path, u: Unusable) -> Error {
-    match u {
-        Unusable::NotRegular(kind) => Error::NotRegularFile {
-            path: path.to_path_buf(),
-            kind,
-        },
-        Unusable::Os(e) => io_error(path, "inspect lock file", e),
     }
 }
 
@@ -655,8 +480,8 @@ pub(crate) fn io_error(path: &Path, op: &'static str, e: io::Error) -> Error {
     }
 }
 
-/// The Windows platform (see [`Platform`]): each item names the function of this file that
-/// does it.
+/// The Windows platform (see [`Platform`]): each step's body is in its item
+/// below.
 #[derive(Debug)]
 pub(crate) struct Windows;
 
@@ -671,28 +496,123 @@ impl Platform for Windows {
     type Granted = Granted;
     type KernelWait = KernelWait;
 
-    fn open(opts: &LeaseOptions, target: &Target) -> Result<Opened> {
-        open(opts, target)
+    /// Checks the target and computes its object name (creating missing parents if allowed).
+    fn open(opts: &PlatformOptions, target: &Target) -> Result<Opened> {
+        let path = target.display();
+        let (parent, file_name) = match &target.kind {
+            TargetKind::At { dir, name } => (dir.clone(), name.clone()),
+            TargetKind::Path(p) => {
+                let Some(file_name) = p.file_name().and_then(OsStr::to_str) else {
+                    return Err(Error::Io {
+                        op: "open lock file",
+                        path: p.clone(),
+                        source: io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "a lock path must end in a file name (valid Unicode)",
+                        ),
+                    });
+                };
+                if matches!(p.components().next_back(), Some(Component::ParentDir)) {
+                    return Err(not_plain(p.clone(), "open lock file"));
+                }
+                let parent = match p.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                    _ => PathBuf::from("."),
+                };
+                if opts.create_parents {
+                    create_dirs(&parent).map_err(|e| e.for_lock_path(p))?;
+                }
+                (parent, file_name.to_string())
+            }
+        };
+        // Like the POSIX lease, refuse anything but a regular file (a directory or a link there
+        // is a configuration mistake).
+        match sys::stat_nofollow(&parent.join(&file_name)) {
+            Ok(Stood::Missing) if !opts.create => {
+                return Err(Error::NotFound {
+                    path: path.to_path_buf(),
+                });
+            }
+            Ok(Stood::Directory) => {
+                return Err(Error::NotRegularFile {
+                    path: path.to_path_buf(),
+                    kind: FileKind::Directory,
+                });
+            }
+            Ok(Stood::Other(kind)) => {
+                return Err(Error::NotRegularFile {
+                    path: path.to_path_buf(),
+                    kind,
+                });
+            }
+            Ok(_) => {}
+            Err(e) => return Err(io_error(path, "inspect lock file", e)),
+        }
+        let key = match &target.kind {
+            TargetKind::At { dir, .. } => naming::lock_key(
+                &dir.to_string_lossy(),
+                &file_name,
+                std::path::MAIN_SEPARATOR,
+            ),
+            TargetKind::Path(_) => naming::resolve_key(&parent, &file_name)
+                .map_err(|e| dir_error(&parent, "resolve directory", e).for_lock_path(path))?,
+        };
+        if !opts.allow_network_fs && crate::mount::is_network_path(&key) {
+            return Err(Error::NetworkFilesystem {
+                path: path.to_path_buf(),
+                fs: "network share",
+                locks: crate::MountLocks::share(),
+            });
+        }
+        let name = naming::object_name(&key);
+        let _ = target.name.set(name.clone());
+        Ok(Opened { name })
     }
+    /// One try under a granted claim: create the named object.
     fn try_lock(
         target: &Target,
         opened: Opened,
         claim: Claim,
         mode: Mode,
-        may_wait: bool,
+        _may_wait: bool,
     ) -> Result<Attempt> {
-        try_lock(target, opened, claim, mode, may_wait)
+        if mode == Mode::Shared {
+            // A named semaphore's existence is the lock: it has no shared mode, and a counted
+            // semaphore cannot tell readers from a writer without a second object and a
+            // protocol no other process could be trusted to follow. Refused, typed.
+            return Err(Error::SharedUnsupported {
+                path: target.display().to_path_buf(),
+            });
+        }
+        match sys::create_named(&opened.name) {
+            Ok(Created::Held(handle)) => Ok(Attempt::Acquired(Held {
+                _handle: handle,
+                name: opened.name,
+                _claim: claim,
+            })),
+            Ok(Created::Exists) => Ok(Attempt::Busy(opened, claim)),
+            Err(e) => Err(io_error(target.display(), "create lock object", e)),
+        }
     }
-    fn accept(target: &Target, granted: Granted, claim: Claim) -> Result<Option<Held>> {
-        accept(target, granted, claim)
+    /// Never granted (no kernel queue).
+    fn accept(_target: &Target, granted: Granted, _claim: Claim) -> Result<Option<Held>> {
+        match granted {}
     }
+    /// Never called on Windows (its waits poll).
     fn lock_inline(
-        target: &Target,
+        _target: &Target,
         opened: Opened,
-        mode: Mode,
+        _mode: Mode,
         _interrupted: &dyn Fn() -> std::ops::ControlFlow<()>,
     ) -> Result<Option<Granted>> {
-        lock_inline(target, opened, mode)
+        Err(Error::Io {
+            op: "lock",
+            path: PathBuf::from(opened.name),
+            source: io::Error::new(
+                io::ErrorKind::Unsupported,
+                "no kernel lock queue on Windows",
+            ),
+        })
     }
     fn start_wait(
         target: &Target,
@@ -705,22 +625,58 @@ impl Platform for Windows {
     fn poll_wait(wait: &KernelWait, target: &Target) -> Option<Result<Granted>> {
         wait.poll(target)
     }
-    fn still_at_path(target: &Target, id: Option<FileId>) -> bool {
-        still_at_path(target, id)
+    /// A held object cannot be replaced under us.
+    fn still_at_path(_target: &Target, _id: Option<FileId>) -> bool {
+        true
     }
+    /// Nobody can destroy or replace a named object while we hold a handle to it, so a held
+    /// lease is only lost when the *path* now resolves to another object — a directory on the
+    /// way was re-pointed (a junction changed), and newcomers would lock elsewhere. A path that
+    /// no longer resolves at all (its directory was removed) keeps the lease: whoever recreates
+    /// the directory at that path resolves the same name. Leases taken in a `LockDir` are bound
+    /// to the directory resolved when it was opened.
     fn verify(target: &Target, held: &Held) -> Result<()> {
-        verify(target, held)
+        let TargetKind::Path(p) = &target.kind else {
+            return Ok(());
+        };
+        let (Some(parent), Some(file_name)) = (p.parent(), p.file_name().and_then(OsStr::to_str))
+        else {
+            return Ok(());
+        };
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        match naming::resolve_key(parent, file_name) {
+            Ok(key) if naming::object_name(&key) != held.name => {
+                Err(Error::LeaseLost { path: p.clone() })
+            }
+            _ => Ok(()),
+        }
     }
-    fn unlink_held(target: &Target, held: &Held) -> Result<bool> {
-        unlink_held(target, held)
+    /// Checks that the lease still stands for its path.
+    ///
+    /// A named object vanishes with its last handle: there is no lock file to remove.
+    fn unlink_held(_target: &Target, _held: &Held) -> Result<bool> {
+        Ok(false)
     }
-    fn modified(target: &Target, held: &Held) -> Result<std::time::SystemTime> {
-        modified(target, held)
+    /// A kernel object has no modification time; it counts as just made (never collected).
+    fn modified(_target: &Target, _held: &Held) -> Result<std::time::SystemTime> {
+        Ok(std::time::SystemTime::now())
     }
-    fn check_trusted(path: &Path) -> Result<()> {
-        check_trusted(path)
+    /// Windows does not judge ACLs: see `lease::check_trusted`.
+    fn check_trusted(_path: &Path) -> Result<()> {
+        Ok(())
     }
+    /// Maps a failed holder look-up to the error naming `path`.
     fn holders_error(path: &Path, u: Unusable) -> Error {
-        holders_error(path, u)
+        match u {
+            Unusable::NotRegular(kind) => Error::NotRegularFile {
+                path: path.to_path_buf(),
+                kind,
+            },
+            Unusable::Os(e) => io_error(path, "inspect lock file", e),
+        }
     }
 }

@@ -567,7 +567,8 @@ pub(crate) fn unmark_waiting(fd: BorrowedFd<'_>) {
 /// Whether another process has marked itself waiting ([`mark_waiting`]) on the file `fd` is
 /// open on: one `fcntl(F_GETLK)` asking about a whole-file write lock, which reports any
 /// other process's POSIX lock on the file (this process's own never conflict) and changes
-/// nothing. Works on a read-only descriptor: `F_GETLK` checks no access mode.
+/// nothing. Works on a read-only descriptor: `F_GETLK` checks no access mode. It is the one
+/// call a warm handle's cycle makes beyond its floor (BENCHMARKS.md, "Warm handle").
 #[cfg(all(target_os = "linux", not(leasehold_portable)))]
 pub(crate) fn others_waiting(fd: BorrowedFd<'_>) -> bool {
     use rustix::process::{Flock, FlockType, fcntl_getlk};

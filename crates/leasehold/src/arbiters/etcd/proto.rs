@@ -169,9 +169,9 @@ pub mod request_op {
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Request {
         #[prost(message, tag = "1")]
-        RequestRange(super::RangeRequest),
+        RequestRange(crate::arbiters::etcd::proto::RangeRequest),
         #[prost(message, tag = "2")]
-        RequestPut(super::PutRequest),
+        RequestPut(crate::arbiters::etcd::proto::PutRequest),
     }
 }
 
@@ -187,9 +187,9 @@ pub mod response_op {
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Response {
         #[prost(message, tag = "1")]
-        ResponseRange(super::RangeResponse),
+        ResponseRange(crate::arbiters::etcd::proto::RangeResponse),
         #[prost(message, tag = "2")]
-        ResponsePut(super::PutResponse),
+        ResponsePut(crate::arbiters::etcd::proto::PutResponse),
     }
 }
 
@@ -282,7 +282,7 @@ pub mod watch_request {
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum RequestUnion {
         #[prost(message, tag = "1")]
-        CreateRequest(super::WatchCreateRequest),
+        CreateRequest(crate::arbiters::etcd::proto::WatchCreateRequest),
     }
 }
 

@@ -10,11 +10,11 @@ use std::path::Path;
 
 use rustix::io::Errno;
 
-use super::Dir;
+use super::dir::Dir;
 use super::error::{dir_error, path_error, plain};
 use crate::error::{Error, Result};
 use crate::kind::FileKind;
-use crate::lease::{PlatformDataDir, PlatformDir};
+use crate::lease::platform::{PlatformDataDir, PlatformDir};
 use crate::sys::{self, Entry};
 
 /// A failed rename or removal: a missing entry and permission are said as such, anything

@@ -20,34 +20,23 @@
 //! no-op).
 //!
 //! Which descriptors: the library records each lock file and gate it opens, by number and
-//! file identity ([`register`]); in the child a number is let go only if it still is that
+//! file identity (`descriptors.rs`); in the child a number is let go only if it still is that
 //! file (a later descriptor with the same number on another file is left alone). A descriptor
 //! of the same lock file that the caller opened with the number the library once used is
 //! let go too (in the child only; never one the caller opened on another file).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::sync::{Mutex, MutexGuard};
+use std::os::fd::RawFd;
+use std::sync::MutexGuard;
 
+use super::descriptors::{OPENED, Opened};
 use crate::kind::FileId;
 use crate::sys;
-
-/// The lock files and gates the library opened: by descriptor number, the file it was.
-static OPENED: Mutex<Option<HashMap<RawFd, FileId>>> = Mutex::new(None);
-
-/// Records that the library opened `fd` on the lock file or gate `id` (see the module
-/// documentation).
-pub(crate) fn register(fd: BorrowedFd<'_>, id: FileId) {
-    crate::mutex::lock(&OPENED)
-        .get_or_insert_with(HashMap::new)
-        .insert(fd.as_raw_fd(), id);
-}
 
 /// Everything [`after_fork_in_child`] resets, locked by the thread about to fork
 /// ([`before_fork`]), so that the child finds it whole and held by its one thread.
 struct Frozen {
-    opened: MutexGuard<'static, Option<HashMap<RawFd, FileId>>>,
+    opened: MutexGuard<'static, Opened>,
     claims: crate::lease::claim::Frozen,
     waits: super::kernel_wait::Frozen,
 }

@@ -145,9 +145,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rustix::io::Errno;
 
-use super::{Target, guard};
+use super::target::Target;
 use crate::kind::FileId;
-use crate::lease::PlatformTarget;
+use crate::lease::platform::PlatformTarget;
+use crate::mutex::lock as guard;
 use crate::sys;
 
 /// The gate (and the writers' queue) an exclusive waiter holds with its lease.
@@ -221,6 +222,29 @@ fn named(lock: &OsStr, suffix: &str) -> std::ffi::OsString {
     let mut hashed = format!("{suffix}-");
     crate::sys::naming::push_sha256_hex(&mut hashed, bytes);
     std::ffi::OsString::from(hashed)
+}
+
+/// The gates' names of a lock (`None` for a lock without gates).
+impl Target {
+    /// The gate's name, relative to `dir` (computed when needed: only shared acquirers and
+    /// waiters use it).
+    pub(super) fn gate(&self) -> Option<PathBuf> {
+        let lock = self.name.file_name().filter(|_| self.gated)?;
+        Some(self.name.with_file_name(name(lock)))
+    }
+
+    /// The readers' gate's name, relative to `dir` (see this file; computed when needed, as
+    /// [`gate`](Self::gate) is).
+    pub(super) fn readers_gate(&self) -> Option<PathBuf> {
+        let lock = self.name.file_name().filter(|_| self.gated)?;
+        Some(self.name.with_file_name(readers_name(lock)))
+    }
+
+    /// The writers' queue's name, relative to `dir` (see this file; computed when needed).
+    pub(super) fn writers_gate(&self) -> Option<PathBuf> {
+        let lock = self.name.file_name().filter(|_| self.gated)?;
+        Some(self.name.with_file_name(writers_name(lock)))
+    }
 }
 
 /// The gates a wait goes through (either may be missing: fairness only).
@@ -416,7 +440,7 @@ pub(crate) fn open(target: &Target, create: bool) -> Option<OwnedFd> {
 fn open_file(target: &Target, name: Option<PathBuf>, create: bool) -> Option<OwnedFd> {
     let fd = sys::open_lock_file(target.dir(), &name?, create).ok()?;
     let id = sys::fd_gate_usable(fd.as_fd()).ok()??;
-    super::fork::register(fd.as_fd(), id);
+    super::descriptors::register(fd.as_fd(), id);
     Some(fd)
 }
 

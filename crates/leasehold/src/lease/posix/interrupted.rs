@@ -104,6 +104,22 @@ fn a_hook_that_goes_on_keeps_the_wait_in_line_until_the_grant() {
         .expect("the grant ended the wait")
         .expect("the lease");
     thread.join().unwrap();
-    assert!(holds(std::process::id(), &path));
     lease.verify().unwrap();
+    // The lock is this lease's: another process is refused it until the lease is dropped.
+    // (Asked of the kernel by trying it, not by the owner `/proc/locks` names.)
+    let try_lock = || {
+        Command::new("flock")
+            .arg("-n")
+            .arg(&path)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(!try_lock(), "the granted lease does not hold the lock");
+    drop(lease);
+    assert!(
+        try_lock(),
+        "the lock stayed held after the lease was dropped"
+    );
 }

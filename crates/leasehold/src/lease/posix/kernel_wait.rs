@@ -7,11 +7,15 @@ use std::time::Duration;
 
 use rustix::io::Errno;
 
-use super::{Granted, Opened, Target, gate, guard, lock_error};
+use super::error::lock_error;
+use super::file::{Granted, Opened};
+use super::gate;
+use super::target::Target;
 use crate::error::Result;
 use crate::kind::FileId;
-use crate::lease::PlatformTarget;
 use crate::lease::claim::Mode;
+use crate::lease::platform::PlatformTarget;
+use crate::mutex::lock as guard;
 #[cfg(all(target_os = "linux", not(leasehold_portable)))]
 use crate::sys;
 use crate::sys::Notifier;
@@ -156,7 +160,7 @@ impl KernelWait {
         // A copy a forked child inherits would keep the description, and so a grant the
         // parent abandons, locked: the child lets it go with the others (`fork.rs`).
         if let Some(watch) = &watch {
-            super::fork::register(watch.as_fd(), opened.id);
+            super::descriptors::register(watch.as_fd(), opened.id);
         }
         // Opened here, by the waiter, so the helper needs nothing of the target.
         let gates = gate::open_for_wait(target, opened.id, shared);

@@ -22,7 +22,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{Arbiter, Authority, AuthorityError, KernelArbiter, Store};
+use super::arbiter::{Arbiter, KernelArbiter};
+use super::machine::{Authority, AuthorityError};
+use super::store::Store;
 use crate::patterns::offload;
 use crate::{Budget, Lease};
 

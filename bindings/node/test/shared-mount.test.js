@@ -1,0 +1,214 @@
+'use strict'
+// onSharedMount's record lease on the two-mount bed: two bindfs mounts of one directory, on
+// which a kernel lock through one does not exclude one through the other (checked first) —
+// as two NFS clients with local_lock=all. Node holders in child processes, the leasehold
+// CLI's `run` (LEASEHOLD_SHARED_MOUNT=record:SECS) on the other side; handshakes by lines.
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const { spawnSync } = require('node:child_process')
+const { mkdirSync, mkdtempSync, rmSync } = require('node:fs')
+const { tmpdir } = require('node:os')
+const { join } = require('node:path')
+const { Worker } = require('node:worker_threads')
+const { lh, PKG, CLI, skip, tempDir, Child, nodeChild, until, within } = require('./helpers')
+
+const { Lease } = lh
+const record = (ttlMs) => ({ onSharedMount: { record: { ttlMs } } })
+
+/**
+ * What a test undoes when it ends, last first: its children stopped before the mounts they
+ * use are unmounted, the mounts before their directory is removed.
+ */
+function undoer (t) {
+  const steps = []
+  t.after(async () => {
+    for (const step of steps.reverse()) await step()
+  })
+  return (step) => steps.push(step)
+}
+
+/** A bindfs mount of `backing` at `mnt`, unmounted when the test ends; false if it failed. */
+function bindfs (later, backing, mnt) {
+  mkdirSync(mnt, { recursive: true })
+  const got = spawnSync('bindfs', [backing, mnt])
+  if (got.status !== 0) return false
+  // Lazily (-z): a released record lease's directory descriptor stays open until the
+  // garbage collector finalizes its object, which would keep the mount busy.
+  later(() => {
+    if (spawnSync('fusermount3', ['-uz', mnt]).status !== 0) spawnSync('fusermount', ['-uz', mnt])
+  })
+  return true
+}
+
+/**
+ * Two mounts of one directory that the kernel's lock does not cross, as `[a, b]`, or null
+ * after a SKIP line (no bindfs, no FUSE, no CLI, or a kernel lock that does cross them here).
+ * `later` undoes them.
+ */
+function twoMounts (t, later) {
+  if (process.platform !== 'linux') return skip(t, 'record lease test', 'the two-mount bed is Linux-only (bindfs)') ?? null
+  if (CLI === null) return skip(t, 'record lease test', 'the leasehold CLI is not built in this target dir') ?? null
+  if (spawnSync('bindfs', ['--version']).error) return skip(t, 'FUSE test', 'bindfs is not installed (apt-get install bindfs)') ?? null
+  const dir = mkdtempSync(join(tmpdir(), 'leasehold-node-bed-'))
+  later(() => rmSync(dir, { recursive: true, force: true }))
+  const backing = join(dir, 'backing')
+  mkdirSync(backing)
+  const [a, b] = [join(dir, 'mnt'), join(dir, 'mnt-2')]
+  if (!bindfs(later, backing, a) || !bindfs(later, backing, b)) return skip(t, 'FUSE test', 'bindfs could not mount here') ?? null
+  // The kernel's lock through one mount, then a kernel lock through the other in another
+  // process: it must be had, or the mounts are not two hosts.
+  const held = Lease.tryAcquire(join(a, 'probe.lock'), { allowNetworkFs: true })
+  assert.ok(held, 'the probe lock is free')
+  const other = spawnSync(CLI, ['run', '--no-wait', join(b, 'probe.lock'), '--', 'true'], {
+    env: { ...process.env, LEASEHOLD_ALLOW_NETWORK_FS: '1' }
+  })
+  held.release()
+  if (other.status !== 0) {
+    return skip(t, 'record lease test', 'a kernel lock through one bindfs mount excludes the other here, so they are not two hosts') ?? null
+  }
+  return [a, b]
+}
+
+/** A `leasehold run` with a record lease (TTL 60 s) on `lock`, printing `ran TOKEN`. */
+function runOnce (lock, ...flags) {
+  return spawnSync(CLI, ['run', ...flags, lock, '--', 'sh', '-c', 'echo ran $LEASEHOLD_FENCING_TOKEN'], {
+    env: { ...process.env, LEASEHOLD_SHARED_MOUNT: 'record:60' },
+    encoding: 'utf8'
+  })
+}
+
+/** A `leasehold run` holding the record lease on `lock`: prints `locked TOKEN`, waits for a line. */
+function cliHolder (lock) {
+  return new Child(CLI, ['run', lock, '--', 'sh', '-c', 'echo locked $LEASEHOLD_FENCING_TOKEN; read _ignored; echo done'], {
+    env: { ...process.env, LEASEHOLD_SHARED_MOUNT: 'record:60' }
+  })
+}
+
+test('onSharedMount: without it a host-only mount is refused, naming the option; a bad TTL is refused', async (t) => {
+  const later = undoer(t)
+  const mounts = twoMounts(t, later)
+  if (mounts === null) return
+  const lock = join(mounts[0], 'job.lock')
+  const named = /take a record lease there, which excludes across hosts \(exclusive leases; the option onSharedMount: \{ record: \{ ttlMs \} \} of Lease\.acquire and Lease\.tryAcquire\), or opt in with the option allowNetworkFs: true/
+  assert.throws(() => Lease.tryAcquire(lock), (e) => e.code === 'NETWORK_FS' && named.test(e.message) && !/LeaseOptions|SharedMount::/.test(e.message))
+  await assert.rejects(Lease.acquire(lock, { timeoutMs: 1000 }), (e) => e.code === 'NETWORK_FS' && named.test(e.message))
+  assert.throws(() => Lease.tryAcquire(lock, { onSharedMount: 'refuse' }), (e) => e.code === 'NETWORK_FS')
+  for (const bad of [{ record: { ttlMs: -1 } }, { record: { ttlMs: NaN } }, { record: { ttlMs: Infinity } }, { record: { ttlMs: 0 } }]) {
+    assert.throws(() => Lease.tryAcquire(lock, { onSharedMount: bad }), (e) => e.code === 'INVALID_INPUT' && e.message.includes('onSharedMount.record.ttlMs'), JSON.stringify(bad))
+  }
+  for (const bad of ['record', { record: 10 }, { record: { ttl: 10 } }, null]) {
+    assert.throws(() => Lease.tryAcquire(lock, { onSharedMount: bad }), (e) => e.code === 'INVALID_INPUT' && e.message.includes('onSharedMount'), JSON.stringify(bad))
+  }
+  // On a local disk the option changes nothing: the kernel's lease, without a token.
+  const local = Lease.tryAcquire(join(tempDir(t), 'local.lock'), record(60000))
+  assert.equal(local.fencingToken, null)
+  local.release()
+})
+
+test('onSharedMount: a Node holder through one mount excludes leasehold run through the other, and the other way round; tokens grow', async (t) => {
+  const later = undoer(t)
+  const mounts = twoMounts(t, later)
+  if (mounts === null) return
+  const [lockA, lockB] = [join(mounts[0], 'job.lock'), join(mounts[1], 'job.lock')]
+
+  // A Node holder through A: the CLI through B cannot have it.
+  const node = nodeChild('record', lockA, '60000')
+  later(() => node.kill())
+  assert.equal(await node.line(), 'H 1')
+  const busy = runOnce(lockB, '--no-wait')
+  assert.equal(busy.status, 75, busy.stderr)
+  assert.equal(busy.stdout, '')
+  assert.match(busy.stderr, new RegExp(`held by pid ${node.pid} on this host \\(record lease, fencing token 1\\)`))
+  node.send('verify')
+  assert.equal(await node.line(), 'ok')
+  node.send('release')
+  assert.equal(await node.line(), 'R')
+  const after = runOnce(lockB, '--no-wait')
+  assert.deepEqual([after.status, after.stdout], [0, 'ran 2\n'], after.stderr)
+
+  // A CLI holder through B: Node through A cannot have it (null), and a waiting acquire gets
+  // it, with the next token, once the holder is done.
+  const cli = cliHolder(lockB)
+  later(() => cli.kill())
+  assert.equal(await cli.line(), 'locked 3')
+  assert.equal(Lease.tryAcquire(lockA, record(60000)), null)
+  const waiting = Lease.acquire(lockA, { ...record(60000), timeoutMs: 30000 })
+  cli.send('go')
+  assert.equal(await cli.line(), 'done')
+  assert.equal((await cli.exited).code, 0)
+  const lease = await waiting
+  assert.equal(lease.fencingToken, 4)
+  assert.equal(lease.shared, false)
+  lease.verify()
+  lease.release()
+  assert.throws(() => lease.verify(), (e) => e.code === 'LOST')
+  // Synchronous acquisition through B, then the CLI through A sees it taken.
+  const sync = Lease.tryAcquire(lockB, record(60000))
+  assert.equal(sync.fencingToken, 5)
+  const refused = runOnce(lockA, '--no-wait')
+  assert.equal(refused.status, 75, refused.stderr)
+  sync.release()
+})
+
+test('onSharedMount: after SIGKILL of a Node holder a successor on this host takes over at once, not after the TTL', async (t) => {
+  const later = undoer(t)
+  const mounts = twoMounts(t, later)
+  if (mounts === null) return
+  const [lockA, lockB] = [join(mounts[0], 'job.lock'), join(mounts[1], 'job.lock')]
+  // A TTL far beyond the successor's timeout: only the same-host takeover can grant it.
+  const node = nodeChild('record', lockA, '600000')
+  later(() => node.kill())
+  assert.equal(await node.line(), 'H 1')
+  assert.equal(Lease.tryAcquire(lockB, record(600000)), null)
+  await node.kill('SIGKILL')
+  const next = await Lease.acquire(lockB, { ...record(600000), timeoutMs: 30000 })
+  assert.equal(next.fencingToken, 2)
+  next.verify()
+  next.release()
+  const cli = runOnce(lockA, '--no-wait')
+  assert.deepEqual([cli.status, cli.stdout], [0, 'ran 3\n'], cli.stderr)
+})
+
+/** Whether this process can take the kernel's lock on `lock` right now (then lets it go). */
+function kernelFree (lock) {
+  const got = Lease.tryAcquire(lock, { allowNetworkFs: true })
+  if (got === null) return false
+  got.release()
+  return true
+}
+
+test('onSharedMount: an abort, or the end of its worker, ends a record wait across hosts with nothing held', async (t) => {
+  const later = undoer(t)
+  const mounts = twoMounts(t, later)
+  if (mounts === null) return
+  const [lockA, lockB] = [join(mounts[0], 'job.lock'), join(mounts[1], 'job.lock')]
+  const cli = cliHolder(lockB)
+  later(() => cli.kill())
+  assert.equal(await cli.line(), 'locked 1')
+
+  // A wait through A holds this host's queue (the kernel's lock on the lock path) while it
+  // polls the record; an abort ends it (bounded: a wait that never ends fails the test).
+  const ac = new AbortController()
+  const waiting = Lease.acquire(lockA, { ...record(60000), signal: ac.signal })
+  await until('the record wait holds this host\'s queue', () => !kernelFree(lockA))
+  ac.abort()
+  const ended = await within(10000, waiting)
+  assert.equal(ended.code, 'CANCELLED', String(ended))
+  assert.ok(kernelFree(lockA), 'nothing of the wait is held')
+
+  // The same wait in a worker_thread, without a signal: terminating the worker ends it.
+  const w = new Worker(`
+    const { parentPort, workerData } = require('node:worker_threads')
+    const { Lease } = require(workerData.pkg)
+    Lease.acquire(workerData.lock, { onSharedMount: { record: { ttlMs: 60000 } } })
+      .then(() => parentPort.postMessage('acquired'), (e) => parentPort.postMessage('failed ' + e.code))
+    parentPort.postMessage('waiting')
+  `, { eval: true, workerData: { pkg: PKG, lock: lockA } })
+  const said = await new Promise((resolve) => w.once('message', resolve))
+  assert.equal(said, 'waiting')
+  await until('the worker\'s record wait holds this host\'s queue', () => !kernelFree(lockA))
+  await w.terminate()
+  await until('the terminated worker\'s wait has ended', () => kernelFree(lockA))
+  cli.send('go')
+  assert.equal(await cli.line(), 'done')
+})
