@@ -291,3 +291,39 @@ fn a_session_writer_paused_past_its_ttl_is_refused_and_its_successor_appends() {
     let log = std::fs::read_to_string(a.backing.join("sessions/s1/session.jsonl")).expect("log");
     assert_eq!(log, "{\"by\":\"first\"}\n{\"by\":\"successor\"}\n");
 }
+
+/// The record lease chosen on a local disk changes nothing but the wait: the registry and
+/// the session log take the kernel's lease there (no fence, no token stamped), and a second
+/// session writer is still refused as owned.
+#[test]
+fn the_record_option_on_a_local_disk_takes_the_kernel_lease() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let home = tmp.path().join("home");
+    let root = tmp.path().join("root");
+    std::fs::create_dir(&root).expect("a root");
+    let root = root.canonicalize().unwrap();
+    let reg = registry(&home);
+    reg.acquire(&Budget::no_wait())
+        .expect("acquire on a local disk");
+    reg.add(&root, &root).expect("add");
+    reg.teardown();
+    let paths = RegistryPaths::in_home(&home, None);
+    let doc = std::fs::read_to_string(&paths.document).expect("the registry document");
+    assert!(doc.contains(root.to_str().unwrap()), "{doc}");
+    assert!(!doc.contains("fencing_token"), "{doc}");
+    let mut fence = paths.lease.as_os_str().to_owned();
+    fence.push(".fence");
+    assert!(
+        !Path::new(&fence).exists(),
+        "no fence without a record lease"
+    );
+
+    let store = sessions(&tmp.path().join("sessions"));
+    let mut first = store.open_writer(&session_id()).expect("open");
+    first.append_json(r#"{"n":1}"#).expect("append");
+    match store.open_writer(&session_id()) {
+        Err(SessionError::SessionAlreadyOwned { .. }) => {}
+        other => panic!("a second writer was not refused as owned: {other:?}"),
+    }
+    first.append_json(r#"{"n":2}"#).expect("append");
+}
