@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Bindfs, hold, leasehold, release, with_pid};
+use common::{hold, leasehold, release, with_pid};
 use rustix::process::Signal;
+use testkit::Bindfs;
 use testkit::{FlockHolder, Proc, assert_one_line_error, run};
 
 fn is_root() -> bool {

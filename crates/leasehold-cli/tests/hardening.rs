@@ -15,9 +15,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Bindfs, closed_stdout, leasehold};
+use common::{closed_stdout, leasehold};
 use rustix::process::Signal;
 use serde_json::{Value, json};
+use testkit::Bindfs;
 use testkit::{FlockHolder, Proc, assert_one_line_error, run};
 
 const NOBODY: u32 = 65534;

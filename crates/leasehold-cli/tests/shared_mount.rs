@@ -12,37 +12,15 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Bindfs, leasehold};
+use common::leasehold;
 use rustix::process::Signal;
+use testkit::Bindfs;
 use testkit::{Proc, assert_one_line_error, run};
 
 /// Two mounts of one directory that the kernel's lock does not cross, or `None` after a
-/// `SKIP:` line (no bindfs, no FUSE, or a kernel lock that does cross them here).
+/// `SKIP:` line ([`Bindfs::two_mounts`]).
 fn two_mounts(dir: &Path) -> Option<(Bindfs, Bindfs)> {
-    let first = Bindfs::mount(dir)?;
-    let second = first.another()?;
-    let lock = "probe.lock";
-    let holder = Proc::spawn(
-        leasehold()
-            .env("LEASEHOLD_ALLOW_NETWORK_FS", "1")
-            .arg("run")
-            .arg(first.mnt.join(lock))
-            .args(["--", "sh", "-c", "echo locked; read _"]),
-    );
-    let mut holder = holder;
-    assert_eq!(holder.line(), "locked");
-    let through_other = run(leasehold()
-        .env("LEASEHOLD_ALLOW_NETWORK_FS", "1")
-        .args(["run", "--no-wait"])
-        .arg(second.mnt.join(lock))
-        .args(["--", "true"]));
-    if through_other.code != 0 {
-        eprintln!(
-            "SKIP: record lease test: a kernel lock through one bindfs mount excludes the other here, so they are not two hosts"
-        );
-        return None;
-    }
-    Some((first, second))
+    Bindfs::two_mounts(dir)
 }
 
 /// A `run` holding the record lease (TTL `ttl`) on `lock`: COMMAND prints `locked TOKEN`

@@ -176,6 +176,70 @@ fn a_document_torture_run_without_the_lease_is_detected() {
     );
 }
 
+/// `torture --document --two-mounts` on the two-mount bed (two bindfs mounts of one
+/// directory, which a kernel lock does not cross): workers take the document's record lease
+/// through both mounts and are SIGKILLed, or SIGSTOPped past the TTL and SIGCONTed, inside
+/// their updates on both sides. No two acknowledged updates may overlap or be lost, and
+/// paused writers that were taken over are refused once they resume.
+#[cfg(target_os = "linux")]
+fn two_mount_torture(extra: &[&str]) -> Option<(testkit::Out, tempfile::TempDir)> {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = testkit::Bindfs::two_mounts(tmp.path())?;
+    let out = run(leasehold()
+        .arg("torture")
+        // A TTL of a second: the margin (a tenth) must outlast the scheduling stalls of a
+        // loaded test machine between a writer's last check and its rename.
+        .args(["--document", "--workers", "4", "--seconds", "60", "--json"])
+        .args(["--record-ttl", "1"])
+        .args(extra)
+        .arg("--dir")
+        .arg(&a.mnt)
+        .arg("--two-mounts")
+        .arg(&b.mnt));
+    drop((a, b));
+    Some((out, tmp))
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_two_mount_document_torture_run_finds_no_violation_among_acknowledged_updates() {
+    let Some((out, _tmp)) = two_mount_torture(&["--kills", "40"]) else {
+        return;
+    };
+    assert_eq!(out.code, 0, "stdout {} stderr {}", out.stdout, out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["two_mounts"], true, "{v}");
+    assert_eq!(v["kills"], 40, "{v}");
+    assert!(v["operations"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        v["pauses"].as_u64().unwrap() > 0,
+        "no pause past the TTL: {v}"
+    );
+    assert!(
+        v["refused_after_pause"].as_u64().unwrap() > 0,
+        "no paused writer was taken over and refused: {v}"
+    );
+}
+
+/// Its self-check: workers that lease lock files of their own lose updates across the two
+/// mounts, and the run must say so.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_two_mount_document_torture_run_without_the_lease_is_detected() {
+    let Some((out, _tmp)) = two_mount_torture(&["--kills", "10", "--break-exclusion"]) else {
+        return;
+    };
+    assert_eq!(out.code, 1, "stdout {} stderr {}", out.stdout, out.stderr);
+    let details = testkit::violation_details(&out.stdout);
+    assert!(
+        details
+            .iter()
+            .any(|d| d.starts_with("document:") || d.contains("one of them was lost")),
+        "{details:?}"
+    );
+}
+
 #[test]
 fn the_worker_flags_are_hidden_and_bad_arguments_are_usage_errors() {
     let help = run(leasehold().args(["torture", "--help"]));

@@ -128,3 +128,24 @@ pub fn ended_by_kill(status: &ExitStatus) -> bool {
         status.code() == Some(1)
     }
 }
+
+/// Pauses the process group of the worker `pid` for `pause` (SIGSTOP, then SIGCONT): a
+/// holder that stands still past its lease's TTL, renewing nothing. Windows cannot pause a
+/// process from outside: nothing happens there (the runs that pause are refused first).
+pub fn pause(pid: u32, pause: std::time::Duration) {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Pid, Signal, kill_process_group};
+        let Some(group) = Pid::from_raw(pid as i32) else {
+            return;
+        };
+        if kill_process_group(group, Signal::STOP).is_ok() {
+            std::thread::sleep(pause);
+            let _ = kill_process_group(group, Signal::CONT);
+        }
+    }
+    #[cfg(windows)]
+    {
+        let _ = (pid, pause);
+    }
+}

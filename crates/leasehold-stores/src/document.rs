@@ -96,7 +96,7 @@ impl DocumentFiles for RealFiles {
 
 /// Reads the regular file at `path` (see [`RealFiles::read`]) through its directory's handle
 /// ([`LockDir::open_read`]: the library's one careful open); `None` when it is missing.
-fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     use std::io::Read;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,

@@ -140,6 +140,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod document;
+mod fence;
 pub mod id;
 pub mod registry;
 pub mod results;

@@ -22,6 +22,14 @@
 //! itself and writes nothing. Each written document carries `"fencing_token"`, the token it
 //! was written under; the file-backed store does the same under a fencing arbiter and refuses
 //! to write over a document stamped with a higher token.
+//!
+//! **On a directory shared between hosts** whose mount keeps kernel locks on each host (NFS
+//! with `local_lock=all`, sshfs, most FUSE), with
+//! [`LeaseOptions::on_shared_mount`](leasehold::LeaseOptions::on_shared_mount) choosing
+//! [`SharedMount::Record`]: the lease is a record lease, whose token is stamped and compared
+//! as etcd's is; it is also claimed in the fence beside the lock file when the registry
+//! becomes active and compared there last before each rename, and each write refuses when
+//! too little of the lease's validity is left ([`MountLease::verify_for_write`]).
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -37,7 +45,12 @@ use leasehold::patterns::authority::{
 use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Budget, Classify, ErrorClass, HolderInfo, Lease, LeaseOptions};
+use leasehold::{
+    Budget, Classify, ErrorClass, HolderInfo, Lease, LeaseOptions, LockMode, MountLease,
+    SharedMount,
+};
+
+use crate::fence::Fence;
 use serde_json::{Map, Value, json};
 
 use crate::document::{DocumentFiles, JsonDocument, RealFiles};
@@ -145,6 +158,9 @@ pub struct RegistryStore {
     /// Whether the document's directory and its home have been made durable since the store
     /// was opened (see [`RegistryStore::ensure_durable_dirs`]).
     dirs_durable: bool,
+    /// The fence beside the lease's lock file, compared last before a write under a record
+    /// lease's token (see [`Fence`]).
+    fence: Option<Fence>,
 }
 
 /// Where the document lives.
@@ -191,6 +207,7 @@ impl Backend {
         &self,
         doc: &mut Map<String, Value>,
         fence: Option<u64>,
+        lock_fence: Option<&Fence>,
         check: &mut dyn FnMut() -> Result<(), StoreFailure>,
     ) -> Result<(), StoreFailure> {
         if let Some(token) = fence {
@@ -209,7 +226,22 @@ impl Backend {
                         ));
                     }
                 }
-                d.save_checked(doc, check)
+                // Under a record lease, the fence beside the lock file is compared too (a
+                // successor claims it before it reads, so this catches a holder deposed before
+                // the successor has written anything), and the lease verified again after it:
+                // a successor takes over only once this holder's validity has run out.
+                match (fence, lock_fence) {
+                    (Some(token), Some(f)) => d.save_checked(doc, &mut || {
+                        check()?;
+                        f.check(token)
+                            .map_err(|e| StoreFailure::new("the lease", "fenced out", e))?;
+                        match crate::fence::MUTANT {
+                            true => Ok(()),
+                            false => check(),
+                        }
+                    }),
+                    _ => d.save_checked(doc, check),
+                }
             }
             // One transaction, checked by etcd itself against the token.
             #[cfg(all(feature = "etcd", unix))]
@@ -330,6 +362,7 @@ impl RegistryStore {
             doc: Backend::File(doc),
             loaded: None,
             dirs_durable: false,
+            fence: None,
         }
     }
 
@@ -444,7 +477,7 @@ impl Store for RegistryStore {
         doc.entry("version").or_insert(json!(1));
         doc.insert("workspaces".into(), Value::Object(workspaces));
         self.ensure_durable_dirs()?;
-        self.doc.save(&mut doc, fence, check)?;
+        self.doc.save(&mut doc, fence, self.fence.as_ref(), check)?;
         self.loaded = Some(doc);
         Ok(())
     }
@@ -459,12 +492,20 @@ type RegistryAuthority = Authority<RegistryArbiter, RegistryStore>;
 /// Who arbitrates the registry: the kernel lease on one machine, or etcd across machines.
 enum RegistryArbiter {
     Kernel(KernelArbiter),
+    /// The lease the lock path's mount calls for
+    /// ([`LeaseOptions::acquire_mount_lease`]): a record lease where the mount keeps kernel
+    /// locks on each host and the options chose one, the kernel's elsewhere.
+    Mount {
+        lock: PathBuf,
+        options: LeaseOptions,
+    },
     #[cfg(all(feature = "etcd", unix))]
     Etcd(EtcdArbiter),
 }
 
 enum RegistryGrant {
     Kernel(Lease),
+    Mount(MountLease),
     /// Boxed: the etcd client it carries is large.
     #[cfg(all(feature = "etcd", unix))]
     Etcd(Box<EtcdGrant>),
@@ -474,6 +515,8 @@ impl Grant for RegistryGrant {
     fn verify(&self) -> leasehold::Result<()> {
         match self {
             RegistryGrant::Kernel(g) => Grant::verify(g),
+            // Every verification precedes a write: the library's rule for one.
+            RegistryGrant::Mount(g) => g.verify_for_write(),
             #[cfg(all(feature = "etcd", unix))]
             RegistryGrant::Etcd(g) => g.verify(),
         }
@@ -481,6 +524,7 @@ impl Grant for RegistryGrant {
     fn release(&mut self) {
         match self {
             RegistryGrant::Kernel(g) => Grant::release(g),
+            RegistryGrant::Mount(g) => g.release(),
             #[cfg(all(feature = "etcd", unix))]
             RegistryGrant::Etcd(g) => g.release(),
         }
@@ -488,6 +532,7 @@ impl Grant for RegistryGrant {
     fn fencing_token(&self) -> Option<u64> {
         match self {
             RegistryGrant::Kernel(g) => g.fencing_token(),
+            RegistryGrant::Mount(g) => g.fencing_token(),
             #[cfg(all(feature = "etcd", unix))]
             RegistryGrant::Etcd(g) => g.fencing_token(),
         }
@@ -495,6 +540,7 @@ impl Grant for RegistryGrant {
     fn is_lost(&self) -> bool {
         match self {
             RegistryGrant::Kernel(g) => g.is_lost(),
+            RegistryGrant::Mount(g) => !g.is_held(),
             #[cfg(all(feature = "etcd", unix))]
             RegistryGrant::Etcd(g) => g.is_lost(),
         }
@@ -506,16 +552,34 @@ impl Arbiter for RegistryArbiter {
     fn acquire(&self, budget: &Budget) -> leasehold::Result<RegistryGrant> {
         match self {
             RegistryArbiter::Kernel(a) => a.acquire(budget).map(RegistryGrant::Kernel),
+            RegistryArbiter::Mount { lock, options } => {
+                acquire_mount(lock, options, budget).map(RegistryGrant::Mount)
+            }
             #[cfg(all(feature = "etcd", unix))]
             RegistryArbiter::Etcd(a) => a.acquire(budget).map(|g| RegistryGrant::Etcd(Box::new(g))),
         }
     }
 }
 
+/// The mount's lease on `lock`; under a record lease, its token claimed in the fence beside
+/// the lock file before the store is read (a predecessor that resumes then writes nothing).
+fn acquire_mount(
+    lock: &Path,
+    options: &LeaseOptions,
+    budget: &Budget,
+) -> leasehold::Result<MountLease> {
+    let lease = options.acquire_mount_lease(lock, LockMode::Exclusive, budget)?;
+    if let Some(token) = lease.fencing_token() {
+        Fence::of(lock).claim(token)?;
+    }
+    Ok(lease)
+}
+
 /// One arbiter's pending acquisition.
 #[cfg(feature = "tokio")]
-enum Acquiring<K, #[cfg(all(feature = "etcd", unix))] E> {
+enum Acquiring<K, M, #[cfg(all(feature = "etcd", unix))] E> {
     Kernel(K),
+    Mount(M),
     #[cfg(all(feature = "etcd", unix))]
     Etcd(E),
 }
@@ -529,12 +593,20 @@ impl AsyncArbiter for RegistryArbiter {
         let budget = budget.into();
         let acquiring = match self {
             RegistryArbiter::Kernel(a) => Acquiring::Kernel(a.acquire_async(budget)),
+            // A record lease's wait is a poll: it runs on the blocking pool.
+            RegistryArbiter::Mount { lock, options } => {
+                let (lock, options) = (lock.clone(), *options);
+                Acquiring::Mount(leasehold::patterns::offload(move || {
+                    acquire_mount(&lock, &options, &budget)
+                }))
+            }
             #[cfg(all(feature = "etcd", unix))]
             RegistryArbiter::Etcd(a) => Acquiring::Etcd(a.acquire_async(budget)),
         };
         async move {
             match acquiring {
                 Acquiring::Kernel(f) => f.await.map(RegistryGrant::Kernel),
+                Acquiring::Mount(f) => f.await.map(RegistryGrant::Mount),
                 #[cfg(all(feature = "etcd", unix))]
                 Acquiring::Etcd(f) => f.await.map(|g| RegistryGrant::Etcd(Box::new(g))),
             }
@@ -628,9 +700,19 @@ impl Registry {
     ) -> Registry {
         let doc = JsonDocument::with_files(&paths.document, files)
             .allow_shared_state(options.allows_shared_state());
-        let store = RegistryStore::new(doc);
-        let arbiter =
-            RegistryArbiter::Kernel(KernelArbiter::new(&paths.lease).with_options(options));
+        let mut store = RegistryStore::new(doc);
+        let arbiter = match options.shared_mount() {
+            SharedMount::Refuse => {
+                RegistryArbiter::Kernel(KernelArbiter::new(&paths.lease).with_options(options))
+            }
+            _ => {
+                store.fence = Some(Fence::of(&paths.lease));
+                RegistryArbiter::Mount {
+                    lock: paths.lease.clone(),
+                    options,
+                }
+            }
+        };
         let mut authority = Authority::new(arbiter, store);
         if let Some(o) = observer {
             authority = authority.with_observer(o);
@@ -672,6 +754,7 @@ impl Registry {
             }),
             loaded: None,
             dirs_durable: true, // etcd has no directories to make durable
+            fence: None,
         };
         let mut authority = Authority::new(RegistryArbiter::Etcd(arbiter), store);
         if let Some(o) = observer {

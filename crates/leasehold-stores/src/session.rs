@@ -20,6 +20,13 @@
 //! * **One writer.** A second writer gets [`SessionError::SessionAlreadyOwned`] with the holder
 //!   pid(s) where the OS reveals them; it never waits, because a live writer keeps its session
 //!   for as long as it runs.
+//! * **On a directory shared between hosts** whose mount keeps kernel locks on each host, with
+//!   [`LeaseOptions::on_shared_mount`] choosing [`SharedMount::Record`], the write lease is a
+//!   record lease. A second writer then waits up to one and a half TTLs before it is refused
+//!   (a claim from another host is known stale only once it stood unrenewed for a TTL), and
+//!   every append is fenced: [`MountLease::verify_for_write`], and the grant's token, claimed
+//!   in `session.lock.fence` before the log was opened, compared again. A writer paused past
+//!   its TTL while another took the session over appends nothing once resumed.
 //! * **Readers** ([`SessionReader`]) never open the lock file, so they can neither disturb nor
 //!   wait for a writer; they see a prefix of whole records.
 //! * **Records are at most [`MAX_RECORD_LEN`] bytes** (64 MiB, as one line): writers refuse
@@ -44,7 +51,12 @@ use leasehold::patterns::append::{AppendError, AppendLog, Durability, LogReader,
 use leasehold::patterns::durable::create_dir_durable;
 #[cfg(feature = "tokio")]
 use leasehold::patterns::offload;
-use leasehold::{Classify, Error, ErrorClass, HolderInfo, Lease, LeaseOptions, LockDir};
+use leasehold::{
+    Budget, Classify, Error, ErrorClass, HolderInfo, LeaseOptions, LockDir, LockMode, MountLease,
+    SharedMount,
+};
+
+use crate::fence::Fence;
 
 use crate::id::{IdError, SafeId};
 
@@ -308,9 +320,40 @@ enum State {
     /// A new session: nothing on disk, no lease yet.
     Pending,
     /// Lease held, log open.
-    Open { lease: Lease, log: AppendLog },
+    Open { lease: Held, log: AppendLog },
     /// Released; writing needs a new handle.
     Released,
+}
+
+/// A session's write lease: the kernel's, or (on a mount whose kernel locks stay on each
+/// host, when the store's options chose it) a record lease with the fence its token was
+/// claimed in.
+struct Held {
+    lease: MountLease,
+    fence: Option<(Fence, u64)>,
+}
+
+impl Held {
+    /// Before every write: the library's rule ([`MountLease::verify_for_write`]), then the
+    /// fence still holds this grant's token. Returns the kernel lease the log verifies.
+    /// (A kernel lease alone is verified by the log itself.)
+    fn before_write(&self) -> Result<&leasehold::Lease, SessionError> {
+        if let Some((fence, token)) = &self.fence {
+            self.lease.verify_for_write().map_err(SessionError::Lease)?;
+            fence
+                .last_checks(*token, &self.lease)
+                .map_err(SessionError::Lease)?;
+        }
+        self.kernel()
+    }
+
+    fn kernel(&self) -> Result<&leasehold::Lease, SessionError> {
+        self.lease.exclusive_kernel().ok_or_else(|| {
+            SessionError::Lease(Error::LeaseLost {
+                path: self.lease.path().to_path_buf(),
+            })
+        })
+    }
 }
 
 /// The single writer of one session. It holds the session's write lease from the moment it
@@ -402,7 +445,7 @@ impl SessionWriter {
             self.materialize()?;
         }
         match &mut self.state {
-            State::Open { lease, log } => Ok(log.append_batch(lease, &records)?),
+            State::Open { lease, log } => Ok(log.append_batch(lease.before_write()?, &records)?),
             State::Released => Err(SessionError::Released {
                 id: self.id.clone(),
             }),
@@ -455,7 +498,7 @@ impl SessionWriter {
             self.materialize()?;
         }
         match &mut self.state {
-            State::Open { lease, log } => Ok(log.append(lease, record)?),
+            State::Open { lease, log } => Ok(log.append(lease.before_write()?, record)?),
             State::Released => Err(SessionError::Released {
                 id: self.id.clone(),
             }),
@@ -502,24 +545,44 @@ impl SessionWriter {
         self.take(dir)
     }
 
-    /// Takes the session's lease (never waiting) and opens its log, repairing a torn tail.
+    /// Takes the session's lease (never waiting; under a record lease, at most one and a
+    /// half TTLs, the time a claim from another host takes to be known stale) and opens its
+    /// log, repairing a torn tail.
     fn take(&mut self, dir: LockDir) -> Result<(), SessionError> {
-        let lease = self
-            .store
-            .options
-            .create(true)
-            .try_acquire_at(&dir, LOCK_NAME)
-            .map_err(|e| {
-                if e.is_contended() {
-                    SessionError::SessionAlreadyOwned {
-                        id: self.id.clone(),
-                        holders: e.holders().cloned().unwrap_or_default(),
-                    }
-                } else {
-                    SessionError::Lease(e)
+        let options = self.store.options.create(true);
+        let lease = match options.shared_mount() {
+            SharedMount::Record { ttl } => options.acquire_mount_lease(
+                dir.path().join(LOCK_NAME),
+                LockMode::Exclusive,
+                &Budget::timeout(ttl + ttl / 2),
+            ),
+            _ => options
+                .try_acquire_at(&dir, LOCK_NAME)
+                .map(|l| MountLease::Kernel(l.into())),
+        };
+        let lease = lease.map_err(|e| {
+            if e.is_contended() {
+                SessionError::SessionAlreadyOwned {
+                    id: self.id.clone(),
+                    holders: e.holders().cloned().unwrap_or_default(),
                 }
-            })?;
-        let (log, torn) = AppendLog::open_at(&dir, LOG_NAME, &lease, self.store.durability)?;
+            } else {
+                SessionError::Lease(e)
+            }
+        })?;
+        // A record lease's token is claimed before the log is read or repaired: a writer
+        // that resumes after a pause then finds it and appends nothing.
+        let fence = match lease.fencing_token() {
+            Some(token) => {
+                let fence = Fence::of(&dir.path().join(LOCK_NAME));
+                fence.claim(token).map_err(SessionError::Lease)?;
+                Some((fence, token))
+            }
+            None => None,
+        };
+        let lease = Held { lease, fence };
+        let (log, torn) =
+            AppendLog::open_at(&dir, LOG_NAME, lease.before_write()?, self.store.durability)?;
         self.repaired = torn;
         self.state = State::Open { lease, log };
         Ok(())

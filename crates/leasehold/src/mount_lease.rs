@@ -101,6 +101,50 @@ impl MountLease {
         }
     }
 
+    /// [`verify`](Self::verify) before a durable write: for a record lease,
+    /// [`RecordLease::verify_for_write`], which also refuses ([`Error::LeaseLost`](crate::Error::LeaseLost))
+    /// when less than its write margin of validity is left; for the kernel's lease, as
+    /// [`verify`](Self::verify). The one rule every store applies before its rename.
+    ///
+    /// # Errors
+    /// As [`verify`](Self::verify).
+    pub fn verify_for_write(&self) -> Result<()> {
+        match self {
+            MountLease::Kernel(l) => l.verify(),
+            #[cfg(unix)]
+            MountLease::Record(l) => l.verify_for_write(),
+        }
+    }
+
+    /// The exclusive kernel lease it holds on the lock path — the kernel's own, or the one a
+    /// record lease holds as its host's queue — for a pattern that verifies a [`Lease`](crate::Lease)
+    /// before each write (an [`AppendLog`](crate::patterns::append::AppendLog)); the caller
+    /// adds [`verify_for_write`](Self::verify_for_write), which a record lease needs. `None`
+    /// for a shared kernel lease.
+    pub fn exclusive_kernel(&self) -> Option<&crate::Lease> {
+        match self {
+            MountLease::Kernel(AnyLease::Exclusive(l)) => Some(l),
+            MountLease::Kernel(_) => None,
+            #[cfg(unix)]
+            MountLease::Record(l) => Some(l.kernel()),
+        }
+    }
+
+    /// [`RecordLease::validity_for_write`] for a record lease — the margin rule without
+    /// I/O, the last check before a store's rename; nothing to check for the kernel's lease
+    /// (its [`verify_for_write`](Self::verify_for_write) has no time in it).
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) when a record lease has too little
+    /// validity left.
+    pub fn validity_for_write(&self) -> Result<()> {
+        match self {
+            MountLease::Kernel(_) => Ok(()),
+            #[cfg(unix)]
+            MountLease::Record(l) => l.validity_for_write(),
+        }
+    }
+
     /// Releases it now; dropping does the same. A record lease gives its baton back (a
     /// failure to do so is ignored: a waiter then takes it over once the TTL has passed).
     pub fn release(&mut self) {

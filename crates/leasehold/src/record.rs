@@ -526,6 +526,40 @@ impl RecordLease {
         }
     }
 
+    /// [`verify`](Self::verify) for a durable write about to be made: also refuses, with
+    /// [`Error::LeaseLost`] naming the lock path, when less than the write margin (a tenth
+    /// of the TTL) of validity is left once verified — a write begun that close to the end
+    /// could land after a waiter on another host took the lease over. The stores call it
+    /// before their rename, then compare their fencing token, then apply the margin rule
+    /// once more without I/O ([`validity_for_write`](Self::validity_for_write));
+    /// docs/design.md ("Fencing the stores' writes") gives the argument and what remains.
+    ///
+    /// # Errors
+    ///
+    /// As [`verify`](Self::verify); [`Error::LeaseLost`] when too little validity is left.
+    pub fn verify_for_write(&self) -> Result<()> {
+        self.verify()?;
+        self.validity_for_write()
+    }
+
+    /// The margin rule of [`verify_for_write`](Self::verify_for_write) alone, without I/O
+    /// (no renewal): refuses ([`Error::LeaseLost`]) when less than the write margin of
+    /// validity is left now. A store calls it last before its rename, after its other
+    /// checks: a waiter takes the lease over only once this holder's validity has ended, so
+    /// whatever paused the holder before this point cannot have let a successor in unseen.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when too little validity is left (or the lease was lost).
+    pub fn validity_for_write(&self) -> Result<()> {
+        match self.remaining() {
+            Some(left) if left >= margin(self.held.ttl) => Ok(()),
+            _ => Err(Error::LeaseLost {
+                path: self.held.path.clone(),
+            }),
+        }
+    }
+
     /// Renews now (the renewing thread does so every third of the TTL): renames the baton
     /// from this holder's name to the next heartbeat's, which succeeds only if nobody took it
     /// over; the validity then runs a TTL (less the margin) from the clock read before the

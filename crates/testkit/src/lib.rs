@@ -20,6 +20,8 @@
 //!   taken effect.
 //! * [`assert_abandoned_grant_let_go`] (Unix): a wait given up while queued in the kernel
 //!   never ends up holding the lock once it is granted.
+//! * [`Bindfs`] (Linux): the two-mount bed — two bindfs (FUSE) mounts of one directory that
+//!   a kernel lock does not cross, as two NFS clients with `local_lock=all`.
 //! * [`assert_broken_exclusion_found`]: the torture's self-check found what it must.
 //!
 //! Helpers that need one crate's own binary (`CARGO_BIN_EXE_*` exists only while that crate's
@@ -27,6 +29,8 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(target_os = "linux")]
+mod bindfs;
 mod canary;
 #[cfg(unix)]
 pub mod etcd;
@@ -40,6 +44,8 @@ mod recorder;
 mod spawns;
 mod torture;
 
+#[cfg(target_os = "linux")]
+pub use bindfs::Bindfs;
 pub use canary::Canary;
 pub use free::{assert_free, reveals_holders};
 #[cfg(unix)]

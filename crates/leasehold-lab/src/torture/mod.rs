@@ -29,6 +29,15 @@
 //! counter between the acknowledged and the attempted updates, and no temporary beside the
 //! document once an update holds the lease (killed writers' temporaries are collected then).
 //!
+//! With `--document --two-mounts DIR2` (Linux), DIR2 is a second mount of `--dir`'s
+//! directory that its kernel locks do not reach (two bindfs mounts of one directory, as two
+//! NFS clients with `local_lock=all`): the workers take the document's record lease
+//! ([`SharedMount::Record`], TTL `--record-ttl`), odd slots through DIR2, and a hunt either
+//! SIGKILLs its worker or SIGSTOPs it for twice the TTL and SIGCONTs it (inside the closure,
+//! or between the lease's verification and the rename). A deposed writer's update must be
+//! refused (lease lost, recorded as `stop`: it held nothing from then on); the checks above
+//! then hold among the acknowledged updates.
+//!
 //! With `--ancestor-rename` (Linux, as root), the counter and the registry live in
 //! `shared/area/` of the run's directory, `shared/` being writable by everyone, and an
 //! attacker process running as `nobody` (`setpriv`) repeatedly swaps `area` for a fresh
@@ -45,6 +54,7 @@
 //! [`KeyedLeases`]: leasehold::patterns::keyed::KeyedLeases
 //! [`Document`]: leasehold_stores::document::Document
 //! [`KeyedLeases::collect`]: leasehold::patterns::keyed::KeyedLeases::collect
+//! [`SharedMount::Record`]: leasehold::SharedMount::Record
 
 mod check;
 #[cfg(all(feature = "etcd", unix))]
@@ -140,6 +150,16 @@ pub struct TortureArgs {
     // The hidden self-check `--break-exclusion` gives each worker a lock file of its own.
     #[arg(long, conflicts_with_all = ["gc", "descendants", "ancestor_rename"])]
     document: bool,
+    /// With --document and --dir (Linux): DIR2 is a second mount of --dir's directory
+    /// whose kernel locks do not reach the first's (two bindfs mounts of one directory). The
+    /// workers take the document's record lease (TTL --record-ttl), half of them through
+    /// DIR2, and are SIGKILLed or SIGSTOPped past the TTL on both sides; a deposed writer's
+    /// update must be refused, and no acknowledged update may be lost.
+    #[arg(long, value_name = "DIR2", requires_all = ["document", "dir"])]
+    two_mounts: Option<PathBuf>,
+    /// With --two-mounts: the record lease's TTL in seconds.
+    #[arg(long, value_name = "S", default_value_t = 0.3, value_parser = parse_seconds)]
+    record_ttl: f64,
     /// Linux, as root: the counter and the registry lie below a directory that another user
     /// (`nobody`, through setpriv) may rename, and does, again and again, putting a fresh
     /// one in its place. Without LEASEHOLD_ALLOW_SHARED=1 every acquisition must be
@@ -174,6 +194,13 @@ pub struct WorkerArgs {
     /// A `--document` run: document updates and lock-free reads.
     #[arg(long)]
     document: bool,
+    /// A `--two-mounts` run: the document's record lease, with this TTL in milliseconds.
+    #[arg(long, value_name = "MS", requires = "document")]
+    record_ttl_ms: Option<u64>,
+    /// A `--two-mounts` run: reach the document through this directory (the run's
+    /// directory through the second mount).
+    #[arg(long, value_name = "DIR", requires = "record_ttl_ms")]
+    via: Option<PathBuf>,
     /// With `--increment`: record the acknowledgement of operation SEQ after the increment
     /// (the increment of a `--descendants` run ends after its `run` has exited).
     #[arg(long, value_name = "SEQ", requires = "increment")]
@@ -197,6 +224,8 @@ pub fn worker(args: WorkerArgs) -> Outcome {
     layout.broken = args.break_exclusion;
     layout.descendants = args.descendants;
     layout.ancestor = args.ancestor_rename;
+    layout.via = args.via;
+    layout.record_ttl = args.record_ttl_ms.map(std::time::Duration::from_millis);
     if args.attacker {
         worker::attack(&layout)
     } else if args.document {
@@ -232,6 +261,11 @@ pub fn main(args: TortureArgs) -> Outcome {
             "torture --descendants: COMMAND's descendants inherit the lease on Unix only (on Windows the lease is not inherited)",
         ));
     }
+    if args.two_mounts.is_some() && !cfg!(target_os = "linux") {
+        return Err(Failure::usage(
+            "torture --two-mounts: Linux only (the bed is two bindfs mounts of one directory)",
+        ));
+    }
     if args.ancestor_rename && !cfg!(target_os = "linux") {
         return Err(Failure::usage(
             "torture --ancestor-rename: Linux only (the attacker swaps directories with renameat2 and runs as nobody through setpriv)",
@@ -248,6 +282,8 @@ pub fn main(args: TortureArgs) -> Outcome {
         descendants: args.descendants,
         document: args.document,
         ancestor: args.ancestor_rename,
+        two_mounts: args.two_mounts.clone(),
+        record_ttl: std::time::Duration::from_secs_f64(args.record_ttl),
     })
 }
 
@@ -317,6 +353,11 @@ pub struct Layout {
     /// `--ancestor-rename`: the counter and the registry lie in `shared/area/`, which the
     /// attacker swaps for fresh directories.
     ancestor: bool,
+    /// `--two-mounts`: the directory this worker reaches the document through (the run's
+    /// directory through the second mount), when not `dir`.
+    via: Option<PathBuf>,
+    /// `--two-mounts`: the document's record lease TTL.
+    record_ttl: Option<std::time::Duration>,
 }
 
 impl Layout {
@@ -326,6 +367,8 @@ impl Layout {
             broken: false,
             descendants: false,
             ancestor: false,
+            via: None,
+            record_ttl: None,
         }
     }
     /// Where the counter and the registry's home lie: the run's directory, or (with
@@ -400,17 +443,28 @@ impl Layout {
             self.counter_lock()
         }
     }
-    /// The document of a `--document` run.
+    /// The document of a `--document` run (through the second mount for a worker of it).
     fn document(&self) -> PathBuf {
-        self.dir.join("doc.json")
+        self.document_dir().join("doc.json")
+    }
+    fn document_dir(&self) -> &Path {
+        self.via.as_deref().unwrap_or(&self.dir)
+    }
+    /// The document's options: JSON, and with `--two-mounts` the record lease.
+    fn document_options(&self) -> leasehold_stores::document::DocumentOptions {
+        let options = leasehold_stores::document::DocumentOptions::new().json(true);
+        match self.record_ttl {
+            Some(ttl) => options.on_shared_mount(leasehold::SharedMount::Record { ttl }),
+            None => options,
+        }
     }
     /// The lock file worker `slot` leases the document on: the document's own
     /// (`doc.json.lock`), unless the run breaks exclusion on purpose.
     fn document_lock_of(&self, slot: u32) -> PathBuf {
         if self.broken {
-            self.dir.join(format!("doc.json.{slot}.lock"))
+            self.document_dir().join(format!("doc.json.{slot}.lock"))
         } else {
-            self.dir.join("doc.json.lock")
+            self.document_dir().join("doc.json.lock")
         }
     }
     /// The managed root of the keyed leases (`--gc`).

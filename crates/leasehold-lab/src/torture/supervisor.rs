@@ -63,7 +63,16 @@ pub struct Settings {
     pub document: bool,
     /// The stores lie below a directory another user swaps for fresh ones: see `TortureArgs`.
     pub ancestor: bool,
+    /// `--two-mounts`: a second mount of `dir`'s directory (see `TortureArgs`).
+    pub two_mounts: Option<PathBuf>,
+    /// `--two-mounts`: the document's record lease TTL.
+    pub record_ttl: Duration,
 }
+
+/// The phases a hunting pause aims at in a `--two-mounts` run: inside the update's closure
+/// (the lease verified next, at the write), and between the lease's verification and the
+/// rename (the fencing token compared next).
+const PAUSED: [&str; 2] = ["closure", "write-Synced"];
 
 #[derive(Default)]
 struct Slot {
@@ -80,6 +89,10 @@ struct State {
     hunt: Option<&'static str>,
     /// The hunt moves the stores' directory instead of killing (`--ancestor-rename`).
     hunt_moves: bool,
+    /// The hunt pauses its worker past the TTL instead of killing it (`--two-mounts`).
+    hunt_pauses: bool,
+    /// Pauses past the TTL (`--two-mounts`), counted among the kills too.
+    pauses: u64,
     /// Moves of the stores' directory, by where they landed.
     moves: BTreeMap<String, u64>,
     stopping: bool,
@@ -199,6 +212,21 @@ pub fn run(settings: &Settings) -> Outcome {
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
+    // The run's directory through the second mount: the same name under DIR2.
+    let second = match (&settings.two_mounts, layout.dir.file_name()) {
+        (Some(dir2), Some(name)) => {
+            let through = dir2.join(name);
+            if !through.is_dir() {
+                return Err(Failure::usage(format!(
+                    "torture --two-mounts: {} does not show the run's directory {}: DIR2 must be a second mount of --dir's directory",
+                    through.display(),
+                    layout.dir.display()
+                )));
+            }
+            Some(through)
+        }
+        _ => None,
+    };
     let threads: Vec<_> = (0..settings.workers as usize)
         .map(|slot| {
             let (shared, layout, exe) = (shared.clone(), layout.clone(), exe.clone());
@@ -208,8 +236,9 @@ pub fn run(settings: &Settings) -> Outcome {
                 descendants: settings.descendants,
                 document: settings.document,
                 ancestor: settings.ancestor,
+                two_mounts: second.clone().map(|d| (d, settings.record_ttl)),
             };
-            thread::spawn(move || tend(&shared, &layout, &exe, slot, flags))
+            thread::spawn(move || tend(&shared, &layout, &exe, slot, &flags))
         })
         .collect();
 
@@ -279,6 +308,9 @@ fn prepare(settings: &Settings) -> Result<Layout, Failure> {
     let dir = dir.canonicalize().map_err(|e| io_failure(&dir, e))?;
     let mut layout = Layout::new(&dir);
     layout.ancestor = settings.ancestor;
+    if settings.two_mounts.is_some() {
+        layout.record_ttl = Some(settings.record_ttl);
+    }
     #[cfg(unix)]
     if settings.ancestor {
         // Everyone may rename in `shared/` (not sticky), and the attacker must reach it.
@@ -344,10 +376,16 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
         } else {
             &HUNTED
         };
-        let phase = hunted[rng.below(hunted.len() as u64) as usize];
+        // With --two-mounts, half the hunts pause their worker past the TTL instead.
+        let pausing = settings.two_mounts.is_some() && rng.below(2) == 0;
+        let phase = match pausing {
+            true => PAUSED[rng.below(PAUSED.len() as u64) as usize],
+            false => hunted[rng.below(hunted.len() as u64) as usize],
+        };
         let mut st = shared.lock();
         st.hunt = Some(phase);
         st.hunt_moves = moving;
+        st.hunt_pauses = pausing;
         let patience = HUNT_PATIENCE.min(deadline.saturating_duration_since(Instant::now()));
         let (mut st, _) = shared
             .hunted
@@ -358,18 +396,20 @@ fn kill_loop(shared: &Shared, settings: &Settings, deadline: Instant) {
 }
 
 /// The worker flags of a run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Flags {
     gc: bool,
     break_exclusion: bool,
     descendants: bool,
     document: bool,
     ancestor: bool,
+    /// `--two-mounts`: the run's directory through the second mount, and the TTL.
+    two_mounts: Option<(PathBuf, Duration)>,
 }
 
 /// Keeps one worker slot busy: starts an incarnation, answers its phases (or kills it in
 /// the hunted one), reaps it, and starts the next until the run stops.
-fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags) {
+fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: &Flags) {
     for generation in 0u32.. {
         if shared.lock().stopping {
             return;
@@ -391,6 +431,16 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags)
                 .args(flags.descendants.then_some("--descendants"))
                 .args(flags.document.then_some("--document"))
                 .args(flags.ancestor.then_some("--ancestor-rename"))
+                .args(flags.two_mounts.iter().flat_map(|(_, ttl)| {
+                    ["--record-ttl-ms".to_string(), ttl.as_millis().to_string()]
+                }))
+                .args(
+                    flags
+                        .two_mounts
+                        .iter()
+                        .filter(|_| slot % 2 == 1)
+                        .flat_map(|(via, _)| [std::ffi::OsString::from("--via"), via.into()]),
+                )
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(err);
@@ -432,6 +482,22 @@ fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, flags: Flags)
                     drop(st);
                     shared.move_stores(&line);
                     shared.hunted.notify_all();
+                } else if st.hunt.is_some_and(|h| h == line) && st.hunt_pauses {
+                    // Paused past the TTL (its lease's renewals stop with it), then let go:
+                    // a successor may have taken the lease over meanwhile.
+                    st.hunt = None;
+                    let child = st.slots[slot].child.as_ref().map(Child::id);
+                    if !st.stopping {
+                        st.kills += 1;
+                        st.pauses += 1;
+                        *st.landed.entry(format!("pause-{line}")).or_default() += 1;
+                    }
+                    drop(st);
+                    shared.hunted.notify_all();
+                    if let Some(pid) = child {
+                        let ttl = flags.two_mounts.as_ref().map_or(Duration::ZERO, |t| t.1);
+                        platform::pause(pid, ttl * 2);
+                    }
                 } else if st.hunt.is_some_and(|h| h == line) && shared.kill(&mut st, slot, &line) {
                     st.hunt = None;
                     shared.hunted.notify_all();
@@ -734,13 +800,14 @@ fn verify_document(layout: &Layout, shared: &Shared) -> Result<Report, Failure> 
             .read_logs(kind)
             .map_err(|e| io_failure(&layout.dir, e))
     };
-    let audit = check::audit(&logs("audit")?);
+    let audit = match layout.record_ttl {
+        Some(_) => check::audit_acknowledged(&logs("audit")?),
+        None => check::audit(&logs("audit")?),
+    };
     violations.extend(audit.violations.iter().cloned());
     let temporaries = count_temporaries(layout);
-    let doc = leasehold_stores::document::Document::open(
-        layout.document(),
-        leasehold_stores::document::DocumentOptions::new().json(true),
-    );
+    let doc =
+        leasehold_stores::document::Document::open(layout.document(), layout.document_options());
     let mut n = 0;
     match doc.begin(&Budget::no_wait()) {
         Ok(edit) => {
@@ -821,6 +888,9 @@ fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) 
             "registry_operations": r.ops.registry_acked,
             "counter_operations": r.ops.counter_acked,
             "document": settings.document,
+            "two_mounts": settings.two_mounts.is_some(),
+            "pauses": st.pauses,
+            "refused_after_pause": r.audit.stops,
             "lease_intervals": r.audit.intervals,
             "takeovers": lat.len(),
             "takeover_latency_ms": {
@@ -867,6 +937,12 @@ fn print_report(settings: &Settings, st: &State, r: &Report, elapsed: Duration) 
         elapsed.as_secs_f64()
     );
     println!("kills: {} ({})", st.kills, landed.join(", "));
+    if settings.two_mounts.is_some() {
+        println!(
+            "pauses past the TTL (among the kills): {}; updates refused once resumed (deposed): {}",
+            st.pauses, r.audit.stops
+        );
+    }
     if settings.document {
         println!("operations: {operations} acknowledged document updates");
     } else {

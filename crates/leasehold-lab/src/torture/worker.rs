@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use leasehold::patterns::durable::{Step, replace_file_observed};
 use leasehold::patterns::keyed::KeyError;
-use leasehold::{Budget, Classify, ErrorClass};
-use leasehold_stores::document::{Document, DocumentFiles, DocumentOptions, RealFiles};
+use leasehold::{Budget, Classify, Error as LeaseError, ErrorClass};
+use leasehold_stores::document::{Document, DocumentError, DocumentFiles, RealFiles};
 use leasehold_stores::registry::{Registry, RegistryError};
 
 use super::{AppendLog, KEY_POOL, Layout, ROOT_POOL, Rng, now_ns};
@@ -568,8 +568,8 @@ fn unlink_without_locks(
 pub fn document(layout: &Layout, slot: u32, generation: u32) -> Outcome {
     let logs = Arc::new(Logs::open(layout, slot, generation)?);
     let hook_logs = logs.clone();
-    let options = DocumentOptions::new()
-        .json(true)
+    let options = layout
+        .document_options()
         .lock_path(layout.document_lock_of(slot))
         .observe(move |step| {
             if step == Step::DirSynced {
@@ -606,9 +606,10 @@ pub fn document(layout: &Layout, slot: u32, generation: u32) -> Outcome {
             logs.audit("enter", "document")
                 .map_err(|e| io::Error::other(e.message))?;
             // The update collected killed writers' temporaries under the lease, and no other
-            // writer can be making one now.
+            // writer can be making one now — except, under a record lease, a deposed writer
+            // that resumed and stages its version before it learns it was deposed.
             let left = temporaries(&layout.dir);
-            if left > 0 {
+            if left > 0 && layout.record_ttl.is_none() {
                 logs.op(
                     "violation",
                     &format!("{left} temporaries beside the document inside an update"),
@@ -636,6 +637,15 @@ pub fn document(layout: &Layout, slot: u32, generation: u32) -> Outcome {
                 logs.op("ack", &seq.to_string())?;
             }
             (Err(e), _) if e.class() == ErrorClass::Contended => {}
+            // A deposed writer (paused past the record lease's TTL while another took over)
+            // refused: it held nothing from the moment it was paused, and wrote nothing.
+            (Err(DocumentError::Lease(LeaseError::LeaseLost { .. })), wrote)
+                if layout.record_ttl.is_some() =>
+            {
+                if wrote.is_some() {
+                    logs.audit("stop", "document")?;
+                }
+            }
             (Ok(_), None) => logs.op("violation", "an update returned without its closure")?,
             (Err(e), _) => logs.op("violation", &format!("update failed: {e}"))?,
         }

@@ -14,7 +14,12 @@
 //!   temporary beside the file, fsync, rename over the file, fsync of the directory). The
 //!   lease is verified after the temporary's fsync and before the rename: a writer whose
 //!   lock file was removed or replaced meanwhile (so another writer may hold a new one)
-//!   renames nothing. Temporaries a killed writer left are
+//!   renames nothing. Under a record lease (a mount whose kernel locks stay on each host,
+//!   [`DocumentOptions::on_shared_mount`]) the verification also refuses when too little
+//!   of the lease's validity is left ([`MountLease::verify_for_write`]), and the grant's
+//!   fencing token is claimed in a fence beside the lock file before the read and compared
+//!   again last before the rename, so a holder paused past its TTL writes nothing once a
+//!   successor began. Temporaries a killed writer left are
 //!   removed at the next update, under the lease ([`remove_temporaries_in`]), when no writer
 //!   can be writing one.
 //! * **Readers take no lock.** The file at the path is only ever replaced by a rename, and
@@ -37,11 +42,15 @@ use std::time::Duration;
 use leasehold::patterns::durable::{
     InDir, Step, create_dirs, remove_temporaries_in, replace_file_with,
 };
-use leasehold::{Budget, Classify, Error as LeaseError, ErrorClass, Lease, LeaseOptions, LockDir};
+use leasehold::{
+    Budget, Classify, Error as LeaseError, ErrorClass, LeaseOptions, LockDir, LockMode, MountLease,
+    SharedMount,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::MAX_DOCUMENT_BYTES;
+use crate::fence::Fence;
 
 /// The version of a document's content: the first 128 bits of the SHA-256 of its bytes,
 /// written as 32 lowercase hex digits ([`Display`](fmt::Display), parsed back by
@@ -255,6 +264,7 @@ pub struct DocumentOptions {
     max_bytes: u64,
     allow_shared_state: bool,
     allow_network_filesystem: bool,
+    shared_mount: SharedMount,
     recheck: Duration,
     observer: Option<Observer>,
 }
@@ -270,6 +280,7 @@ impl fmt::Debug for DocumentOptions {
             .field("max_bytes", &self.max_bytes)
             .field("allow_shared_state", &self.allow_shared_state)
             .field("allow_network_filesystem", &self.allow_network_filesystem)
+            .field("shared_mount", &self.shared_mount)
             .field("recheck", &self.recheck)
             .field("observed", &self.observer.is_some())
             .finish()
@@ -284,6 +295,7 @@ impl Default for DocumentOptions {
             max_bytes: MAX_DOCUMENT_BYTES,
             allow_shared_state: false,
             allow_network_filesystem: false,
+            shared_mount: SharedMount::Refuse,
             recheck: Duration::from_secs(1),
             observer: None,
         }
@@ -337,6 +349,21 @@ impl DocumentOptions {
     #[must_use]
     pub fn allow_network_filesystem(mut self, allow: bool) -> DocumentOptions {
         self.allow_network_filesystem = allow;
+        self
+    }
+
+    /// What an update does when the lock file's mount keeps kernel locks on each host (NFS
+    /// with `local_lock=all`, sshfs, most FUSE: [`LeaseOptions::on_shared_mount`]): refuse
+    /// (the default, [`SharedMount::Refuse`]), or take a record lease with a TTL
+    /// ([`SharedMount::Record`]), which excludes writers on every host sharing the
+    /// directory. Then every write is fenced: it refuses when too little of the lease's
+    /// validity is left, and the grant's fencing token is kept in `<lock>.fence` beside the
+    /// lock file, claimed before the read and compared before the rename, so a writer that
+    /// was paused past its TTL while another took over writes nothing. docs/network-fs.md
+    /// says what is guaranteed.
+    #[must_use]
+    pub fn on_shared_mount(mut self, choice: SharedMount) -> DocumentOptions {
+        self.shared_mount = choice;
         self
     }
 
@@ -666,11 +693,23 @@ impl Document {
     /// held), and the collection and the read run on tokio's blocking pool.
     #[cfg(feature = "tokio")]
     pub async fn begin_async(&self, budget: &Budget) -> Result<Edit, DocumentError> {
-        let lease = self
-            .lease_options()
-            .acquire_async(&self.lock, budget)
-            .await
-            .map_err(DocumentError::Lease)?;
+        let lease = match self.options.shared_mount {
+            // A record lease's wait is a poll: it runs on the blocking pool.
+            SharedMount::Record { .. } => {
+                let (options, lock, budget) =
+                    (self.lease_options(), self.lock.clone(), budget.clone());
+                leasehold::patterns::offload(move || {
+                    options.acquire_mount_lease(&lock, LockMode::Exclusive, &budget)
+                })
+                .await
+            }
+            _ => self
+                .lease_options()
+                .acquire_async(&self.lock, budget)
+                .await
+                .map(|l| MountLease::Kernel(l.into())),
+        }
+        .map_err(DocumentError::Lease)?;
         let doc = self.clone();
         leasehold::patterns::offload(move || doc.under_lease(lease, false)).await
     }
@@ -693,20 +732,28 @@ impl Document {
         LeaseOptions::new()
             .allow_shared_state(self.options.allow_shared_state)
             .allow_network_filesystem(self.options.allow_network_filesystem)
+            .on_shared_mount(self.options.shared_mount)
     }
 
     fn begin_edit(&self, budget: &Budget, replacing: bool) -> Result<Edit, DocumentError> {
         let lease = self
             .lease_options()
-            .acquire(&self.lock, budget)
+            .acquire_mount_lease(&self.lock, LockMode::Exclusive, budget)
             .map_err(DocumentError::Lease)?;
         self.under_lease(lease, replacing)
     }
 
     /// The steps of a start once the lease is held: collect, read, check. The directory is
     /// opened once, here, and the collection, the read and the rewrite all go through it.
-    fn under_lease(&self, lease: Lease, replacing: bool) -> Result<Edit, DocumentError> {
+    fn under_lease(&self, lease: MountLease, replacing: bool) -> Result<Edit, DocumentError> {
         let name = self.name()?;
+        // A record lease's token is claimed before anything is read: a predecessor that
+        // resumes after a pause then finds it and writes nothing.
+        if let Some(token) = lease.fencing_token() {
+            Fence::of(&self.lock)
+                .claim(token)
+                .map_err(DocumentError::Lease)?;
+        }
         let (dir, current) = match LockDir::open(self.dir()) {
             Ok(dir) => {
                 // Under the lease no writer is mid-rewrite: any temporary is a killed one's.
@@ -759,7 +806,12 @@ impl Document {
     /// Writes `new` durably in `dir` (the directory the update opened; `None`: there was
     /// none, it is created now), verifying `lease` after the temporary's fsync and before
     /// the rename.
-    fn write(&self, lease: &Lease, dir: Option<&LockDir>, new: &[u8]) -> Result<(), DocumentError> {
+    fn write(
+        &self,
+        lease: &MountLease,
+        dir: Option<&LockDir>,
+        new: &[u8],
+    ) -> Result<(), DocumentError> {
         let created;
         let dir = match dir {
             Some(dir) => dir,
@@ -777,7 +829,7 @@ impl Document {
         let written = replace_file_with(&self.path, new, &mut InDir(dir), &mut |step, _| {
             match step {
                 Step::Synced => {
-                    if let Err(e) = lease.verify() {
+                    if let Err(e) = lease.verify_for_write() {
                         lost = Some(e);
                         return Err(io::Error::other("the lease was lost"));
                     }
@@ -785,10 +837,19 @@ impl Document {
                 Step::Renamed => renamed = true,
                 _ => {}
             }
-            match &self.options.observer {
-                Some(hook) => hook(step),
-                None => Ok(()),
+            if let Some(hook) = &self.options.observer {
+                hook(step)?;
             }
+            // Last before the rename (after the observer, which a test uses to pause a writer
+            // between its verification and its rename): the fence, then the validity left
+            // on this process's clock (a successor takes over only once it has run out).
+            if let (Step::Synced, Some(token)) = (step, lease.fencing_token())
+                && let Err(e) = Fence::of(&self.lock).last_checks(token, lease)
+            {
+                lost = Some(e);
+                return Err(io::Error::other("the lease was lost"));
+            }
+            Ok(())
         });
         match (written, lost) {
             (Ok(()), _) => Ok(()),
@@ -829,7 +890,7 @@ impl Document {
 /// exception in a binding's callback), writes nothing and releases the lease.
 pub struct Edit {
     doc: Document,
-    lease: Lease,
+    lease: MountLease,
     /// The document's directory, opened under the lease (`None`: it did not exist).
     dir: Option<LockDir>,
     current: Option<Snapshot>,

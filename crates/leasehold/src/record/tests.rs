@@ -736,6 +736,39 @@ fn a_holder_whose_clock_jumped_past_its_ttl_checks_the_baton_before_answering() 
     CLOCK_JUMP.with(|j| j.set(Duration::ZERO));
 }
 
+/// The margin rule before a write: with less than a tenth of the TTL of validity left (the
+/// clock jumped), `validity_for_write` refuses — lease lost, naming the lock path — without
+/// touching the baton, and `verify_for_write` renews first and then allows the write.
+#[test]
+fn a_write_with_less_than_the_margin_of_validity_left_is_refused_until_renewed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("x.lock");
+    let ttl = Duration::from_secs(60);
+    let lease = RecordLease::acquire(&lock, ttl, &Budget::no_wait()).unwrap();
+    let seq = || {
+        let names = std::fs::read_dir(lease_dir_of(&lock)).unwrap();
+        let names: Vec<String> = names
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names[0].split('.').nth(2).unwrap().parse::<u64>().unwrap()
+    };
+    lease.validity_for_write().unwrap();
+    // Validity is TTL less the margin (54 s); 50 s on, 4 s are left: under the 6 s margin.
+    CLOCK_JUMP.with(|j| j.set(Duration::from_secs(50)));
+    assert!(lease.remaining().is_some(), "validity is left");
+    let refused = lease.validity_for_write().unwrap_err();
+    assert!(
+        matches!(&refused, Error::LeaseLost { path } if *path == lock),
+        "{refused:?}"
+    );
+    assert_eq!(seq(), 0, "the margin rule alone does no I/O");
+    assert!(lease.is_held(), "too little validity is not a lost lease");
+    lease.verify_for_write().unwrap();
+    assert_eq!(seq(), 1, "verify_for_write renewed first");
+    lease.validity_for_write().unwrap();
+    CLOCK_JUMP.with(|j| j.set(Duration::ZERO));
+}
+
 /// `LeaseOptions::acquire_mount_lease` takes a record lease on a mount whose locks stay on
 /// each host only when one is chosen: by default the mount is refused with an error naming
 /// the option; chosen, a holder through one mount excludes a try through the other, is
