@@ -82,11 +82,11 @@
 //! SIGTERM sent to `run`, and its own SIGTERM of the tree — comes with SIGCONT, so that a
 //! stopped COMMAND ends too (a shell's hang-up or `kill` of a stopped job continues only
 //! G). While `run` is stopped it sends no deadline: a job stopped past the deadline minus
-//! the grace has its tree stopped as above. Once the tree is gone, the supervisor continues
-//! G if it passed a stop up to `run` and `run`'s job was hung up or G is orphaned — a `run`
-//! stopped there (its stop still under way when its shell went) would be continued by
-//! nobody — so that `run` reads the report and exits. A group nobody stopped is left alone:
-//! its other processes may be stopped for reasons of their own.
+//! the grace has its tree stopped as above. Once the tree is gone, if `run`'s job was hung
+//! up or G is orphaned — a `run` stopped there (its stop still under way when its shell
+//! went) would be continued by nobody — the supervisor continues G if it passed a stop up
+//! to `run`, else `run` alone, so that `run` reads the report and exits: G's other
+//! processes may be stopped for reasons of their own.
 //!
 //! [`margin`]: leasehold::arbiters::etcd::margin
 
@@ -101,9 +101,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rustix::event::{PollFd, PollFlags, poll};
-#[cfg(target_os = "linux")]
-use rustix::process::kill_process;
-use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, kill_process_group};
+use rustix::process::{Pid, Signal, WaitOptions, WaitStatus, kill_process, kill_process_group};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 use super::fds::{receive_with_fds, send_with_fds};
@@ -473,6 +471,9 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
         .try_clone_to_owned()
         .map(UnixStream::from)
         .map_err(|e| fail("stdin", &e))?;
+    // `run`, whose child this process is (it is continued at the end where nobody else
+    // would: below).
+    let run = Pid::from_raw(rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get()));
     become_subreaper()?;
     // Signals: SIGCHLD wakes the loop to reap; termination signals are passed on to
     // COMMAND's group (queued if they come before COMMAND exists).
@@ -698,14 +699,19 @@ pub fn supervise(args: SupervisorArgs) -> Outcome {
     let _ = s.sock.set_nonblocking(false);
     let _ = (&s.sock).write_all(format!("exit {status} {}\n", why.name()).as_bytes());
     if let Some(caller) = Pid::from_raw(args.caller_group)
-        && s.passed_stop
+        && !s.orphaned
         && (s.hung_up || super::terminal::orphaned(caller))
     {
-        // `run` may be stopped (it stops its job when COMMAND is stopped) where no shell
-        // will continue it: its job hung up, or its shell gone (the kernel continues an
-        // orphaned group only if its stop had completed when it became orphaned). It reads
-        // the report above once continued.
-        let _ = kill_process_group(caller, Signal::CONT);
+        // `run` may be stopped where no shell will continue it: its job hung up, or its
+        // shell gone (the kernel continues an orphaned group only if its stop had completed
+        // when it became orphaned). It reads the report above once continued. The group
+        // only if `run` stopped it (following COMMAND's stop); else `run` alone — the
+        // group's other processes may be stopped for reasons of their own.
+        if s.passed_stop {
+            let _ = kill_process_group(caller, Signal::CONT);
+        } else if let Some(run) = run {
+            let _ = kill_process(run, Signal::CONT);
+        }
     }
     Ok(status)
 }
