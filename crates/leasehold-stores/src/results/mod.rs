@@ -53,6 +53,7 @@ mod records;
 mod sweep;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::patterns::keyed::KeyedLeases;
@@ -68,6 +69,15 @@ pub use sweep::{GcReport, SweepReport};
 /// a future layout gets a new directory instead of reinterpreting old lock files — two
 /// layouts reading one name two ways would be two mutexes for one result.
 const RESULT_NAMESPACE: &str = ".result-locks-v1";
+
+/// The directory of the per-ID record leases (see "On a shared mount" above), under the
+/// managed root: `<sha256(id)>.lock` (this host's queue), its `.lease/` directory and its
+/// `.fence`. Outside [`RESULT_NAMESPACE`], so that [`ResultStore::gc`]'s collector never
+/// reaches them; nothing removes them.
+const RECORD_NAMESPACE: &str = ".result-records-v1";
+
+/// A hook [`ResultStore::observe`] installs.
+type Hook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A result store in one managed root (see the module documentation). Clones share the
 /// root and the wait policy.
@@ -98,6 +108,11 @@ const RESULT_NAMESPACE: &str = ".result-locks-v1";
 pub struct ResultStore {
     root: PathBuf,
     leases: KeyedLeases,
+    /// [`leases`](Self::leases) on a host-only mount under a record lease, where the
+    /// kernel's lock is only this host's queue (see "On a shared mount" above).
+    host_leases: KeyedLeases,
+    options: leasehold::LeaseOptions,
+    staging: Option<Hook>,
 }
 
 impl std::fmt::Debug for ResultStore {
@@ -112,22 +127,44 @@ impl ResultStore {
     /// The store in `root` (nothing is opened or created until an operation runs).
     pub fn new(root: impl Into<PathBuf>) -> ResultStore {
         let root = root.into();
+        let options = leasehold::LeaseOptions::new();
         ResultStore {
             leases: KeyedLeases::new(root.clone(), RESULT_NAMESPACE),
+            host_leases: KeyedLeases::new(root.clone(), RESULT_NAMESPACE)
+                .with_options(options.allow_network_filesystem(true)),
             root,
+            options,
+            staging: None,
         }
     }
 
     /// Takes the IDs' leases with `options` (see [`KeyedLeases::with_options`]: to accept a
     /// managed root shared with other users, or one on a network or FUSE file system).
+    /// With [`on_shared_mount`](leasehold::LeaseOptions::on_shared_mount) choosing
+    /// [`SharedMount::Record`](leasehold::SharedMount::Record), a managed root on a mount
+    /// whose kernel locks stay on each host takes a record lease per ID too (see "On a
+    /// shared mount" above); by default such a root is refused, naming that option.
     pub fn with_lease_options(mut self, options: leasehold::LeaseOptions) -> ResultStore {
         self.leases = self.leases.with_options(options);
+        self.host_leases = self
+            .host_leases
+            .with_options(options.allow_network_filesystem(true));
+        self.options = options;
         self
     }
 
     /// Caps every wait (see [`KeyedLeases::max_wait`]; 30 s by default).
     pub fn max_wait(mut self, max: Option<Duration>) -> ResultStore {
         self.leases = self.leases.max_wait(max);
+        self.host_leases = self.host_leases.max_wait(max);
+        self
+    }
+
+    /// Calls `hook` with the ID each time [`stage`](Self::stage) has been admitted and has
+    /// found the ID free, right before it writes anything: where a test or a fault injector
+    /// pauses or fails a writer that holds the ID's lease.
+    pub fn observe(mut self, hook: impl Fn(&str) + Send + Sync + 'static) -> ResultStore {
+        self.staging = Some(Arc::new(hook));
         self
     }
 
