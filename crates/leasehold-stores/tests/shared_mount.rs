@@ -483,3 +483,41 @@ fn result_gc_under_record_leases_refuses_and_keeps_every_lock_file() {
     assert!(err.to_string().contains("each host"), "{err}");
     assert!(store.lock_path("r1").exists(), "gc removed a lock file");
 }
+
+/// The async face takes the same record lease: a stage through mount A while the ID is held
+/// through mount B is busy, and once B has released, it stages under a token claimed in the
+/// ID's fence.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn an_async_result_stage_takes_the_ids_record_lease() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((a, b)) = Bindfs::two_mounts(tmp.path()) else {
+        return;
+    };
+    let (src_a, src_b) = (source(tmp.path(), "a"), source(tmp.path(), "b"));
+    let mut holder = spawn_with("stage-held", &b.mnt.join("root"), "r1", &src_b);
+    assert_eq!(handshake(&mut holder), "staging");
+    let store = results(&a.mnt.join("root"));
+    match store.stage_async("r1", &src_a, Budget::no_wait()).await {
+        Err(ResultError::Busy { .. }) => {}
+        other => panic!("an async stage of an ID held through the other mount: {other:?}"),
+    }
+    holder.send("go");
+    assert_eq!(handshake(&mut holder), "written");
+    assert!(holder.wait().success());
+    store.discard_async("r1", wait()).await.expect("discard");
+    store
+        .stage_async("r1", &src_a, wait())
+        .await
+        .expect("stage");
+    let fence = results(&a.backing.join("root"))
+        .lock_path("r1")
+        .to_string_lossy()
+        .replace(".result-locks-v1", ".result-records-v1")
+        + ".fence";
+    let token = std::fs::read_to_string(&fence).expect("the fence");
+    assert!(
+        token.trim().parse::<u64>().is_ok_and(|t| t >= 3),
+        "{token:?}"
+    );
+}

@@ -10,6 +10,7 @@
 //! ROOT/published/<id>.json          a publication (finish): the result is ready to apply
 //! ROOT/.result-locks-v1/<sha256(id)>.lock   per-ID operation locks (removed only by gc)
 //! ROOT/.result-locks-v1/.collector.lock      exclusive by gc per batch; shared by an admission retrying a busy ID
+//! ROOT/.result-records-v1/<sha256(id)>.lock(.lease/, .fence)   per-ID record leases (a host-only mount, record lease chosen)
 //! ```
 //!
 //! Why every operation takes the ID's lease: two processes can inspect one result at once,
@@ -35,6 +36,16 @@
 //! are collected by [`ResultStore::gc`] (the keyed collector's protocol); leftovers of killed
 //! operations go in [`ResultStore::sweep`], each under its ID's lease — and the temporaries
 //! a killed `apply` left in its TARGET go at the next operation on that ID (`applying`).
+//!
+//! On a shared mount: where the [`LeaseOptions`](leasehold::LeaseOptions) choose
+//! [`SharedMount::Record`](leasehold::SharedMount::Record) and the root's mount keeps kernel
+//! locks on each host ([`MountLocks::HostOnly`](leasehold::MountLocks::HostOnly)), an ID's
+//! keyed lease is only this host's queue; the operation then also takes the ID's record lease
+//! (`ROOT/.result-records-v1/<sha256(id)>.lock`, its `.lease/` directory and its `.fence`),
+//! which excludes across hosts, claims its token in the fence before reading the record, and
+//! makes the fenced checks before every write (`admission`'s `Held::verify`). `gc` refuses
+//! there, and nothing removes the record namespace (docs/design.md, "The result store on a
+//! shared mount"). By default such a root is refused, naming the option.
 //!
 //! The code follows those seams: `error` (the typed errors), `records` (`entry.json` and
 //! publications), `admission` (taking an ID's lease), `applying` (a killed apply's
