@@ -1,4 +1,5 @@
-//! `Document` with a record lease on the two-mount bed: two bindfs (FUSE) mounts of one
+//! The stores (`Document`, the registry, the session log, the result store) with a record
+//! lease on the two-mount bed: two bindfs (FUSE) mounts of one
 //! directory that a kernel lock does not cross (checked first), as two NFS clients with
 //! `local_lock=all`. Writers through the two mounts are real processes — this test binary
 //! re-run as the worker (its `worker` test, which does nothing unless `SHARED_WORKER` names
@@ -13,6 +14,7 @@ use leasehold::patterns::durable::Step;
 use leasehold::{Budget, LeaseOptions, SharedMount};
 use leasehold_stores::document::{Document, DocumentError, DocumentOptions};
 use leasehold_stores::registry::{Registry, RegistryError, RegistryPaths};
+use leasehold_stores::results::{ResultError, ResultStore};
 use leasehold_stores::session::{SessionError, SessionId, SessionStore};
 use rustix::process::Signal;
 use testkit::{Bindfs, Proc, stopped, until};
@@ -40,6 +42,20 @@ fn registry(home: &Path) -> Registry {
 fn sessions(dir: &Path) -> SessionStore {
     SessionStore::new(dir)
         .with_lease_options(LeaseOptions::new().on_shared_mount(SharedMount::Record { ttl: TTL }))
+}
+
+/// The result store in `root`, under a record lease.
+fn results(root: &Path) -> ResultStore {
+    ResultStore::new(root)
+        .with_lease_options(LeaseOptions::new().on_shared_mount(SharedMount::Record { ttl: TTL }))
+}
+
+/// A source directory under `dir` holding `who.txt` = `who`, for a result's stage.
+fn source(dir: &Path, who: &str) -> PathBuf {
+    let src = dir.join(format!("src-{who}"));
+    std::fs::create_dir_all(&src).expect("a source");
+    std::fs::write(src.join("who.txt"), who).expect("a source file");
+    src
 }
 
 fn session_id() -> SessionId {
@@ -128,17 +144,43 @@ fn worker() {
             let mut w = sessions(&path).open_writer(&session_id()).expect("open");
             outcome::<SessionError>(w.append_json(r#"{"by":"successor"}"#));
         }
+        // Stages the result `SHARED_CONTENT` from `SHARED_SOURCE` in the root `SHARED_PATH`;
+        // once admitted and the ID found free, before writing, a handshake and a line.
+        "stage-held" => {
+            let src = PathBuf::from(std::env::var("SHARED_SOURCE").expect("SHARED_SOURCE"));
+            let store = results(&path).observe(|_| {
+                println!("@ staging");
+                read_line();
+            });
+            outcome::<ResultError>(store.stage(&content, &src, &wait()));
+        }
+        // Stages the result `SHARED_CONTENT` (waiting as long as it takes).
+        "stage" => {
+            let src = PathBuf::from(std::env::var("SHARED_SOURCE").expect("SHARED_SOURCE"));
+            outcome::<ResultError>(results(&path).stage(&content, &src, &wait()));
+        }
+        // Stages the result `SHARED_CONTENT` only if its ID is free right now.
+        "stage-now" => {
+            let src = PathBuf::from(std::env::var("SHARED_SOURCE").expect("SHARED_SOURCE"));
+            outcome::<ResultError>(results(&path).stage(&content, &src, &Budget::no_wait()));
+        }
         other => panic!("unknown role {other}"),
     }
 }
 
 fn spawn(role: &str, path: &Path, content: &str) -> Proc {
+    spawn_with(role, path, content, Path::new(""))
+}
+
+/// [`spawn`], with a result's source directory.
+fn spawn_with(role: &str, path: &Path, content: &str, source: &Path) -> Proc {
     Proc::spawn(
         Command::new(std::env::current_exe().expect("test binary"))
             .args(["worker", "--exact", "--nocapture", "--test-threads=1", "-q"])
             .env("SHARED_WORKER", role)
             .env("SHARED_PATH", path)
             .env("SHARED_CONTENT", content)
+            .env("SHARED_SOURCE", source)
             .stderr(Stdio::inherit()),
     )
 }
@@ -326,4 +368,156 @@ fn the_record_option_on_a_local_disk_takes_the_kernel_lease() {
         other => panic!("a second writer was not refused as owned: {other:?}"),
     }
     first.append_json(r#"{"n":2}"#).expect("append");
+}
+
+/// Two processes through the two mounts: one holds the result ID `k1` in its stage; the
+/// other, through the other mount, finds `k1` busy (nothing staged) and stages `k2` meanwhile;
+/// the first then stages `k1`.
+#[test]
+fn result_operations_through_two_mounts_exclude_each_other_per_id() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((a, b)) = Bindfs::two_mounts(tmp.path()) else {
+        return;
+    };
+    let (src_a, src_b) = (source(tmp.path(), "a"), source(tmp.path(), "b"));
+    let mut first = spawn_with("stage-held", &a.mnt.join("root"), "k1", &src_a);
+    assert_eq!(handshake(&mut first), "staging");
+    let mut busy = spawn_with("stage-now", &b.mnt.join("root"), "k1", &src_b);
+    let said = handshake(&mut busy);
+    assert!(
+        said.starts_with("refused") && said.contains("busy"),
+        "a stage through the other mount was not kept out of the held ID: {said}"
+    );
+    assert!(busy.wait().success());
+    let mut other = spawn_with("stage-now", &b.mnt.join("root"), "k2", &src_b);
+    assert_eq!(handshake(&mut other), "written", "another ID was held up");
+    assert!(other.wait().success());
+    first.send("go");
+    assert_eq!(handshake(&mut first), "written");
+    assert!(first.wait().success());
+    let who = |id: &str| {
+        std::fs::read_to_string(
+            a.backing
+                .join("root/results")
+                .join(id)
+                .join("files/who.txt"),
+        )
+    };
+    assert_eq!(who("k1").expect("k1"), "a");
+    assert_eq!(who("k2").expect("k2"), "b");
+}
+
+/// A stage holding the ID through mount A is SIGSTOPped past the TTL after it found the ID
+/// free; a stage through mount B takes the ID over and stages it; A's write once resumed is
+/// refused (lease lost, naming the record lease's lock path) and B's result stays.
+#[test]
+fn a_result_stage_paused_past_its_ttl_is_refused_and_its_successors_result_survives() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((a, b)) = Bindfs::two_mounts(tmp.path()) else {
+        return;
+    };
+    let (src_a, src_b) = (source(tmp.path(), "a"), source(tmp.path(), "b"));
+    let mut first = spawn_with("stage-held", &a.mnt.join("root"), "r1", &src_a);
+    assert_eq!(handshake(&mut first), "staging");
+    first.signal(Signal::STOP);
+    until("the holder is stopped", || stopped(first.pid()));
+    let mut second = spawn_with("stage", &b.mnt.join("root"), "r1", &src_b);
+    assert_eq!(handshake(&mut second), "written");
+    assert!(second.wait().success());
+    first.signal(Signal::CONT);
+    first.send("go");
+    let said = handshake(&mut first);
+    assert!(
+        said.starts_with("refused") && said.contains("lease lost"),
+        "the paused stage wrote: {said}"
+    );
+    let record_lock = results(&a.mnt.join("root"))
+        .lock_path("r1")
+        .to_string_lossy()
+        .replace(".result-locks-v1", ".result-records-v1");
+    assert!(
+        said.contains(&record_lock),
+        "the refusal does not name the lock path: {said}"
+    );
+    assert!(first.wait().success());
+    let root = a.backing.join("root/results");
+    let who = std::fs::read_to_string(root.join("r1/files/who.txt")).expect("r1");
+    assert_eq!(who, "b", "the successor's result did not survive");
+    let names: Vec<_> = std::fs::read_dir(&root)
+        .expect("results")
+        .map(|e| e.expect("an entry").file_name())
+        .collect();
+    assert_eq!(names, ["r1"], "the paused stage left something behind");
+}
+
+#[test]
+fn the_result_store_with_default_options_on_a_host_only_mount_refuses_naming_the_option() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((a, _b)) = Bindfs::two_mounts(tmp.path()) else {
+        return;
+    };
+    let src = source(tmp.path(), "a");
+    let err = ResultStore::new(a.mnt.join("root"))
+        .stage("r1", &src, &wait())
+        .expect_err("a host-only mount is refused by default");
+    let text = err.to_string();
+    assert!(text.contains("on_shared_mount"), "{text}");
+    assert!(text.contains(&a.mnt.display().to_string()), "{text}");
+    assert!(!a.backing.join("root/results/r1").exists());
+}
+
+/// On a root whose IDs take record leases, gc collects nothing and says why.
+#[test]
+fn result_gc_under_record_leases_refuses_and_keeps_every_lock_file() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((a, _b)) = Bindfs::two_mounts(tmp.path()) else {
+        return;
+    };
+    let src = source(tmp.path(), "a");
+    let store = results(&a.mnt.join("root"));
+    store.stage("r1", &src, &wait()).expect("stage");
+    store.discard("r1", &wait()).expect("discard");
+    let err = store
+        .gc(Duration::ZERO)
+        .expect_err("gc on a host-only mount");
+    assert!(err.to_string().contains("each host"), "{err}");
+    assert!(store.lock_path("r1").exists(), "gc removed a lock file");
+}
+
+/// The async face takes the same record lease: a stage through mount A while the ID is held
+/// through mount B is busy, and once B has released, it stages under a token claimed in the
+/// ID's fence.
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "current_thread")]
+async fn an_async_result_stage_takes_the_ids_record_lease() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((a, b)) = Bindfs::two_mounts(tmp.path()) else {
+        return;
+    };
+    let (src_a, src_b) = (source(tmp.path(), "a"), source(tmp.path(), "b"));
+    let mut holder = spawn_with("stage-held", &b.mnt.join("root"), "r1", &src_b);
+    assert_eq!(handshake(&mut holder), "staging");
+    let store = results(&a.mnt.join("root"));
+    match store.stage_async("r1", &src_a, Budget::no_wait()).await {
+        Err(ResultError::Busy { .. }) => {}
+        other => panic!("an async stage of an ID held through the other mount: {other:?}"),
+    }
+    holder.send("go");
+    assert_eq!(handshake(&mut holder), "written");
+    assert!(holder.wait().success());
+    store.discard_async("r1", wait()).await.expect("discard");
+    store
+        .stage_async("r1", &src_a, wait())
+        .await
+        .expect("stage");
+    let fence = results(&a.backing.join("root"))
+        .lock_path("r1")
+        .to_string_lossy()
+        .replace(".result-locks-v1", ".result-records-v1")
+        + ".fence";
+    let token = std::fs::read_to_string(&fence).expect("the fence");
+    assert!(
+        token.trim().parse::<u64>().is_ok_and(|t| t >= 3),
+        "{token:?}"
+    );
 }

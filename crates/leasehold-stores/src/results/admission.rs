@@ -3,20 +3,129 @@
 
 use std::io;
 
-use leasehold::patterns::keyed::{KeyError, KeyLease};
-use leasehold::{Budget, Error as LeaseError, LockDir};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leasehold::patterns::keyed::{KeyError, KeyLease, KeyedLeases, lock_name};
+use leasehold::{
+    Budget, Error as LeaseError, LockDir, LockMode, MountLease, MountLocks, SharedMount,
+};
 
 use super::error::{Result, ResultError};
-use super::{ResultStore, files};
+use super::{RECORD_NAMESPACE, ResultStore, files};
+use crate::fence::Fence;
+
+/// What an admitted operation holds: the ID's keyed lease (the kernel's), and — on a mount
+/// whose kernel locks stay on each host, with the record lease chosen — the ID's record
+/// lease, whose token was claimed in its fence (see the module documentation of
+/// `results`). Released when dropped.
+#[derive(Debug)]
+pub(super) struct Held {
+    pub(super) key: KeyLease,
+    pub(super) record: Option<Recorded>,
+}
+
+/// An ID's record lease and the fence its token was claimed in.
+#[derive(Debug)]
+pub(super) struct Recorded {
+    lease: MountLease,
+    fence: Fence,
+    token: u64,
+}
+
+impl Held {
+    /// Before every write: the keyed lease's chain ([`KeyLease::verify`]); under a record
+    /// lease, then the library's rule ([`MountLease::verify_for_write`]), the token against
+    /// the fence and the margin once more ([`Fence::last_checks`]).
+    fn verify(&self) -> leasehold::Result<()> {
+        self.key.verify()?;
+        if let Some(r) = &self.record {
+            r.lease.verify_for_write()?;
+            r.fence.last_checks(r.token, &r.lease)?;
+        }
+        Ok(())
+    }
+}
 
 impl ResultStore {
     /// Takes `id`'s lease within `budget`. With `create`, a lock file may be allocated for a
     /// new ID; otherwise only for an ID with a candidate or publication.
-    pub(super) fn admit(&self, id: &str, budget: &Budget, create: bool) -> Result<KeyLease> {
-        let known = |k: &str| create || self.exists(k);
-        self.leases
+    pub(super) fn admit(&self, id: &str, budget: &Budget, create: bool) -> Result<Held> {
+        self.take(id, budget, |k: &str| create || self.exists(k))
+    }
+
+    /// [`admit`](Self::admit)'s steps: the keyed lease (`known` as for
+    /// [`KeyedLeases::acquire`]), then the record lease where one is called for.
+    pub(super) fn take(
+        &self,
+        id: &str,
+        budget: &Budget,
+        known: impl FnOnce(&str) -> bool,
+    ) -> Result<Held> {
+        let budget = &budget.started();
+        let ttl = self.record_ttl();
+        let key = self
+            .keyed(ttl)
             .acquire(id, budget, known)
-            .map_err(|e| self.admission_error(id, e))
+            .map_err(|e| self.admission_error(id, e))?;
+        let record = match ttl {
+            Some(_) => self.take_record(id, budget)?,
+            None => None,
+        };
+        Ok(Held { key, record })
+    }
+
+    /// The keyed leases to take an ID's lease with: under a record lease (`ttl`), the kernel
+    /// lock is only this host's queue, so it is taken on the host-only mount it is on.
+    pub(super) fn keyed(&self, ttl: Option<Duration>) -> &KeyedLeases {
+        match ttl {
+            Some(_) => &self.host_leases,
+            None => &self.leases,
+        }
+    }
+
+    /// The record lease's TTL where the store's IDs take one: the options choose it and the
+    /// managed root's mount keeps kernel locks on each host. A mount that cannot be
+    /// classified takes none (the kernel's lease then refuses a network mount).
+    pub(super) fn record_ttl(&self) -> Option<Duration> {
+        let SharedMount::Record { ttl } = self.options.shared_mount() else {
+            return None;
+        };
+        matches!(MountLocks::of(&self.root), Ok(MountLocks::HostOnly { .. })).then_some(ttl)
+    }
+
+    /// The record lease's lock path of `id`: `ROOT/.result-records-v1/<sha256(id)>.lock`,
+    /// outside the keyed namespace that [`gc`](Self::gc) collects.
+    pub(super) fn record_path(&self, id: &str) -> PathBuf {
+        self.root.join(RECORD_NAMESPACE).join(lock_name(id))
+    }
+
+    /// `id`'s record lease, waiting within `budget`, its token claimed in the fence beside
+    /// it before anything of the ID is read. `None`: the mount's lease turned out to be the
+    /// kernel's (no token), which the keyed lease already is.
+    pub(super) fn take_record(&self, id: &str, budget: &Budget) -> Result<Option<Recorded>> {
+        let root = self.root_dir(true)?.ok_or_else(|| self.unknown(id))?;
+        files::child(&root, RECORD_NAMESPACE, Some(files::PRIVATE_DIR)).map_err(|e| {
+            ResultError::Unusable {
+                path: root.path().join(RECORD_NAMESPACE),
+                reason: e.to_string(),
+            }
+        })?;
+        let path = self.record_path(id);
+        let lease = self
+            .options
+            .acquire_mount_lease(&path, LockMode::Exclusive, budget)
+            .map_err(|e| self.admission_error(id, KeyError::Lease(e)))?;
+        let Some(token) = lease.fencing_token() else {
+            return Ok(None);
+        };
+        let fence = Fence::of(&path);
+        fence.claim(token).map_err(ResultError::Lock)?;
+        Ok(Some(Recorded {
+            lease,
+            fence,
+            token,
+        }))
     }
 
     pub(super) fn admission_error(&self, id: &str, e: KeyError) -> ResultError {
@@ -80,6 +189,6 @@ impl ResultStore {
     }
 }
 
-pub(super) fn verify(lease: &KeyLease) -> io::Result<()> {
+pub(super) fn verify(lease: &Held) -> io::Result<()> {
     lease.verify().map_err(io::Error::other)
 }

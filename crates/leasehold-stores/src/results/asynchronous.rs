@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::admission::Held;
 use leasehold::Budget;
-use leasehold::patterns::keyed::KeyLease;
 use leasehold::patterns::offload;
 
 use super::error::{Result, not_published};
@@ -12,20 +12,32 @@ use super::{Entry, ResultStore, SweepReport};
 use crate::id::SafeId;
 
 impl ResultStore {
-    /// [`admit`](Self::admit) for async code: the wait for the ID's lease is reactor-driven
-    /// ([`KeyedLeases::acquire_async`]), so it blocks no executor thread and no thread waits
-    /// for it; dropping the future abandons it and leaves the ID free.
+    /// [`admit`](Self::admit) for async code: the wait for the ID's keyed lease is
+    /// reactor-driven ([`KeyedLeases::acquire_async`]), so it blocks no executor thread and
+    /// no thread waits for it; dropping the future abandons it and leaves the ID free. A
+    /// record lease's wait (a poll) runs on the blocking pool.
     pub(super) async fn admit_async(
         &self,
         id: &str,
         budget: &Budget,
         create: bool,
-    ) -> Result<KeyLease> {
+    ) -> Result<Held> {
         let known = |k: &str| create || self.exists(k);
-        self.leases
+        let ttl = self.record_ttl();
+        let key = self
+            .keyed(ttl)
             .acquire_async(id, budget, known)
             .await
-            .map_err(|e| self.admission_error(id, e))
+            .map_err(|e| self.admission_error(id, e))?;
+        // A record lease's wait is a poll: it runs on the blocking pool.
+        let record = match ttl {
+            Some(_) => {
+                let (store, id, budget) = (self.clone(), id.to_string(), budget.clone());
+                offload(move || store.take_record(&id, &budget)).await?
+            }
+            None => None,
+        };
+        Ok(Held { key, record })
     }
 
     /// Admits `id` asynchronously, then runs `body` under its lease on the blocking pool
@@ -36,7 +48,7 @@ impl ResultStore {
         id: &str,
         budget: &Budget,
         create: bool,
-        body: impl FnOnce(&ResultStore, &str, &KeyLease) -> Result<T> + Send + 'static,
+        body: impl FnOnce(&ResultStore, &str, &Held) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let id = SafeId::trimmed(id)?.to_string();
         let lease = self.admit_async(&id, budget, create).await?;

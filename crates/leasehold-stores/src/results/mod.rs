@@ -10,6 +10,7 @@
 //! ROOT/published/<id>.json          a publication (finish): the result is ready to apply
 //! ROOT/.result-locks-v1/<sha256(id)>.lock   per-ID operation locks (removed only by gc)
 //! ROOT/.result-locks-v1/.collector.lock      exclusive by gc per batch; shared by an admission retrying a busy ID
+//! ROOT/.result-records-v1/<sha256(id)>.lock(.lease/, .fence)   per-ID record leases (a host-only mount, record lease chosen)
 //! ```
 //!
 //! Why every operation takes the ID's lease: two processes can inspect one result at once,
@@ -36,6 +37,16 @@
 //! operations go in [`ResultStore::sweep`], each under its ID's lease — and the temporaries
 //! a killed `apply` left in its TARGET go at the next operation on that ID (`applying`).
 //!
+//! On a shared mount: where the [`LeaseOptions`](leasehold::LeaseOptions) choose
+//! [`SharedMount::Record`](leasehold::SharedMount::Record) and the root's mount keeps kernel
+//! locks on each host ([`MountLocks::HostOnly`](leasehold::MountLocks::HostOnly)), an ID's
+//! keyed lease is only this host's queue; the operation then also takes the ID's record lease
+//! (`ROOT/.result-records-v1/<sha256(id)>.lock`, its `.lease/` directory and its `.fence`),
+//! which excludes across hosts, claims its token in the fence before reading the record, and
+//! makes the fenced checks before every write (`admission`'s `Held::verify`). `gc` refuses
+//! there, and nothing removes the record namespace (docs/design.md, "The result store on a
+//! shared mount"). By default such a root is refused, naming the option.
+//!
 //! The code follows those seams: `error` (the typed errors), `records` (`entry.json` and
 //! publications), `admission` (taking an ID's lease), `applying` (a killed apply's
 //! leftovers in TARGET), `ops` (stage, paths, finish, apply, discard, abort), `sweep`
@@ -53,6 +64,7 @@ mod records;
 mod sweep;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::patterns::keyed::KeyedLeases;
@@ -68,6 +80,15 @@ pub use sweep::{GcReport, SweepReport};
 /// a future layout gets a new directory instead of reinterpreting old lock files — two
 /// layouts reading one name two ways would be two mutexes for one result.
 const RESULT_NAMESPACE: &str = ".result-locks-v1";
+
+/// The directory of the per-ID record leases (see "On a shared mount" above), under the
+/// managed root: `<sha256(id)>.lock` (this host's queue), its `.lease/` directory and its
+/// `.fence`. Outside [`RESULT_NAMESPACE`], so that [`ResultStore::gc`]'s collector never
+/// reaches them; nothing removes them.
+const RECORD_NAMESPACE: &str = ".result-records-v1";
+
+/// A hook [`ResultStore::observe`] installs.
+type Hook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A result store in one managed root (see the module documentation). Clones share the
 /// root and the wait policy.
@@ -98,6 +119,11 @@ const RESULT_NAMESPACE: &str = ".result-locks-v1";
 pub struct ResultStore {
     root: PathBuf,
     leases: KeyedLeases,
+    /// [`leases`](Self::leases) on a host-only mount under a record lease, where the
+    /// kernel's lock is only this host's queue (see "On a shared mount" above).
+    host_leases: KeyedLeases,
+    options: leasehold::LeaseOptions,
+    staging: Option<Hook>,
 }
 
 impl std::fmt::Debug for ResultStore {
@@ -112,22 +138,44 @@ impl ResultStore {
     /// The store in `root` (nothing is opened or created until an operation runs).
     pub fn new(root: impl Into<PathBuf>) -> ResultStore {
         let root = root.into();
+        let options = leasehold::LeaseOptions::new();
         ResultStore {
             leases: KeyedLeases::new(root.clone(), RESULT_NAMESPACE),
+            host_leases: KeyedLeases::new(root.clone(), RESULT_NAMESPACE)
+                .with_options(options.allow_network_filesystem(true)),
             root,
+            options,
+            staging: None,
         }
     }
 
     /// Takes the IDs' leases with `options` (see [`KeyedLeases::with_options`]: to accept a
     /// managed root shared with other users, or one on a network or FUSE file system).
+    /// With [`on_shared_mount`](leasehold::LeaseOptions::on_shared_mount) choosing
+    /// [`SharedMount::Record`](leasehold::SharedMount::Record), a managed root on a mount
+    /// whose kernel locks stay on each host takes a record lease per ID too (see "On a
+    /// shared mount" above); by default such a root is refused, naming that option.
     pub fn with_lease_options(mut self, options: leasehold::LeaseOptions) -> ResultStore {
         self.leases = self.leases.with_options(options);
+        self.host_leases = self
+            .host_leases
+            .with_options(options.allow_network_filesystem(true));
+        self.options = options;
         self
     }
 
     /// Caps every wait (see [`KeyedLeases::max_wait`]; 30 s by default).
     pub fn max_wait(mut self, max: Option<Duration>) -> ResultStore {
         self.leases = self.leases.max_wait(max);
+        self.host_leases = self.host_leases.max_wait(max);
+        self
+    }
+
+    /// Calls `hook` with the ID each time [`stage`](Self::stage) has been admitted and has
+    /// found the ID free, right before it writes anything: where a test or a fault injector
+    /// pauses or fails a writer that holds the ID's lease.
+    pub fn observe(mut self, hook: impl Fn(&str) + Send + Sync + 'static) -> ResultStore {
+        self.staging = Some(Arc::new(hook));
         self
     }
 

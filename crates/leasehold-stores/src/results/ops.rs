@@ -4,10 +4,9 @@
 use std::io;
 use std::path::Path;
 
-use leasehold::patterns::keyed::KeyLease;
 use leasehold::{Budget, CancelToken};
 
-use super::admission::verify;
+use super::admission::{Held, verify};
 use super::error::{Result, ResultError, not_published};
 use leasehold::{FileKind, LockDir};
 
@@ -51,7 +50,7 @@ impl ResultStore {
         id: &str,
         source: &Path,
         files: Vec<String>,
-        lease: &KeyLease,
+        lease: &Held,
         cancel: Option<&CancelToken>,
     ) -> Result<Entry> {
         if self.exists(id) {
@@ -59,6 +58,9 @@ impl ResultStore {
                 id: id.to_string(),
                 root: self.root.clone(),
             });
+        }
+        if let Some(hook) = &self.staging {
+            hook(id);
         }
         let src = open_source(source)?;
         let results = self
@@ -148,7 +150,7 @@ impl ResultStore {
     pub(super) fn paths_admitted(
         &self,
         id: &str,
-        lease: &KeyLease,
+        lease: &Held,
         budget: &Budget,
     ) -> Result<Vec<String>> {
         let _fence = self.fence(id, budget)?;
@@ -163,7 +165,7 @@ impl ResultStore {
     pub(super) fn inspect(
         &self,
         id: &str,
-        lease: &KeyLease,
+        lease: &Held,
         op: &'static str,
     ) -> Result<Option<Entry>> {
         let entry = self.entry(id)?;
@@ -196,7 +198,7 @@ impl ResultStore {
     pub(super) fn finish_admitted(
         &self,
         id: &str,
-        lease: &KeyLease,
+        lease: &Held,
         budget: &Budget,
     ) -> Result<Vec<String>> {
         let _fence = self.fence(id, budget).map_err(|e| not_published(id, e))?;
@@ -245,7 +247,7 @@ impl ResultStore {
         &self,
         id: &str,
         target: &Path,
-        lease: &KeyLease,
+        lease: &Held,
         budget: &Budget,
     ) -> Result<Vec<String>> {
         let cancel = budget.cancel_token();
@@ -384,7 +386,7 @@ impl ResultStore {
     pub(super) fn remove_existing(
         &self,
         id: &str,
-        lease: &KeyLease,
+        lease: &Held,
         op: &'static str,
         budget: &Budget,
     ) -> Result<()> {
@@ -421,7 +423,7 @@ impl ResultStore {
     pub(super) fn remove(
         &self,
         id: &str,
-        lease: &KeyLease,
+        lease: &Held,
         op: &'static str,
         mut done: Vec<String>,
         cancel: Option<&CancelToken>,

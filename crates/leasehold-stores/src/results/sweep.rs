@@ -53,7 +53,18 @@ impl ResultStore {
     /// listed once before the first batch and once per batch of lock files.
     ///
     /// [`KeyedLeases::collect`]: leasehold::patterns::keyed::KeyedLeases::collect
+    ///
+    /// # Errors
+    /// [`ResultError::Unusable`] on a managed root whose IDs take record leases (a mount
+    /// whose kernel locks stay on each host, the record lease chosen): a collector there
+    /// would not see another host's holders of a lock file, so it collects nothing.
     pub fn gc(&self, older_than: Duration) -> Result<GcReport> {
+        if self.record_ttl().is_some() {
+            return Err(ResultError::Unusable {
+                path: self.root.join(super::RESULT_NAMESPACE),
+                reason: "gc does not collect lock files on a mount whose kernel locks stay on each host: a lock file another host holds looks free from here, so collecting it could remove it under that holder; the lock files are kept (a few empty files per ID)".into(),
+            });
+        }
         let live = || -> std::io::Result<Vec<String>> {
             let io = |e: ResultError| std::io::Error::other(e.to_string());
             let area = |name| self.area(name, false).map_err(io);
@@ -96,9 +107,9 @@ impl ResultStore {
         let now = now_ms();
         let limit = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
         for id in ids {
-            let lease = match self.leases.try_acquire(&id, |k| self.exists(k)) {
+            let lease = match self.take(&id, &leasehold::Budget::no_wait(), |k| self.exists(k)) {
                 Ok(lease) => lease,
-                Err(e) => match self.admission_error(&id, e) {
+                Err(e) => match e {
                     ResultError::Busy { .. } => {
                         report.skipped.push(id);
                         continue;
@@ -179,7 +190,7 @@ impl ResultStore {
                 continue;
             }
             // A leftover is reason enough to allocate the ID's lock (gc collects it later).
-            let Ok(_lease) = self.leases.try_acquire(&id, |_| true) else {
+            let Ok(_lease) = self.take(&id, &leasehold::Budget::no_wait(), |_| true) else {
                 continue;
             };
             let Some(dir) = self.area(area, false)? else {
