@@ -1,5 +1,5 @@
-//! `leasehold run` with a record lease (`LEASEHOLD_SHARED_MOUNT=record:SECS`) on the two-mount
-//! bed: two bindfs mounts of one directory, on which a kernel lock through one does not
+//! `leasehold run` and the store verbs (`doc update`, `registry`, `session`) with a record
+//! lease (`--ttl SECS` or `LEASEHOLD_SHARED_MOUNT=record:SECS`) on the two-mount bed: two bindfs mounts of one directory, on which a kernel lock through one does not
 //! exclude one through the other (checked first) — as two NFS clients with
 //! `local_lock=all`. Real processes throughout; handshakes by lines on pipes.
 #![cfg(target_os = "linux")]
@@ -16,6 +16,10 @@ use common::leasehold;
 use rustix::process::Signal;
 use testkit::Bindfs;
 use testkit::{Proc, assert_one_line_error, run};
+
+/// What a refusal on a `host-only` mount says to do, in this tool's terms: the record
+/// lease's variable and flag, and the opt-in that takes the kernel's lock anyway.
+const RECORD_ADVICE: &str = "take a record lease there, which excludes across hosts (exclusive leases; LEASEHOLD_SHARED_MOUNT=record:SECS in the environment, or --ttl SECS with run, doc update, registry or session), or opt in with LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment to take the kernel's lock anyway";
 
 /// Two mounts of one directory that the kernel's lock does not cross, or `None` after a
 /// `SKIP:` line ([`Bindfs::two_mounts`]).
@@ -54,10 +58,7 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
     let (lock_a, lock_b) = (a.mnt.join("job.lock"), b.mnt.join("job.lock"));
     let refused = run(leasehold().arg("run").arg(&lock_a).args(["--", "true"]));
     assert_eq!(refused.code, 2, "{refused:?}");
-    assert_one_line_error(
-        &refused,
-        "take a record lease there, which excludes across hosts (exclusive leases; leasehold run --ttl SECS (or LEASEHOLD_SHARED_MOUNT=record:SECS in its environment)), or opt in with LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment to take the kernel's lock anyway",
-    );
+    assert_one_line_error(&refused, RECORD_ADVICE);
     let bad = run(leasehold()
         .env("LEASEHOLD_SHARED_MOUNT", "record:soon")
         .arg("run")
@@ -301,4 +302,199 @@ fn status_by_a_user_who_cannot_read_the_lease_directory_reports_the_kernel_lock(
         .arg(&lock)
         .stdin(Stdio::null()));
     assert_eq!((out.code, out.stdout.as_str()), (0, "free\n"), "{out:?}");
+}
+
+/// A shell loop that waits for a line on stdin, then runs `leasehold doc update FILE [ARGS]
+/// -- COMMAND` `n` times, COMMAND adding 1 to the number in FILE, and prints `finished`
+/// (or exits 1 at the first update that failed).
+fn incrementer(file: &Path, n: u32, args: &[&str]) -> Command {
+    let script = format!(
+        r#"read _go
+i=0
+while [ $i -lt {n} ]; do
+  "$LH" doc update "$@" -- sh -c 'read x; echo $((x+1))' >/dev/null </dev/null || exit 1
+  i=$((i+1))
+done
+echo finished"#
+    );
+    let mut c = Command::new("sh");
+    c.env("LH", common::bin())
+        .env_remove("LEASEHOLD_SHARED_MOUNT")
+        .args(["-c", &script, "sh"])
+        .args(args)
+        .arg(file);
+    c
+}
+
+/// Two loops of `doc update` — one through each mount, one choosing the record lease with
+/// `--ttl`, the other with `LEASEHOLD_SHARED_MOUNT` — each add 1 to one counter `N` times,
+/// started together: the counter ends at exactly 2N (no update lost), every write fenced
+/// (the fence file holds the last token). Without the option a `doc update` on the mount is
+/// refused (exit 2) naming the variable and the flag, writing nothing; a TTL under 0.03 s is
+/// a usage error naming the flag.
+#[test]
+fn doc_update_loops_through_two_mounts_with_the_record_lease_lose_no_update() {
+    const N: u32 = 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((a, b)) = two_mounts(tmp.path()) else {
+        return;
+    };
+    let (file_a, file_b) = (a.mnt.join("count.txt"), b.mnt.join("count.txt"));
+    let refused = run(leasehold()
+        .env_remove("LEASEHOLD_SHARED_MOUNT")
+        .args(["doc", "update"])
+        .arg(&file_a)
+        .args(["--", "echo", "1"]));
+    assert_eq!(
+        (refused.code, refused.stdout.as_str()),
+        (2, ""),
+        "{refused:?}"
+    );
+    assert_one_line_error(&refused, RECORD_ADVICE);
+    assert!(!a.backing.join("count.txt").exists(), "{refused:?}");
+    let short = run(leasehold()
+        .args(["doc", "update", "--ttl", "0.01"])
+        .arg(&file_a)
+        .args(["--", "echo", "1"]));
+    assert_eq!(short.code, 2, "{short:?}");
+    assert_one_line_error(
+        &short,
+        "--ttl 0.01: expected a record lease's TTL in seconds",
+    );
+
+    let mut one = Proc::spawn(&mut incrementer(&file_a, N, &["--ttl", "30"]));
+    let mut two =
+        Proc::spawn(incrementer(&file_b, N, &[]).env("LEASEHOLD_SHARED_MOUNT", "record:30"));
+    one.send("go");
+    two.send("go");
+    assert_eq!(one.line(), "finished");
+    assert_eq!(two.line(), "finished");
+    assert!(one.wait().success());
+    assert!(two.wait().success());
+    let read = run(leasehold().args(["doc", "read"]).arg(&file_b));
+    assert_eq!(
+        (read.code, read.stdout.as_str()),
+        (0, format!("{}\n", 2 * N).as_str()),
+        "{read:?}"
+    );
+    // Each update held a record lease of its own: 2N grants, the last one's token fenced in.
+    let fence = std::fs::read_to_string(a.backing.join("count.txt.lock.fence")).unwrap();
+    assert_eq!(fence.trim(), (2 * N).to_string(), "{fence:?}");
+}
+
+/// `registry add` through one mount (`--ttl`, the record lease's TTL without `--etcd`) is
+/// what `registry list` through the other (`LEASEHOLD_SHARED_MOUNT`) lists; without the
+/// option the registry on the mount is refused naming it; `--ttl` with `--etcd` keeps the
+/// etcd lease's minimum of 2 s.
+#[test]
+fn registry_add_through_one_mount_is_listed_through_the_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((a, b)) = two_mounts(tmp.path()) else {
+        return;
+    };
+    for d in ["home", "primary", "root"] {
+        std::fs::create_dir(a.backing.join(d)).unwrap();
+    }
+    let (primary, root) = (a.mnt.join("primary"), a.mnt.join("root"));
+    let refused = run(leasehold()
+        .env_remove("LEASEHOLD_SHARED_MOUNT")
+        .args(["registry", "--home"])
+        .arg(a.mnt.join("home"))
+        .arg("list"));
+    assert_eq!(
+        (refused.code, refused.stdout.as_str()),
+        (2, ""),
+        "{refused:?}"
+    );
+    assert_one_line_error(&refused, RECORD_ADVICE);
+
+    let added = run(leasehold()
+        .env_remove("LEASEHOLD_SHARED_MOUNT")
+        .args(["registry", "--ttl", "30", "--home"])
+        .arg(a.mnt.join("home"))
+        .arg("add")
+        .arg(&primary)
+        .arg(&root));
+    assert_eq!(added.code, 0, "{added:?}");
+    let listed = run(leasehold()
+        .env("LEASEHOLD_SHARED_MOUNT", "record:30")
+        .args(["registry", "--home"])
+        .arg(b.mnt.join("home"))
+        .args(["list", "--json"]));
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let doc: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    let (p, r) = (
+        primary.canonicalize().unwrap(),
+        root.canonicalize().unwrap(),
+    );
+    assert_eq!(
+        doc,
+        serde_json::json!({"state": "active", "scope": {p.to_str().unwrap(): [r.to_str().unwrap()]}}),
+        "{listed:?}"
+    );
+    let etcd_ttl = run(leasehold().args([
+        "registry",
+        "--etcd",
+        "http://127.0.0.1:1",
+        "--ttl",
+        "1",
+        "list",
+    ]));
+    assert_eq!(etcd_ttl.code, 2, "{etcd_ttl:?}");
+    assert_one_line_error(&etcd_ttl, "the lease TTL must be at least 2 seconds");
+}
+
+/// `session append` through one mount (`--ttl`) and then through the other
+/// (`LEASEHOLD_SHARED_MOUNT`) write one log, which `session read` prints whole; without the
+/// option an append on the mount is refused naming it, writing nothing.
+#[test]
+fn session_appends_through_both_mounts_make_one_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((a, b)) = two_mounts(tmp.path()) else {
+        return;
+    };
+    let append = |dir: &Path, args: &[&str], env: Option<&str>, line: &str| {
+        let mut c = leasehold();
+        c.env_remove("LEASEHOLD_SHARED_MOUNT");
+        if let Some(v) = env {
+            c.env("LEASEHOLD_SHARED_MOUNT", v);
+        }
+        c.args(["session", "--dir"])
+            .arg(dir)
+            .args(args)
+            .args(["append", "s1"]);
+        let mut p = Proc::spawn(c.stderr(Stdio::piped()));
+        p.send(line);
+        p.close_stdin();
+        let status = p.wait();
+        let mut err = String::new();
+        p.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        testkit::Out {
+            code: status.code().unwrap_or(-1),
+            stdout: String::new(),
+            stderr: err,
+        }
+    };
+    let (dir_a, dir_b) = (a.mnt.join("sessions"), b.mnt.join("sessions"));
+    let refused = append(&dir_a, &[], None, r#"{"n":0}"#);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert_one_line_error(&refused, RECORD_ADVICE);
+    let first = append(&dir_a, &["--ttl", "30"], None, r#"{"n":1}"#);
+    assert_eq!(first.code, 0, "{first:?}");
+    let second = append(&dir_b, &[], Some("record:30"), r#"{"n":2}"#);
+    assert_eq!(second.code, 0, "{second:?}");
+    let read = run(leasehold()
+        .args(["session", "--dir"])
+        .arg(&dir_a)
+        .args(["read", "s1"]));
+    assert_eq!(
+        (read.code, read.stdout.as_str()),
+        (0, "{\"n\":1}\n{\"n\":2}\n"),
+        "{read:?}"
+    );
 }

@@ -9,7 +9,8 @@
 //!
 //! Any other value (unset, empty, `0`) leaves the default.
 //!
-//! And, read by `run` alone ([`shared_mount`]; its flag `--ttl SECS` says the same and wins):
+//! And, read by the verbs that take a lease on a path — `run`, `doc`, `registry` and
+//! `session` ([`record_lease_options`]; their flag `--ttl SECS` says the same and wins):
 //!
 //! * `LEASEHOLD_SHARED_MOUNT=record:SECS` — on a mount whose kernel locks stay on each host
 //!   (NFS with `local_lock=all` or `nolock`, SMB with `nobrl`, sshfs, most FUSE), hold a
@@ -24,10 +25,21 @@ use leasehold::{LeaseOptions, OptIn, SharedMount};
 /// The variable that chooses the record lease ([`shared_mount`]).
 pub const SHARED_MOUNT: &str = "LEASEHOLD_SHARED_MOUNT";
 
-/// What `run` asks for on a mount whose kernel locks stay on each host: a record lease with
+/// The lease options of a verb that takes a lease on a path (`run`, `doc update`,
+/// `registry`, `session append`): the environment's ([`lease_options`]) with the choice
+/// [`shared_mount`] reads from `--ttl SECS` (`ttl_flag`) or `LEASEHOLD_SHARED_MOUNT`. The
+/// one conversion every such verb uses; the library decides which lease that gives.
+///
+/// # Errors
+/// As [`shared_mount`]: a usage error, worded.
+pub fn record_lease_options(ttl_flag: Option<&str>) -> Result<LeaseOptions, String> {
+    Ok(lease_options().on_shared_mount(shared_mount(ttl_flag)?))
+}
+
+/// What a verb asks for on a mount whose kernel locks stay on each host: a record lease with
 /// the TTL of `--ttl SECS` (`ttl_flag`, the flag form) when given, else what
-/// `LEASEHOLD_SHARED_MOUNT` asks for. Where LOCKFILE's mount lets the kernel's lock reach
-/// every host, the library takes the kernel lease whatever this says.
+/// `LEASEHOLD_SHARED_MOUNT` asks for. Where the lock path's mount lets the kernel's lock
+/// reach every host, the library takes the kernel lease whatever this says.
 ///
 /// # Errors
 /// For a TTL that is not a number of seconds of at least 0.03, or any other value of the
@@ -39,7 +51,7 @@ pub fn shared_mount(ttl_flag: Option<&str>) -> Result<SharedMount, String> {
             .map(|ttl| SharedMount::Record { ttl })
             .ok_or_else(|| {
                 format!(
-                    "--ttl {secs}: expected a record lease's TTL in seconds, at least 0.03 (with --etcd: an etcd lease's, at least 2)"
+                    "--ttl {secs}: expected a record lease's TTL in seconds, at least 0.03 (run and registry with --etcd: an etcd lease's, at least 2)"
                 )
             });
     }
@@ -87,7 +99,7 @@ pub fn opt_in(setting: OptIn) -> String {
         OptIn::NetworkFilesystem => "LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment".into(),
         OptIn::SharedState => "LEASEHOLD_ALLOW_SHARED=1 in the environment".into(),
         OptIn::RecordLease => {
-            "leasehold run --ttl SECS (or LEASEHOLD_SHARED_MOUNT=record:SECS in its environment)"
+            "LEASEHOLD_SHARED_MOUNT=record:SECS in the environment, or --ttl SECS with run, doc update, registry or session"
                 .into()
         }
         // The tool runs only where other processes honour locks: nothing to opt into.

@@ -69,6 +69,13 @@ enum Action {
         /// The lock file (default: FILE.lock beside FILE); every writer must use the same.
         #[arg(long, value_name = "PATH")]
         lock: Option<PathBuf>,
+        /// Where the lock file's mount keeps kernel locks on each host (NFS with
+        /// local_lock=all or nolock, SMB with nobrl, sshfs, bindfs and other FUSE): take a
+        /// record lease with a TTL of SECS seconds (at least 0.03) instead of refusing;
+        /// elsewhere the kernel lease, as without it. The flag form of
+        /// LEASEHOLD_SHARED_MOUNT=record:SECS, which it overrides.
+        #[arg(long, value_name = "SECS")]
+        ttl: Option<String>,
         /// Update only if FILE is still at VERSION (as `doc read --version` printed it);
         /// otherwise exit 75 naming the current version.
         #[arg(long = "if", value_name = "VERSION")]
@@ -94,6 +101,7 @@ pub fn main(args: DocArgs) -> Outcome {
             timeout,
             no_wait,
             lock,
+            ttl,
             if_version,
             file,
             command,
@@ -105,30 +113,33 @@ pub fn main(args: DocArgs) -> Outcome {
                 ),
                 None => None,
             };
-            update(&file, lock, timeout, no_wait, expected, &command)
+            let doc = document(&file, lock, ttl.as_deref())?;
+            update(&doc, timeout, no_wait, expected, &command)
         }
         Action::Watch { file } => watch(&file),
     }
 }
 
-/// The document at `file`: JSON when its name ends in `.json`.
-fn document(file: &Path, lock: Option<PathBuf>) -> Document {
+/// The document at `file`: JSON when its name ends in `.json`; its lease as the
+/// environment and `--ttl SECS` (`ttl`) choose ([`crate::env::record_lease_options`]).
+fn document(file: &Path, lock: Option<PathBuf>, ttl: Option<&str>) -> Result<Document, Failure> {
     let json = file
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let env = crate::env::lease_options();
+    let env = crate::env::record_lease_options(ttl).map_err(Failure::usage)?;
     let mut options = DocumentOptions::new()
         .json(json)
         .allow_shared_state(env.allows_shared_state())
-        .allow_network_filesystem(env.allows_network_filesystem());
+        .allow_network_filesystem(env.allows_network_filesystem())
+        .on_shared_mount(env.shared_mount());
     if let Some(lock) = lock {
         options = options.lock_path(lock);
     }
-    Document::open(file, options)
+    Ok(Document::open(file, options))
 }
 
 fn read(file: &Path, version: bool) -> Outcome {
-    let doc = document(file, None);
+    let doc = document(file, None, None)?;
     let Some(snap) = doc.read().map_err(|e| Failure::of(&e))? else {
         return Err(Failure::failed(format!(
             "{}: no document there (nothing has been written yet)",
@@ -169,8 +180,7 @@ impl std::fmt::Display for NotWritten {
 impl std::error::Error for NotWritten {}
 
 fn update(
-    file: &Path,
-    lock: Option<PathBuf>,
+    doc: &Document,
     timeout: Option<Duration>,
     no_wait: bool,
     expected: Option<Version>,
@@ -181,7 +191,7 @@ fn update(
     };
     let interrupts = Interrupts::install()?;
     let stopper = Stopper::install()?;
-    let doc = document(file, lock);
+    let file = doc.path();
     let wait = Wait::of(no_wait, timeout, interrupts.token());
     let budget = wait.lease_budget(|e| {
         e.situation()
@@ -381,7 +391,7 @@ fn kill_group(_pid: u32) {}
 
 fn watch(file: &Path) -> Outcome {
     let interrupts = Interrupts::install()?;
-    let doc = document(file, None);
+    let doc = document(file, None, None)?;
     let mut watch = doc.watch().map_err(|e| Failure::of(&e))?;
     let out = crate::out::Stdout::new();
     // The version there now first (when there is one): a script then knows the watch is on,

@@ -48,9 +48,14 @@ pub struct RegistryArgs {
     /// With --etcd: the key prefix (default leasehold/registry).
     #[arg(long, value_name = "P", global = true, requires = "etcd")]
     prefix: Option<String>,
-    /// With --etcd: the lease TTL in seconds (at least 2; default 10).
-    #[arg(long, value_name = "SECS", value_parser = super::etcd::parse_ttl, global = true, requires = "etcd")]
-    ttl: Option<Duration>,
+    /// The authority's lease TTL in seconds. With --etcd: the etcd lease's (at least 2;
+    /// default 10). Without it, where the lease file's mount keeps kernel locks on each host
+    /// (NFS with local_lock=all or nolock, SMB with nobrl, sshfs, bindfs and other FUSE): a
+    /// record lease's (at least 0.03), taken instead of refusing; elsewhere the kernel lease,
+    /// as without it — the flag form of LEASEHOLD_SHARED_MOUNT=record:SECS, which it
+    /// overrides.
+    #[arg(long, value_name = "SECS", global = true)]
+    ttl: Option<String>,
     #[command(subcommand)]
     op: Op,
 }
@@ -88,7 +93,10 @@ pub fn main(args: RegistryArgs) -> Outcome {
             args.prefix
                 .as_deref()
                 .unwrap_or(super::etcd::REGISTRY_PREFIX),
-            args.ttl.unwrap_or(super::etcd::DEFAULT_TTL),
+            match args.ttl.as_deref() {
+                Some(secs) => super::etcd::parse_ttl(secs).map_err(Failure::usage)?,
+                None => super::etcd::DEFAULT_TTL,
+            },
         )?,
         None => {
             let home = match args.home {
@@ -97,7 +105,9 @@ pub fn main(args: RegistryArgs) -> Outcome {
             };
             let paths = RegistryPaths::in_home(&home, args.lease_path);
             refuse_lease_on_document(&paths)?;
-            Registry::with_options(paths, crate::env::lease_options())
+            let options =
+                crate::env::record_lease_options(args.ttl.as_deref()).map_err(Failure::usage)?;
+            Registry::with_options(paths, options)
         }
     };
     match args.op {
@@ -169,7 +179,7 @@ fn one_shot(registry: &Registry, timeout: Option<Duration>, op: Op) -> Outcome {
         Op::Serve => Ok(()),
     };
     registry.teardown();
-    done.map_err(|e| Failure::of(&e))?;
+    done.map_err(|e| failure(&e))?;
     // The listing is printed before the teardown; a failed write is reported after it.
     stdout.finish().map(|()| OK).map_err(Failure::from)
 }
@@ -192,7 +202,7 @@ fn acquire(
     });
     registry.acquire(&budget).map_err(|e| match e.class() {
         ErrorClass::Contended => Failure::of_with(&e, &wait.gave_up()),
-        _ => Failure::of(&e),
+        _ => failure(&e),
     })
 }
 
@@ -500,7 +510,24 @@ fn bad_request(msg: &str) -> (&'static str, String) {
 }
 
 fn error_of(e: &RegistryError) -> (&'static str, String) {
-    (e.code(), e.to_string())
+    (e.code(), message(e))
+}
+
+/// A registry error with its class's status and its message in this tool's terms
+/// ([`message`]).
+fn failure(e: &RegistryError) -> Failure {
+    Failure::new(e.class(), message(e))
+}
+
+/// A registry error's message; a lease's refusal names the settings that opt out of it as
+/// this tool's user sets them ([`crate::env::opt_in`]).
+fn message(e: &RegistryError) -> String {
+    match e {
+        RegistryError::Lease(lease) => {
+            format!("registry lease: {}", lease.worded(crate::env::opt_in))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// The response: ok, the state after the request, the scope ({} unless active), and the

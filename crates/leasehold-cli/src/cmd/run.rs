@@ -305,8 +305,7 @@ fn acquire(args: &RunArgs, interrupts: &Interrupts) -> Result<MountLease, Failur
             .or_else(|| e.hold_up())
             .map(|held| format!("{lockfile} {held}"))
     };
-    let options = crate::env::lease_options()
-        .on_shared_mount(crate::env::shared_mount(args.ttl.as_deref()).map_err(Failure::usage)?);
+    let options = crate::env::record_lease_options(args.ttl.as_deref()).map_err(Failure::usage)?;
     // One acquisition for the whole wait, which says the notice and goes on waiting on the
     // file it opened (see `Wait::lease_budget`).
     let budget = wait.lease_budget(held_by);

@@ -28,6 +28,13 @@ pub struct SessionArgs {
     /// Sessions directory (default: $LEASEHOLD_HOME/sessions, else ~/.leasehold/sessions).
     #[arg(long, value_name = "DIR", global = true)]
     dir: Option<PathBuf>,
+    /// Where the session's mount keeps kernel locks on each host (NFS with local_lock=all or
+    /// nolock, SMB with nobrl, sshfs, bindfs and other FUSE): append holds a record lease
+    /// with a TTL of SECS seconds (at least 0.03) instead of refusing; elsewhere the kernel
+    /// lease, as without it. The flag form of LEASEHOLD_SHARED_MOUNT=record:SECS, which it
+    /// overrides.
+    #[arg(long, value_name = "SECS", global = true)]
+    ttl: Option<String>,
     #[command(subcommand)]
     action: Action,
 }
@@ -49,8 +56,8 @@ enum Action {
 }
 
 pub fn main(args: SessionArgs) -> Outcome {
-    let store =
-        SessionStore::new(sessions_dir(args.dir)?).with_lease_options(crate::env::lease_options());
+    let options = crate::env::record_lease_options(args.ttl.as_deref()).map_err(Failure::usage)?;
+    let store = SessionStore::new(sessions_dir(args.dir)?).with_lease_options(options);
     match args.action {
         Action::Append { id } => append(&store, &session_id(&id)?),
         Action::Read { id } => read(&store, &session_id(&id)?),
@@ -146,14 +153,17 @@ fn read(store: &SessionStore, id: &SessionId) -> Outcome {
     }
 }
 
-/// A session error with its class's status (unusable input 2, owned by another process 75,
-/// anything else 1).
 /// The session ID argument, checked by the stores' one ID rule (an unsafe one is the
 /// session store's unusable input).
 fn session_id(id: &std::ffi::OsStr) -> Result<SessionId, Failure> {
     SessionId::from_os(id).map_err(|e| failure(e.into()))
 }
 
+/// A session error with its class's status (unusable input 2, owned by another process 75,
+/// anything else 1); a lease's refusal names the settings in this tool's terms.
 fn failure(e: SessionError) -> Failure {
-    Failure::of(&e)
+    match e {
+        SessionError::Lease(e) => Failure::lease(&e),
+        other => Failure::of(&other),
+    }
 }
