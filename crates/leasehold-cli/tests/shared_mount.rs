@@ -19,7 +19,7 @@ use testkit::{Proc, assert_one_line_error, run};
 
 /// What a refusal on a `host-only` mount says to do, in this tool's terms: the record
 /// lease's variable and flag, and the opt-in that takes the kernel's lock anyway.
-const RECORD_ADVICE: &str = "take a record lease there, which excludes across hosts (exclusive leases; LEASEHOLD_SHARED_MOUNT=record:SECS in the environment, or --ttl SECS with run, doc update, registry or session), or opt in with LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment to take the kernel's lock anyway";
+const RECORD_ADVICE: &str = "take a record lease there, which excludes across hosts (exclusive leases; LEASEHOLD_SHARED_MOUNT=record:SECS in the environment, or --ttl SECS with run, doc update, registry, session or results), or opt in with LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment to take the kernel's lock anyway";
 
 /// Two mounts of one directory that the kernel's lock does not cross, or `None` after a
 /// `SKIP:` line ([`Bindfs::two_mounts`]).
@@ -497,4 +497,64 @@ fn session_appends_through_both_mounts_make_one_log() {
         (0, "{\"n\":1}\n{\"n\":2}\n"),
         "{read:?}"
     );
+}
+
+/// `results` on a root whose mount keeps kernel locks on each host: without the option a
+/// stage is refused naming it and creates no candidate; with `--ttl` through one mount the
+/// candidate is staged under the ID's record lease (its fence holds the token), and through
+/// the other (`LEASEHOLD_SHARED_MOUNT`) it is listed and discarded; `gc` is refused there.
+#[test]
+fn results_through_two_mounts_take_the_ids_record_lease_and_gc_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((a, b)) = two_mounts(tmp.path()) else {
+        return;
+    };
+    std::fs::create_dir(a.backing.join("root")).unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("out.txt"), "made\n").unwrap();
+    let results = |mnt: &std::path::Path| {
+        let mut c = leasehold();
+        c.env_remove("LEASEHOLD_SHARED_MOUNT")
+            .args(["results", "--root"])
+            .arg(mnt.join("root"));
+        c
+    };
+    let refused = run(results(&a.mnt)
+        .args(["stage", "job"])
+        .arg("--from")
+        .arg(&src));
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert_one_line_error(&refused, RECORD_ADVICE);
+    assert!(!a.backing.join("root/results/job").exists());
+
+    let staged = run(results(&a.mnt)
+        .args(["--ttl", "30", "stage", "job", "--from"])
+        .arg(&src));
+    assert_eq!(staged.code, 0, "{staged:?}");
+    let records = a.backing.join("root/.result-records-v1");
+    let fences: Vec<_> = std::fs::read_dir(&records)
+        .expect("the ID's record lease directory")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".fence"))
+        .collect();
+    assert_eq!(fences.len(), 1, "{records:?}");
+
+    let paths = run(results(&b.mnt)
+        .env("LEASEHOLD_SHARED_MOUNT", "record:30")
+        .args(["paths", "job"]));
+    assert_eq!(
+        (paths.code, paths.stdout.as_str()),
+        (0, "out.txt\n"),
+        "{paths:?}"
+    );
+    let gc = run(results(&b.mnt)
+        .env("LEASEHOLD_SHARED_MOUNT", "record:30")
+        .arg("gc"));
+    assert_eq!(gc.code, 2, "{gc:?}");
+    let discarded = run(results(&b.mnt)
+        .env("LEASEHOLD_SHARED_MOUNT", "record:30")
+        .args(["discard", "job"]));
+    assert_eq!(discarded.code, 0, "{discarded:?}");
+    assert!(!a.backing.join("root/results/job").exists());
 }

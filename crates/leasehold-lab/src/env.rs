@@ -99,7 +99,7 @@ pub fn opt_in(setting: OptIn) -> String {
         OptIn::NetworkFilesystem => "LEASEHOLD_ALLOW_NETWORK_FS=1 in the environment".into(),
         OptIn::SharedState => "LEASEHOLD_ALLOW_SHARED=1 in the environment".into(),
         OptIn::RecordLease => {
-            "LEASEHOLD_SHARED_MOUNT=record:SECS in the environment, or --ttl SECS with run, doc update, registry or session"
+            "LEASEHOLD_SHARED_MOUNT=record:SECS in the environment, or --ttl SECS with run, doc update, registry, session or results"
                 .into()
         }
         // The tool runs only where other processes honour locks: nothing to opt into.

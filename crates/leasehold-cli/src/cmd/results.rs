@@ -32,6 +32,13 @@ pub struct ResultsArgs {
     /// Print JSON (paths, pending, sweep).
     #[arg(long, global = true)]
     json: bool,
+    /// Where the root's mount keeps kernel locks on each host (NFS with local_lock=all or
+    /// nolock, SMB with nobrl, sshfs, bindfs and other FUSE): each ID's operation holds a
+    /// record lease with a TTL of SECS seconds (at least 0.03) instead of refusing (gc is
+    /// refused there); elsewhere the kernel lease, as without it. The flag form of
+    /// LEASEHOLD_SHARED_MOUNT=record:SECS, which it overrides.
+    #[arg(long, value_name = "SECS", global = true)]
+    ttl: Option<String>,
     #[command(subcommand)]
     verb: Verb,
 }
@@ -96,12 +103,13 @@ pub fn main(args: ResultsArgs) -> Outcome {
         Some(root) => root,
         None => default_root()?,
     };
+    let options = crate::env::record_lease_options(args.ttl.as_deref()).map_err(Failure::usage)?;
     let interrupts = Interrupts::install()?;
     let wait = Wait::up_to(args.timeout.unwrap_or(DEFAULT_TIMEOUT), interrupts.token());
     // The CLI's wait is the whole budget: no cap of the store's own on top of it.
     let store = ResultStore::new(root)
         .max_wait(None)
-        .with_lease_options(crate::env::lease_options());
+        .with_lease_options(options);
     // One acquisition of the ID's lease per operation, which says the notice itself
     // (`Wait::lease_budget`).
     let waited = |id: &str, op: &dyn Fn(&leasehold::Budget) -> Result<(), ResultError>| {
@@ -170,6 +178,8 @@ pub fn main(args: ResultsArgs) -> Outcome {
             crate::out::error_line(&e.to_string());
             Err(Failure::of(&e))
         }
+        // The lease's own refusal, in the CLI's words (the options it names are ours).
+        Err(ResultError::Lock(e)) => Err(Failure::lease(&e)),
         Err(e) => Err(Failure::of(&e)),
     }
 }
