@@ -146,19 +146,7 @@ fn spawn_with(role: &str, path: &Path, n: u32, at: &str) -> Proc {
 
 /// The worker's next handshake line (without its `@ ` mark).
 fn handshake(p: &mut Proc) -> String {
-    use std::io::BufRead;
-    loop {
-        // Not `Proc::line`: libtest's blank lines must not be taken for the end of output.
-        let mut line = String::new();
-        let n = p
-            .stdout
-            .read_line(&mut line)
-            .expect("read the worker's stdout");
-        assert!(n > 0, "the worker ended before its handshake");
-        if let Some(rest) = line.trim_end_matches('\n').strip_prefix("@ ") {
-            return rest.to_string();
-        }
-    }
+    p.marked_line()
 }
 
 /// Runs `WORKERS` workers of `role`, `INCREMENTS` each, started together; the final count.

@@ -187,18 +187,7 @@ fn spawn_with(role: &str, path: &Path, content: &str, source: &Path) -> Proc {
 
 /// The worker's next handshake line (without its `@ ` mark).
 fn handshake(p: &mut Proc) -> String {
-    use std::io::BufRead;
-    loop {
-        let mut line = String::new();
-        let n = p
-            .stdout
-            .read_line(&mut line)
-            .expect("read the worker's stdout");
-        assert!(n > 0, "the worker ended before its handshake");
-        if let Some(rest) = line.trim_end_matches('\n').strip_prefix("@ ") {
-            return rest.to_string();
-        }
-    }
+    p.marked_line()
 }
 
 /// The paused holder `first` (through mount A) is SIGSTOPped past the TTL; a successor
@@ -264,9 +253,7 @@ fn default_options_on_a_host_only_mount_refuse_naming_the_option() {
     let err = doc
         .update(&wait(), |_| b"x".to_vec())
         .expect_err("a host-only mount is refused by default");
-    let text = err.to_string();
-    assert!(text.contains("on_shared_mount"), "{text}");
-    assert!(text.contains(&a.mnt.display().to_string()), "{text}");
+    refused_naming_the_option(&err.to_string(), &a.mnt);
     assert!(!a.backing.join("doc").exists());
 }
 
@@ -460,10 +447,15 @@ fn the_result_store_with_default_options_on_a_host_only_mount_refuses_naming_the
     let err = ResultStore::new(a.mnt.join("root"))
         .stage("r1", &src, &wait())
         .expect_err("a host-only mount is refused by default");
-    let text = err.to_string();
-    assert!(text.contains("on_shared_mount"), "{text}");
-    assert!(text.contains(&a.mnt.display().to_string()), "{text}");
+    refused_naming_the_option(&err.to_string(), &a.mnt);
     assert!(!a.backing.join("root/results/r1").exists());
+}
+
+/// A store's refusal on a host-only mount names the option that chooses the record lease
+/// and the path on `mnt`.
+fn refused_naming_the_option(text: &str, mnt: &std::path::Path) {
+    assert!(text.contains("on_shared_mount"), "{text}");
+    assert!(text.contains(&mnt.display().to_string()), "{text}");
 }
 
 /// On a root whose IDs take record leases, gc collects nothing and says why.

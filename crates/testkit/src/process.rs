@@ -117,6 +117,27 @@ impl Proc {
         s.trim_end_matches('\n').to_string()
     }
 
+    /// The child's next line marked `@ ` (the handshake of a test binary run again as a
+    /// worker), without the mark, past any other output (libtest's own lines, blank ones
+    /// too, which [`line`](Self::line) would take for the end).
+    ///
+    /// # Panics
+    ///
+    /// When the child's stdout ends first.
+    pub fn marked_line(&mut self) -> String {
+        loop {
+            let mut line = String::new();
+            let n = self
+                .stdout
+                .read_line(&mut line)
+                .expect("read the worker's stdout");
+            assert!(n > 0, "the worker ended before its handshake");
+            if let Some(rest) = line.trim_end_matches('\n').strip_prefix("@ ") {
+                return rest.to_string();
+            }
+        }
+    }
+
     /// Writes one line to the child's stdin.
     pub fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
