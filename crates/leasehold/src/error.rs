@@ -631,7 +631,7 @@ mod library_terms {
             }
             super::OptIn::SingleProcess => "LeaseOptions::single_process(true)".into(),
             super::OptIn::RecordLease => {
-                "LeaseOptions::on_shared_mount(SharedMount::Record { ttl }) and LeaseOptions::acquire_mount_lease; CLI: LEASEHOLD_SHARED_MOUNT=record:SECS for leasehold run".into()
+                "LeaseOptions::on_shared_mount(SharedMount::Record { ttl }) and LeaseOptions::acquire_mount_lease; CLI: --ttl SECS or LEASEHOLD_SHARED_MOUNT=record:SECS".into()
             }
         }
     }
