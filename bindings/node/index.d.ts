@@ -127,6 +127,12 @@ export interface RegistryOpenOptions {
   allowNetworkFs?: boolean
   /** As LeaseOptions.allowSharedState: the lock file, the storages directory and the document too. */
   allowSharedState?: boolean
+  /**
+   * As LeaseOptions.onSharedMount, for the authority's lease: with a record lease, each write
+   * of the registry is fenced (refused when too little of the lease's validity is left, or
+   * when a newer holder's token is in the fence beside the lock file).
+   */
+  onSharedMount?: SharedMount
 }
 
 /** The opt-ins of a store's `open`, as for a lease (LeaseOptions). */
@@ -160,7 +166,12 @@ export declare class Registry {
 export declare class SessionLog {
   private constructor()
   /** Takes no lease yet; INVALID_INPUT for an unsafe ID. */
-  static open(dir: string, id: string, options?: StoreOptIns): SessionLog
+  /**
+   * onSharedMount: as LeaseOptions.onSharedMount, for the write lease; with a record lease,
+   * each append is fenced (refused when too little of the lease's validity is left, or when
+   * a newer holder's token is in `session.lock.fence`).
+   */
+  static open(dir: string, id: string, options?: StoreOptIns & { onSharedMount?: SharedMount }): SessionLog
   /**
    * Takes the write lease lazily; SESSION_OWNED when another has it. Appends run in call
    * order. A record with no JSON text (undefined, a function, a symbol) is INVALID_INPUT.
@@ -201,6 +212,12 @@ export interface DocumentOpenOptions {
   encoding?: DocumentEncoding
   /** Accept a lock file another user owns or may write (LEASEHOLD_ALLOW_SHARED). */
   allowSharedState?: boolean
+  /**
+   * As LeaseOptions.onSharedMount, for an update's lease: with a record lease, every write is
+   * fenced (refused when too little of the lease's validity is left, or when a newer holder's
+   * token is in `<lock>.fence`), so a writer paused past its TTL writes nothing.
+   */
+  onSharedMount?: SharedMount
 }
 
 export interface DocumentUpdateOptions {

@@ -245,6 +245,11 @@ function optIns (options) {
   return { allowNetworkFs: allowNetworkFs === true, allowSharedState: allowSharedState === true }
 }
 
+/** `optIns` and `onSharedMount`, for the stores whose leases take a record lease. */
+function leaseOptIns (options) {
+  return { ...optIns(options), recordTtlMs: recordTtlMs((options ?? {}).onSharedMount) }
+}
+
 /** The store-wide authority over the multi-root workspace registry (see index.d.ts). */
 class Registry {
   constructor (inner) {
@@ -259,7 +264,7 @@ class Registry {
     checkString(home, 'home')
     if (leasePath !== undefined) checkString(leasePath, 'leasePath')
     if (timeoutMs !== undefined && typeof timeoutMs !== 'number') throw invalid('timeoutMs must be a number of milliseconds')
-    const opened = await withSignal(signal, (w) => w.openRegistry({ home, leasePath, timeoutMs, ...optIns(options) }))
+    const opened = await withSignal(signal, (w) => w.openRegistry({ home, leasePath, timeoutMs, ...leaseOptIns(options) }))
     return new Registry(settle(opened))
   }
 
@@ -311,7 +316,7 @@ class SessionLog {
   static open (dir, id, options) {
     checkString(dir, 'dir')
     checkString(id, 'id')
-    return new SessionLog(settle(native.openSessionLog(dir, id, optIns(options))))
+    return new SessionLog(settle(native.openSessionLog(dir, id, leaseOptIns(options))))
   }
 
   /** Appends run one at a time, in call order (each waits for the one before it). */
@@ -430,11 +435,11 @@ class Document {
   static open (path, options) {
     checkString(path, 'path')
     if (options !== undefined && (options === null || typeof options !== 'object')) throw invalid('options must be an object')
-    const { lockPath, encoding = 'json', allowSharedState } = options ?? {}
+    const { lockPath, encoding = 'json', allowSharedState, onSharedMount } = options ?? {}
     if (lockPath !== undefined) checkString(lockPath, 'lockPath')
     if (!ENCODINGS.includes(encoding)) throw invalid(`encoding must be one of ${ENCODINGS.join(', ')}, not ${encoding}`)
-    const opts = { lockPath, json: encoding === 'json', allowSharedState: allowSharedState === true }
-    return new Document(native.openDocument(path, opts), path, opts, encoding)
+    const opts = { lockPath, json: encoding === 'json', allowSharedState: allowSharedState === true, recordTtlMs: recordTtlMs(onSharedMount) }
+    return new Document(settle(native.openDocument(path, opts)), path, opts, encoding)
   }
 
   get path () { return this.#path }

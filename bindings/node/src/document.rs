@@ -21,7 +21,7 @@ use napi::{Either, Env, JsFunction, JsUnknown};
 use napi_derive::napi;
 
 use crate::errors::{self, Failure};
-use crate::lease::{Waiter, budget};
+use crate::lease::{Waiter, budget, shared_mount};
 
 /// `Document.open`'s options, as the native side takes them.
 #[napi(object)]
@@ -33,6 +33,9 @@ pub struct NativeDocumentOptions {
     pub json: Option<bool>,
     /// Accept a lock file another user owns or may write.
     pub allow_shared_state: Option<bool>,
+    /// `onSharedMount: { record: { ttlMs } }`'s TTL: `DocumentOptions::on_shared_mount`
+    /// (`lease::shared_mount`; absent: refuse, the default).
+    pub record_ttl_ms: Option<f64>,
 }
 
 /// One whole version: its bytes and its version (32 hex digits).
@@ -70,14 +73,17 @@ fn failure(e: &DocumentError) -> Failure {
     }
 }
 
-fn document(path: String, options: NativeDocumentOptions) -> Document {
+/// The document at `path`; a record TTL that is no positive number of milliseconds is
+/// refused, naming the option.
+fn document(path: String, options: NativeDocumentOptions) -> Result<Document, Failure> {
     let mut o = DocumentOptions::new()
         .json(options.json == Some(true))
-        .allow_shared_state(options.allow_shared_state == Some(true));
+        .allow_shared_state(options.allow_shared_state == Some(true))
+        .on_shared_mount(shared_mount(options.record_ttl_ms)?);
     if let Some(lock) = options.lock_path {
         o = o.lock_path(lock);
     }
-    Document::open(PathBuf::from(path), o)
+    Ok(Document::open(PathBuf::from(path), o))
 }
 
 /// A document (nothing is opened until it is read or updated).
@@ -88,9 +94,13 @@ pub struct NativeDocument {
 
 /// The document at `path`.
 #[napi]
-pub fn open_document(path: String, options: Option<NativeDocumentOptions>) -> NativeDocument {
-    NativeDocument {
-        doc: document(path, options.unwrap_or_default()),
+pub fn open_document(
+    path: String,
+    options: Option<NativeDocumentOptions>,
+) -> Either<NativeDocument, Failure> {
+    match document(path, options.unwrap_or_default()) {
+        Ok(doc) => Either::A(NativeDocument { doc }),
+        Err(f) => Either::B(f),
     }
 }
 
@@ -275,7 +285,10 @@ impl Waiter {
             Ok(v) => v,
             Err(e) => return Either::B(Failure::invalid(e)),
         };
-        let doc = document(path, options);
+        let doc = match document(path, options) {
+            Ok(doc) => doc,
+            Err(f) => return Either::B(f),
+        };
         // The wait on the reactor (no thread per waiter); the read on the blocking pool.
         let began = async {
             let edit = doc.begin_async(&budget).await?;

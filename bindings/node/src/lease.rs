@@ -43,16 +43,8 @@ impl NativeLeaseOptions {
     /// The library's options; a record TTL that is no positive number of milliseconds is
     /// refused, naming the option.
     fn lease_options(&self) -> Result<LeaseOptions, Failure> {
-        let opts = opt_ins(self.allow_network_fs, self.allow_shared_state);
-        let Some(ms) = self.record_ttl_ms else {
-            return Ok(opts);
-        };
-        match Duration::try_from_secs_f64(ms / 1000.0) {
-            Ok(ttl) if ms > 0.0 => Ok(opts.on_shared_mount(SharedMount::Record { ttl })),
-            _ => Err(Failure::invalid(format!(
-                "onSharedMount.record.ttlMs {ms} is not a positive number of milliseconds; give the record lease's TTL (how long a holder that stopped renewing keeps waiters on other hosts out), or leave onSharedMount out to refuse such a mount"
-            ))),
-        }
+        Ok(opt_ins(self.allow_network_fs, self.allow_shared_state)
+            .on_shared_mount(shared_mount(self.record_ttl_ms)?))
     }
 
     /// Whether a record lease was chosen: the acquisition is then the library's
@@ -80,6 +72,22 @@ pub(crate) fn opt_ins(
         .allow_shared_state(allow_shared_state.unwrap_or(false))
 }
 
+/// What `onSharedMount` chose, as the JavaScript wrapper passes it (`recordTtlMs`, absent
+/// for `'refuse'`): the library's [`SharedMount`]. A TTL that is no positive number of
+/// milliseconds is refused, naming the option. The one reading of it for `Lease`, `Document`,
+/// `Registry` and `SessionLog`.
+pub(crate) fn shared_mount(record_ttl_ms: Option<f64>) -> Result<SharedMount, Failure> {
+    let Some(ms) = record_ttl_ms else {
+        return Ok(SharedMount::Refuse);
+    };
+    match Duration::try_from_secs_f64(ms / 1000.0) {
+        Ok(ttl) if ms > 0.0 => Ok(SharedMount::Record { ttl }),
+        _ => Err(Failure::invalid(format!(
+            "onSharedMount.record.ttlMs {ms} is not a positive number of milliseconds; give the record lease's TTL (how long a holder that stopped renewing keeps waiters on other hosts out), or leave onSharedMount out to refuse such a mount"
+        ))),
+    }
+}
+
 /// The opt-ins of a store's `open` (`SessionLog.open`, `ResultStore.open`): what its leases
 /// and its checks of the store's directories accept (`opt_ins`).
 #[napi(object)]
@@ -89,13 +97,17 @@ pub struct NativeOptIns {
     pub allow_network_fs: Option<bool>,
     /// `LeaseOptions::allow_shared_state`.
     pub allow_shared_state: Option<bool>,
+    /// `onSharedMount: { record: { ttlMs } }`'s TTL ([`shared_mount`]; absent: refuse).
+    pub record_ttl_ms: Option<f64>,
 }
 
 impl NativeOptIns {
-    pub(crate) fn lease_options(options: Option<&NativeOptIns>) -> LeaseOptions {
-        options.map_or_else(LeaseOptions::new, |o| {
-            opt_ins(o.allow_network_fs, o.allow_shared_state)
-        })
+    pub(crate) fn lease_options(options: Option<&NativeOptIns>) -> Result<LeaseOptions, Failure> {
+        match options {
+            None => Ok(LeaseOptions::new()),
+            Some(o) => Ok(opt_ins(o.allow_network_fs, o.allow_shared_state)
+                .on_shared_mount(shared_mount(o.record_ttl_ms)?)),
+        }
     }
 }
 

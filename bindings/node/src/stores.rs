@@ -35,6 +35,8 @@ pub struct NativeRegistryOptions {
     /// `LeaseOptions::allow_shared_state`: the lock file, the storages directory and the
     /// document may belong to another user or be group/other-writable.
     pub allow_shared_state: Option<bool>,
+    /// `onSharedMount: { record: { ttlMs } }`'s TTL (`lease::shared_mount`; absent: refuse).
+    pub record_ttl_ms: Option<f64>,
 }
 
 /// The store-wide authority over the multi-root workspace registry.
@@ -77,9 +79,14 @@ impl Waiter {
             &PathBuf::from(options.home),
             options.lease_path.map(PathBuf::from),
         );
+        let shared_mount = match crate::lease::shared_mount(options.record_ttl_ms) {
+            Ok(s) => s,
+            Err(f) => return Either::B(f),
+        };
         let registry = Registry::with_options(
             paths,
-            crate::lease::opt_ins(options.allow_network_fs, options.allow_shared_state),
+            crate::lease::opt_ins(options.allow_network_fs, options.allow_shared_state)
+                .on_shared_mount(shared_mount),
         );
         match registry.acquire_async(&budget).await {
             Err(e) if !is_state(&e) => Either::B(errors::registry(&e)),
@@ -180,13 +187,16 @@ pub fn open_session_log(
     id: String,
     options: Option<NativeOptIns>,
 ) -> Either<NativeSessionLog, Failure> {
-    match session_id(id) {
-        Ok(id) => Either::A(NativeSessionLog {
+    let opened = session_id(id).and_then(|id| {
+        Ok(NativeSessionLog {
             store: SessionStore::new(dir)
-                .with_lease_options(NativeOptIns::lease_options(options.as_ref())),
+                .with_lease_options(NativeOptIns::lease_options(options.as_ref())?),
             id,
             writer: Arc::new(Mutex::new(Writer::None)),
-        }),
+        })
+    });
+    match opened {
+        Ok(log) => Either::A(log),
         Err(f) => Either::B(f),
     }
 }
@@ -204,7 +214,7 @@ pub fn read_session(
         let failed = |e: SessionError| errors::session(&e);
         let id = SessionId::new(id).map_err(|e| failed(e.into()))?;
         let reader = SessionStore::new(dir)
-            .with_lease_options(NativeOptIns::lease_options(options.as_ref()))
+            .with_lease_options(NativeOptIns::lease_options(options.as_ref())?)
             .reader(&id)
             .map_err(failed)?;
         let mut records = Vec::new();
@@ -312,11 +322,15 @@ pub fn open_result_store(
     if let Err(f) = budget(Some(timeout_ms), None) {
         return Either::B(f);
     }
+    let lease_options = match NativeOptIns::lease_options(options.as_ref()) {
+        Ok(o) => o,
+        Err(f) => return Either::B(f),
+    };
     Either::A(NativeResultStore {
         // The wait is the budget given here: no cap of the store's own on top of it.
         store: ResultStore::new(root)
             .max_wait(None)
-            .with_lease_options(NativeOptIns::lease_options(options.as_ref())),
+            .with_lease_options(lease_options),
         timeout_ms,
     })
 }

@@ -6,13 +6,13 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const { spawnSync } = require('node:child_process')
-const { mkdirSync, mkdtempSync, rmSync } = require('node:fs')
+const { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } = require('node:fs')
 const { tmpdir } = require('node:os')
 const { join } = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { lh, PKG, CLI, skip, tempDir, Child, nodeChild, until, within } = require('./helpers')
 
-const { Lease } = lh
+const { Lease, Document, Registry, SessionLog } = lh
 const record = (ttlMs) => ({ onSharedMount: { record: { ttlMs } } })
 
 /**
@@ -84,12 +84,15 @@ function cliHolder (lock) {
   })
 }
 
+/** The refusal's naming of the option, as every face of this package words it. */
+const RECORD_NAMED = /take a record lease there, which excludes across hosts \(exclusive leases; the option onSharedMount: \{ record: \{ ttlMs \} \} \(of Lease\.acquire, Lease\.tryAcquire, Document\.open, Registry\.open or SessionLog\.open\)\), or opt in with the option allowNetworkFs: true/
+
 test('onSharedMount: without it a host-only mount is refused, naming the option; a bad TTL is refused', async (t) => {
   const later = undoer(t)
   const mounts = twoMounts(t, later)
   if (mounts === null) return
   const lock = join(mounts[0], 'job.lock')
-  const named = /take a record lease there, which excludes across hosts \(exclusive leases; the option onSharedMount: \{ record: \{ ttlMs \} \} of Lease\.acquire and Lease\.tryAcquire\), or opt in with the option allowNetworkFs: true/
+  const named = RECORD_NAMED
   assert.throws(() => Lease.tryAcquire(lock), (e) => e.code === 'NETWORK_FS' && named.test(e.message) && !/LeaseOptions|SharedMount::/.test(e.message))
   await assert.rejects(Lease.acquire(lock, { timeoutMs: 1000 }), (e) => e.code === 'NETWORK_FS' && named.test(e.message))
   assert.throws(() => Lease.tryAcquire(lock, { onSharedMount: 'refuse' }), (e) => e.code === 'NETWORK_FS')
@@ -211,4 +214,91 @@ test('onSharedMount: an abort, or the end of its worker, ends a record wait acro
   await until('the terminated worker\'s wait has ended', () => kernelFree(lockA))
   cli.send('go')
   assert.equal(await cli.line(), 'done')
+})
+
+test('onSharedMount on the stores: without it a Document, the Registry and a SessionLog on a host-only mount are refused naming it; with it they work', async (t) => {
+  const later = undoer(t)
+  const mounts = twoMounts(t, later)
+  if (mounts === null) return
+  const [a, b] = mounts
+  const refused = (e) => e.code === 'NETWORK_FS' && RECORD_NAMED.test(e.message) && !/LeaseOptions|SharedMount::/.test(e.message)
+  const bump = (d) => ({ n: ((d && d.n) || 0) + 1 })
+  await assert.rejects(Document.open(join(a, 'doc.json')).update(bump, { timeoutMs: 1000 }), refused)
+  await assert.rejects(Document.open(join(a, 'doc.json'), { onSharedMount: 'refuse' }).update(bump, { timeoutMs: 0 }), refused)
+  assert.ok(!existsSync(join(a, 'doc.json')), 'a refused update wrote nothing')
+  await assert.rejects(Registry.open({ home: join(a, 'home') }), refused)
+  await assert.rejects(SessionLog.open(join(a, 'sessions'), 's1').append({ i: 1 }), refused)
+  for (const bad of [{ record: { ttlMs: -1 } }, { record: { ttlMs: NaN } }, { record: { ttlMs: 0 } }]) {
+    assert.throws(() => Document.open(join(a, 'doc.json'), { onSharedMount: bad }), (e) => e.code === 'INVALID_INPUT' && e.message.includes('onSharedMount.record.ttlMs'), JSON.stringify(bad))
+    await assert.rejects(Registry.open({ home: join(a, 'home'), onSharedMount: bad }), (e) => e.code === 'INVALID_INPUT' && e.message.includes('onSharedMount.record.ttlMs'))
+    assert.throws(() => SessionLog.open(join(a, 'sessions'), 's1', { onSharedMount: bad }), (e) => e.code === 'INVALID_INPUT' && e.message.includes('onSharedMount.record.ttlMs'))
+  }
+  for (const bad of ['record', { record: 10 }, null]) {
+    assert.throws(() => Document.open(join(a, 'doc.json'), { onSharedMount: bad }), (e) => e.code === 'INVALID_INPUT' && e.message.includes('onSharedMount'), JSON.stringify(bad))
+  }
+
+  // With the option: a record lease, its token kept in the fence beside the lock file.
+  const doc = Document.open(join(a, 'doc.json'), record(60000))
+  await doc.update(bump, { timeoutMs: 30000 })
+  assert.deepEqual(Document.open(join(b, 'doc.json')).read().value, { n: 1 })
+  assert.equal(readFileSync(join(b, 'doc.json.lock.fence'), 'utf8').trim(), '1')
+  const home = join(a, 'home')
+  const reg = await Registry.open({ home, ...record(60000) })
+  assert.equal(reg.state, 'active')
+  const [primary, root] = [join(a, 'primary'), join(a, 'root')]
+  mkdirSync(primary)
+  mkdirSync(root)
+  await reg.add(primary, root)
+  assert.deepEqual(reg.scope(), { [primary]: [root] })
+  await reg.close()
+  const log = SessionLog.open(join(a, 'sessions'), 's1', record(60000))
+  await log.append({ i: 1 })
+  log.close()
+  assert.deepEqual(SessionLog.read(join(b, 'sessions'), 's1'), [{ i: 1 }])
+})
+
+/** Python's increment through the record lease: `python -c PY_INCREMENT PATH N TTL`. */
+const PY_INCREMENT = `
+import sys
+from leasehold_lock import Document, Record
+path, n, ttl = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+doc = Document(path, on_shared_mount=Record(ttl=ttl))
+print("ready", flush=True)
+sys.stdin.readline()
+def bump(d):
+    d = d or {}
+    d["n"] = d.get("n", 0) + 1
+    return d
+for _ in range(n):
+    doc.update(bump, timeout=60)
+print("done", flush=True)
+`
+
+test('onSharedMount on Document: Node updates through one mount and Python updates through the other, N each at once, end at exactly 2N', async (t) => {
+  if (!process.env.LEASEHOLD_PYTHONPATH) return skip(t, 'cross-language record test', `no Python package to run (${process.env.LEASEHOLD_NO_PYTHON ?? 'LEASEHOLD_PYTHONPATH is not set'})`)
+  const later = undoer(t)
+  const mounts = twoMounts(t, later)
+  if (mounts === null) return
+  const N = 100
+  const [docA, docB] = [join(mounts[0], 'counter.json'), join(mounts[1], 'counter.json')]
+  writeFileSync(docA, '{"n": 0}\n')
+  const node = new Child(process.execPath, [join(__dirname, 'doc-child.js'), 'increment', docA, String(N), '60000'], {
+    env: { ...process.env, LEASEHOLD_NODE: PKG }
+  })
+  later(() => node.kill())
+  const python = new Child(process.env.LEASEHOLD_PYTHON ?? 'python3', ['-c', PY_INCREMENT, docB, String(N), '60'], {
+    env: { ...process.env, PYTHONPATH: process.env.LEASEHOLD_PYTHONPATH, PYTHONDONTWRITEBYTECODE: '1' }
+  })
+  later(() => python.kill())
+  assert.equal(await node.line(), 'ready')
+  assert.equal(await python.line(), 'ready')
+  node.send('go')
+  python.send('go')
+  assert.equal(await node.line(), 'done')
+  assert.equal(await python.line(), 'done')
+  assert.equal((await node.exited).code, 0)
+  assert.equal((await python.finish()).code, 0)
+  assert.deepEqual(JSON.parse(readFileSync(docB, 'utf8')), { n: 2 * N })
+  // Every update took a grant of its own: the fence holds the last of 2N tokens.
+  assert.equal(readFileSync(join(mounts[0], 'counter.json.lock.fence'), 'utf8').trim(), String(2 * N))
 })

@@ -42,7 +42,7 @@ export async function usage (dir: string): Promise<void> {
   }
   void made
 
-  const reg = await Registry.open({ home: dir, leasePath: `${dir}/r.lock`, timeoutMs: 0, signal: ac.signal })
+  const reg = await Registry.open({ home: dir, leasePath: `${dir}/r.lock`, timeoutMs: 0, signal: ac.signal, onSharedMount })
   const state: RegistryState = reg.state
   const scope: Record<string, string[]> = reg.scope()
   const granted: boolean = reg.grants(dir, `${dir}/x`)
@@ -52,7 +52,7 @@ export async function usage (dir: string): Promise<void> {
   await reg.close()
   void state; void scope; void granted; void next
 
-  const log = SessionLog.open(dir, 'session-1')
+  const log = SessionLog.open(dir, 'session-1', { allowSharedState: false, onSharedMount: 'refuse' })
   await log.append({ any: ['json', 1, null] })
   log.close()
   const records: unknown[] = SessionLog.read(dir, 'session-1')
@@ -78,7 +78,7 @@ export async function usage (dir: string): Promise<void> {
   await doc.updateIf(bumped.version, (cur) => { if (cur) cur.count += 1; return undefined })
   const unsubscribe: () => void = doc.watch((v) => { const c: number = v.value.count; void c }, { onError: (e) => { void e.code } })
   unsubscribe()
-  const text = Document.open<string>(`${dir}/notes.txt`, { encoding: 'utf8' })
+  const text = Document.open<string>(`${dir}/notes.txt`, { encoding: 'utf8', onSharedMount: { record: { ttlMs: 5000 } } })
   const words: string | undefined = text.read()?.value
   void now; void count; void words
 }
@@ -88,6 +88,8 @@ export async function usage (dir: string): Promise<void> {
 Lease.tryAcquire('x.lock', { timeoutMs: 5 })
 // @ts-expect-error: a record lease's TTL is in ttlMs
 Lease.tryAcquire('x.lock', { onSharedMount: { record: { ttl: 5 } } })
+// @ts-expect-error: a Document's record lease's TTL is in ttlMs too
+Document.open('x.json', { onSharedMount: { record: { ttl: 5 } } })
 // @ts-expect-error: the constructor is private
 void new Lease()
 // @ts-expect-error: not an encoding

@@ -144,6 +144,22 @@ fn node_test_suite() {
         true => cmd.env("LEASEHOLD_CLI", &cli),
         false => cmd.env_remove("LEASEHOLD_CLI"),
     };
+    // The Python package, for the tests where a Python process is the other side
+    // (LEASEHOLD_PYTHON runs it with LEASEHOLD_PYTHONPATH); they SKIP without it.
+    let python_pkg = tempfile::Builder::new()
+        .prefix("leasehold-node-py-")
+        .tempdir()
+        .expect("a temporary directory");
+    match testkit::faces::python()
+        .and_then(|py| testkit::faces::python_package(python_pkg.path()).map(|()| py))
+    {
+        Ok(py) => cmd
+            .env("LEASEHOLD_PYTHON", py)
+            .env("LEASEHOLD_PYTHONPATH", python_pkg.path()),
+        Err(why) => cmd
+            .env_remove("LEASEHOLD_PYTHONPATH")
+            .env("LEASEHOLD_NO_PYTHON", why),
+    };
     let out = cmd.output().expect("run node --test");
     // The suite's report, SKIP lines included, is this test's output.
     print!("{}", String::from_utf8_lossy(&out.stdout));

@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::to_pyerr;
+use crate::lease::{Record, shared_mount};
 use crate::wait::{self, Waited};
 
 /// A version as Python sees it: `(content, version)`.
@@ -69,16 +70,18 @@ pub(crate) struct PyDocument {
 #[pymethods]
 impl PyDocument {
     #[new]
-    #[pyo3(signature = (path, lock_path=None, json=false, allow_shared_state=false))]
+    #[pyo3(signature = (path, lock_path=None, json=false, allow_shared_state=false, on_shared_mount=None))]
     fn new(
         path: PathBuf,
         lock_path: Option<PathBuf>,
         json: bool,
         allow_shared_state: bool,
+        on_shared_mount: Option<Bound<'_, Record>>,
     ) -> PyDocument {
         let mut options = DocumentOptions::new()
             .json(json)
-            .allow_shared_state(allow_shared_state);
+            .allow_shared_state(allow_shared_state)
+            .on_shared_mount(shared_mount(on_shared_mount.as_ref().map(Bound::get)));
         if let Some(lock) = lock_path {
             options = options.lock_path(lock);
         }

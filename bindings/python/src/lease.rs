@@ -161,12 +161,19 @@ fn options(
     allow_shared_state: bool,
     on_shared_mount: Option<&Record>,
 ) -> LeaseOptions {
-    let opts = LeaseOptions::new()
+    LeaseOptions::new()
         .allow_network_filesystem(allow_network_fs)
-        .allow_shared_state(allow_shared_state);
+        .allow_shared_state(allow_shared_state)
+        .on_shared_mount(shared_mount(on_shared_mount))
+}
+
+/// What the `on_shared_mount` keyword chose (`None`: refuse, the default): the library's
+/// [`SharedMount`]. The one reading of it for `acquire`, `try_acquire`, `acquire_async` and
+/// `Document`.
+pub(crate) fn shared_mount(on_shared_mount: Option<&Record>) -> SharedMount {
     match on_shared_mount {
-        Some(record) => opts.on_shared_mount(SharedMount::Record { ttl: record.ttl }),
-        None => opts,
+        Some(record) => SharedMount::Record { ttl: record.ttl },
+        None => SharedMount::Refuse,
     }
 }
 

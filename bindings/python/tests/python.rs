@@ -96,26 +96,10 @@ fn staged_package() -> PathBuf {
 }
 
 fn stage_package() -> PathBuf {
-    let built = testkit::faces::built(&["libleasehold_python.so", "libleasehold_python.dylib"])
-        .expect("cargo builds the leasehold-python cdylib before this test");
     let root = scratch().join("python-pkg");
-    let pkg = root.join("leasehold_lock");
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&pkg).expect("make the staging dir");
-    for entry in
-        std::fs::read_dir(crate_dir().join("python/leasehold_lock")).expect("python sources")
-    {
-        let entry = entry.expect("a source entry");
-        let name = entry.file_name();
-        let keep = Path::new(&name)
-            .extension()
-            .is_some_and(|e| e == "py" || e == "pyi")
-            || name == "py.typed";
-        if keep {
-            std::fs::copy(entry.path(), pkg.join(&name)).expect("copy a source");
-        }
-    }
-    std::fs::copy(&built, pkg.join("_native.abi3.so")).expect("copy the extension");
+    testkit::faces::python_package(&root).unwrap_or_else(|why| {
+        panic!("cargo builds the leasehold-python cdylib before this test: {why}")
+    });
     root
 }
 

@@ -18,7 +18,7 @@ import pytest
 
 import leasehold_lock
 from conftest import Child, until
-from leasehold_lock import LeaseError, Record
+from leasehold_lock import Document, LeaseError, Record
 
 #: A record lease's holder (argv: path, TTL seconds): prints ``held TOKEN``; on ``verify``
 #: prints ``ok`` or the error's code; on ``release`` releases and prints ``released``.
@@ -106,12 +106,16 @@ def cli_holder(children: List[Child], cli: str, lock: str) -> Child:
     return child
 
 
+#: The refusal's naming of the keyword, as every call of the package words it.
+NAMED = (
+    "take a record lease there, which excludes across hosts (exclusive leases; "
+    "on_shared_mount=leasehold_lock.Record(ttl=SECONDS)), or opt in with allow_network_fs=True"
+)
+
+
 def test_without_the_keyword_a_host_only_mount_is_refused_naming_it(two_mounts, tmp_path):
     lock = os.path.join(two_mounts[0], "job.lock")
-    named = (
-        "take a record lease there, which excludes across hosts (exclusive leases; "
-        "on_shared_mount=leasehold_lock.Record(ttl=SECONDS)), or opt in with allow_network_fs=True"
-    )
+    named = NAMED
     for attempt in (
         lambda: leasehold_lock.try_acquire(lock),
         lambda: leasehold_lock.acquire(lock, 1),
@@ -293,3 +297,43 @@ def test_a_forked_child_lets_go_of_an_inherited_record_lease_without_giving_it_b
     assert f"held by pid {parent.pid} on this host (record lease, fencing token 1)" in busy.stderr
     parent.send()
     assert parent.line() == "still True"
+
+
+def bump(d):
+    d = d or {}
+    d["n"] = d.get("n", 0) + 1
+    return d
+
+
+def test_a_document_without_the_keyword_is_refused_on_a_host_only_mount_and_with_it_is_fenced(two_mounts):
+    path_a, path_b = (os.path.join(m, "doc.json") for m in two_mounts)
+    default = Document(path_a)
+    for attempt in (
+        lambda: default.update(bump, timeout=1),
+        lambda: default.update(bump, timeout=0),
+        lambda: asyncio.run(default.update_async(bump, timeout=1)),
+    ):
+        with pytest.raises(LeaseError) as refused:
+            attempt()
+        assert refused.value.code == "NETWORK_FS"
+        assert NAMED in str(refused.value), str(refused.value)
+        assert "LeaseOptions" not in str(refused.value)
+    with pytest.raises(LeaseError) as refused:
+        with default.edit(timeout=1):
+            pass
+    assert refused.value.code == "NETWORK_FS" and NAMED in str(refused.value)
+    assert not os.path.exists(path_a), "a refused update wrote nothing"
+    with pytest.raises(TypeError):
+        Document(path_a, on_shared_mount=60.0)  # type: ignore[arg-type]
+
+    # With the keyword: a record lease through either mount, its token kept in the fence.
+    through_a = Document(path_a, on_shared_mount=Record(ttl=60))
+    through_b = Document(path_b, on_shared_mount=Record(ttl=60))
+    assert through_a.update(bump, timeout=30) == {"n": 1}
+    assert through_b.update(bump, timeout=30) == {"n": 2}
+    with through_a.edit(timeout=30) as value:
+        value["n"] += 1
+    assert asyncio.run(through_b.update_async(bump, timeout=30)) == {"n": 4}
+    assert Document(path_b).read() == {"n": 4}
+    with open(os.path.join(two_mounts[1], "doc.json.lock.fence")) as f:
+        assert f.read().strip() == "4"

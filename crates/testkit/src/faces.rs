@@ -87,3 +87,35 @@ pub fn built(names: &[&str]) -> Option<PathBuf> {
         .flat_map(|n| [deps.join(n), profile.join(n)])
         .find(|p| p.exists())
 }
+
+/// The Python package (`bindings/python/python/leasehold_lock`'s sources, its stubs and
+/// `py.typed`) with the extension cargo built in this target directory beside them as
+/// `_native.abi3.so`, staged in `root/leasehold_lock` (made afresh): put `root` on
+/// `PYTHONPATH`. `Err(why)` when the extension is not built here (`cargo test --workspace
+/// --all-features` builds it; a suite of another crate may find an older one).
+pub fn python_package(root: &Path) -> Result<(), String> {
+    let built = built(&["libleasehold_python.so", "libleasehold_python.dylib"]).ok_or(
+        "the Python extension is not built in this target dir (cargo build -p leasehold-python, or cargo test --workspace --all-features)",
+    )?;
+    let sources =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bindings/python/python/leasehold_lock");
+    let pkg = root.join("leasehold_lock");
+    let _ = std::fs::remove_dir_all(&pkg);
+    std::fs::create_dir_all(&pkg).map_err(|e| format!("make {}: {e}", pkg.display()))?;
+    let entries = std::fs::read_dir(&sources).map_err(|e| format!("{}: {e}", sources.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", sources.display()))?;
+        let name = entry.file_name();
+        let keep = Path::new(&name)
+            .extension()
+            .is_some_and(|e| e == "py" || e == "pyi")
+            || name == "py.typed";
+        if keep {
+            std::fs::copy(entry.path(), pkg.join(&name))
+                .map_err(|e| format!("copy {}: {e}", entry.path().display()))?;
+        }
+    }
+    std::fs::copy(&built, pkg.join("_native.abi3.so"))
+        .map_err(|e| format!("copy the extension {}: {e}", built.display()))?;
+    Ok(())
+}

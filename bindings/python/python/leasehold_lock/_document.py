@@ -38,6 +38,14 @@ class Document:
     ``encoding`` is ``"json"`` (the default: values are parsed and written as JSON; a
     document that does not parse is never overwritten by an update, and raises
     ``LeaseError(code='INVALID_INPUT')``), ``"text"`` (UTF-8 ``str``) or ``"bytes"``.
+
+    ``on_shared_mount=Record(ttl=SECONDS)``: on a mount whose kernel locks stay on each host
+    (NFS with ``local_lock=all`` or ``nolock``, SMB with ``nobrl``, sshfs and most FUSE), an
+    update's lease is a record lease with this TTL, which excludes writers on every host
+    sharing the directory; every write is then fenced (refused when too little of the
+    lease's validity is left, or when a newer holder's token is in ``<lock>.fence``), so a
+    writer paused past its TTL writes nothing. Without it such a mount is refused
+    (``LeaseError(code='NETWORK_FS')``, naming the keyword). Elsewhere it changes nothing.
     """
 
     def __init__(
@@ -47,6 +55,7 @@ class Document:
         lock_path: Optional[Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]] = None,
         encoding: str = "json",
         allow_shared_state: bool = False,
+        on_shared_mount: Optional[_native.Record] = None,
     ) -> None:
         if encoding not in _ENCODINGS:
             raise ValueError(f"encoding must be one of {_ENCODINGS}, not {encoding!r}")
@@ -56,6 +65,7 @@ class Document:
             None if lock_path is None else os.fsdecode(lock_path),
             encoding == "json",
             allow_shared_state,
+            on_shared_mount,
         )
 
     @property

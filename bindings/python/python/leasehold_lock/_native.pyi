@@ -98,6 +98,7 @@ class _Document:
         lock_path: Optional[_Path] = None,
         json: bool = False,
         allow_shared_state: bool = False,
+        on_shared_mount: Optional[Record] = None,
     ) -> None: ...
     @property
     def path(self) -> str: ...

@@ -90,7 +90,7 @@ def errors(path: str) -> str:
 
 
 def documents(path: str) -> Any:
-    doc = Document(path, lock_path=pathlib.Path(path + ".lock"), encoding="json", allow_shared_state=False)
+    doc = Document(path, lock_path=pathlib.Path(path + ".lock"), encoding="json", allow_shared_state=False, on_shared_mount=Record(ttl=30.0))
     with doc.edit(timeout=5) as value:
         value["n"] = 1
     doc.update(lambda v: v, timeout=-1)
