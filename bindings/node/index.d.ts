@@ -186,7 +186,7 @@ export declare class SessionLog {
 export declare class ResultStore {
   private constructor()
   /** timeoutMs: the wait for an ID's lease (default 30000, as the CLI). */
-  static open(root: string, options?: { timeoutMs?: number } & StoreOptIns): ResultStore
+  static open(root: string, options?: { timeoutMs?: number } & StoreOptIns & { onSharedMount?: SharedMount }): ResultStore
   stage(id: string, from: string): Promise<void>
   paths(id: string): Promise<string[]>
   finish(id: string): Promise<void>

@@ -360,7 +360,7 @@ class ResultStore {
     checkString(root, 'root')
     const timeoutMs = options ? options.timeoutMs : undefined
     if (timeoutMs !== undefined && typeof timeoutMs !== 'number') throw invalid('timeoutMs must be a number of milliseconds')
-    return new ResultStore(settle(native.openResultStore(root, timeoutMs, optIns(options))))
+    return new ResultStore(settle(native.openResultStore(root, timeoutMs, leaseOptIns(options))))
   }
 
   async stage (id, from) {

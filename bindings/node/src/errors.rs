@@ -91,7 +91,7 @@ fn option(setting: OptIn) -> String {
         OptIn::NetworkFilesystem => "the option allowNetworkFs: true".into(),
         OptIn::SharedState => "the option allowSharedState: true".into(),
         OptIn::RecordLease => {
-            "the option onSharedMount: { record: { ttlMs } } (of Lease.acquire, Lease.tryAcquire, Document.open, Registry.open or SessionLog.open)"
+            "the option onSharedMount: { record: { ttlMs } } (of Lease.acquire, Lease.tryAcquire, Document.open, Registry.open, SessionLog.open or ResultStore.open)"
                 .into()
         }
         // Node runs only where other processes honour locks: there is nothing to opt into.

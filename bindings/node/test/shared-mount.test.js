@@ -12,7 +12,7 @@ const { join } = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { lh, PKG, CLI, skip, tempDir, Child, nodeChild, until, within } = require('./helpers')
 
-const { Lease, Document, Registry, SessionLog } = lh
+const { Lease, Document, Registry, SessionLog, ResultStore } = lh
 const record = (ttlMs) => ({ onSharedMount: { record: { ttlMs } } })
 
 /**
@@ -85,7 +85,7 @@ function cliHolder (lock) {
 }
 
 /** The refusal's naming of the option, as every face of this package words it. */
-const RECORD_NAMED = /take a record lease there, which excludes across hosts \(exclusive leases; the option onSharedMount: \{ record: \{ ttlMs \} \} \(of Lease\.acquire, Lease\.tryAcquire, Document\.open, Registry\.open or SessionLog\.open\)\), or opt in with the option allowNetworkFs: true/
+const RECORD_NAMED = /take a record lease there, which excludes across hosts \(exclusive leases; the option onSharedMount: \{ record: \{ ttlMs \} \} \(of Lease\.acquire, Lease\.tryAcquire, Document\.open, Registry\.open, SessionLog\.open or ResultStore\.open\)\), or opt in with the option allowNetworkFs: true/
 
 test('onSharedMount: without it a host-only mount is refused, naming the option; a bad TTL is refused', async (t) => {
   const later = undoer(t)
@@ -216,7 +216,7 @@ test('onSharedMount: an abort, or the end of its worker, ends a record wait acro
   assert.equal(await cli.line(), 'done')
 })
 
-test('onSharedMount on the stores: without it a Document, the Registry and a SessionLog on a host-only mount are refused naming it; with it they work', async (t) => {
+test('onSharedMount on the stores: without it a Document, the Registry, a SessionLog and a ResultStore on a host-only mount are refused naming it; with it they work', async (t) => {
   const later = undoer(t)
   const mounts = twoMounts(t, later)
   if (mounts === null) return
@@ -228,6 +228,11 @@ test('onSharedMount on the stores: without it a Document, the Registry and a Ses
   assert.ok(!existsSync(join(a, 'doc.json')), 'a refused update wrote nothing')
   await assert.rejects(Registry.open({ home: join(a, 'home') }), refused)
   await assert.rejects(SessionLog.open(join(a, 'sessions'), 's1').append({ i: 1 }), refused)
+  const src = join(tempDir(t), 'src')
+  mkdirSync(src)
+  writeFileSync(join(src, 'out.txt'), 'made\n')
+  await assert.rejects(ResultStore.open(join(a, 'results')).stage('r1', src), refused)
+  assert.ok(!existsSync(join(a, 'results', 'results', 'r1')), 'a refused stage staged nothing')
   for (const bad of [{ record: { ttlMs: -1 } }, { record: { ttlMs: NaN } }, { record: { ttlMs: 0 } }]) {
     assert.throws(() => Document.open(join(a, 'doc.json'), { onSharedMount: bad }), (e) => e.code === 'INVALID_INPUT' && e.message.includes('onSharedMount.record.ttlMs'), JSON.stringify(bad))
     await assert.rejects(Registry.open({ home: join(a, 'home'), onSharedMount: bad }), (e) => e.code === 'INVALID_INPUT' && e.message.includes('onSharedMount.record.ttlMs'))
@@ -255,6 +260,12 @@ test('onSharedMount on the stores: without it a Document, the Registry and a Ses
   await log.append({ i: 1 })
   log.close()
   assert.deepEqual(SessionLog.read(join(b, 'sessions'), 's1'), [{ i: 1 }])
+  // The result store: each ID's operation under that ID's record lease, across the mounts.
+  await ResultStore.open(join(a, 'results'), record(60000)).stage('r1', src)
+  const throughB = ResultStore.open(join(b, 'results'), record(60000))
+  assert.deepEqual(await throughB.paths('r1'), ['out.txt'])
+  await throughB.discard('r1')
+  assert.ok(!existsSync(join(a, 'results', 'results', 'r1')), 'discarded through the other mount')
 })
 
 /** Python's increment through the record lease: `python -c PY_INCREMENT PATH N TTL`. */

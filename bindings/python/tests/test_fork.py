@@ -60,13 +60,14 @@ def test_os_fork_child_keeps_no_lease_after_the_parent_releases(lock_path, share
             os._exit(0)
     with os.fdopen(said_r) as said:
         try:
+            # Read first: the child's report comes after its fork hook has run (until then
+            # its copy of the descriptor shares the lock, released by closing as flock(1)'s).
+            assert said.readline().split() == ["False", "LOST"]
             assert lease.held, "the parent's lease is untouched by the fork"
             lease.verify()
             assert not free_for_another_process(lock_path), "still held by the parent"
             lease.release()
             assert free_for_another_process(lock_path), "the child, alive, holds nothing"
-            # Said before the release, read now: the child's copy was let go at the fork.
-            assert said.readline().split() == ["False", "LOST"]
         finally:
             os.write(go_w, b"x")
             assert said.readline().split() == ["False"]
@@ -90,9 +91,11 @@ def test_multiprocessing_fork_child_keeps_no_lease_after_the_parent_releases(loc
     try:
         assert lease.held
         lease.release()
+        # The child's report comes after its fork hook has run: until then its copy of the
+        # descriptor still shares the lock (a lease is released by closing, as flock(1)'s).
+        assert parent_end.recv() == "False LOST"
         assert child.is_alive()
         assert free_for_another_process(lock_path), "the child, alive, holds nothing"
-        assert parent_end.recv() == "False LOST"
     finally:
         go.set()
         assert parent_end.recv() is False
