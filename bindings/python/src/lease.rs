@@ -22,15 +22,12 @@ use crate::wait::{self, Waited};
 /// stay on each host) ends a TTL after its holder stopped renewing it.
 #[pyclass(module = "leasehold_lock", name = "Lease", frozen)]
 pub(crate) struct Lease {
-    /// The library's lease; `None` once a forked child let go of an inherited record lease
-    /// ([`Lease::held`]).
-    held: Mutex<Option<MountLease>>,
+    /// The library's lease (in a child forked without exec, the library's copy answers as a
+    /// released lease: see `leasehold::after_fork_in_child` and `leasehold::RecordLease`).
+    held: Mutex<MountLease>,
     path: PathBuf,
     shared: bool,
     fencing_token: Option<u64>,
-    /// The process that took it.
-    #[cfg(unix)]
-    owner: u32,
 }
 
 impl Lease {
@@ -39,37 +36,14 @@ impl Lease {
             path: held.path().to_path_buf(),
             shared: held.mode() == LockMode::Shared,
             fencing_token: held.fencing_token(),
-            held: Mutex::new(Some(held)),
-            #[cfg(unix)]
-            owner: std::process::id(),
+            held: Mutex::new(held),
         }
     }
 
-    /// The library's lease, while this process may use it. In a child forked without exec
-    /// an inherited record lease is let go of here, untouched: the library's
-    /// `after_fork_in_child` lets go of kernel leases, but a record lease's release, renewal
-    /// or drop in the child would act on the parent's record (give its baton back while the
-    /// parent holds it), and its renewing thread does not exist there. It then answers as a
-    /// released lease does, as an inherited kernel lease does (README, "fork").
-    fn held(&self) -> MutexGuard<'_, Option<MountLease>> {
+    /// The library's lease.
+    fn held(&self) -> MutexGuard<'_, MountLease> {
         // A panic cannot leave the lease half-changed: every method is one library call.
-        #[cfg_attr(not(unix), allow(unused_mut))]
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        // No fork without exec elsewhere, and no record lease.
-        #[cfg(unix)]
-        if std::process::id() != self.owner && matches!(*held, Some(MountLease::Record(_))) {
-            // Never dropped: its drop gives the parent's baton back.
-            std::mem::forget(held.take());
-        }
-        held
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        // Garbage collected (or the interpreter ending) in a forked child: let go as `held`
-        // does, before the fields drop.
-        drop(self.held());
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -99,7 +73,7 @@ impl Lease {
     /// `_after_fork_in_child`).
     #[getter(held)]
     fn is_held(&self) -> bool {
-        self.held().as_ref().is_some_and(MountLease::is_held)
+        self.held().is_held()
     }
 
     /// Raises `LeaseError(code='LOST')` unless the lease still stands for its path: the lock
@@ -108,23 +82,14 @@ impl Lease {
     /// taken over (it reads the record once a third of the TTL is spent). Call it before a
     /// write that the lease must guard.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
-        let res = {
-            let held = self.held();
-            match held.as_ref() {
-                Some(lease) => py.detach(|| lease.verify()),
-                None => Err(leasehold::Error::Released {
-                    path: self.path.clone(),
-                }),
-            }
-        };
-        res.map_err(|e| to_pyerr(py, e))
+        let held = self.held();
+        let lease: &MountLease = &held;
+        py.detach(|| lease.verify()).map_err(|e| to_pyerr(py, e))
     }
 
     /// Releases the lease (closes its descriptor). Idempotent; the lock file stays.
     fn release(&self) {
-        if let Some(lease) = self.held().as_mut() {
-            lease.release();
-        }
+        self.held().release();
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

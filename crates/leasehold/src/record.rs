@@ -156,9 +156,19 @@ impl Baton {
 /// machine slept) [`verify`](Self::verify) renews before answering: a renewal that finds the
 /// baton moved reports the lease lost ([`Error::LeaseLost`]) — it never panics. Released on
 /// drop.
+///
+/// It belongs to the process that took it. A child forked without `exec` (Python's
+/// `os.fork`, `multiprocessing`) inherits a copy, which there says it is not held, as an
+/// inherited kernel lease does: [`is_held`](Self::is_held) false,
+/// [`verify`](Self::verify) and [`renew`](Self::renew) [`Error::Released`], and
+/// [`release`](Self::release) or a drop leave the baton and the lease directory untouched
+/// (the parent still holds them) and wait for no renewing thread (it runs in the parent only).
 #[derive(Debug)]
 pub struct RecordLease {
     held: Arc<Held>,
+    /// The process that took it ([`std::process::id`]); in any other (a forked child) the
+    /// lease is not held, and its copy lets go without touching the baton.
+    owner: u32,
     /// The renewing thread (stopped and joined on drop).
     keeper: Option<std::thread::JoinHandle<()>>,
     /// The kernel lease on the lock path, held for as long (released after the baton is
@@ -312,13 +322,33 @@ impl RecordLease {
     /// once the TTL has passed).
     pub(crate) fn release_in_place(&mut self) {
         self.stop_keeper();
-        let _ = self.held.give_back();
+        if !self.inherited() {
+            let _ = self.held.give_back();
+        }
         self.kernel.release();
     }
 
-    /// Whether it is still believed held: neither released nor found lost.
+    /// Whether it is still believed held: neither released nor found lost, and in the
+    /// process that took it.
     pub fn is_held(&self) -> bool {
-        !lock(&self.held.state).done
+        !self.inherited() && !lock(&self.held.state).done
+    }
+
+    /// Whether this is a copy inherited through a `fork` (this process did not take it).
+    /// Its state is then never touched: a thread of the parent's may have held its lock at
+    /// the fork, and no thread exists in the child to release it.
+    fn inherited(&self) -> bool {
+        std::process::id() != self.owner
+    }
+
+    /// [`Error::Released`] for an inherited copy, as an inherited kernel lease answers.
+    fn ours(&self) -> Result<()> {
+        match self.inherited() {
+            true => Err(Error::Released {
+                path: self.held.path.clone(),
+            }),
+            false => Ok(()),
+        }
     }
 
     /// [`acquire`](Self::acquire) as if this process ran on the host named `host`: how the
@@ -422,6 +452,7 @@ impl RecordLease {
                             .spawn(move || keep(&keeping));
                         let mut lease = RecordLease {
                             held,
+                            owner: std::process::id(),
                             keeper: None,
                             kernel,
                         };
@@ -503,8 +534,11 @@ impl RecordLease {
     }
 
     /// The validity left (less the margin kept back), or `None` once it ran out or the lease
-    /// was lost.
+    /// was lost (or in a forked child: see [`RecordLease`]).
     pub fn remaining(&self) -> Option<Duration> {
+        if self.inherited() {
+            return None;
+        }
         let st = lock(&self.held.state);
         let left = st.valid_until.checked_sub(now())?;
         (!st.done && !left.is_zero()).then_some(left)
@@ -517,8 +551,10 @@ impl RecordLease {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the baton was taken over; [`Error::Io`].
+    /// [`Error::LeaseLost`] when the baton was taken over; [`Error::Io`];
+    /// [`Error::Released`] in a forked child.
     pub fn verify(&self) -> Result<()> {
+        self.ours()?;
         let ttl = self.held.ttl;
         match self.remaining() {
             Some(left) if left >= (ttl - margin(ttl)) * 2 / 3 => Ok(()),
@@ -550,8 +586,10 @@ impl RecordLease {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when too little validity is left (or the lease was lost).
+    /// [`Error::LeaseLost`] when too little validity is left (or the lease was lost);
+    /// [`Error::Released`] in a forked child.
     pub fn validity_for_write(&self) -> Result<()> {
+        self.ours()?;
         match self.remaining() {
             Some(left) if left >= margin(self.held.ttl) => Ok(()),
             _ => Err(Error::LeaseLost {
@@ -567,23 +605,35 @@ impl RecordLease {
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the baton was moved; [`Error::Io`].
+    /// [`Error::LeaseLost`] when the baton was moved; [`Error::Io`]; [`Error::Released`]
+    /// in a forked child.
     pub fn renew(&self) -> Result<()> {
+        self.ours()?;
         self.held.renew()
     }
 
     /// Releases: stops believing it holds, then renames the baton to `free.<token>` (if a
-    /// waiter took it over meanwhile, there is nothing to give back).
+    /// waiter took it over meanwhile, there is nothing to give back). In a forked child,
+    /// only lets go of the copy: the baton stays the parent's.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] when the rename failed otherwise.
     pub fn release(mut self) -> Result<()> {
         self.stop_keeper();
-        self.held.give_back()
+        match self.inherited() {
+            true => Ok(()),
+            false => self.held.give_back(),
+        }
     }
 
+    /// Stops the renewing thread and waits for it to end; in a forked child, where it does
+    /// not exist (joining it would wait forever), forgets its handle instead.
     fn stop_keeper(&mut self) {
+        if self.inherited() {
+            std::mem::forget(self.keeper.take());
+            return;
+        }
         lock(&self.held.state).stop = true;
         self.held.wake.notify_all();
         if let Some(k) = self.keeper.take() {
@@ -595,7 +645,9 @@ impl RecordLease {
 impl Drop for RecordLease {
     fn drop(&mut self) {
         self.stop_keeper();
-        let _ = self.held.give_back();
+        if !self.inherited() {
+            let _ = self.held.give_back();
+        }
     }
 }
 

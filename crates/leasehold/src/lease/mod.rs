@@ -93,6 +93,9 @@ pub(crate) use crate::sys::naming::push_sha256_hex;
 /// in the child), and makes every inherited [`Lease`] and [`SharedLease`] say it is not held
 /// ([`is_held`](Lease::is_held) false, [`verify`](Lease::verify) `Error::Released`,
 /// [`release`](Lease::release) a no-op). The child may take leases of its own afterwards.
+/// An inherited [`RecordLease`](crate::RecordLease) says the same in any process but the one
+/// that took it, with or without this call, and its release or drop there leaves the
+/// parent's baton alone.
 ///
 /// With [`before_fork`] called by the forking thread just before the fork (and
 /// [`after_fork_in_parent`] in the parent after it), the library's state is whole in the

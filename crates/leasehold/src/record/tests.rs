@@ -834,3 +834,83 @@ fn the_options_take_a_record_lease_on_a_host_only_mount_when_chosen() {
     assert!(matches!(local, MountLease::Kernel(_)), "{local:?}");
     assert_eq!(local.fencing_token(), None);
 }
+
+/// A child forked without `exec` (Python's `os.fork`, `multiprocessing`) inherits a copy of
+/// its parent's record lease. There the copy is not held — `verify` and `renew` answer
+/// [`Error::Released`], as an inherited kernel lease's `verify` does — and its `release` or
+/// drop leaves the baton the parent's, waiting for no renewing thread (the parent's, which
+/// does not exist in the child): a process of another host still finds the lease busy, and
+/// the parent renews and releases it as its own.
+#[test]
+fn a_forked_childs_copy_is_not_held_and_leaves_the_parents_baton_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "record lease in a forked child") else {
+        return;
+    };
+    let lock = bed.mounts[0].join("x.lock");
+    let ttl = Duration::from_secs(60);
+    let mut lease = RecordLease::acquire_on_host(&lock, ttl, &Budget::no_wait(), "host-a").unwrap();
+    for let_go in ["release", "drop"] {
+        // The child's copy, taken out of the parent's binding in the child only.
+        let mut copy = Some(lease);
+        crate::before_fork();
+        let status = crate::sys::test_fork::in_child_status(&mut || {
+            crate::after_fork_in_child();
+            let Some(copy) = copy.take() else {
+                return 100;
+            };
+            // One bit for each wrong answer.
+            let answers = [
+                !copy.is_held(),
+                matches!(copy.verify(), Err(Error::Released { .. })),
+                matches!(copy.renew(), Err(Error::Released { .. })),
+                matches!(copy.validity_for_write(), Err(Error::Released { .. })),
+                copy.remaining().is_none(),
+            ];
+            let wrong = answers
+                .iter()
+                .enumerate()
+                .filter(|(_, right)| !**right)
+                .map(|(i, _)| 1 << i)
+                .sum();
+            match let_go {
+                "release" => match copy.release() {
+                    Ok(()) => wrong,
+                    Err(_) => 64,
+                },
+                _ => {
+                    drop(copy);
+                    wrong
+                }
+            }
+        });
+        crate::after_fork_in_parent();
+        lease = copy.take().unwrap();
+        assert_eq!(
+            status,
+            Some(0),
+            "the child's copy ({let_go}): not held, Released, let go without waiting (None: it hung and was ended)"
+        );
+        assert!(lease.is_held(), "the parent still holds ({let_go})");
+        let holder = RecordLease::holder(&lock).unwrap().expect("a live baton");
+        assert_eq!(
+            (holder.pid, holder.token),
+            (std::process::id(), 1),
+            "the baton still names the parent ({let_go})"
+        );
+        let mut other = Kid(child("try", &bed.mounts[1].join("x.lock"), "host-b")
+            .spawn()
+            .unwrap());
+        assert_eq!(
+            await_line(&mut other.0, "TRY"),
+            "busy",
+            "another host cannot take it ({let_go})"
+        );
+        lease.renew().unwrap();
+    }
+    lease.release().unwrap();
+    let mut other = Kid(child("try", &bed.mounts[1].join("x.lock"), "host-b")
+        .spawn()
+        .unwrap());
+    assert_eq!(await_line(&mut other.0, "TRY"), "held 2");
+}

@@ -24,6 +24,15 @@
 //! file (a later descriptor with the same number on another file is left alone). A descriptor
 //! of the same lock file that the caller opened with the number the library once used is
 //! let go too (in the child only; never one the caller opened on another file).
+//!
+//! A [`RecordLease`](crate::RecordLease) is more than a descriptor: a baton in a directory
+//! shared between hosts and a thread that renews it. Its copy remembers the process that
+//! took the lease and, in any other, says it is not held (`is_held` false, `verify` and
+//! `renew` [`Released`](crate::Error::Released)) and lets go on `release` or drop without
+//! touching the baton (giving it back would free the parent's lease under it) or waiting for
+//! the renewing thread (the parent's: none runs in the child) — whether or not
+//! `after_fork_in_child` ran. The kernel lease it holds as its host's queue is let go as
+//! above.
 
 use std::cell::RefCell;
 use std::os::fd::RawFd;
