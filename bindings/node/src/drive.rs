@@ -196,10 +196,13 @@ thread_local! {
     static LIVE: RefCell<Vec<(u64, Weak<dyn Abandon>)>> = const { RefCell::new(Vec::new()) };
     /// Whether this thread's environment has its clean-up hook ([`abandon_all`]).
     static HOOKED: Cell<bool> = const { Cell::new(false) };
+    /// What [`abandon_all`] runs after the waits ([`at_teardown`]).
+    static THEN: Cell<Option<fn()>> = const { Cell::new(None) };
 }
 
 /// The environment of this thread is being torn down (a worker terminated or ended, the
-/// process exiting): every wait still in progress ends here.
+/// process exiting): every wait still in progress ends here, then what [`at_teardown`] set
+/// (the leases made on this thread).
 fn abandon_all() {
     HOOKED.set(false);
     let live = LIVE.with(|live| std::mem::take(&mut *live.borrow_mut()));
@@ -208,5 +211,13 @@ fn abandon_all() {
             task.abandon();
         }
     }
-    crate::lease::release_all();
+    if let Some(then) = THEN.get() {
+        then();
+    }
+}
+
+/// What this thread's environment also ends at its teardown, after its waits: set by the
+/// module that makes leases (above this one), which releases them.
+pub(crate) fn at_teardown(then: fn()) {
+    THEN.set(Some(then));
 }

@@ -173,6 +173,7 @@ thread_local! {
 
 /// `held`, remembered for [`release_all`] (entries of leases gone since are dropped here).
 fn kept(held: MountLease) -> Arc<Mutex<MountLease>> {
+    drive::at_teardown(release_all);
     let held = Arc::new(Mutex::new(held));
     MADE.with(|made| {
         let mut made = made.borrow_mut();

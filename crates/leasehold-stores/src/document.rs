@@ -28,9 +28,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::read::read_regular;
 use leasehold::patterns::authority::StoreFailure;
 use leasehold::patterns::durable::{Step, create_dirs, replace_file_observed};
-use leasehold::{Error as LeaseError, LockDir};
 use serde_json::{Map, Value};
 
 /// The file operations a [`JsonDocument`] needs: a narrow seam for fault injection.
@@ -92,43 +92,6 @@ impl DocumentFiles for RealFiles {
             _ => Ok(()),
         })
     }
-}
-
-/// Reads the regular file at `path` (see [`RealFiles::read`]) through its directory's handle
-/// ([`LockDir::open_read`]: the library's one careful open); `None` when it is missing.
-pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
-    use std::io::Read;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a file name this store uses (not valid UTF-8, or none)",
-        )
-    })?;
-    let opened = LockDir::open(dir).and_then(|d| d.open_read(name));
-    let file = match opened {
-        Ok(Some((file, _))) => file,
-        Ok(None) | Err(LeaseError::NotFound { .. }) => return Ok(None),
-        Err(LeaseError::NotRegularFile { kind, .. }) => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("is {kind}, not a regular file; refusing to read it"),
-            ));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let mut bytes = Vec::new();
-    file.take(limit + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("larger than {} MiB; not a document of ours", limit >> 20),
-        ));
-    }
-    Ok(Some(bytes))
 }
 
 /// One JSON object stored in one file.

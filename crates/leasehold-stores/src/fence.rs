@@ -20,7 +20,7 @@ use leasehold::{LockDir, MountLease};
 pub(crate) const MUTANT: bool = cfg!(leasehold_mutant_no_fence);
 use leasehold::patterns::durable::{remove_temporaries_in, replace_file};
 
-use crate::document::read_regular;
+use crate::read::read_regular;
 
 /// The fence of one lock path.
 #[derive(Debug, Clone)]

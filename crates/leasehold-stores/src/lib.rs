@@ -142,6 +142,7 @@
 pub mod document;
 mod fence;
 pub mod id;
+mod read;
 pub mod registry;
 pub mod results;
 pub mod session;
