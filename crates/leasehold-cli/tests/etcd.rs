@@ -834,14 +834,22 @@ mod with_etcd {
         testkit::until(
             "the waiting run's supervisor has started COMMAND's process",
             || {
-                let Some(&supervisor) = children_of(run).first() else {
+                // Each once it has run `exec` (a child just forked shows its parent's command).
+                let Some(&supervisor) = children_of(run)
+                    .first()
+                    .filter(|&&p| cmdline(p).contains("etcd-supervisor"))
+                else {
                     return false;
                 };
-                let Some(&init) = children_of(supervisor).first() else {
+                let Some(&init) = children_of(supervisor)
+                    .first()
+                    .filter(|&&p| cmdline(p).contains("etcd-ns-init"))
+                else {
                     return false;
                 };
                 found = children_of(init)
                     .first()
+                    .filter(|&&helper| cmdline(helper) != cmdline(init))
                     .map(|&helper| (supervisor, init, helper));
                 found.is_some()
             },
