@@ -38,28 +38,28 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::MutexGuard;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use leasehold::Budget;
 use leasehold::arbiters::etcd::EtcdArbiter;
 use leasehold_stores::registry::{ETCD_DOCUMENT, Registry, RegistryError, stamped};
-use rustix::process::{Pid, Signal, kill_process_group};
+use rustix::process::{Pid, Signal};
 use serde_json::{Map, Value, json};
 
 use super::{AppendLog, Layout, ROOT_POOL, Rng, check, now_ns};
 use crate::exit::{Failure, OK, Outcome};
 use crate::private_etcd::PrivateEtcd;
-use crate::sync;
+use tend::{Driver, End, Hunt, PAUSE, Plan, Reply, Shared, State};
+
+mod tend;
 
 /// The workers' lease TTL: short, so that pauses and kills cost little time.
 pub const TTL: Duration = Duration::from_secs(2);
-/// How long a pause lasts: past the TTL, so that the paused worker's lease expires.
-const PAUSE: Duration = Duration::from_millis(2600);
 /// How long a worker waits for the registry before giving up on one operation.
 const ACQUIRE_WAIT: Duration = Duration::from_secs(10);
 
@@ -140,67 +140,6 @@ pub fn work(layout: &Layout, slot: u32, generation: u32, endpoints: &str, prefix
     Ok(0)
 }
 
-#[derive(Default)]
-struct Slot {
-    pid: Option<i32>,
-    killed: bool,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Hunt {
-    Kill,
-    Pause,
-    /// `--etcd-run`: `run` and its supervisor SIGKILLed together (both stopped first).
-    KillWithSupervisor,
-    /// `--etcd-run`: the supervisor alone SIGSTOPped, and etcd too (a partition) when it is
-    /// the run's own, past the TTL.
-    PauseSupervisor,
-}
-
-#[derive(Default)]
-struct State {
-    slots: Vec<Slot>,
-    hunt: Option<Hunt>,
-    stopping: bool,
-    kills: u64,
-    pauses: u64,
-    /// Of the kills: `run` and its supervisor together.
-    kills_with_supervisor: u64,
-    /// Of the pauses: the supervisor alone (`--etcd-run`).
-    supervisor_pauses: u64,
-    landed: BTreeMap<String, u64>,
-    violations: Vec<String>,
-    /// `holding` announcements answered with `go` (mutations let through).
-    answered: u64,
-}
-
-struct Shared {
-    state: Mutex<State>,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        sync::lock(&self.state)
-    }
-
-    fn kill(&self, st: &mut State, slot: usize, landed: &str) -> bool {
-        let s = &mut st.slots[slot];
-        let Some(pid) = s.pid.filter(|_| !s.killed).and_then(Pid::from_raw) else {
-            return false;
-        };
-        let _ = kill_process_group(pid, Signal::CONT);
-        if kill_process_group(pid, Signal::KILL).is_err() {
-            return false;
-        }
-        s.killed = true;
-        if !st.stopping {
-            st.kills += 1;
-            *st.landed.entry(landed.to_string()).or_default() += 1;
-        }
-        true
-    }
-}
-
 pub fn run(settings: &Settings) -> Outcome {
     let started = Instant::now();
     let base = settings.dir.clone().unwrap_or_else(std::env::temp_dir);
@@ -242,29 +181,13 @@ pub fn run(settings: &Settings) -> Outcome {
     }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            slots: (0..settings.workers).map(|_| Slot::default()).collect(),
-            ..State::default()
-        }),
-    });
-    let threads: Vec<_> = (0..settings.workers as usize)
-        .map(|slot| {
-            let (shared, layout, exe) = (shared.clone(), layout.clone(), exe.clone());
-            let (endpoints, prefix) = (endpoints.clone(), prefix.clone());
-            thread::spawn(move || tend(&shared, &layout, &exe, slot, &endpoints, &prefix))
-        })
-        .collect();
-
-    schedule(&shared, settings, started);
-    for t in threads {
-        if t.join().is_err() {
-            shared
-                .lock()
-                .violations
-                .push("a worker thread panicked".into());
-        }
-    }
+    let workers = Workers {
+        exe,
+        layout: layout.clone(),
+        endpoints: endpoints.clone(),
+        prefix: prefix.clone(),
+    };
+    let shared = tend::drive(&plan(settings, started), &layout, workers);
     let report = verify(&layout, &endpoints, &prefix, settings.workers)?;
     drop(private);
     let elapsed = started.elapsed();
@@ -327,154 +250,6 @@ pub fn run(settings: &Settings) -> Outcome {
             violations[0],
             layout.dir.display()
         )))
-    }
-}
-
-/// The events of a run, until `--kills` of them or `--seconds`: a random worker SIGKILLed at
-/// a random moment, or a hunt — the next worker to announce `holding` is SIGKILLed or paused
-/// there; a few mutations go through between two events. Then every worker is killed.
-fn schedule(shared: &Shared, settings: &Settings, started: Instant) {
-    let deadline = started + Duration::from_secs_f64(settings.seconds);
-    let mut rng = Rng::seeded();
-    let mut through = 0;
-    loop {
-        {
-            let st = shared.lock();
-            if st.kills + st.pauses >= settings.events || Instant::now() >= deadline {
-                break;
-            }
-        }
-        thread::sleep(Duration::from_millis(20 + rng.below(60)));
-        let mut st = shared.lock();
-        // Between two events, let a few mutations through: a torture that kills every
-        // holder would prove nothing about acknowledged writes.
-        if st.hunt.is_some() || st.answered < through + 3 {
-            continue;
-        }
-        through = st.answered;
-        match rng.below(if settings.run { 5 } else { 3 }) {
-            0 => {
-                let slot = rng.below(st.slots.len() as u64) as usize;
-                shared.kill(&mut st, slot, "random");
-            }
-            1 => st.hunt = Some(Hunt::Kill),
-            2 => st.hunt = Some(Hunt::Pause),
-            3 => st.hunt = Some(Hunt::KillWithSupervisor),
-            _ => st.hunt = Some(Hunt::PauseSupervisor),
-        }
-    }
-    {
-        let mut st = shared.lock();
-        st.stopping = true;
-        st.hunt = None;
-        for slot in 0..st.slots.len() {
-            shared.kill(&mut st, slot, "shutdown");
-        }
-    }
-}
-
-/// Keeps one slot busy: starts an incarnation, answers `holding` with `go`, or kills or
-/// pauses it there when a hunt is on, reaps it, starts the next.
-fn tend(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, endpoints: &str, prefix: &str) {
-    for generation in 0u32.. {
-        if shared.lock().stopping {
-            return;
-        }
-        let stderr = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(layout.stderr());
-        let spawned = stderr.and_then(|err| {
-            Command::new(exe)
-                .arg("torture")
-                .arg("--etcd-worker")
-                .arg(format!("{slot}:{generation}"))
-                .arg("--dir")
-                .arg(&layout.dir)
-                .arg("--etcd")
-                .arg(endpoints)
-                .arg("--prefix")
-                .arg(prefix)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(err)
-                .process_group(0)
-                .spawn()
-        });
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                shared
-                    .lock()
-                    .violations
-                    .push(format!("cannot start worker {slot}: {e}"));
-                return;
-            }
-        };
-        let pid = child.id() as i32;
-        {
-            let mut st = shared.lock();
-            st.slots[slot] = Slot {
-                pid: Some(pid),
-                killed: false,
-            };
-            if st.stopping {
-                shared.kill(&mut st, slot, "shutdown");
-            }
-        }
-        let mut stdin = child.stdin.take();
-        if let Some(out) = child.stdout.take() {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                let mut st = shared.lock();
-                if line == "holding" && !st.stopping {
-                    match st.hunt.take() {
-                        Some(Hunt::Kill) => {
-                            shared.kill(&mut st, slot, "holding");
-                            continue;
-                        }
-                        Some(Hunt::Pause) => {
-                            let Some(group) = Pid::from_raw(pid) else {
-                                continue;
-                            };
-                            if kill_process_group(group, Signal::STOP).is_ok() {
-                                st.pauses += 1;
-                                drop(st);
-                                // The pause itself: long enough for the lease to expire.
-                                thread::sleep(PAUSE);
-                                let st = shared.lock();
-                                if !st.slots[slot].killed {
-                                    let _ = kill_process_group(group, Signal::CONT);
-                                }
-                            }
-                        }
-                        // `--etcd-run`'s only.
-                        Some(Hunt::KillWithSupervisor | Hunt::PauseSupervisor) | None => {
-                            st.answered += 1;
-                        }
-                    }
-                } else {
-                    drop(st);
-                }
-                if let Some(w) = stdin.as_mut() {
-                    let _ = writeln!(w, "go").and_then(|()| w.flush());
-                }
-            }
-        }
-        drop(stdin);
-        let killed = {
-            let mut st = shared.lock();
-            st.slots[slot].pid = None;
-            st.slots[slot].killed
-        };
-        let status = child.wait();
-        let by_sigkill = status.as_ref().is_ok_and(|s| s.signal() == Some(9));
-        if !(killed && by_sigkill) {
-            shared.lock().violations.push(format!(
-                "worker {slot}:{generation} ended by itself: {status:?} (see {})",
-                layout.stderr().display()
-            ));
-        }
     }
 }
 
@@ -846,36 +621,15 @@ fn run_mode(
         .map_err(|e| Failure::failed(format!("torture: {}: {e}", layout.counter().display())))?;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this executable: {e}")))?;
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            slots: (0..settings.workers).map(|_| Slot::default()).collect(),
-            ..State::default()
-        }),
-    });
-    let threads: Vec<_> = (0..settings.workers as usize)
-        .map(|slot| {
-            let (shared, layout, exe) = (shared.clone(), layout.clone(), exe.clone());
-            let (endpoints, prefix) = (endpoints.to_string(), prefix.to_string());
-            let broken = settings.break_exclusion;
-            thread::spawn(move || {
-                let etcd = Etcd {
-                    endpoints: &endpoints,
-                    prefix: &prefix,
-                    server: etcd_pid,
-                };
-                tend_run(&shared, &layout, &exe, slot, &etcd, broken)
-            })
-        })
-        .collect();
-    schedule(&shared, settings, started);
-    for t in threads {
-        if t.join().is_err() {
-            shared
-                .lock()
-                .violations
-                .push("a worker thread panicked".into());
-        }
-    }
+    let runs = Runs {
+        exe,
+        layout: layout.clone(),
+        endpoints: endpoints.to_string(),
+        prefix: prefix.to_string(),
+        server: etcd_pid,
+        broken: settings.break_exclusion,
+    };
+    let shared = tend::drive(&plan(settings, started), layout, runs);
     let mut violations: Vec<String> = shared.lock().violations.clone();
     violations.extend(wait_quiet(layout, etcd_pid));
     // Supervisors of killed runs fell to us (or to init): reap what is ours.
@@ -916,14 +670,6 @@ fn run_mode(
     }))
 }
 
-/// The etcd of an `--etcd-run` run: its endpoints, the run's key prefix, and the server's
-/// process ID when it is the run's own (`--etcd-server`), which can then be paused.
-struct Etcd<'a> {
-    endpoints: &'a str,
-    prefix: &'a str,
-    server: Option<u32>,
-}
-
 /// The process IDs whose parent is `pid` (from every `/proc/PID/stat`).
 fn children_of(pid: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -943,174 +689,203 @@ fn children_of(pid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// One slot of `--etcd-run`: `leasehold run --etcd` with the counter COMMAND, again and
-/// again; at `holding`, `go`, or (when a hunt is on) SIGKILL or SIGSTOP of `run` itself for
-/// longer than the TTL, then SIGCONT; SIGKILL of `run` and its supervisor together; or
-/// SIGSTOP of the supervisor alone past the TTL, with etcd paused meanwhile when it is the
-/// run's own (a partition), then SIGCONT. A run paused past its TTL, or whose supervisor
-/// was, must end with `lease lost`, never 0.
-fn tend_run(shared: &Shared, layout: &Layout, exe: &Path, slot: usize, etcd: &Etcd, broken: bool) {
-    let (endpoints, prefix) = (etcd.endpoints, etcd.prefix);
-    let ops = match AppendLog::open(&layout.ops()) {
-        Ok(l) => l,
-        Err(e) => {
-            shared.lock().violations.push(format!("ops log: {e}"));
-            return;
+/// The events `settings` ask for, counted from `started`.
+fn plan(settings: &Settings, started: Instant) -> Plan {
+    Plan {
+        workers: settings.workers,
+        events: settings.events,
+        seconds: settings.seconds,
+        started,
+        supervisor_hunts: settings.run,
+    }
+}
+
+/// The registry's workers: this binary again (`--etcd-worker SLOT:GENERATION`), which must
+/// only ever end by the schedule's SIGKILL.
+struct Workers {
+    exe: PathBuf,
+    layout: Layout,
+    endpoints: String,
+    prefix: String,
+}
+
+impl Driver for Workers {
+    type Slot = ();
+
+    fn open(&self, _: usize) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn command(&self, (): &(), slot: usize, generation: u32) -> Result<Command, String> {
+        let mut command = Command::new(&self.exe);
+        command
+            .arg("torture")
+            .arg("--etcd-worker")
+            .arg(format!("{slot}:{generation}"))
+            .arg("--dir")
+            .arg(&self.layout.dir)
+            .arg("--etcd")
+            .arg(&self.endpoints)
+            .arg("--prefix")
+            .arg(&self.prefix);
+        Ok(command)
+    }
+
+    fn what(&self) -> &'static str {
+        "worker"
+    }
+
+    /// The supervisor hunts are `--etcd-run`'s only: `go`.
+    fn hunt(&self, _: &Shared, mut st: MutexGuard<'_, State>, _: usize, _: i32, _: Hunt) -> Reply {
+        st.answered += 1;
+        Reply::Go
+    }
+
+    fn ended(&self, shared: &Shared, (): &(), slot: usize, end: End) {
+        let End {
+            generation,
+            status,
+            killed,
+            ..
+        } = end;
+        let by_sigkill = status.as_ref().is_ok_and(|s| s.signal() == Some(9));
+        if !(killed && by_sigkill) {
+            shared.violation(format!(
+                "worker {slot}:{generation} ended by itself: {status:?} (see {})",
+                self.layout.stderr().display()
+            ));
         }
-    };
-    for generation in 0u32.. {
-        if shared.lock().stopping {
-            return;
-        }
+    }
+}
+
+/// `--etcd-run`'s slots: `leasehold run --etcd` with the counter COMMAND, again and again.
+/// Besides the shared kill and pause of `run` at `holding`: SIGKILL of `run` and its
+/// supervisor together, or SIGSTOP of the supervisor alone past the TTL, with etcd paused
+/// meanwhile when it is the run's own (a partition), then SIGCONT. A run paused past its
+/// TTL, or whose supervisor was, must end with `lease lost`, never 0.
+struct Runs {
+    exe: PathBuf,
+    layout: Layout,
+    endpoints: String,
+    prefix: String,
+    /// The server's process ID when it is the run's own (`--etcd-server`): it can be paused.
+    server: Option<u32>,
+    broken: bool,
+}
+
+impl Driver for Runs {
+    /// The ops log: an `intent` before each run, an `ack` after each that ended 0.
+    type Slot = AppendLog;
+
+    fn open(&self, _: usize) -> Result<AppendLog, String> {
+        AppendLog::open(&self.layout.ops()).map_err(|e| format!("ops log: {e}"))
+    }
+
+    fn command(&self, ops: &AppendLog, slot: usize, generation: u32) -> Result<Command, String> {
         let seq = u64::from(generation) + 1;
         let id = format!("{slot}:{generation}");
-        if let Err(e) = ops.record(&format!("intent {slot} {generation} {seq} counter")) {
-            shared.lock().violations.push(format!("ops log: {e}"));
-            return;
-        }
-        let stderr = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(layout.stderr());
-        let spawned = stderr.and_then(|err| {
-            Command::new(exe)
-                .args(["run", "--etcd", endpoints, "--ttl"])
-                .arg(TTL.as_secs().to_string())
-                .args(["--timeout", "10"])
-                .arg(counter_name(slot as u32, broken))
-                .arg("--")
-                .arg(exe)
-                .args(role_args(layout, &id, endpoints, prefix, "command"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(err)
-                .process_group(0)
-                .spawn()
-        });
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                shared
-                    .lock()
-                    .violations
-                    .push(format!("cannot start leasehold run for {slot}: {e}"));
-                return;
-            }
-        };
-        let pid = child.id() as i32;
-        {
-            let mut st = shared.lock();
-            st.slots[slot] = Slot {
-                pid: Some(pid),
-                killed: false,
-            };
-            if st.stopping {
-                shared.kill(&mut st, slot, "shutdown");
-            }
-        }
-        let mut paused = false;
-        let mut stdin = child.stdin.take();
-        if let Some(out) = child.stdout.take() {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                let mut st = shared.lock();
-                if line != "holding" || st.stopping {
-                    continue;
+        ops.record(&format!("intent {slot} {generation} {seq} counter"))
+            .map_err(|e| format!("ops log: {e}"))?;
+        let mut command = Command::new(&self.exe);
+        command
+            .args(["run", "--etcd", &self.endpoints, "--ttl"])
+            .arg(TTL.as_secs().to_string())
+            .args(["--timeout", "10"])
+            .arg(counter_name(slot as u32, self.broken))
+            .arg("--")
+            .arg(&self.exe)
+            .args(role_args(
+                &self.layout,
+                &id,
+                &self.endpoints,
+                &self.prefix,
+                "command",
+            ));
+        Ok(command)
+    }
+
+    fn what(&self) -> &'static str {
+        "leasehold run for"
+    }
+
+    fn hunt(
+        &self,
+        shared: &Shared,
+        mut st: MutexGuard<'_, State>,
+        slot: usize,
+        pid: i32,
+        hunt: Hunt,
+    ) -> Reply {
+        match hunt {
+            Hunt::KillWithSupervisor => {
+                // `pkill -9 leasehold`: neither may act before both are dead.
+                let both: Vec<Pid> = children_of(pid)
+                    .into_iter()
+                    .chain([pid])
+                    .filter_map(Pid::from_raw)
+                    .collect();
+                for p in &both {
+                    let _ = rustix::process::kill_process(*p, Signal::STOP);
                 }
-                match st.hunt.take() {
-                    Some(Hunt::Kill) => {
-                        shared.kill(&mut st, slot, "holding");
-                        continue;
-                    }
-                    Some(Hunt::KillWithSupervisor) => {
-                        // `pkill -9 leasehold`: neither may act before both are dead.
-                        let both: Vec<Pid> = children_of(pid)
-                            .into_iter()
-                            .chain([pid])
-                            .filter_map(Pid::from_raw)
-                            .collect();
-                        for p in &both {
-                            let _ = rustix::process::kill_process(*p, Signal::STOP);
-                        }
-                        if shared.kill(&mut st, slot, "holding-with-supervisor") {
-                            st.kills_with_supervisor += 1;
-                        }
-                        for p in &both {
-                            let _ = rustix::process::kill_process(*p, Signal::KILL);
-                        }
-                        continue;
-                    }
-                    Some(Hunt::PauseSupervisor) => {
-                        let Some(supervisor) =
-                            children_of(pid).first().copied().and_then(Pid::from_raw)
-                        else {
-                            continue;
-                        };
-                        let server = etcd.server.and_then(|p| Pid::from_raw(p as i32));
-                        if rustix::process::kill_process(supervisor, Signal::STOP).is_ok() {
-                            st.pauses += 1;
-                            st.supervisor_pauses += 1;
-                            paused = true;
-                            // A partition: no keep-alive reaches etcd (every slot's lease
-                            // goes; each run must stop its tree).
-                            if let Some(server) = server {
-                                let _ = rustix::process::kill_process(server, Signal::STOP);
-                            }
-                            drop(st);
-                            thread::sleep(PAUSE);
-                            if let Some(server) = server {
-                                let _ = rustix::process::kill_process(server, Signal::CONT);
-                            }
-                            // (`run` killed it long ago if it works: then this finds nobody.)
-                            let _ = rustix::process::kill_process(supervisor, Signal::CONT);
-                        }
-                    }
-                    Some(Hunt::Pause) => {
-                        let Some(group) = Pid::from_raw(pid) else {
-                            continue;
-                        };
-                        // `run` alone: its supervisor and COMMAND are in groups of their own.
-                        if kill_process_group(group, Signal::STOP).is_ok() {
-                            st.pauses += 1;
-                            paused = true;
-                            drop(st);
-                            // The pause itself: longer than the TTL.
-                            thread::sleep(PAUSE);
-                            let st = shared.lock();
-                            if !st.slots[slot].killed {
-                                let _ = kill_process_group(group, Signal::CONT);
-                            }
-                        }
-                    }
-                    None => {
-                        st.answered += 1;
-                        drop(st);
-                    }
+                if shared.kill(&mut st, slot, "holding-with-supervisor") {
+                    st.kills_with_supervisor += 1;
                 }
-                if let Some(w) = stdin.as_mut() {
-                    let _ = writeln!(w, "go").and_then(|()| w.flush());
+                for p in &both {
+                    let _ = rustix::process::kill_process(*p, Signal::KILL);
                 }
+                Reply::Silent
             }
+            Hunt::PauseSupervisor => {
+                let Some(supervisor) = children_of(pid).first().copied().and_then(Pid::from_raw)
+                else {
+                    return Reply::Silent;
+                };
+                let server = self.server.and_then(|p| Pid::from_raw(p as i32));
+                if rustix::process::kill_process(supervisor, Signal::STOP).is_err() {
+                    return Reply::Go;
+                }
+                st.pauses += 1;
+                st.supervisor_pauses += 1;
+                // A partition: no keep-alive reaches etcd (every slot's lease goes; each run
+                // must stop its tree).
+                if let Some(server) = server {
+                    let _ = rustix::process::kill_process(server, Signal::STOP);
+                }
+                drop(st);
+                thread::sleep(PAUSE);
+                if let Some(server) = server {
+                    let _ = rustix::process::kill_process(server, Signal::CONT);
+                }
+                // (`run` killed it long ago if it works: then this finds nobody.)
+                let _ = rustix::process::kill_process(supervisor, Signal::CONT);
+                Reply::Paused
+            }
+            // The shared hunts, dealt with before the driver's.
+            Hunt::Kill | Hunt::Pause => Reply::Silent,
         }
-        drop(stdin);
-        let status = child.wait();
-        let killed = {
-            let mut st = shared.lock();
-            st.slots[slot].pid = None;
-            st.slots[slot].killed
-        };
+    }
+
+    fn ended(&self, shared: &Shared, ops: &AppendLog, slot: usize, end: End) {
+        let End {
+            generation,
+            status,
+            killed,
+            paused,
+        } = end;
+        let seq = u64::from(generation) + 1;
+        let id = format!("{slot}:{generation}");
         let code = status.as_ref().ok().and_then(|s| s.code());
         if code == Some(0) {
             if let Err(e) = ops.record(&format!("ack {slot} {generation} {seq}")) {
-                shared.lock().violations.push(format!("ops log: {e}"));
+                shared.violation(format!("ops log: {e}"));
             }
             if paused {
-                shared.lock().violations.push(format!(
+                shared.violation(format!(
                     "worker {id}: its run or its supervisor was paused past the TTL, yet COMMAND finished (status 0)"
                 ));
             }
         } else if paused && !killed && code != Some(1) {
-            shared.lock().violations.push(format!(
+            shared.violation(format!(
                 "worker {id}: its run or its supervisor was paused past the TTL and ended {status:?}, not with lease lost (1)"
             ));
         }
