@@ -235,22 +235,8 @@ pub fn run(settings: &Settings) -> Outcome {
             "document writes checked: {} under {} fencing tokens",
             report.writes, report.tokens
         );
-        println!("violations: {}", violations.len());
-        for v in &violations {
-            println!("  {v}");
-        }
     }
-    if violations.is_empty() {
-        let _ = std::fs::remove_dir_all(&layout.dir);
-        Ok(OK)
-    } else {
-        Err(Failure::failed(format!(
-            "torture: {} violation(s) found, first: {}; evidence kept in {}",
-            violations.len(),
-            violations[0],
-            layout.dir.display()
-        )))
-    }
+    verdict(settings.json, &layout, &violations)
 }
 
 /// Prints an `--etcd-run` report; removes the run directory unless a violation was found.
@@ -282,22 +268,28 @@ fn finish_run(settings: &Settings, layout: &Layout, v: Value) -> Outcome {
             "process trees checked: {} ({} activity records)",
             v["holders_checked"], v["activity_records"]
         );
+    }
+    verdict(settings.json, layout, &violations)
+}
+
+/// A run's last words, either mode's: its violations (after the report, unless `json`);
+/// the run directory removed unless there was one, else kept as the evidence.
+fn verdict(json: bool, layout: &Layout, violations: &[String]) -> Outcome {
+    if !json {
         println!("violations: {}", violations.len());
-        for d in &violations {
-            println!("  {d}");
+        for v in violations {
+            println!("  {v}");
         }
     }
-    if violations.is_empty() {
+    let Some(first) = violations.first() else {
         let _ = std::fs::remove_dir_all(&layout.dir);
-        Ok(OK)
-    } else {
-        Err(Failure::failed(format!(
-            "torture: {} violation(s) found, first: {}; evidence kept in {}",
-            violations.len(),
-            violations[0],
-            layout.dir.display()
-        )))
-    }
+        return Ok(OK);
+    };
+    Err(Failure::failed(format!(
+        "torture: {} violation(s) found, first: {first}; evidence kept in {}",
+        violations.len(),
+        layout.dir.display()
+    )))
 }
 
 struct Report {
