@@ -2,11 +2,14 @@
 //! `leasehold run --etcd`): one thread a slot starts an incarnation, answers its `holding`
 //! with `go` or, when a hunt is on, kills or pauses it there, reaps it and starts the next;
 //! the schedule picks the events and, at the end, kills every slot. A [`Driver`] says what
-//! differs: the command, the hunts of its own, and what an incarnation's end means.
+//! differs: the command, the hunts of its own, and what an incarnation's end means. Both
+//! modes' settings, TTL and final verdict live here too, so that neither driver's file
+//! refers to the other or to the parent module.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -15,7 +18,46 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, kill_process_group};
 
 use super::super::{Layout, Rng};
+use crate::exit::{Failure, OK, Outcome};
 use crate::sync;
+
+/// The workers' lease TTL: short, so that pauses and kills cost little time.
+pub const TTL: Duration = Duration::from_secs(2);
+
+/// What the user asked for.
+pub struct Settings {
+    pub workers: u32,
+    pub events: u64,
+    pub seconds: f64,
+    pub json: bool,
+    pub dir: Option<PathBuf>,
+    /// Endpoints of an existing etcd; `None`: start a private one.
+    pub endpoints: Option<String>,
+    /// `--etcd-run`: torture `leasehold run --etcd` itself instead of the registry.
+    pub run: bool,
+    /// The checker's self-check (`--etcd-run` only): each worker slot its own lock name.
+    pub break_exclusion: bool,
+}
+
+/// A run's last words, either mode's: its violations (after the report, unless `json`);
+/// the run directory removed unless there was one, else kept as the evidence.
+pub(super) fn verdict(json: bool, layout: &Layout, violations: &[String]) -> Outcome {
+    if !json {
+        println!("violations: {}", violations.len());
+        for v in violations {
+            println!("  {v}");
+        }
+    }
+    let Some(first) = violations.first() else {
+        let _ = std::fs::remove_dir_all(&layout.dir);
+        return Ok(OK);
+    };
+    Err(Failure::failed(format!(
+        "torture: {} violation(s) found, first: {first}; evidence kept in {}",
+        violations.len(),
+        layout.dir.display()
+    )))
+}
 
 /// How long a pause lasts: past the workers' TTL, so that the paused lease expires.
 pub(super) const PAUSE: Duration = Duration::from_millis(2600);
@@ -130,20 +172,14 @@ pub(super) struct End {
     pub(super) paused: bool,
 }
 
-/// The events a run is to see.
-pub(super) struct Plan {
-    pub(super) workers: u32,
-    pub(super) events: u64,
-    pub(super) seconds: f64,
-    /// When the run began: `seconds` count from there.
-    pub(super) started: Instant,
-    /// The supervisor hunts (`--etcd-run`) join the kills and pauses.
-    pub(super) supervisor_hunts: bool,
-}
-
 /// Runs the plan's slots under `driver` until its events are done, every slot killed and
 /// reaped; the state left holds the counts and violations.
-pub(super) fn drive<D: Driver>(plan: &Plan, layout: &Layout, driver: D) -> Arc<Shared> {
+pub(super) fn drive<D: Driver>(
+    plan: &Settings,
+    started: Instant,
+    layout: &Layout,
+    driver: D,
+) -> Arc<Shared> {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             slots: (0..plan.workers).map(|_| Slot::default()).collect(),
@@ -157,7 +193,7 @@ pub(super) fn drive<D: Driver>(plan: &Plan, layout: &Layout, driver: D) -> Arc<S
             thread::spawn(move || tend(&shared, &layout, &*driver, slot))
         })
         .collect();
-    schedule(&shared, plan);
+    schedule(&shared, plan, started);
     for t in threads {
         if t.join().is_err() {
             shared.violation("a worker thread panicked".into());
@@ -169,8 +205,8 @@ pub(super) fn drive<D: Driver>(plan: &Plan, layout: &Layout, driver: D) -> Arc<S
 /// The events of a run, until `--kills` of them or `--seconds`: a random worker SIGKILLed at
 /// a random moment, or a hunt — the next worker to announce `holding` is SIGKILLed or paused
 /// there; a few mutations go through between two events. Then every worker is killed.
-fn schedule(shared: &Shared, plan: &Plan) {
-    let deadline = plan.started + Duration::from_secs_f64(plan.seconds);
+fn schedule(shared: &Shared, plan: &Settings, started: Instant) {
+    let deadline = started + Duration::from_secs_f64(plan.seconds);
     let mut rng = Rng::seeded();
     let mut through = 0;
     loop {
@@ -188,7 +224,7 @@ fn schedule(shared: &Shared, plan: &Plan) {
             continue;
         }
         through = st.answered;
-        match rng.below(if plan.supervisor_hunts { 5 } else { 3 }) {
+        match rng.below(if plan.run { 5 } else { 3 }) {
             0 => {
                 let slot = rng.below(st.slots.len() as u64) as usize;
                 shared.kill(&mut st, slot, "random");
