@@ -3,7 +3,6 @@
 //! registry and the document's whole history from etcd.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,20 +21,6 @@ use crate::private_etcd::PrivateEtcd;
 
 /// How long a worker waits for the registry before giving up on one operation.
 const ACQUIRE_WAIT: Duration = Duration::from_secs(10);
-
-/// Announces `name` and waits for `go` (a closed stdin ends the worker).
-fn phase(name: &str) {
-    let mut out = std::io::stdout().lock();
-    if writeln!(out, "{name}").and_then(|()| out.flush()).is_err() {
-        std::process::exit(0);
-    }
-    drop(out);
-    let mut line = String::new();
-    match std::io::stdin().lock().read_line(&mut line) {
-        Ok(n) if n > 0 => {}
-        _ => std::process::exit(0),
-    }
-}
 
 /// A worker's endless loop (ended by SIGKILL, or by the supervisor closing stdin).
 pub fn work(layout: &Layout, slot: u32, generation: u32, endpoints: &str, prefix: &str) -> Outcome {
@@ -65,7 +50,8 @@ pub fn work(layout: &Layout, slot: u32, generation: u32, endpoints: &str, prefix
                 continue;
             }
         }
-        phase("holding");
+        // A closed stdin (the supervisor gone) ends the worker.
+        tend::announce("holding", 0);
         let (primary, root) = (layout.primary(slot), layout.root(root));
         let done = if remove {
             registry.remove(&primary, &root)

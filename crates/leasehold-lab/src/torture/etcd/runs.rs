@@ -136,16 +136,8 @@ pub fn role(
         let mut line = String::new();
         let _ = BufReader::new(out).read_line(&mut line);
     }
-    let mut out = std::io::stdout().lock();
-    if writeln!(out, "holding").and_then(|()| out.flush()).is_err() {
-        std::process::exit(3);
-    }
-    drop(out);
-    let mut line = String::new();
-    match std::io::stdin().lock().read_line(&mut line) {
-        Ok(n) if n > 0 => {}
-        _ => std::process::exit(3),
-    }
+    // EOF: exit 3, nothing done.
+    tend::announce("holding", 3);
     let counter = layout.counter();
     leasehold::patterns::durable::remove_temporaries(&counter).map_err(|e| {
         Failure::failed(format!(

@@ -59,6 +59,21 @@ pub(super) fn verdict(json: bool, layout: &Layout, violations: &[String]) -> Out
     )))
 }
 
+/// A slot's side of the handshake: announces `name` on stdout and waits for the `go` line;
+/// exits with `gone` when the tending thread is gone (stdout or stdin closed).
+pub(super) fn announce(name: &str, gone: i32) {
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{name}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(gone);
+    }
+    drop(out);
+    let mut line = String::new();
+    match std::io::stdin().lock().read_line(&mut line) {
+        Ok(n) if n > 0 => {}
+        _ => std::process::exit(gone),
+    }
+}
+
 /// How long a pause lasts: past the workers' TTL, so that the paused lease expires.
 pub(super) const PAUSE: Duration = Duration::from_millis(2600);
 
