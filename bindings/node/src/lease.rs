@@ -97,7 +97,7 @@ pub struct NativeOptIns {
     pub allow_network_fs: Option<bool>,
     /// `LeaseOptions::allow_shared_state`.
     pub allow_shared_state: Option<bool>,
-    /// `onSharedMount: { record: { ttlMs } }`'s TTL ([`shared_mount`]; absent: refuse).
+    /// `onSharedMount: { record: { ttlMs } }`'s TTL (`shared_mount`; absent: refuse).
     pub record_ttl_ms: Option<f64>,
 }
 
