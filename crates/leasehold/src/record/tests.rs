@@ -841,6 +841,7 @@ fn the_options_take_a_record_lease_on_a_host_only_mount_when_chosen() {
 /// drop leaves the baton the parent's, waiting for no renewing thread (the parent's, which
 /// does not exist in the child): a process of another host still finds the lease busy, and
 /// the parent renews and releases it as its own.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_forked_childs_copy_is_not_held_and_leaves_the_parents_baton_alone() {
     let tmp = tempfile::tempdir().unwrap();
