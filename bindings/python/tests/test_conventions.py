@@ -93,16 +93,7 @@ def test_timeout_minus_one_waits_without_limit_everywhere(spawn, lock_path, tmp_
     with leasehold_lock.FileLock(lock_path, timeout=-1):
         pass
     # Held elsewhere: -1 waits in the kernel's queue (no Timeout) until the holder lets go.
-    holder = spawn(HOLD, lock_path, "exclusive")
-    holder.expect("held")
-    waiter = spawn(WAIT, lock_path, "-1", "exclusive")
-    waiter.expect("waiting")
-    until("the waiter is queued in the kernel", lambda: blocked_on(waiter.pid, lock_path))
-    holder.send()
-    holder.expect("released")
-    waiter.expect("acquired")
-    waiter.send()
-    waiter.expect("released")
+    waits_in_the_queue_until_released(spawn, lock_path, "-1")
     # Other negative numbers are refused, as filelock's ReadWriteLock refuses them.
     for bad in (-2, -0.5):
         with pytest.raises(ValueError, match="None or -1"):
@@ -125,16 +116,7 @@ def test_infinity_and_a_timeout_too_large_to_count_wait_without_limit_and_nan_is
         with leasehold_lock.Document(str(tmp_path / "d.json")).edit(timeout=endless) as value:
             value["n"] = 1
     # Held elsewhere: 1e300 waits in the kernel's queue until the holder lets go.
-    holder = spawn(HOLD, lock_path, "exclusive")
-    holder.expect("held")
-    waiter = spawn(WAIT, lock_path, "1e300", "exclusive")
-    waiter.expect("waiting")
-    until("the waiter is queued in the kernel", lambda: blocked_on(waiter.pid, lock_path))
-    holder.send()
-    holder.expect("released")
-    waiter.expect("acquired")
-    waiter.send()
-    waiter.expect("released")
+    waits_in_the_queue_until_released(spawn, lock_path, "1e300")
     # NaN and -inf are no number of seconds: refused before anything is opened, naming the
     # keyword.
     for bad in (math.nan, -math.inf):
@@ -213,3 +195,18 @@ def test_a_refusal_names_the_keyword_that_opts_in(tmp_path):
     finally:
         if subprocess.run(["fusermount3", "-u", str(mnt)]).returncode != 0:
             subprocess.run(["fusermount", "-u", str(mnt)])
+
+
+def waits_in_the_queue_until_released(spawn, lock_path, timeout: str) -> None:
+    """A process waiting with `timeout` for a lock another process holds queues in the
+    kernel (no Timeout) and gets the lock once the holder lets go."""
+    holder = spawn(HOLD, lock_path, "exclusive")
+    holder.expect("held")
+    waiter = spawn(WAIT, lock_path, timeout, "exclusive")
+    waiter.expect("waiting")
+    until("the waiter is queued in the kernel", lambda: blocked_on(waiter.pid, lock_path))
+    holder.send()
+    holder.expect("released")
+    waiter.expect("acquired")
+    waiter.send()
+    waiter.expect("released")
