@@ -185,6 +185,20 @@ fn spawn_with(role: &str, path: &Path, content: &str, source: &Path) -> Proc {
     )
 }
 
+/// `first`, holding through one mount, is SIGSTOPped; the successor `second()` starts,
+/// waits out the TTL on its own clock, takes the lease over and writes (`written`); `first`
+/// is continued and told to go on: what it says then.
+fn paused_while_a_successor_writes(first: &mut Proc, second: impl FnOnce() -> Proc) -> String {
+    first.signal(Signal::STOP);
+    until("the holder is stopped", || stopped(first.pid()));
+    let mut second = second();
+    assert_eq!(handshake(&mut second), "written");
+    assert!(second.wait().success());
+    first.signal(Signal::CONT);
+    first.send("go");
+    handshake(first)
+}
+
 /// The worker's next handshake line (without its `@ ` mark).
 fn handshake(p: &mut Proc) -> String {
     p.marked_line()
@@ -196,15 +210,9 @@ fn handshake(p: &mut Proc) -> String {
 fn paused_holder_is_refused(a: &Bindfs, b: &Bindfs, role: &str, ready: &str) {
     let mut first = spawn(role, &a.mnt.join("doc"), "late");
     assert_eq!(handshake(&mut first), ready);
-    first.signal(Signal::STOP);
-    until("the holder is stopped", || stopped(first.pid()));
-    // The successor waits out the TTL on its own clock, takes the lease over and writes.
-    let mut second = spawn("write", &b.mnt.join("doc"), "successor");
-    assert_eq!(handshake(&mut second), "written");
-    assert!(second.wait().success());
-    first.signal(Signal::CONT);
-    first.send("go");
-    let said = handshake(&mut first);
+    let said = paused_while_a_successor_writes(&mut first, || {
+        spawn("write", &b.mnt.join("doc"), "successor")
+    });
     assert!(
         said.starts_with("refused") && said.contains("lease lost"),
         "the paused holder's late write was not refused: {said}"
@@ -273,14 +281,9 @@ fn a_registry_paused_past_its_ttl_is_refused_and_its_successors_write_survives()
     let (late, kept) = (late.canonicalize().unwrap(), kept.canonicalize().unwrap());
     let mut first = spawn("registry", &a.mnt.join("home"), late.to_str().unwrap());
     assert_eq!(handshake(&mut first), "active");
-    first.signal(Signal::STOP);
-    until("the authority is stopped", || stopped(first.pid()));
-    let mut second = spawn("registry-add", &b.mnt.join("home"), kept.to_str().unwrap());
-    assert_eq!(handshake(&mut second), "written");
-    assert!(second.wait().success());
-    first.signal(Signal::CONT);
-    first.send("go");
-    let said = handshake(&mut first);
+    let said = paused_while_a_successor_writes(&mut first, || {
+        spawn("registry-add", &b.mnt.join("home"), kept.to_str().unwrap())
+    });
     assert!(
         said.starts_with("refused"),
         "the paused authority wrote: {said}"
@@ -304,14 +307,9 @@ fn a_session_writer_paused_past_its_ttl_is_refused_and_its_successor_appends() {
     };
     let mut first = spawn("session", &a.mnt.join("sessions"), "");
     assert_eq!(handshake(&mut first), "open");
-    first.signal(Signal::STOP);
-    until("the writer is stopped", || stopped(first.pid()));
-    let mut second = spawn("session-append", &b.mnt.join("sessions"), "");
-    assert_eq!(handshake(&mut second), "written");
-    assert!(second.wait().success());
-    first.signal(Signal::CONT);
-    first.send("go");
-    let said = handshake(&mut first);
+    let said = paused_while_a_successor_writes(&mut first, || {
+        spawn("session-append", &b.mnt.join("sessions"), "")
+    });
     assert!(
         said.starts_with("refused") && said.contains("lease lost"),
         "the paused writer appended: {said}"
@@ -406,14 +404,9 @@ fn a_result_stage_paused_past_its_ttl_is_refused_and_its_successors_result_survi
     let (src_a, src_b) = (source(tmp.path(), "a"), source(tmp.path(), "b"));
     let mut first = spawn_with("stage-held", &a.mnt.join("root"), "r1", &src_a);
     assert_eq!(handshake(&mut first), "staging");
-    first.signal(Signal::STOP);
-    until("the holder is stopped", || stopped(first.pid()));
-    let mut second = spawn_with("stage", &b.mnt.join("root"), "r1", &src_b);
-    assert_eq!(handshake(&mut second), "written");
-    assert!(second.wait().success());
-    first.signal(Signal::CONT);
-    first.send("go");
-    let said = handshake(&mut first);
+    let said = paused_while_a_successor_writes(&mut first, || {
+        spawn_with("stage", &b.mnt.join("root"), "r1", &src_b)
+    });
     assert!(
         said.starts_with("refused") && said.contains("lease lost"),
         "the paused stage wrote: {said}"
