@@ -321,11 +321,7 @@ impl RecordLease {
     /// up by value; a failure to give the baton back is ignored (a waiter then takes it over
     /// once the TTL has passed).
     pub(crate) fn release_in_place(&mut self) {
-        self.stop_keeper();
-        if !self.inherited() {
-            let _ = self.held.give_back();
-        }
-        self.kernel.release();
+        let _ = self.let_go();
     }
 
     /// Whether it is still believed held: neither released nor found lost, and in the
@@ -379,12 +375,25 @@ impl RecordLease {
         let ttl = ttl.clamp(MIN_TTL, MAX_TTL);
         let started = Instant::now();
         let deadline = budget.deadline_from(started);
+        // What a grant needs besides the baton is made ready before the wait, so that a
+        // waiter woken by the kernel goes straight to the baton: the renewing thread, parked
+        // until it is handed the grant (it ends when the sender is dropped unused), and the
+        // lease directory's handle where it exists (opening it is a round trip to the server;
+        // one that must be created is created once the lock path has been checked, below).
+        let mut keeper = Parked::start(path)?;
+        let ready = match sys::open_dir_at(sys::cwd(), &lease_dir_of(path), false) {
+            Ok(fd) => Some(fd),
+            Err(_) => None,
+        };
         // This host's waiters queue in the kernel's lock on the lock path itself (on a mount
         // whose locks stay on each host, it reaches exactly this host's processes): only the
         // one at the head polls the baton, hand-over between them is the kernel's, and a
         // kernel lease on the same path excludes a record lease and the other way round.
         let kernel = opts.allow_network_filesystem(true).acquire(path, budget)?;
-        let dir = open_lease_dir(path)?;
+        let dir = match ready {
+            Some(fd) => fd,
+            None => open_lease_dir(path)?,
+        };
         // The baton being watched, and when (on the boot clock) it was first listed.
         let mut watch: Option<(String, Duration)> = None;
         let mut backoff = Duration::from_millis(1);
@@ -446,27 +455,13 @@ impl RecordLease {
                             }),
                             wake: Condvar::new(),
                         });
-                        let keeping = Arc::clone(&held);
-                        let keeper = std::thread::Builder::new()
-                            .name("leasehold-record".into())
-                            .spawn(move || keep(&keeping));
-                        let mut lease = RecordLease {
+                        let keeper = keeper.hand(&held);
+                        return Ok(RecordLease {
                             held,
                             owner: std::process::id(),
-                            keeper: None,
+                            keeper,
                             kernel,
-                        };
-                        match keeper {
-                            Ok(k) => lease.keeper = Some(k),
-                            Err(e) => {
-                                return Err(Error::Io {
-                                    op: "start the renewing thread of",
-                                    path: path.to_path_buf(),
-                                    source: e,
-                                });
-                            }
-                        }
-                        return Ok(lease);
+                        });
                     }
                     // Moved since the listing (or the listing was stale): look again after
                     // the shortest pause, so a listing served from a cache cannot spin.
@@ -620,34 +615,35 @@ impl RecordLease {
     ///
     /// [`Error::Io`] when the rename failed otherwise.
     pub fn release(mut self) -> Result<()> {
-        self.stop_keeper();
-        match self.inherited() {
-            true => Ok(()),
-            false => self.held.give_back(),
-        }
+        self.let_go()
     }
 
-    /// Stops the renewing thread and waits for it to end; in a forked child, where it does
-    /// not exist (joining it would wait forever), forgets its handle instead.
-    fn stop_keeper(&mut self) {
+    /// Lets go: tells the renewing thread to stop, gives the baton back (which waits for a
+    /// renewal in flight: both hold the state's lock), releases the kernel lease, and only
+    /// then waits for the thread to end — after giving the baton back it renames nothing,
+    /// and this host's next waiter need not wait for it to wake. In a forked child only the
+    /// copy goes: the baton is the parent's, and the thread, which does not exist here
+    /// (joining it would wait forever), is forgotten.
+    fn let_go(&mut self) -> Result<()> {
         if self.inherited() {
             std::mem::forget(self.keeper.take());
-            return;
+            self.kernel.release();
+            return Ok(());
         }
         lock(&self.held.state).stop = true;
         self.held.wake.notify_all();
+        let given = self.held.give_back();
+        self.kernel.release();
         if let Some(k) = self.keeper.take() {
             let _ = k.join();
         }
+        given
     }
 }
 
 impl Drop for RecordLease {
     fn drop(&mut self) {
-        self.stop_keeper();
-        if !self.inherited() {
-            let _ = self.held.give_back();
-        }
+        let _ = self.let_go();
     }
 }
 
@@ -702,6 +698,54 @@ impl Held {
             &free.name(),
         )
         .map(|_| ())
+    }
+}
+
+/// A renewing thread started before the wait for a grant, parked until it is handed one
+/// ([`hand`](Self::hand)); an acquisition that ends without a grant drops it, which ends the
+/// thread and waits for it, so that a failed acquisition leaves no thread behind.
+struct Parked {
+    grant: Option<std::sync::mpsc::SyncSender<Arc<Held>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Parked {
+    fn start(path: &Path) -> Result<Parked> {
+        let (grant, granted) = std::sync::mpsc::sync_channel::<Arc<Held>>(1);
+        let thread = std::thread::Builder::new()
+            .name("leasehold-record".into())
+            .spawn(move || {
+                if let Ok(held) = granted.recv() {
+                    keep(&held);
+                }
+            })
+            .map_err(|e| Error::Io {
+                op: "start the renewing thread of",
+                path: path.to_path_buf(),
+                source: e,
+            })?;
+        Ok(Parked {
+            grant: Some(grant),
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands the thread its grant (the channel has room for exactly this one, so the send
+    /// never blocks) and gives up its handle, for the lease to stop and join.
+    fn hand(&mut self, held: &Arc<Held>) -> Option<std::thread::JoinHandle<()>> {
+        if let Some(grant) = self.grant.take() {
+            let _ = grant.try_send(Arc::clone(held));
+        }
+        self.thread.take()
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        drop(self.grant.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

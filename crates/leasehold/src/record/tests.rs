@@ -486,6 +486,64 @@ fn a_record_lease_and_a_kernel_lease_on_one_path_exclude_each_other() {
     assert_eq!(await_line(&mut other.0, "TRY"), "held 2");
 }
 
+/// The names of this process's threads (`/proc/self/task/*/comm`).
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .collect()
+}
+
+/// The renewing thread is started before the wait, so that a waiter woken by the kernel
+/// goes straight to the baton; an acquisition that ends without a grant (contended, timed
+/// out) leaves no such thread behind, and a released lease's thread is gone too.
+#[test]
+fn an_acquisition_without_a_grant_leaves_no_renewing_thread_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bed) = TwoMounts::make(tmp.path(), "renewing threads") else {
+        return;
+    };
+    let lock = bed.mounts[0].join("t.lock");
+    // A joined thread can stand in `/proc` a moment longer: the count is awaited.
+    let renewing = |want: usize| {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let n = thread_names()
+                .iter()
+                // `comm` keeps 15 bytes of "leasehold-record".
+                .filter(|n| *n == "leasehold-recor")
+                .count();
+            if n == want || Instant::now() > until {
+                return n;
+            }
+            std::thread::yield_now();
+        }
+    };
+    let before = renewing(0);
+    let mut holder = Kid(child("hold", &lock, "host-a").spawn().unwrap());
+    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    let ttl = Duration::from_secs(5);
+    for budget in [
+        Budget::no_wait(),
+        Budget::timeout(Duration::from_millis(30)),
+    ] {
+        let err = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap_err();
+        assert!(err.is_contended(), "{err}");
+        assert_eq!(
+            renewing(before),
+            before,
+            "a failed acquisition left its thread"
+        );
+    }
+    // Killed on this host: taken over at once.
+    drop(holder);
+    let lease = RecordLease::acquire_on_host(&lock, ttl, &Budget::timeout(ttl), "host-a").unwrap();
+    assert_eq!(renewing(before + 1), before + 1);
+    lease.release().unwrap();
+    assert_eq!(renewing(before), before, "a released lease left its thread");
+}
+
 /// A holder in a PID namespace of its own (a container: `unshare --pid --fork --mount-proc`,
 /// as root) is another host, with no identity override: a process outside, on the same
 /// machine, cannot read its PID in its own `/proc` — PID 1 there is the machine's init,
