@@ -381,10 +381,7 @@ impl RecordLease {
         // lease directory's handle where it exists (opening it is a round trip to the server;
         // one that must be created is created once the lock path has been checked, below).
         let mut keeper = Parked::start(path)?;
-        let ready = match sys::open_dir_at(sys::cwd(), &lease_dir_of(path), false) {
-            Ok(fd) => Some(fd),
-            Err(_) => None,
-        };
+        let ready = sys::open_dir_at(sys::cwd(), &lease_dir_of(path), false).ok();
         // This host's waiters queue in the kernel's lock on the lock path itself (on a mount
         // whose locks stay on each host, it reaches exactly this host's processes): only the
         // one at the head polls the baton, hand-over between them is the kernel's, and a
