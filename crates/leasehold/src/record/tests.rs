@@ -487,6 +487,7 @@ fn a_record_lease_and_a_kernel_lease_on_one_path_exclude_each_other() {
 }
 
 /// The names of this process's threads (`/proc/self/task/*/comm`).
+#[cfg(target_os = "linux")]
 fn thread_names() -> Vec<String> {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
@@ -499,6 +500,7 @@ fn thread_names() -> Vec<String> {
 /// goes straight to the baton; an acquisition that ends without a grant (contended, timed
 /// out) leaves no such thread behind, and a released lease's thread is gone too.
 #[test]
+#[cfg(target_os = "linux")]
 fn an_acquisition_without_a_grant_leaves_no_renewing_thread_behind() {
     let tmp = tempfile::tempdir().unwrap();
     let Some(bed) = TwoMounts::make(tmp.path(), "renewing threads") else {
