@@ -116,7 +116,10 @@ fn pytest_suite() {
     let staged = staged_package();
     let cli = profile_dir().join("leasehold");
     let mut cmd = Command::new(&venv);
+    // `faulthandler_timeout`: a test still running after 5 minutes prints every thread's
+    // traceback (the run goes on), so a hang in CI says where it is.
     cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
+        .args(["-o", "faulthandler_timeout=300"])
         .arg(crate_dir().join("tests"))
         .env("PYTHONPATH", &staged)
         .env("PYTHONDONTWRITEBYTECODE", "1")

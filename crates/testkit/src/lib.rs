@@ -52,7 +52,8 @@ pub use free::{assert_free, reveals_holders};
 pub use locks::{blocked_on, holds, proc_locks, until};
 #[cfg(unix)]
 pub use process::{
-    FlockHolder, Out, Proc, assert_abandoned_grant_let_go, assert_one_line_error, run, stopped,
+    FlockHolder, Out, Proc, assert_abandoned_grant_let_go, assert_one_line_error, run, run_within,
+    stopped,
 };
 pub use recorder::Recorder;
 pub use spawns::quiet;

@@ -38,6 +38,56 @@ pub fn run(cmd: &mut Command) -> Out {
     }
 }
 
+/// Runs `cmd` to completion as [`run`] does, but at most for `limit`: the command runs in a
+/// process group of its own, and when the limit passes the whole group is SIGKILLed and the
+/// output so far is returned as `Err`, so that a suite that hangs fails naming where it
+/// stood instead of holding CI until its own time runs out. Processes of the group that
+/// outlive the command are SIGKILLed too (they would hold its output open).
+///
+/// # Panics
+///
+/// When the command cannot be spawned.
+pub fn run_within(cmd: &mut Command, limit: Duration) -> Result<Out, Out> {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("spawn the command under test");
+    let group = Pid::from_raw(child.id() as i32).expect("pid");
+    fn drain(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = from.read_to_end(&mut bytes);
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take().expect("piped stdout"));
+    let stderr = drain(child.stderr.take().expect("piped stderr"));
+    let (ended, end) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = child.wait().expect("wait for the command under test");
+        let _ = ended.send(());
+        status
+    });
+    let in_time = end.recv_timeout(limit).is_ok();
+    let _ = rustix::process::kill_process_group(group, Signal::KILL);
+    let status = waiter.join().expect("the waiting thread");
+    let text = |t: std::thread::JoinHandle<Vec<u8>>| {
+        String::from_utf8_lossy(&t.join().unwrap_or_default()).into_owned()
+    };
+    let out = Out {
+        code: status.code().unwrap_or(-1),
+        stdout: text(stdout),
+        stderr: text(stderr),
+    };
+    match in_time {
+        true => Ok(out),
+        false => Err(out),
+    }
+}
+
 /// Asserts the CLI's error contract: stderr is exactly one line, starting with
 /// `leasehold: ` and containing `needle`.
 ///
@@ -294,4 +344,47 @@ pub fn assert_abandoned_grant_let_go(lock: &Path, holder: FlockHolder) {
         next.wait();
     }
     panic!("this process waits for the lock again after 100 next holders");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_that_ends_in_time_gives_its_output_and_status() {
+        let out = run_within(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
+            Duration::from_secs(60),
+        )
+        .expect("in time");
+        assert_eq!(
+            (out.code, out.stdout.as_str(), out.stderr.as_str()),
+            (3, "out\n", "err\n")
+        );
+    }
+
+    #[test]
+    fn a_command_that_hangs_is_stopped_with_its_output_so_far() {
+        let started = Instant::now();
+        let out = run_within(
+            Command::new("sh").args(["-c", "echo begun; exec sleep 600"]),
+            Duration::from_millis(300),
+        )
+        .expect_err("stopped");
+        assert_eq!(out.stdout, "begun\n");
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
+
+    #[test]
+    fn processes_left_behind_in_its_group_do_not_hold_the_output_open() {
+        // The background `sleep` keeps the pipes open after `sh` has exited.
+        let started = Instant::now();
+        let out = run_within(
+            Command::new("sh").args(["-c", "sleep 600 & echo done"]),
+            Duration::from_secs(60),
+        )
+        .expect("in time");
+        assert_eq!(out.stdout, "done\n");
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
 }
