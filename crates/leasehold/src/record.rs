@@ -28,6 +28,7 @@ use crate::kind::Holders;
 use crate::mutex::lock;
 use crate::sys;
 use crate::{Lease, LeaseOptions};
+use hint::Hint;
 
 /// Who holds (or asks for) a record lease: the host identity (a hash of host name, boot ID
 /// and PID namespace, 16 hex digits), the process and its start time.
@@ -200,6 +201,8 @@ pub struct RecordHolder {
 struct Held {
     path: PathBuf,
     dir: OwnedFd,
+    /// Where a clean release leaves the baton's name for this host's next waiter.
+    hint: Option<Hint>,
     token: u64,
     ttl: Duration,
     me: Identity,
@@ -382,6 +385,7 @@ impl RecordLease {
         // one that must be created is created once the lock path has been checked, below).
         let mut keeper = Parked::start(path)?;
         let ready = sys::open_dir_at(sys::cwd(), &lease_dir_of(path), false).ok();
+        let hints = hint::directory();
         // This host's waiters queue in the kernel's lock on the lock path itself (on a mount
         // whose locks stay on each host, it reaches exactly this host's processes): only the
         // one at the head polls the baton, hand-over between them is the kernel's, and a
@@ -391,6 +395,15 @@ impl RecordLease {
             Some(fd) => fd,
             None => open_lease_dir(path)?,
         };
+        let hint = hints.zip(kernel.file_id()).map(|(d, id)| Hint::new(d, id));
+        // The name the last clean release on this host left: tried once before listing.
+        let mut guess =
+            hint.as_ref()
+                .and_then(Hint::read)
+                .and_then(|name| match Baton::parse(&name) {
+                    Some(free @ Baton::Free { .. }) => Some((name, Some(free))),
+                    _ => None,
+                });
         // The baton being watched, and when (on the boot clock) it was first listed.
         let mut watch: Option<(String, Duration)> = None;
         let mut backoff = Duration::from_millis(1);
@@ -401,7 +414,11 @@ impl RecordLease {
                     path: path.to_path_buf(),
                 });
             }
-            let (name, baton) = list(&dir, path)?;
+            let guessed = guess.is_some();
+            let (name, baton) = match guess.take() {
+                Some(g) => g,
+                None => list(&dir, path)?,
+            };
             let listed = now();
             let next = match &baton {
                 Some(Baton::Free { token }) => token.checked_add(1),
@@ -437,9 +454,15 @@ impl RecordLease {
                 };
                 match rename(&dir, path, &name, &mine.name())? {
                     true => {
+                        // What the hint said is the baton no more; a holder that dies leaves
+                        // its successor nothing to try.
+                        if let Some(h) = &hint {
+                            h.clear();
+                        }
                         let held = Arc::new(Held {
                             path: path.to_path_buf(),
                             dir,
+                            hint,
                             token,
                             ttl,
                             me,
@@ -460,6 +483,8 @@ impl RecordLease {
                             kernel,
                         });
                     }
+                    // A wrong guess: list at once.
+                    false if guessed => continue,
                     // Moved since the listing (or the listing was stale): look again after
                     // the shortest pause, so a listing served from a cache cannot spin.
                     false => backoff = Duration::from_millis(1),
@@ -688,13 +713,18 @@ impl Held {
             return Ok(());
         }
         let free = Baton::Free { token: self.token };
-        rename(
+        let given = rename(
             &self.dir,
             &self.path,
             &self.baton(st.seq).name(),
             &free.name(),
-        )
-        .map(|_| ())
+        )?;
+        // Still under the kernel lease: the next waiter of this host reads it once granted
+        // that lease, and tries this name before listing.
+        if let (true, Some(hint)) = (given, &self.hint) {
+            hint.write(&free.name());
+        }
+        Ok(())
     }
 }
 
@@ -898,5 +928,6 @@ fn jitter(d: Duration) -> Duration {
     d - quarter + Duration::from_nanos(offset)
 }
 
+mod hint;
 #[cfg(test)]
 mod tests;

@@ -546,6 +546,97 @@ fn an_acquisition_without_a_grant_leaves_no_renewing_thread_behind() {
     assert_eq!(renewing(before), before, "a released lease left its thread");
 }
 
+/// The hint of the lock file `lock` (held now by `lease`'s kernel lease), or `None` (after
+/// printing `SKIP:`) where this machine has no host-local directory for hints.
+#[cfg(target_os = "linux")]
+fn hint_of(lease: &RecordLease, what: &str) -> Option<std::path::PathBuf> {
+    let Some(dir) = super::hint::directory() else {
+        eprintln!("SKIP: {what}: no /dev/shm directory of this user's for hints");
+        return None;
+    };
+    let id = lease.kernel().file_id().expect("a held lease's file");
+    Some(super::hint::Hint::new(dir, id).file())
+}
+
+/// A clean release leaves the baton's new name for this host's next waiter, which renames
+/// that very name to its grant instead of listing the lease directory first; a grant
+/// clears it, so a holder that dies leaves no guess behind.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_clean_release_leaves_its_name_for_this_hosts_next_waiter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("h.lock");
+    let ttl = Duration::from_secs(5);
+    let budget = Budget::timeout(ttl);
+    let first = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
+    let Some(hint) = hint_of(&first, "the release's hint") else {
+        return;
+    };
+    assert!(!hint.exists(), "a grant clears the hint");
+    first.release().unwrap();
+    assert_eq!(std::fs::read_to_string(&hint).unwrap(), "free.1");
+    let second = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
+    assert_eq!(second.fencing_token(), 2);
+    assert!(!hint.exists(), "the grant cleared the hint it used");
+    // A holder killed on this host leaves no hint (its grant cleared the last one): its
+    // successor lists, and takes the dead holder's baton over at once.
+    let mut dead = Kid(child("hold", &lock, "host-a").spawn().unwrap());
+    drop(second);
+    assert_eq!(await_line(&mut dead.0, "HELD"), "3");
+    assert!(!hint.exists());
+    drop(dead);
+    let third = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
+    assert_eq!(
+        third.fencing_token(),
+        4,
+        "a holder killed on this host is taken over"
+    );
+    drop(third);
+    assert_eq!(std::fs::read_to_string(&hint).unwrap(), "free.4");
+}
+
+/// The hint is a guess, never trusted: a stale, torn or planted one (another token, not a
+/// free baton, a symlink) costs one failed rename, then the waiter lists as before and is
+/// granted the right token.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_wrong_hint_is_only_a_guess() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("w.lock");
+    let ttl = Duration::from_secs(5);
+    let budget = Budget::timeout(ttl);
+    let lease = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
+    let Some(hint) = hint_of(&lease, "wrong hints") else {
+        return;
+    };
+    lease.release().unwrap();
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, "free.1").unwrap();
+    let plants: [&dyn Fn(&Path); 5] = [
+        &|h| std::fs::write(h, "free.7").unwrap(),
+        &|h| std::fs::write(h, "free.").unwrap(),
+        &|h| std::fs::write(h, "live.1.0.5000.0123456789abcdef.1.1").unwrap(),
+        &|h| std::fs::write(h, vec![b'x'; 1000]).unwrap(),
+        &|h| std::os::unix::fs::symlink(&victim, h).unwrap(),
+    ];
+    for (n, plant) in plants.iter().enumerate() {
+        let _ = std::fs::remove_file(&hint);
+        plant(&hint);
+        let lease = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
+        assert_eq!(lease.fencing_token(), n as u64 + 2, "plant {n}");
+        lease.release().unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "free.1",
+        "the symlink was followed"
+    );
+    assert!(
+        !hint.is_symlink(),
+        "a release replaces what stands at the hint"
+    );
+}
+
 /// A holder in a PID namespace of its own (a container: `unshare --pid --fork --mount-proc`,
 /// as root) is another host, with no identity override: a process outside, on the same
 /// machine, cannot read its PID in its own `/proc` — PID 1 there is the machine's init,
