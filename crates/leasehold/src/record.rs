@@ -247,7 +247,11 @@ impl RecordLease {
     /// live holder's claim only when it is on this host and its process is gone, or when its
     /// baton has stood unchanged for a whole TTL on this process's clock. `ttl` is this
     /// holder's (raised to 30 ms, lowered to a day): the validity each grant or renewal buys,
-    /// and what waiters wait.
+    /// and what waiters wait. On Linux a clean release leaves the baton's name for this
+    /// host's next waiter in a file under `/dev/shm/leasehold-<euid>` (named after the lock
+    /// file's device and inode), which that waiter tries before listing the lease directory:
+    /// a guess that saves round trips to the server, never trusted (docs/design.md, "The
+    /// release's hint").
     ///
     /// # Errors
     ///
