@@ -350,13 +350,18 @@ pub fn assert_abandoned_grant_let_go(lock: &Path, holder: FlockHolder) {
 mod tests {
     use super::*;
 
+    /// `sh -c script` through [`run_within`] with `limit`, and how long it took.
+    fn within(script: &str, limit: Duration) -> (Result<Out, Out>, Duration) {
+        let started = Instant::now();
+        let out = run_within(Command::new("sh").args(["-c", script]), limit);
+        (out, started.elapsed())
+    }
+
     #[test]
     fn a_command_that_ends_in_time_gives_its_output_and_status() {
-        let out = run_within(
-            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
-            Duration::from_secs(60),
-        )
-        .expect("in time");
+        let out = within("echo out; echo err >&2; exit 3", Duration::from_secs(60))
+            .0
+            .expect("in time");
         assert_eq!(
             (out.code, out.stdout.as_str(), out.stderr.as_str()),
             (3, "out\n", "err\n")
@@ -365,26 +370,16 @@ mod tests {
 
     #[test]
     fn a_command_that_hangs_is_stopped_with_its_output_so_far() {
-        let started = Instant::now();
-        let out = run_within(
-            Command::new("sh").args(["-c", "echo begun; exec sleep 600"]),
-            Duration::from_millis(300),
-        )
-        .expect_err("stopped");
-        assert_eq!(out.stdout, "begun\n");
-        assert!(started.elapsed() < Duration::from_secs(60));
+        let (out, took) = within("echo begun; exec sleep 600", Duration::from_millis(300));
+        assert_eq!(out.expect_err("stopped").stdout, "begun\n");
+        assert!(took < Duration::from_secs(60));
     }
 
     #[test]
     fn processes_left_behind_in_its_group_do_not_hold_the_output_open() {
         // The background `sleep` keeps the pipes open after `sh` has exited.
-        let started = Instant::now();
-        let out = run_within(
-            Command::new("sh").args(["-c", "sleep 600 & echo done"]),
-            Duration::from_secs(60),
-        )
-        .expect("in time");
-        assert_eq!(out.stdout, "done\n");
-        assert!(started.elapsed() < Duration::from_secs(60));
+        let (out, took) = within("sleep 600 & echo done", Duration::from_secs(60));
+        assert_eq!(out.expect("in time").stdout, "done\n");
+        assert!(took < Duration::from_secs(60));
     }
 }

@@ -546,17 +546,26 @@ fn an_acquisition_without_a_grant_leaves_no_renewing_thread_behind() {
     assert_eq!(renewing(before), before, "a released lease left its thread");
 }
 
-/// The hint of the lock file `lock` (held now by `lease`'s kernel lease), or `None` (after
-/// printing `SKIP:`) where this machine has no host-local directory for hints.
+/// A first record lease (host "host-a", TTL 5 s) on a fresh lock file under `tmp`, and the
+/// path of its hint file; `None` (after printing `SKIP:`) where this machine has no
+/// host-local directory for hints.
 #[cfg(target_os = "linux")]
-fn hint_of(lease: &RecordLease, what: &str) -> Option<std::path::PathBuf> {
+fn hinted(tmp: &Path, what: &str) -> Option<(PathBuf, RecordLease, PathBuf)> {
+    let lock = tmp.join("h.lock");
+    let first =
+        RecordLease::acquire_on_host(&lock, HINTED_TTL, &Budget::timeout(HINTED_TTL), "host-a")
+            .unwrap();
     let Some(dir) = super::hint::directory() else {
         eprintln!("SKIP: {what}: no /dev/shm directory of this user's for hints");
         return None;
     };
-    let id = lease.kernel().file_id().expect("a held lease's file");
-    Some(super::hint::Hint::new(dir, id).file())
+    let id = first.kernel().file_id().expect("a held lease's file");
+    let hint = super::hint::Hint::new(dir, id).file();
+    Some((lock, first, hint))
 }
+
+#[cfg(target_os = "linux")]
+const HINTED_TTL: Duration = Duration::from_secs(5);
 
 /// A clean release leaves the baton's new name for this host's next waiter, which renames
 /// that very name to its grant instead of listing the lease directory first; a grant
@@ -565,13 +574,10 @@ fn hint_of(lease: &RecordLease, what: &str) -> Option<std::path::PathBuf> {
 #[cfg(target_os = "linux")]
 fn a_clean_release_leaves_its_name_for_this_hosts_next_waiter() {
     let tmp = tempfile::tempdir().unwrap();
-    let lock = tmp.path().join("h.lock");
-    let ttl = Duration::from_secs(5);
-    let budget = Budget::timeout(ttl);
-    let first = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
-    let Some(hint) = hint_of(&first, "the release's hint") else {
+    let Some((lock, first, hint)) = hinted(tmp.path(), "the release's hint") else {
         return;
     };
+    let (ttl, budget) = (HINTED_TTL, Budget::timeout(HINTED_TTL));
     assert!(!hint.exists(), "a grant clears the hint");
     first.release().unwrap();
     assert_eq!(std::fs::read_to_string(&hint).unwrap(), "free.1");
@@ -602,13 +608,10 @@ fn a_clean_release_leaves_its_name_for_this_hosts_next_waiter() {
 #[cfg(target_os = "linux")]
 fn a_wrong_hint_is_only_a_guess() {
     let tmp = tempfile::tempdir().unwrap();
-    let lock = tmp.path().join("w.lock");
-    let ttl = Duration::from_secs(5);
-    let budget = Budget::timeout(ttl);
-    let lease = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
-    let Some(hint) = hint_of(&lease, "wrong hints") else {
+    let Some((lock, lease, hint)) = hinted(tmp.path(), "wrong hints") else {
         return;
     };
+    let (ttl, budget) = (HINTED_TTL, Budget::timeout(HINTED_TTL));
     lease.release().unwrap();
     let victim = tmp.path().join("victim");
     std::fs::write(&victim, "free.1").unwrap();
