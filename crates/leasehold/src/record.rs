@@ -401,13 +401,12 @@ impl RecordLease {
         };
         let hint = hints.zip(kernel.file_id()).map(|(d, id)| Hint::new(d, id));
         // The name the last clean release on this host left: tried once before listing.
-        let mut guess =
-            hint.as_ref()
-                .and_then(Hint::read)
-                .and_then(|name| match Baton::parse(&name) {
-                    Some(free @ Baton::Free { .. }) => Some((name, Some(free))),
-                    _ => None,
-                });
+        let left = hint.as_ref().and_then(Hint::read);
+        let hinted = left.is_some();
+        let mut guess = left.and_then(|name| match Baton::parse(&name) {
+            Some(free @ Baton::Free { .. }) => Some((name, Some(free))),
+            _ => None,
+        });
         // The baton being watched, and when (on the boot clock) it was first listed.
         let mut watch: Option<(String, Duration)> = None;
         let mut backoff = Duration::from_millis(1);
@@ -460,7 +459,9 @@ impl RecordLease {
                     true => {
                         // What the hint said is the baton no more; a holder that dies leaves
                         // its successor nothing to try.
-                        if let Some(h) = &hint {
+                        // (Only this host's holders write hints, under the kernel lease
+                        // held here: none was written since the read.)
+                        if let (true, Some(h)) = (hinted, &hint) {
                             h.clear();
                         }
                         let held = Arc::new(Held {

@@ -16,32 +16,46 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+use std::sync::Arc;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+use std::sync::OnceLock;
 
 use crate::kind::FileId;
 use crate::sys;
 
-/// The directory hints are kept in, opened for this process: where there is none (not
-/// Linux, no `/dev/shm`) or it is not this user's alone, no hints are read or written.
-pub(super) fn directory() -> Option<OwnedFd> {
+/// The directory hints are kept in, opened once per process (for the effective user it was
+/// opened for; another user's is opened afresh): where there is none (not Linux, no
+/// `/dev/shm`) or it is not this user's alone, no hints are read or written.
+pub(super) fn directory() -> Option<Arc<OwnedFd>> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
+        static OPENED: OnceLock<(u32, Option<Arc<OwnedFd>>)> = OnceLock::new();
         let euid = rustix::process::geteuid().as_raw();
-        let shm = sys::open_dir_at(sys::cwd(), Path::new("/dev/shm"), true).ok()?;
-        let name = format!("leasehold-{euid}");
-        let _ = sys::mkdir_at(shm.as_fd(), Path::new(&name), 0o700);
-        let dir = sys::open_dir_at(shm.as_fd(), Path::new(&name), false).ok()?;
-        let st = rustix::fs::fstat(&dir).ok()?;
-        (st.st_uid == euid && st.st_mode & 0o077 == 0).then_some(dir)
+        match OPENED.get_or_init(|| (euid, open(euid).map(Arc::new))) {
+            (uid, dir) if *uid == euid => dir.clone(),
+            _ => open(euid).map(Arc::new),
+        }
     }
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     None
+}
+
+/// `/dev/shm/leasehold-<euid>`, made if missing, if it is `euid`'s and nobody else's.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn open(euid: u32) -> Option<OwnedFd> {
+    let shm = sys::open_dir_at(sys::cwd(), Path::new("/dev/shm"), true).ok()?;
+    let name = format!("leasehold-{euid}");
+    let _ = sys::mkdir_at(shm.as_fd(), Path::new(&name), 0o700);
+    let dir = sys::open_dir_at(shm.as_fd(), Path::new(&name), false).ok()?;
+    let st = rustix::fs::fstat(&dir).ok()?;
+    (st.st_uid == euid && st.st_mode & 0o077 == 0).then_some(dir)
 }
 
 /// The hint of one lock file (by device and inode: this host's processes that share its
 /// kernel lock share its hint).
 #[derive(Debug)]
 pub(super) struct Hint {
-    dir: OwnedFd,
+    dir: Arc<OwnedFd>,
     name: String,
 }
 
@@ -49,7 +63,7 @@ pub(super) struct Hint {
 const MAX_HINT: u64 = 64;
 
 impl Hint {
-    pub(super) fn new(dir: OwnedFd, id: FileId) -> Hint {
+    pub(super) fn new(dir: Arc<OwnedFd>, id: FileId) -> Hint {
         Hint {
             dir,
             name: format!("{:x}-{:x}.free", id.dev, id.ino),
