@@ -234,6 +234,35 @@ fn a_leftover_temporary_is_removed_by_the_next_update() {
     assert_no_temporaries(dir.path());
 }
 
+/// Clones of one handle in four threads exclude each other as four processes do: the lock
+/// file a handle keeps open between updates is taken by one update at a time, and the
+/// others open their own.
+#[test]
+fn four_threads_sharing_one_handle_lose_no_increment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let doc = Document::open(dir.path().join("count"), DocumentOptions::new());
+    let threads: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let doc = doc.clone();
+            std::thread::spawn(move || {
+                for _ in 0..INCREMENTS / 2 {
+                    doc.update(&wait(), |cur| (counter(cur) + 1).to_string().into_bytes())
+                        .expect("update");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a thread");
+    }
+    let last = doc.read().expect("read").expect("a version");
+    assert_eq!(
+        counter(Some(&last.content)),
+        WORKERS as u64 * u64::from(INCREMENTS / 2)
+    );
+    assert_no_temporaries(dir.path());
+}
+
 #[test]
 fn update_if_loses_to_a_concurrent_update_and_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -487,6 +516,10 @@ fn sigkill_between_fsync_and_rename_leaves_the_old_version_and_the_next_update_c
     let mut w = spawn_with("stall", &path, 1, "synced");
     assert_eq!(handshake(&mut w), "stalled");
     assert_eq!(temporaries(dir.path()), 1, "the fsynced temporary is there");
+    // Under the kernel's lease the temporary has the one name every writer of the file
+    // uses, so even this long-lived handle, which listed the directory at its first update
+    // and lists no more, replaces it.
+    assert!(dir.path().join(".count.tmp.0.0").is_file());
     w.kill_group();
     // Readers see the old version whole; the killed writer's temporary is never read.
     assert_eq!(doc.read().expect("read"), Some(before));

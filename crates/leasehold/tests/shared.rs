@@ -9,7 +9,7 @@
 #![cfg(target_os = "linux")]
 
 use std::io::{BufRead, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold::{Budget, Holders, Lease, LeaseOptions, LockMode, SharedLease, holders};
+use leasehold::{
+    Budget, Holders, Lease, LeaseHandle, LeaseOptions, LockMode, SharedLease, holders,
+};
 use testkit::{Proc, blocked_on, run, until};
 
 /// The environment variable naming a helper's role: `readers`, `std-shared`, `std-exclusive`,
@@ -1037,4 +1039,71 @@ async fn an_async_shared_waiter_is_granted_when_the_exclusive_holder_goes() {
     let lease = waiter.await.unwrap().expect("granted");
     lease.verify().unwrap();
     assert!(SharedLease::try_acquire(&lock).is_ok(), "shared coexists");
+}
+
+/// Where this process's descriptor `fd` leads (`None`: it is closed).
+fn fd_target(fd: i32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
+}
+
+/// A lease taken from a [`LeaseHandle`] as a value of its own (`lock_lease`) excludes like
+/// any lease, and its release into the handle keeps the locked descriptor open there, so
+/// the next `lock_lease` locks the same descriptor without opening the file.
+#[test]
+fn a_lease_given_back_to_its_handle_keeps_its_file_open_for_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("given-back.lock");
+    let mut handle = LeaseHandle::open(&lock).unwrap();
+    let mut lease = handle.lock_lease(&Budget::no_wait()).unwrap();
+    lease.verify().unwrap();
+    let fd = lease.as_fd().unwrap().as_raw_fd();
+    assert!(Lease::try_acquire(&lock).unwrap_err().is_contended());
+    assert!(handle.try_lock().unwrap_err().is_contended());
+    lease.release_into(&mut handle);
+    assert_eq!(fd_target(fd), Some(lock.clone()), "kept open in the handle");
+    drop(Lease::try_acquire(&lock).expect("released"));
+    let again = handle.lock_lease(&Budget::no_wait()).unwrap();
+    assert_eq!(
+        again.as_fd().unwrap().as_raw_fd(),
+        fd,
+        "the kept descriptor"
+    );
+    again.verify().unwrap();
+}
+
+/// A release into the handle while another process waits closes the file instead (the
+/// waiter gets the chance a closing releaser gives it), and the waiter is granted.
+#[test]
+fn a_lease_given_back_while_another_process_waits_closes_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("waited.lock");
+    let mut handle = LeaseHandle::open(&lock).unwrap();
+    let mut lease = handle.lock_lease(&Budget::no_wait()).unwrap();
+    let fd = lease.as_fd().unwrap().as_raw_fd();
+    let mut waiter = Proc::spawn(&mut helper_cmd("wait-exclusive", &lock));
+    until("the waiter waits", || blocked_on(waiter.pid(), &lock));
+    lease.release_into(&mut handle);
+    assert_ne!(fd_target(fd), Some(lock.clone()), "closed, not kept");
+    assert_eq!(said(&mut waiter), "got");
+}
+
+/// A lease shared with a child process is never unlocked by its release into the handle:
+/// an unlock of the open file description the child holds too would take the child's lock.
+#[test]
+fn a_lease_shared_with_a_child_keeps_the_childs_lock_when_given_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("child.lock");
+    let mut handle = LeaseHandle::open(&lock).unwrap();
+    let mut lease = handle.lock_lease(&Budget::no_wait()).unwrap();
+    lease.share_with_children(true).unwrap();
+    let mut child = Proc::spawn(&mut Command::new("cat"));
+    lease.share_with_children(false).unwrap();
+    lease.release_into(&mut handle);
+    assert!(
+        Lease::try_acquire(&lock).unwrap_err().is_contended(),
+        "the child still holds the lock"
+    );
+    child.close_stdin();
+    child.wait();
+    drop(handle.try_lock().expect("free once the child is gone"));
 }

@@ -20,8 +20,11 @@
 //!   fencing token is claimed in a fence beside the lock file before the read and compared
 //!   again last before the rename, so a holder paused past its TTL writes nothing once a
 //!   successor began. Temporaries a killed writer left are
-//!   removed at the next update, under the lease ([`remove_temporaries_in`]), when no writer
-//!   can be writing one.
+//!   removed at the next update, under the lease, when no writer can be writing one: under
+//!   the kernel's exclusive lease a rewrite's temporary has one fixed name
+//!   ([`replace_file_held`]), which the next rewrite removes and creates afresh, and the
+//!   directory is listed ([`remove_temporaries_in`]) at a handle's first update only; under
+//!   a record lease every rewrite has a name of its own and every update lists.
 //! * **Readers take no lock.** The file at the path is only ever replaced by a rename, and
 //!   a rename swaps the whole file at once: a reader opens either the old file or the new
 //!   one and reads it to the end, never a mix, whatever the writers do meanwhile.
@@ -37,14 +40,16 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use leasehold::patterns::durable::{
-    InDir, Step, create_dirs, remove_temporaries_in, replace_file_with,
+    InDir, Step, create_dirs, remove_temporaries_in, replace_file_held, replace_file_with,
 };
 use leasehold::{
-    Budget, Classify, Error as LeaseError, ErrorClass, LeaseOptions, LockDir, LockMode, MountLease,
-    SharedMount,
+    AnyLease, Budget, Classify, Error as LeaseError, ErrorClass, LeaseHandle, LeaseOptions,
+    LockDir, LockMode, MountLease, SharedMount,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -417,6 +422,14 @@ pub struct Document {
     path: PathBuf,
     lock: PathBuf,
     options: DocumentOptions,
+    /// Whether an update through this handle (or a clone) has listed the directory for
+    /// leftover temporaries: one under a kernel lease lists once (see `under_lease`).
+    listed: Arc<AtomicBool>,
+    /// The lock file kept open between this handle's (and its clones') kernel-lease updates
+    /// ([`LeaseHandle`]: the next update locks it without opening it; after a `fork`, or
+    /// when other processes wait at a release, it is reopened). Empty while an update is
+    /// taking it, or before the first kernel lease was released.
+    warm: Arc<Mutex<Option<LeaseHandle>>>,
 }
 
 impl Document {
@@ -432,6 +445,8 @@ impl Document {
             path,
             lock,
             options,
+            listed: Arc::default(),
+            warm: Arc::default(),
         }
     }
 
@@ -736,11 +751,57 @@ impl Document {
     }
 
     fn begin_edit(&self, budget: &Budget, replacing: bool) -> Result<Edit, DocumentError> {
-        let lease = self
-            .lease_options()
-            .acquire_mount_lease(&self.lock, LockMode::Exclusive, budget)
-            .map_err(DocumentError::Lease)?;
+        let lease = match self.warm_handle() {
+            Some(mut handle) => {
+                let lease = handle.lock_lease(budget);
+                self.put_back(handle);
+                lease.map(|l| MountLease::Kernel(l.into()))
+            }
+            None => {
+                self.lease_options()
+                    .acquire_mount_lease(&self.lock, LockMode::Exclusive, budget)
+            }
+        }
+        .map_err(DocumentError::Lease)?;
         self.under_lease(lease, replacing)
+    }
+
+    /// The kept lock file, taken out for this update (`None`: none kept, or another update
+    /// of this handle's is taking it). Never where a record lease may be chosen: that choice
+    /// is the mount's, made by every acquisition (`LeaseOptions::acquire_mount_lease`).
+    fn warm_handle(&self) -> Option<LeaseHandle> {
+        if matches!(self.options.shared_mount, SharedMount::Record { .. }) {
+            return None;
+        }
+        self.warm
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Keeps `handle` for the next update, unless another was kept meanwhile.
+    fn put_back(&self, handle: LeaseHandle) {
+        let mut slot = self.warm.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(handle);
+        }
+    }
+
+    /// Releases an update's lease; a kernel lease's lock file stays open in the kept handle
+    /// ([`Lease::release_into`]: unless other processes wait), and the first one's opens it.
+    fn let_go(&self, lease: &mut MountLease) {
+        if let MountLease::Kernel(AnyLease::Exclusive(l)) = lease
+            && !matches!(self.options.shared_mount, SharedMount::Record { .. })
+        {
+            let mut slot = self.warm.lock().unwrap_or_else(PoisonError::into_inner);
+            if slot.is_none() {
+                *slot = self.lease_options().open_handle(&self.lock).ok();
+            }
+            if let Some(handle) = slot.as_mut() {
+                return l.release_into(handle);
+            }
+        }
+        lease.release();
     }
 
     /// The steps of a start once the lease is held: collect, read, check. The directory is
@@ -757,8 +818,15 @@ impl Document {
         let (dir, current) = match LockDir::open(self.dir()) {
             Ok(dir) => {
                 // Under the lease no writer is mid-rewrite: any temporary is a killed one's.
-                remove_temporaries_in(&dir, name)
-                    .map_err(|e| self.io("remove leftover temporaries", e))?;
+                // Under the kernel's exclusive lease a killed writer of this kind left at
+                // most the one name the rewrite replaces itself (`replace_file_held`), so the
+                // listing is needed only for what others left (a record lease's writers, on
+                // a mount whose locks stay on each host): once per handle is enough.
+                if !held(&lease) || !self.listed.load(Ordering::Relaxed) {
+                    remove_temporaries_in(&dir, name)
+                        .map_err(|e| self.io("remove leftover temporaries", e))?;
+                    self.listed.store(true, Ordering::Relaxed);
+                }
                 let current = self.read_in(&dir, name)?;
                 (Some(dir), current)
             }
@@ -826,7 +894,11 @@ impl Document {
         };
         let mut lost = None;
         let mut renamed = false;
-        let written = replace_file_with(&self.path, new, &mut InDir(dir), &mut |step, _| {
+        let rewrite = match held(lease) {
+            true => replace_file_held,
+            false => replace_file_with,
+        };
+        let written = rewrite(&self.path, new, &mut InDir(dir), &mut |step, _| {
             match step {
                 Step::Synced => {
                     if let Err(e) = lease.verify_for_write() {
@@ -884,6 +956,14 @@ impl Document {
     }
 }
 
+/// Whether `lease` is the kernel's exclusive lease, which excludes every other writer of the
+/// document for the whole rewrite, so that its temporary can have one fixed name
+/// ([`replace_file_held`]). A record lease's writers on other hosts are not excluded by this
+/// host's kernel: each of their rewrites keeps a name of its own.
+fn held(lease: &MountLease) -> bool {
+    matches!(lease, MountLease::Kernel(_)) && lease.mode() == LockMode::Exclusive
+}
+
 /// An update in progress ([`Document::begin`]): the document's lease is held and
 /// [`current`](Self::current) is the durable content read under it. [`commit`](Self::commit)
 /// writes the new version; [`abort`](Self::abort), or dropping the `Edit` (a panic, an
@@ -917,7 +997,7 @@ impl Edit {
     pub fn commit(mut self, new: Vec<u8>) -> Result<Snapshot, DocumentError> {
         self.doc.check_new(&new)?;
         self.doc.write(&self.lease, self.dir.as_ref(), &new)?;
-        self.lease.release();
+        self.doc.let_go(&mut self.lease);
         Ok(Snapshot::new(new))
     }
 
@@ -938,7 +1018,7 @@ impl Edit {
 
     /// Writes nothing and releases the lease; returns the current version.
     pub fn abort(mut self) -> Option<Snapshot> {
-        self.lease.release();
+        self.doc.let_go(&mut self.lease);
         self.current.take()
     }
 }

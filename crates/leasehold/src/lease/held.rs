@@ -3,6 +3,7 @@
 //! `LeaseOptions` (`options.rs`); `mod.rs` gives each its default-options constructors.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[cfg(unix)]
 use std::os::fd::BorrowedFd;
@@ -36,9 +37,21 @@ use crate::kind::FileId;
 pub struct Lease {
     pub(super) held: Option<imp::Held>,
     pub(super) target: imp::Target,
+    /// Whether the descriptor was made inheritable ([`Lease::share_with_children`]): then
+    /// children may hold its open file description, and it is never unlocked and kept.
+    children: AtomicBool,
 }
 
 impl Lease {
+    /// The lease `held` on `target`, not shared with children.
+    pub(super) fn new(held: imp::Held, target: imp::Target) -> Lease {
+        Lease {
+            held: Some(held),
+            target,
+            children: AtomicBool::new(false),
+        }
+    }
+
     /// The lease, unless released — or inherited through a `fork` and let go in the child
     /// ([`after_fork_in_child`](crate::after_fork_in_child())).
     fn live(&self) -> Option<&imp::Held> {
@@ -119,6 +132,28 @@ impl Lease {
         self.held = None;
     }
 
+    /// Releases the lease and keeps its descriptor open in `handle` for the next
+    /// [`LeaseHandle::lock_lease`], as a [`HandleGuard`]'s release does: unless other
+    /// processes wait (then it closes the file, and waiters get the chance a closing releaser
+    /// gives them), and unless the lease was taken before a `fork` in this child. A lease of
+    /// another lock file than `handle`'s, or one whose descriptor was shared with children
+    /// ([`share_with_children`](Self::share_with_children), whose lock an unlock would
+    /// take from them too), is released as [`release`](Self::release) releases it, and
+    /// `handle` is left as it was.
+    pub fn release_into(&mut self, handle: &mut LeaseHandle) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        if self.target.display() != handle.target.display()
+            || held.forgotten()
+            || held.others_waiting()
+            || self.children.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        handle.opened = held.unlock_keep();
+    }
+
     /// Lets child processes spawned from now on inherit the lease, as `flock(1)` does: the
     /// lock then lasts until the last process holding the descriptor has exited, even if this
     /// process dies first. Use it only around spawning the children that should hold it.
@@ -130,6 +165,8 @@ impl Lease {
         let held = self.live().ok_or_else(|| Error::Released {
             path: self.path().to_path_buf(),
         })?;
+        // Once children may have it, they may hold it still after it is made private again.
+        self.children.fetch_or(share, Ordering::Relaxed);
         crate::sys::set_inheritable(held.as_fd(), share)
             .map_err(|e| imp::path_error(self.path(), "set descriptor inheritance", e))
     }
@@ -212,6 +249,28 @@ impl LeaseHandle {
             handle: self,
             held: Some(held),
         })
+    }
+
+    /// Takes the lease as [`lock`](Self::lock) does, as a [`Lease`] of its own instead of a
+    /// guard that borrows the handle: for a holder that keeps the lease in a value of its own
+    /// for a while (an update in progress) and the handle somewhere else meanwhile. The
+    /// lease owns the kept descriptor while it is held; give it back with
+    /// [`Lease::release_into`], or the lease's release closes it as any lease's does.
+    ///
+    /// # Errors
+    /// As [`LeaseOptions::acquire`](crate::LeaseOptions::acquire).
+    pub fn lock_lease(&mut self, budget: &Budget) -> Result<Lease> {
+        let acq = Acquisition::new(
+            self.opts,
+            self.follow_replaced,
+            &self.target,
+            budget,
+            self.mode,
+            // A file this handle kept open before a `fork` is `/dev/null` in the child.
+            self.opened.take().filter(|o| !o.forgotten()),
+        );
+        let held = blocking::run(acq)?;
+        Ok(Lease::new(held, self.target.clone()))
     }
 
     /// The lock file's path.

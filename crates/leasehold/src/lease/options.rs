@@ -311,10 +311,7 @@ impl LeaseOptions {
             mode,
             None,
         ))?;
-        Ok(Lease {
-            held: Some(held),
-            target,
-        })
+        Ok(Lease::new(held, target))
     }
 
     /// Takes the lease on `path`, waiting within `budget` without blocking the executor.
@@ -389,10 +386,7 @@ impl LeaseOptions {
             None,
         ))
         .await?;
-        Ok(Lease {
-            held: Some(held),
-            target,
-        })
+        Ok(Lease::new(held, target))
     }
 
     /// Opens a [`LeaseHandle`] on `path`: the lock file stays open so the lease can be taken

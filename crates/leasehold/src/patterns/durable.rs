@@ -16,8 +16,12 @@
 //! Temporary names are `.NAME.tmp.PID.N` ([`temporary_name`]; [`temporary_of`] reads one
 //! back). A process killed mid-rewrite leaves its temporary behind (harmless: never read as
 //! the document); [`remove_temporaries`] removes them, and a store calls it under its lease
-//! when it opens the document (nobody else can be writing one then). A leftover whose name a later process would pick (its pid reused) is stepped
-//! over: the exclusive create fails with `EEXIST` and the rewrite tries a fresh name.
+//! when it opens the document (nobody else can be writing one then). A leftover whose name
+//! a later process would pick (its pid reused) is stepped over: the exclusive create fails
+//! with `EEXIST` and the rewrite tries a fresh name. A writer that holds an exclusive kernel
+//! lease every writer of the file takes uses one fixed name instead
+//! ([`replace_file_held`]): a killed writer's leftover is then the name the next rewrite
+//! removes and creates afresh, and nothing needs listing.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -113,6 +117,12 @@ pub trait DurableIo {
     fn sync_dir(&mut self, dir: &Path) -> io::Result<()> {
         sync_dir(dir)
     }
+    /// Removes the temporary file (its name: a symlink there is removed, never followed; a
+    /// directory there is an error): a failed rewrite's, or the leftover a killed writer left
+    /// at [`held_temporary_name`].
+    fn remove(&mut self, tmp: &Path) -> io::Result<()> {
+        std::fs::remove_file(tmp)
+    }
 }
 
 /// The real system calls.
@@ -165,6 +175,14 @@ impl DurableIo for InDir<'_> {
     fn sync_dir(&mut self, _dir: &Path) -> io::Result<()> {
         self.0.sync()
     }
+
+    fn remove(&mut self, tmp: &Path) -> io::Result<()> {
+        let name = tmp
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a temporary's name"))?;
+        self.0.remove_file(name).map(drop).map_err(io::Error::from)
+    }
 }
 
 /// [`replace_file_observed`] with every system call going through `io` (fault injection).
@@ -174,8 +192,43 @@ pub fn replace_file_with(
     io: &mut dyn DurableIo,
     after_step: &mut dyn FnMut(Step, &Path) -> io::Result<()>,
 ) -> io::Result<()> {
+    rewrite(path, bytes, io, after_step, false)
+}
+
+/// [`replace_file_with`] for a writer that holds, for the whole rewrite, an exclusive kernel
+/// lease that every writer of `path` takes (a `Document` under its kernel lease): no two
+/// rewrites of `path` are ever under way at once, so the temporary has one fixed name,
+/// [`held_temporary_name`], instead of a fresh one. The leftover a killed writer left is
+/// then the very name the next rewrite creates: that rewrite removes it (through `io`,
+/// never following it) and creates the name afresh, so leftovers cannot pile up and no
+/// listing of the directory is needed to collect them.
+///
+/// Never call it under a lease that does not exclude every other writer of `path` at the
+/// kernel (a record lease across hosts: a paused predecessor could rename the successor's
+/// half-written temporary into place); use [`replace_file_with`] there.
+pub fn replace_file_held(
+    path: &Path,
+    bytes: &[u8],
+    io: &mut dyn DurableIo,
+    after_step: &mut dyn FnMut(Step, &Path) -> io::Result<()>,
+) -> io::Result<()> {
+    rewrite(path, bytes, io, after_step, true)
+}
+
+/// The rewrite of [`replace_file_with`] (`held`: the temporary's name is
+/// [`held_temporary_name`], see [`replace_file_held`]).
+fn rewrite(
+    path: &Path,
+    bytes: &[u8],
+    io: &mut dyn DurableIo,
+    after_step: &mut dyn FnMut(Step, &Path) -> io::Result<()>,
+    held: bool,
+) -> io::Result<()> {
     let dir = parent_of(path);
-    let mut tmp = temp_name(path);
+    let mut tmp = match held {
+        true => path.with_file_name(held_temporary_name(&file_name_of(path))),
+        false => temp_name(path),
+    };
     let mut renamed = false;
     let mut created = false;
     let result = (|| {
@@ -183,6 +236,14 @@ pub fn replace_file_with(
         let mut f = loop {
             match io.create(&tmp) {
                 Ok(f) => break f,
+                // A killed writer's leftover at the one name: nobody else's rewrite.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && held && taken == 0 => {
+                    taken += 1;
+                    if io.remove(&tmp).is_err() {
+                        // Not removable (a directory planted there): a fresh name instead.
+                        tmp = temp_name(path);
+                    }
+                }
                 // A leftover of a killed rewrite whose pid we now have: step over it.
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && taken < TEMP_NAME_TRIES => {
                     taken += 1;
@@ -213,7 +274,7 @@ pub fn replace_file_with(
         after_step(Step::DirSynced, &tmp)
     })();
     if result.is_err() && !renamed && created {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = io.remove(&tmp);
     }
     result
 }
@@ -427,13 +488,23 @@ pub fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// The file name of `path`, lossily as a string (empty for none).
+fn file_name_of(path: &Path) -> String {
+    path.file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// A temporary name beside `path`, unique within this process and across processes.
 fn temp_name(path: &Path) -> PathBuf {
-    let base = path
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(temporary_name(&base))
+    path.with_file_name(temporary_name(&file_name_of(path)))
+}
+
+/// The one temporary name of the rewrites of the file `name` made under an exclusive kernel
+/// lease ([`replace_file_held`]): `.NAME.tmp.0.0`, a name of [`temporary_name`]'s form, so
+/// that [`remove_temporaries`] and [`temporary_of`] know it as a temporary of `NAME`.
+pub fn held_temporary_name(name: &str) -> String {
+    format!(".{name}.tmp.0.0")
 }
 
 /// The next temporary name for a rewrite of the file `name`: `.NAME.tmp.PID.N`, the one
@@ -551,6 +622,70 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 9);
         assert_eq!(remove_temporaries(&p).unwrap(), 8);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_held_rewrite_reuses_the_one_name_a_killed_writer_left() {
+        let dir = crate::test_dir();
+        let p = dir.path().join("doc.json");
+        let held = dir.path().join(held_temporary_name("doc.json"));
+        assert_eq!(
+            temporary_of(&held_temporary_name("doc.json")),
+            Some(("doc.json", 0))
+        );
+        std::fs::write(&held, b"half a version").unwrap();
+        let mut used = Vec::new();
+        replace_file_held(&p, b"one", &mut RealIo, &mut |_, tmp| {
+            used.push(tmp.to_path_buf());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"one");
+        assert!(used.iter().all(|t| *t == held), "{used:?}");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "nothing left"
+        );
+        // A failed held rewrite removes its temporary like any other.
+        let failed = replace_file_held(&p, b"two", &mut RealIo, &mut |step, _| match step {
+            Step::Synced => Err(io::Error::other("injected")),
+            _ => Ok(()),
+        });
+        assert!(failed.is_err());
+        assert_eq!(std::fs::read(&p).unwrap(), b"one");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "nothing left"
+        );
+    }
+
+    #[test]
+    fn a_held_rewrite_steps_over_what_cannot_be_removed_at_its_name() {
+        let dir = crate::test_dir();
+        let p = dir.path().join("doc.json");
+        let held = dir.path().join(held_temporary_name("doc.json"));
+        std::fs::create_dir(&held).unwrap();
+        std::fs::write(held.join("inside"), b"kept").unwrap();
+        replace_file_held(&p, b"new", &mut RealIo, &mut |_, _| Ok(())).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert_eq!(std::fs::read(held.join("inside")).unwrap(), b"kept");
+        // A symlink there is removed as a name, never followed.
+        #[cfg(unix)]
+        {
+            let victim = crate::test_dir();
+            std::fs::write(victim.path().join("secret"), b"s").unwrap();
+            std::fs::remove_dir_all(&held).unwrap();
+            std::os::unix::fs::symlink(victim.path().join("secret"), &held).unwrap();
+            replace_file_held(&p, b"newer", &mut RealIo, &mut |_, _| Ok(())).unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), b"newer");
+            assert_eq!(std::fs::read(victim.path().join("secret")).unwrap(), b"s");
+            assert!(
+                std::fs::symlink_metadata(&held).is_err(),
+                "the link is gone"
+            );
+        }
     }
 
     #[cfg(unix)]

@@ -22,9 +22,9 @@ mod unix;
 #[cfg(unix)]
 pub(crate) use unix::{
     Chain, Entry, Looked, MountSeen, Unfit, boot_clock, chain_untrusted, create_dirs,
-    create_new_at, cwd, dir_id_at, dir_judged, dir_names, dup_cloexec, entry_at, fd_entry,
-    fd_entry_judged, fd_gate_usable, fd_id, fd_identity, fd_mode, fd_modified, fd_unlinked,
-    holders, host_identity, is_plain_name, lock_blocking, lookup, mkdir_at, mount_seen, network_fs,
+    create_new_at, cwd, dir_id_at, dir_judged, dir_names, dup_cloexec, entry_at, fd_entry_judged,
+    fd_entry_mode, fd_gate_usable, fd_id, fd_identity, fd_modified, fd_unlinked, holders,
+    host_identity, is_plain_name, lock_blocking, lookup, mkdir_at, mount_seen, network_fs,
     network_fs_path, nofile_limit, open_data_file, open_dir_at, open_lock_file, read_exact_at,
     remove_dir_at, rename_at, set_inheritable, sync_dir_fd, try_lock, unlink_at, unlock,
     untrusted_at,

@@ -145,12 +145,6 @@ pub(crate) fn remove_dir_at(dir: BorrowedFd<'_>, name: &Path) -> Result<(), Errn
     rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)
 }
 
-/// The permission bits of an open descriptor's file (`st_mode & 07777`).
-#[allow(clippy::unnecessary_cast)] // st_mode is u32 on Linux, u16 on macOS
-pub(crate) fn fd_mode(fd: BorrowedFd<'_>) -> Result<u32, Errno> {
-    rustix::fs::fstat(fd).map(|st| st.st_mode as u32 & 0o7777)
-}
-
 /// The identity of the directory at `name` relative to `dir` (`follow`: a final symlink is
 /// followed, as for a configured path; otherwise it is not). `Ok(None)`: nothing there, or
 /// something that is not a directory.
@@ -222,13 +216,16 @@ pub(crate) fn dir_names(dir: BorrowedFd<'_>) -> Result<Vec<std::ffi::OsString>, 
     Ok(names)
 }
 
-/// Identity and kind of an open descriptor.
-pub(crate) fn fd_entry(fd: BorrowedFd<'_>) -> Result<Entry, Errno> {
-    rustix::fs::fstat(fd).map(|st| entry_of(&st))
+/// What the open file `fd` is (a regular file and its identity, or another kind), and its
+/// permission bits (`st_mode & 07777`), from one `fstat`.
+#[allow(clippy::unnecessary_cast)] // st_mode is u32 on Linux, u16 on macOS
+pub(crate) fn fd_entry_mode(fd: BorrowedFd<'_>) -> Result<(Entry, u32), Errno> {
+    rustix::fs::fstat(fd).map(|st| (entry_of(&st), st.st_mode as u32 & 0o7777))
 }
 
-/// [`fd_entry`] and, when `judge` is set, [`untrusted_at`]'s verdict on the descriptor, from one `fstat`: a
-/// second `fstat` measured ~7 % of an uncontended acquisition on the reference VM.
+/// What the open file `fd` is (as [`fd_entry_mode`]) and, when `judge` is set,
+/// [`untrusted_at`]'s verdict on it, from one `fstat`: a second `fstat` measured ~7 % of an
+/// uncontended acquisition on the reference VM.
 pub(crate) fn fd_entry_judged(
     fd: BorrowedFd<'_>,
     judge: bool,
@@ -477,7 +474,7 @@ pub(crate) fn fd_unlinked(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
 }
 
 /// Identity of an open descriptor and its kind (`None`: a regular file), for a descriptor the
-/// caller opened: unlike [`fd_entry`] it names the identity of directories too.
+/// caller opened: unlike [`fd_entry_mode`] it names the identity of directories too.
 pub(crate) fn fd_identity(fd: BorrowedFd<'_>) -> Result<(FileId, Option<FileKind>), Errno> {
     let st = rustix::fs::fstat(fd)?;
     Ok((

@@ -66,12 +66,9 @@ impl PlatformDataDir for Dir {
     }
 
     fn open_read(&self, name: &str) -> Result<Option<(File, u32)>> {
-        let Some((file, _)) = self.open_file(name, false, false)? else {
-            return Ok(None);
-        };
-        let mode = sys::fd_mode(file.as_fd())
-            .map_err(|e| path_error(&self.path.join(name), "stat file", e))?;
-        Ok(Some((file, mode)))
+        Ok(self
+            .open_checked(name, false, false)?
+            .map(|(file, _, mode)| (file, mode)))
     }
 
     fn create_new(&self, name: &str, mode: u32) -> Result<Option<File>> {

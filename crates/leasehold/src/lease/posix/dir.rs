@@ -124,26 +124,9 @@ impl PlatformDir for Dir {
         write: bool,
         create: bool,
     ) -> Result<Option<(std::fs::File, bool)>> {
-        let path = self.path.join(name);
-        plain(name, &path, "open file")?;
-        let existed = match sys::entry_at(self.fd.as_fd(), Path::new(name)) {
-            Ok(Entry::Other(kind)) => return Err(Error::NotRegularFile { path, kind }),
-            Ok(Entry::Missing) if !create => return Ok(None),
-            Ok(Entry::Missing) => false,
-            Ok(Entry::Regular(_)) => true,
-            Err(e) => return Err(path_error(&path, "inspect file", e)),
-        };
-        let fd = match sys::open_data_file(self.fd.as_fd(), Path::new(name), write, create) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) if !create => return Ok(None),
-            Err(e) => return Err(path_error(&path, "open file", e)),
-        };
-        match sys::fd_entry(fd.as_fd()) {
-            Ok(Entry::Regular(_)) => Ok(Some((std::fs::File::from(fd), existed))),
-            Ok(Entry::Other(kind)) => Err(Error::NotRegularFile { path, kind }),
-            Ok(Entry::Missing) => Err(path_error(&path, "stat file", Errno::NOENT)),
-            Err(e) => Err(path_error(&path, "stat file", e)),
-        }
+        Ok(self
+            .open_checked(name, write, create)?
+            .map(|(file, existed, _)| (file, existed)))
     }
 
     fn path(&self) -> &Path {
@@ -159,5 +142,35 @@ impl PlatformDir for Dir {
 impl Dir {
     pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// [`open_file`](PlatformDir::open_file), and the file's permission bits from the same
+    /// `fstat` that checked it is a regular file.
+    pub(super) fn open_checked(
+        &self,
+        name: &str,
+        write: bool,
+        create: bool,
+    ) -> Result<Option<(std::fs::File, bool, u32)>> {
+        let path = self.path.join(name);
+        plain(name, &path, "open file")?;
+        let existed = match sys::entry_at(self.fd.as_fd(), Path::new(name)) {
+            Ok(Entry::Other(kind)) => return Err(Error::NotRegularFile { path, kind }),
+            Ok(Entry::Missing) if !create => return Ok(None),
+            Ok(Entry::Missing) => false,
+            Ok(Entry::Regular(_)) => true,
+            Err(e) => return Err(path_error(&path, "inspect file", e)),
+        };
+        let fd = match sys::open_data_file(self.fd.as_fd(), Path::new(name), write, create) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) if !create => return Ok(None),
+            Err(e) => return Err(path_error(&path, "open file", e)),
+        };
+        match sys::fd_entry_mode(fd.as_fd()) {
+            Ok((Entry::Regular(_), mode)) => Ok(Some((std::fs::File::from(fd), existed, mode))),
+            Ok((Entry::Other(kind), _)) => Err(Error::NotRegularFile { path, kind }),
+            Ok((Entry::Missing, _)) => Err(path_error(&path, "stat file", Errno::NOENT)),
+            Err(e) => Err(path_error(&path, "stat file", e)),
+        }
     }
 }
