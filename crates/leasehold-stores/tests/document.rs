@@ -263,6 +263,28 @@ fn four_threads_sharing_one_handle_lose_no_increment() {
     assert_no_temporaries(dir.path());
 }
 
+/// A handle keeps the document's directory open between updates, but never writes through
+/// it once the path names another directory: an update after the directory was moved away
+/// and replaced reads and writes the new one, and the moved one is left as it was.
+#[test]
+fn an_update_after_the_directory_was_replaced_writes_the_new_one() {
+    let top = tempfile::tempdir().expect("tempdir");
+    let dir = top.path().join("settings");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let doc = Document::open(dir.join("count"), DocumentOptions::new());
+    doc.update(&wait(), |_| b"1".to_vec()).expect("first");
+    std::fs::rename(&dir, top.path().join("moved")).expect("move the directory away");
+    std::fs::create_dir(&dir).expect("a new directory at the path");
+    std::fs::write(dir.join("count"), "10").expect("its document");
+    let next = doc
+        .update(&wait(), |cur| (counter(cur) + 1).to_string().into_bytes())
+        .expect("update");
+    assert_eq!(next.content, b"11", "read from the new directory");
+    assert_eq!(std::fs::read(dir.join("count")).unwrap(), b"11");
+    assert_eq!(std::fs::read(top.path().join("moved/count")).unwrap(), b"1");
+    assert_eq!(doc.read().expect("read").expect("a version").content, b"11");
+}
+
 #[test]
 fn update_if_loses_to_a_concurrent_update_and_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");

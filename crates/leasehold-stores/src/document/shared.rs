@@ -430,6 +430,9 @@ pub struct Document {
     /// when other processes wait at a release, it is reopened). Empty while an update is
     /// taking it, or before the first kernel lease was released.
     warm: Arc<Mutex<Option<LeaseHandle>>>,
+    /// The document's directory as the last update opened it, used again by the next while
+    /// the path still names it ([`LockDir::still_at_path`]).
+    kept_dir: Arc<Mutex<Option<LockDir>>>,
 }
 
 impl Document {
@@ -447,6 +450,7 @@ impl Document {
             options,
             listed: Arc::default(),
             warm: Arc::default(),
+            kept_dir: Arc::default(),
         }
     }
 
@@ -471,7 +475,7 @@ impl Document {
     /// ([`LeaseError::NotRegularFile`], naming it) without being opened for reading.
     pub fn read(&self) -> Result<Option<Snapshot>, DocumentError> {
         let name = self.name()?;
-        match LockDir::open(self.dir()) {
+        match self.open_dir() {
             Ok(dir) => self.read_in(&dir, name),
             Err(LeaseError::NotFound { .. }) => Ok(None),
             Err(e) => Err(DocumentError::Lease(e)),
@@ -815,7 +819,7 @@ impl Document {
                 .claim(token)
                 .map_err(DocumentError::Lease)?;
         }
-        let (dir, current) = match LockDir::open(self.dir()) {
+        let (dir, current) = match self.open_dir() {
             Ok(dir) => {
                 // Under the lease no writer is mid-rewrite: any temporary is a killed one's.
                 // Under the kernel's exclusive lease a killed writer of this kind left at
@@ -847,6 +851,18 @@ impl Document {
             dir,
             current,
         })
+    }
+
+    /// The document's directory: the one the last update used while the path still names
+    /// it (one `stat` instead of an open, an `fstat` and a close), else opened now.
+    fn open_dir(&self) -> Result<LockDir, LeaseError> {
+        let mut kept = self.kept_dir.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(dir) = kept.as_ref().filter(|d| d.still_at_path()) {
+            return Ok(dir.clone());
+        }
+        let dir = LockDir::open(self.dir())?;
+        *kept = Some(dir.clone());
+        Ok(dir)
     }
 
     /// Refuses content an update must not write: over the limit, or not JSON for a JSON

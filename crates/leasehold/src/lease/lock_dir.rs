@@ -127,6 +127,16 @@ impl LockDir {
         self.0.verify()
     }
 
+    /// Whether the path this handle was opened as still names the directory it holds open
+    /// (POSIX: one `fstatat` per level, as the check a lease in it makes): a caller that
+    /// keeps a handle between uses asks this before each use instead of opening the path
+    /// again, so that a directory renamed or replaced meanwhile is never written through
+    /// the old handle. Windows and WASI: always `false` (there a handle is the path
+    /// resolved once at [`open`](Self::open): open it again).
+    pub fn still_at_path(&self) -> bool {
+        cfg!(unix) && self.verify().is_ok()
+    }
+
     /// The names of this directory's entries (`.` and `..` left out), in no particular
     /// order.
     ///

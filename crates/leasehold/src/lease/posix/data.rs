@@ -38,19 +38,18 @@ fn failed(path: &Path, op: &'static str, e: Errno) -> Error {
 
 impl PlatformDataDir for Dir {
     fn entry(&self, name: &str) -> Result<Option<FileKind>> {
-        let path = self.path.join(name);
-        plain(name, &path, "inspect")?;
+        plain(name, &self.path, "inspect")?;
         match sys::entry_at(self.fd.as_fd(), Path::new(name)) {
             Ok(Entry::Missing) => Ok(None),
             Ok(Entry::Regular(_)) => Ok(Some(FileKind::Regular)),
             Ok(Entry::Other(kind)) => Ok(Some(kind)),
-            Err(e) => Err(path_error(&path, "inspect", e)),
+            Err(e) => Err(path_error(&self.path.join(name), "inspect", e)),
         }
     }
 
     fn create_child(&self, name: &str, mode: u32) -> Result<Dir> {
         let path = self.path.join(name);
-        plain(name, &path, "create directory")?;
+        plain(name, &self.path, "create directory")?;
         match sys::mkdir_at(self.fd.as_fd(), Path::new(name), mode) {
             // A new name is durable only once its directory is synced: a candidate or a
             // TARGET directory must survive a power cut like the files written into it.
@@ -72,22 +71,24 @@ impl PlatformDataDir for Dir {
     }
 
     fn create_new(&self, name: &str, mode: u32) -> Result<Option<File>> {
-        let path = self.path.join(name);
-        plain(name, &path, "create file")?;
+        plain(name, &self.path, "create file")?;
         match sys::create_new_at(self.fd.as_fd(), Path::new(name), mode) {
             Ok(fd) => Ok(Some(File::from(fd))),
             Err(Errno::EXIST) => Ok(None),
-            Err(e) => Err(path_error(&path, "create file", e)),
+            Err(e) => Err(path_error(&self.path.join(name), "create file", e)),
         }
     }
 
     fn rename(&self, from: &str, to_dir: &Dir, to: &str) -> Result<()> {
-        let path = self.path.join(from);
-        plain(from, &path, "rename")?;
-        plain(to, &to_dir.path.join(to), "rename")?;
-        let (from, to) = (Path::new(from), Path::new(to));
-        sys::rename_at(self.fd.as_fd(), from, to_dir.fd.as_fd(), to)
-            .map_err(|e| failed(&path, "rename", e))
+        plain(from, &self.path, "rename")?;
+        plain(to, &to_dir.path, "rename")?;
+        sys::rename_at(
+            self.fd.as_fd(),
+            Path::new(from),
+            to_dir.fd.as_fd(),
+            Path::new(to),
+        )
+        .map_err(|e| failed(&self.path.join(from), "rename", e))
     }
 
     fn remove(&self, name: &str, dir: bool) -> Result<()> {
@@ -95,14 +96,13 @@ impl PlatformDataDir for Dir {
             true => "remove directory",
             false => "remove file",
         };
-        let path = self.path.join(name);
-        plain(name, &path, op)?;
-        let (at, name) = (self.fd.as_fd(), Path::new(name));
+        plain(name, &self.path, op)?;
+        let at = self.fd.as_fd();
         match dir {
-            true => sys::remove_dir_at(at, name),
-            false => sys::unlink_at(at, name),
+            true => sys::remove_dir_at(at, Path::new(name)),
+            false => sys::unlink_at(at, Path::new(name)),
         }
-        .map_err(|e| failed(&path, op, e))
+        .map_err(|e| failed(&self.path.join(name), op, e))
     }
 }
 

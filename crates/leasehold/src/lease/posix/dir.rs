@@ -83,7 +83,7 @@ impl PlatformDir for Dir {
 
     fn child(&self, name: &str, create: bool) -> Result<Dir> {
         let path = self.path.join(name);
-        plain(name, &path, "open directory")?;
+        plain(name, &self.path, "open directory")?;
         if create {
             match sys::mkdir_at(self.fd.as_fd(), Path::new(name), 0o700) {
                 Ok(()) | Err(Errno::EXIST) => {}
@@ -104,7 +104,7 @@ impl PlatformDir for Dir {
 
     fn has_lock_file(&self, name: &str) -> Result<bool> {
         let path = self.path.join(name);
-        plain(name, &path, "inspect lock file")?;
+        plain(name, &self.path, "inspect lock file")?;
         match sys::entry_at(self.fd.as_fd(), Path::new(name)) {
             Ok(Entry::Missing) => Ok(false),
             Ok(Entry::Regular(_)) => Ok(true),
@@ -152,25 +152,26 @@ impl Dir {
         write: bool,
         create: bool,
     ) -> Result<Option<(std::fs::File, bool, u32)>> {
-        let path = self.path.join(name);
-        plain(name, &path, "open file")?;
+        // The path is built only for an error: a store opens its files on every update.
+        let path = || self.path.join(name);
+        plain(name, &self.path, "open file")?;
         let existed = match sys::entry_at(self.fd.as_fd(), Path::new(name)) {
-            Ok(Entry::Other(kind)) => return Err(Error::NotRegularFile { path, kind }),
+            Ok(Entry::Other(kind)) => return Err(Error::NotRegularFile { path: path(), kind }),
             Ok(Entry::Missing) if !create => return Ok(None),
             Ok(Entry::Missing) => false,
             Ok(Entry::Regular(_)) => true,
-            Err(e) => return Err(path_error(&path, "inspect file", e)),
+            Err(e) => return Err(path_error(&path(), "inspect file", e)),
         };
         let fd = match sys::open_data_file(self.fd.as_fd(), Path::new(name), write, create) {
             Ok(fd) => fd,
             Err(Errno::NOENT) if !create => return Ok(None),
-            Err(e) => return Err(path_error(&path, "open file", e)),
+            Err(e) => return Err(path_error(&path(), "open file", e)),
         };
         match sys::fd_entry_mode(fd.as_fd()) {
             Ok((Entry::Regular(_), mode)) => Ok(Some((std::fs::File::from(fd), existed, mode))),
-            Ok((Entry::Other(kind), _)) => Err(Error::NotRegularFile { path, kind }),
-            Ok((Entry::Missing, _)) => Err(path_error(&path, "stat file", Errno::NOENT)),
-            Err(e) => Err(path_error(&path, "stat file", e)),
+            Ok((Entry::Other(kind), _)) => Err(Error::NotRegularFile { path: path(), kind }),
+            Ok((Entry::Missing, _)) => Err(path_error(&path(), "stat file", Errno::NOENT)),
+            Err(e) => Err(path_error(&path(), "stat file", e)),
         }
     }
 }

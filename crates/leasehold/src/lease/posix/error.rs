@@ -11,13 +11,15 @@ use crate::error::{Error, Result};
 use crate::kind::FileKind;
 use crate::sys::{self, Entry};
 
-pub(super) fn plain(name: &str, path: &Path, op: &'static str) -> Result<()> {
+/// Refuses a `name` (to be looked up in the directory `dir`) that is not one plain file
+/// name; the error names `dir`/`name`, built only then.
+pub(super) fn plain(name: &str, dir: &Path, op: &'static str) -> Result<()> {
     if sys::is_plain_name(OsStr::new(name)) {
         return Ok(());
     }
     Err(Error::Io {
         op,
-        path: path.to_path_buf(),
+        path: dir.join(name),
         source: std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "must be a single plain file name",

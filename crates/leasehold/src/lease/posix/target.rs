@@ -49,7 +49,7 @@ impl PlatformTarget for Target {
 
     fn at(opts: &PlatformOptions, dir: &Dir, name: &str) -> Result<Target> {
         let display = dir.path.join(name);
-        plain(name, &display, "open lock file")?;
+        plain(name, &dir.path, "open lock file")?;
         Ok(Target {
             dir: Some(dir.clone()),
             name: PathBuf::from(name),
