@@ -549,7 +549,7 @@ impl Document {
         budget: &Budget,
         f: impl FnOnce(Option<&[u8]>) -> Vec<u8>,
     ) -> Result<Snapshot, DocumentError> {
-        self.modify(budget, None, false, |cur| {
+        self.modify(budget, None, Parsed::Neither, |cur| {
             Ok::<_, io::Error>(Some(f(cur.map(|s| s.content.as_slice()))))
         })
         .and_then(|s| self.written(s))
@@ -566,7 +566,7 @@ impl Document {
     where
         E: Into<Box<dyn StdError + Send + Sync>>,
     {
-        self.modify(budget, None, false, |cur| {
+        self.modify(budget, None, Parsed::Neither, |cur| {
             f(cur.map(|s| s.content.as_slice()))
         })
     }
@@ -580,7 +580,7 @@ impl Document {
         expected: Version,
         f: impl FnOnce(&[u8]) -> Vec<u8>,
     ) -> Result<Snapshot, DocumentError> {
-        self.modify(budget, Some(expected), false, |cur| {
+        self.modify(budget, Some(expected), Parsed::Neither, |cur| {
             // `modify` checked the version, so there is a current document here.
             let content = cur.map(|s| s.content.as_slice()).unwrap_or_default();
             Ok::<_, io::Error>(Some(f(content)))
@@ -599,7 +599,7 @@ impl Document {
     where
         E: Into<Box<dyn StdError + Send + Sync>>,
     {
-        self.modify(budget, Some(expected), false, |cur| {
+        self.modify(budget, Some(expected), Parsed::Neither, |cur| {
             f(cur.map(|s| s.content.as_slice()))
         })
     }
@@ -608,8 +608,10 @@ impl Document {
     /// there: the explicit replacement of a document that does not parse. (Content that is
     /// not JSON is still refused for a JSON document.)
     pub fn replace(&self, budget: &Budget, content: Vec<u8>) -> Result<Snapshot, DocumentError> {
-        self.modify(budget, None, true, |_| Ok::<_, io::Error>(Some(content)))
-            .and_then(|s| self.written(s))
+        self.modify(budget, None, Parsed::Replacing, |_| {
+            Ok::<_, io::Error>(Some(content))
+        })
+        .and_then(|s| self.written(s))
     }
 
     /// The JSON document as a `T` (its `Default` when there is none), changed by `f`, written
@@ -622,7 +624,7 @@ impl Document {
         F: FnOnce(&mut T),
     {
         let mut out = None;
-        let snap = self.modify(budget, None, false, |cur| {
+        let snap = self.modify(budget, None, Parsed::ByTheCaller, |cur| {
             let mut value: T = match cur {
                 Some(s) => serde_json::from_slice(&s.content).map_err(|e| self.not_parsable(e))?,
                 None => T::default(),
@@ -669,13 +671,13 @@ impl Document {
         &self,
         budget: &Budget,
         expected: Option<Version>,
-        replacing: bool,
+        parsed: Parsed,
         f: impl FnOnce(Option<&Snapshot>) -> Result<Option<Vec<u8>>, E>,
     ) -> Result<Option<Snapshot>, DocumentError>
     where
         E: Into<Box<dyn StdError + Send + Sync>>,
     {
-        let edit = self.begin_edit(budget, replacing)?;
+        let edit = self.begin_edit(budget, parsed == Parsed::Neither)?;
         if let Some(expected) = expected {
             edit.expect(expected)?;
         }
@@ -694,7 +696,8 @@ impl Document {
                 });
             }
         };
-        edit.commit(new).map(Some)
+        edit.commit_checked(new, parsed != Parsed::ByTheCaller)
+            .map(Some)
     }
 
     /// Starts an update by hand, for callers whose change cannot be one closure call (a
@@ -704,7 +707,7 @@ impl Document {
     /// lease is held until the [`Edit`] is committed, aborted or dropped. A JSON document
     /// that does not parse is [`DocumentError::NotParsable`] here.
     pub fn begin(&self, budget: &Budget) -> Result<Edit, DocumentError> {
-        self.begin_edit(budget, false)
+        self.begin_edit(budget, true)
     }
 
     /// [`begin`](Self::begin) without blocking the executor (feature `tokio`): the wait for
@@ -730,7 +733,7 @@ impl Document {
         }
         .map_err(DocumentError::Lease)?;
         let doc = self.clone();
-        leasehold::patterns::offload(move || doc.under_lease(lease, false)).await
+        leasehold::patterns::offload(move || doc.under_lease(lease, true)).await
     }
 
     /// [`update`](Self::update) without blocking the executor (feature `tokio`): the wait
@@ -754,7 +757,7 @@ impl Document {
             .on_shared_mount(self.options.shared_mount)
     }
 
-    fn begin_edit(&self, budget: &Budget, replacing: bool) -> Result<Edit, DocumentError> {
+    fn begin_edit(&self, budget: &Budget, check_current: bool) -> Result<Edit, DocumentError> {
         let lease = match self.warm_handle() {
             Some(mut handle) => {
                 let lease = handle.lock_lease(budget);
@@ -767,7 +770,7 @@ impl Document {
             }
         }
         .map_err(DocumentError::Lease)?;
-        self.under_lease(lease, replacing)
+        self.under_lease(lease, check_current)
     }
 
     /// The kept lock file, taken out for this update (`None`: none kept, or another update
@@ -810,7 +813,7 @@ impl Document {
 
     /// The steps of a start once the lease is held: collect, read, check. The directory is
     /// opened once, here, and the collection, the read and the rewrite all go through it.
-    fn under_lease(&self, lease: MountLease, replacing: bool) -> Result<Edit, DocumentError> {
+    fn under_lease(&self, lease: MountLease, check_current: bool) -> Result<Edit, DocumentError> {
         let name = self.name()?;
         // A record lease's token is claimed before anything is read: a predecessor that
         // resumes after a pause then finds it and writes nothing.
@@ -839,7 +842,7 @@ impl Document {
             Err(e) => return Err(self.io("remove leftover temporaries", e.into())),
         };
         if self.options.json
-            && !replacing
+            && check_current
             && let Some(cur) = &current
         {
             serde_json::from_slice::<serde::de::IgnoredAny>(&cur.content)
@@ -867,7 +870,7 @@ impl Document {
 
     /// Refuses content an update must not write: over the limit, or not JSON for a JSON
     /// document.
-    fn check_new(&self, new: &[u8]) -> Result<(), DocumentError> {
+    fn check_new(&self, new: &[u8], json: bool) -> Result<(), DocumentError> {
         let limit = self.options.max_bytes;
         if new.len() as u64 > limit {
             return Err(DocumentError::TooLarge {
@@ -876,7 +879,7 @@ impl Document {
                 limit,
             });
         }
-        if self.options.json {
+        if self.options.json && json {
             serde_json::from_slice::<serde::de::IgnoredAny>(new).map_err(|e| {
                 DocumentError::InvalidContent {
                     path: self.path.clone(),
@@ -972,6 +975,20 @@ impl Document {
     }
 }
 
+/// Which of a JSON document's two checks (the current content parses before the change, the
+/// new content after it) an update leaves out ([`Document::modify`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Parsed {
+    /// Neither: both are made.
+    Neither,
+    /// The current content is not looked at: an explicit replacement.
+    Replacing,
+    /// Both are the caller's: it parses the current content as the type it changes (a
+    /// stricter check, reported as the same error) and writes a value serialized by
+    /// serde_json, JSON by construction ([`Document::update_json`]).
+    ByTheCaller,
+}
+
 /// Whether `lease` is the kernel's exclusive lease, which excludes every other writer of the
 /// document for the whole rewrite, so that its temporary can have one fixed name
 /// ([`replace_file_held`]). A record lease's writers on other hosts are not excluded by this
@@ -1010,8 +1027,14 @@ impl Edit {
     /// Writes `new` as the next version (refused, writing nothing, when it is over the size
     /// limit or, for a JSON document, does not parse), durably, with the lease verified
     /// before the rename; then releases the lease. Returns the version written.
-    pub fn commit(mut self, new: Vec<u8>) -> Result<Snapshot, DocumentError> {
-        self.doc.check_new(&new)?;
+    pub fn commit(self, new: Vec<u8>) -> Result<Snapshot, DocumentError> {
+        self.commit_checked(new, true)
+    }
+
+    /// [`commit`](Self::commit); `json: false` when `new` is JSON by construction (a value
+    /// serialized by serde_json), so that only its size is checked.
+    fn commit_checked(mut self, new: Vec<u8>, json: bool) -> Result<Snapshot, DocumentError> {
+        self.doc.check_new(&new, json)?;
         self.doc.write(&self.lease, self.dir.as_ref(), &new)?;
         self.doc.let_go(&mut self.lease);
         Ok(Snapshot::new(new))
