@@ -285,6 +285,26 @@ fn an_update_after_the_directory_was_replaced_writes_the_new_one() {
     assert_eq!(doc.read().expect("read").expect("a version").content, b"11");
 }
 
+/// Under the kernel's lease a killed writer's temporary has the one fixed name, which even
+/// a long-lived handle (it lists the directory only at its first update) removes before the
+/// change runs: an update that then writes nothing removes it too.
+#[test]
+fn the_one_temporary_name_is_removed_before_the_change_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let doc = Document::open(dir.path().join("count"), DocumentOptions::new());
+    doc.update(&wait(), |_| b"1".to_vec()).expect("first");
+    let leftover = dir.path().join(".count.tmp.0.0");
+    std::fs::write(&leftover, "half").expect("what a killed writer leaves");
+    let declined = doc
+        .try_update(&wait(), |_| {
+            assert_no_temporaries(dir.path());
+            Ok::<_, std::io::Error>(None)
+        })
+        .expect("declined");
+    assert_eq!(declined.expect("the current version").content, b"1");
+    assert!(!leftover.exists());
+}
+
 #[test]
 fn update_if_loses_to_a_concurrent_update_and_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -22,8 +22,8 @@
 //!   successor began. Temporaries a killed writer left are
 //!   removed at the next update, under the lease, when no writer can be writing one: under
 //!   the kernel's exclusive lease a rewrite's temporary has one fixed name
-//!   ([`replace_file_held`]), which the next rewrite removes and creates afresh, and the
-//!   directory is listed ([`remove_temporaries_in`]) at a handle's first update only; under
+//!   ([`replace_file_held`]), which the next update removes before its change runs, and
+//!   the directory is listed ([`remove_temporaries_in`]) at a handle's first update only; under
 //!   a record lease every rewrite has a name of its own and every update lists.
 //! * **Readers take no lock.** The file at the path is only ever replaced by a rename, and
 //!   a rename swaps the whole file at once: a reader opens either the old file or the new
@@ -45,7 +45,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use leasehold::patterns::durable::{
-    InDir, Step, create_dirs, remove_temporaries_in, replace_file_held, replace_file_with,
+    InDir, Step, create_dirs, held_temporary_name, remove_temporaries_in, replace_file_held,
+    replace_file_with,
 };
 use leasehold::{
     AnyLease, Budget, Classify, Error as LeaseError, ErrorClass, LeaseHandle, LeaseOptions,
@@ -833,6 +834,11 @@ impl Document {
                     remove_temporaries_in(&dir, name)
                         .map_err(|e| self.io("remove leftover temporaries", e))?;
                     self.listed.store(true, Ordering::Relaxed);
+                } else {
+                    // Before the change runs, so that an update that writes nothing removes
+                    // it too. Whatever cannot be removed there (a directory) the rewrite
+                    // steps over.
+                    let _ = dir.remove_file(&held_temporary_name(name));
                 }
                 let current = self.read_in(&dir, name)?;
                 (Some(dir), current)
