@@ -582,6 +582,11 @@ pub fn document(layout: &Layout, slot: u32, generation: u32) -> Outcome {
             Ok(())
         });
     let doc = Document::open(layout.document(), options);
+    // The one name a killed writer's temporary has under the kernel's lease.
+    let held = layout
+        .document()
+        .file_name()
+        .map(|n| leasehold::patterns::durable::held_temporary_name(&n.to_string_lossy()));
     let mut rng = Rng::seeded();
     let mut newest = 0u64;
     for seq in 1u64.. {
@@ -607,8 +612,11 @@ pub fn document(layout: &Layout, slot: u32, generation: u32) -> Outcome {
                 .map_err(|e| io::Error::other(e.message))?;
             // The update collected killed writers' temporaries under the lease, and no other
             // writer can be making one now — except, under a record lease, a deposed writer
-            // that resumed and stages its version before it learns it was deposed.
-            let left = temporaries(&layout.dir);
+            // that resumed and stages its version before it learns it was deposed. Under the
+            // kernel's lease a killed writer's temporary has the one fixed name, which this
+            // update's rewrite replaces (or its release removes, if it writes nothing): the
+            // run's end checks that it went.
+            let left = temporaries(&layout.dir, held.as_deref());
             if left > 0 && layout.record_ttl.is_none() {
                 logs.op(
                     "violation",
@@ -654,11 +662,13 @@ pub fn document(layout: &Layout, slot: u32, generation: u32) -> Outcome {
 }
 
 /// The temporaries of durable rewrites in `dir`.
-fn temporaries(dir: &Path) -> usize {
+/// The temporaries in `dir`, but for one named `except`.
+fn temporaries(dir: &Path, except: Option<&str>) -> usize {
     std::fs::read_dir(dir)
         .map(|d| {
             d.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(".tmp.") && Some(n.as_str()) != except)
                 .count()
         })
         .unwrap_or(0)

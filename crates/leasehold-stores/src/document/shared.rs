@@ -22,8 +22,8 @@
 //!   successor began. Temporaries a killed writer left are
 //!   removed at the next update, under the lease, when no writer can be writing one: under
 //!   the kernel's exclusive lease a rewrite's temporary has one fixed name
-//!   ([`replace_file_held`]), which the next update removes before its change runs, and
-//!   the directory is listed ([`remove_temporaries_in`]) at a handle's first update only; under
+//!   ([`replace_file_held`]), which the next update's rewrite replaces (an update that
+//!   writes nothing removes it before it lets the lease go), and the directory is listed ([`remove_temporaries_in`]) at a handle's first update only; under
 //!   a record lease every rewrite has a name of its own and every update lists.
 //! * **Readers take no lock.** The file at the path is only ever replaced by a rename, and
 //!   a rename swaps the whole file at once: a reader opens either the old file or the new
@@ -834,11 +834,6 @@ impl Document {
                     remove_temporaries_in(&dir, name)
                         .map_err(|e| self.io("remove leftover temporaries", e))?;
                     self.listed.store(true, Ordering::Relaxed);
-                } else {
-                    // Before the change runs, so that an update that writes nothing removes
-                    // it too. Whatever cannot be removed there (a directory) the rewrite
-                    // steps over.
-                    let _ = dir.remove_file(&held_temporary_name(name));
                 }
                 let current = self.read_in(&dir, name)?;
                 (Some(dir), current)
@@ -859,6 +854,7 @@ impl Document {
             lease,
             dir,
             current,
+            settled: false,
         })
     }
 
@@ -1013,6 +1009,9 @@ pub struct Edit {
     /// The document's directory, opened under the lease (`None`: it did not exist).
     dir: Option<LockDir>,
     current: Option<Snapshot>,
+    /// Whether nothing of a killed writer's is left for this update to remove: set once it
+    /// wrote (its rewrite replaced the one temporary name) or removed that name itself.
+    settled: bool,
 }
 
 impl fmt::Debug for Edit {
@@ -1042,6 +1041,7 @@ impl Edit {
     fn commit_checked(mut self, new: Vec<u8>, json: bool) -> Result<Snapshot, DocumentError> {
         self.doc.check_new(&new, json)?;
         self.doc.write(&self.lease, self.dir.as_ref(), &new)?;
+        self.settled = true;
         self.doc.let_go(&mut self.lease);
         Ok(Snapshot::new(new))
     }
@@ -1063,8 +1063,32 @@ impl Edit {
 
     /// Writes nothing and releases the lease; returns the current version.
     pub fn abort(mut self) -> Option<Snapshot> {
+        self.clear_leftover();
         self.doc.let_go(&mut self.lease);
         self.current.take()
+    }
+
+    /// For an update that writes nothing, while it still holds the lease: removes the one
+    /// temporary name a killed writer under the kernel's lease can have left
+    /// ([`replace_file_held`]; a writing update's rewrite replaces it itself), so that it
+    /// is gone after the next update whatever that update did. Under a record lease the
+    /// update's listing collected everything already.
+    fn clear_leftover(&mut self) {
+        if std::mem::replace(&mut self.settled, true) || !held(&self.lease) {
+            return;
+        }
+        if let (Some(dir), Ok(name)) = (&self.dir, self.doc.name()) {
+            // Whatever cannot be removed there (a directory) the next rewrite steps over.
+            let _ = dir.remove_file(&held_temporary_name(name));
+        }
+    }
+}
+
+impl Drop for Edit {
+    /// An update dropped unfinished (a panic, an exception in a binding's callback) removes
+    /// what [`Edit::abort`] removes, before its fields, the lease among them, are dropped.
+    fn drop(&mut self) {
+        self.clear_leftover();
     }
 }
 
