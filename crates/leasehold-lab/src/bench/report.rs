@@ -68,7 +68,7 @@ impl Plan {
                 cpu_hold_ms: 1000,
                 takeovers: 15,
                 cancels: 30,
-                durable_samples: 81,
+                durable_samples: 401,
                 keyed_ids: 100_000,
                 crowds: 3,
                 uncued_ms: 3000,
