@@ -235,16 +235,7 @@ impl LeaseHandle {
     /// # Errors
     /// As [`LeaseOptions::acquire`](crate::LeaseOptions::acquire).
     pub fn lock(&mut self, budget: &Budget) -> Result<HandleGuard<'_>> {
-        let acq = Acquisition::new(
-            self.opts,
-            self.follow_replaced,
-            &self.target,
-            budget,
-            self.mode,
-            // A file this handle kept open before a `fork` is `/dev/null` in the child.
-            self.opened.take().filter(|o| !o.forgotten()),
-        );
-        let held = blocking::run(acq)?;
+        let held = self.take(budget)?;
         Ok(HandleGuard {
             handle: self,
             held: Some(held),
@@ -260,6 +251,12 @@ impl LeaseHandle {
     /// # Errors
     /// As [`LeaseOptions::acquire`](crate::LeaseOptions::acquire).
     pub fn lock_lease(&mut self, budget: &Budget) -> Result<Lease> {
+        let held = self.take(budget)?;
+        Ok(Lease::new(held, self.target.clone()))
+    }
+
+    /// Takes the lock through the kept file, if any, waiting within `budget`.
+    fn take(&mut self, budget: &Budget) -> Result<imp::Held> {
         let acq = Acquisition::new(
             self.opts,
             self.follow_replaced,
@@ -269,8 +266,7 @@ impl LeaseHandle {
             // A file this handle kept open before a `fork` is `/dev/null` in the child.
             self.opened.take().filter(|o| !o.forgotten()),
         );
-        let held = blocking::run(acq)?;
-        Ok(Lease::new(held, self.target.clone()))
+        blocking::run(acq)
     }
 
     /// The lock file's path.
