@@ -52,6 +52,11 @@ impl Identity {
     /// The identity of this process in the domain of the lock file `domain` (`None`: no
     /// domain is known, the identity is the host's alone).
     fn with_host(host: &[u8], domain: Option<FileId>) -> Identity {
+        Identity::with_start(host, domain, own_start(std::process::id()))
+    }
+
+    /// [`with_host`](Self::with_host) with this process's start time already read.
+    fn with_start(host: &[u8], domain: Option<FileId>, start: u64) -> Identity {
         let mut hasher = Sha256::new();
         hasher.update(host);
         if let Some(id) = domain {
@@ -59,11 +64,10 @@ impl Identity {
         }
         let digest = hasher.finalize();
         let host = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-        let pid = std::process::id();
         Identity {
             host,
-            pid,
-            start: own_start(pid),
+            pid: std::process::id(),
+            start,
         }
     }
 }
@@ -429,6 +433,7 @@ impl RecordLease {
         // The host-local pass: this process says it waits before it blocks, so that the
         // holder it waits for leaves it the baton rather than give it back to the server.
         let looked = lock_file_of(path);
+        let start = own_start(std::process::id());
         let queued_on = looked.map(|(id, _)| id);
         let waiting = match (&hints, queued_on, deadline) {
             (_, _, Some(d)) if d <= started => None,
@@ -450,7 +455,7 @@ impl RecordLease {
         }
         // (Its flag on another file's `.wait` if the lock file was replaced meanwhile.)
         let waiting = waiting.filter(|_| queued_on == domain);
-        let me = Identity::with_host(&host, domain);
+        let me = Identity::with_start(&host, domain, start);
         let (dir, lease_dir) = match ready {
             Some(fd) => (fd, ready_id),
             None => {
