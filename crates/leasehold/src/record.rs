@@ -7,7 +7,9 @@
 //! empty file whose name is the whole state — `free.<token>`, or
 //! `live.<token>.<seq>.<ttl ms>.<host>.<pid>.<start>` — and every step renames it from the
 //! exact name observed to one that never existed, which the server does only if nobody moved
-//! it since: a compare-and-swap.
+//! it since: a compare-and-swap. On one host, a waiter queued for the kernel lock on `P`
+//! adopts its predecessor's grant through the host-local pass (`record/pass.rs`) with no
+//! server operation at all.
 //!
 //! [`MountLocks::HostOnly`]: crate::MountLocks::HostOnly
 
