@@ -96,7 +96,11 @@ export declare class Lease {
   static tryAcquire(path: string, options?: Omit<LeaseOptions, 'timeoutMs' | 'signal'>): Lease | null
   readonly path: string
   readonly shared: boolean
-  /** A record lease's fencing token, which grows with every grant; null for a kernel lease. */
+  /**
+   * A record lease's fencing token, which grows with every grant; null for a kernel lease. It
+   * is `T·2^20 + k`: `T` the server's grant, `k` the hand-overs on one host since; compare
+   * tokens as numbers only.
+   */
   readonly fencingToken: number | null
   /**
    * Throws LOST when the lock file was removed or replaced (or after release); for a record

@@ -211,7 +211,8 @@ impl NativeLease {
     }
 
     /// The fencing token of a record lease's grant (it grows with every grant); `null` for a
-    /// kernel lease.
+    /// kernel lease. It is `T·2^20 + k`: `T` the server's grant, `k` the hand-overs on one host
+    /// since; compare tokens as numbers only.
     #[napi(getter)]
     pub fn fencing_token(&self) -> Option<i64> {
         self.fencing_token

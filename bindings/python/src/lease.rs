@@ -62,7 +62,8 @@ impl Lease {
     }
 
     /// A record lease's fencing token, which grows with every grant; `None` for a kernel
-    /// lease.
+    /// lease. It is `T·2^20 + k`: `T` the server's grant, `k` the hand-overs on one host
+    /// since; compare tokens as numbers only.
     #[getter]
     fn fencing_token(&self) -> Option<u64> {
         self.fencing_token

@@ -71,10 +71,17 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
     );
 
     let mut first = holder(&lock_a, "60", Stdio::inherit());
-    assert_eq!(first.line(), "locked 1");
+    assert_eq!(first.line(), format!("locked {}", token(1)));
+    // Through the other mount, the holder is of another host: the record lease's host
+    // identity names the lock file's mount (a domain of its own).
+    let json = run(leasehold().args(["status", "--json"]).arg(&lock_b));
+    assert_eq!(json.code, 0, "{json:?}");
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     let who = format!(
-        "pid {} on this host (record lease, fencing token 1)",
-        first.pid()
+        "pid {} on host {} (record lease, fencing token {})",
+        first.pid(),
+        doc["record"]["host"].as_str().unwrap(),
+        token(1)
     );
     let busy = run(leasehold()
         .env("LEASEHOLD_SHARED_MOUNT", "record:60")
@@ -89,14 +96,11 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
         (0, format!("held by {who}\n").as_str()),
         "{status:?}"
     );
-    let json = run(leasehold().args(["status", "--json"]).arg(&lock_b));
-    assert_eq!(json.code, 0, "{json:?}");
-    let doc: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(doc["held"], true, "{doc}");
     assert_eq!(doc["mount"]["locks"], "host-only", "{doc}");
     assert_eq!(doc["record"]["pid"], first.pid(), "{doc}");
-    assert_eq!(doc["record"]["token"], 1, "{doc}");
-    assert_eq!(doc["record"]["this_host"], true, "{doc}");
+    assert_eq!(doc["record"]["token"], token(1), "{doc}");
+    assert_eq!(doc["record"]["this_host"], false, "{doc}");
     assert_eq!(doc["record"]["ttl_ms"], 60_000, "{doc}");
     assert_eq!(doc["record"]["host"].as_str().unwrap().len(), 16, "{doc}");
 
@@ -124,7 +128,7 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
     first.send("go");
     assert_eq!(first.line(), "done");
     assert!(first.wait().success());
-    assert_eq!(waiter.line(), "ran 2");
+    assert_eq!(waiter.line(), format!("ran {}", token(2)));
     assert!(waiter.wait().success());
     // Free: no record holder, and the kernel's lock free (which only a system that reveals
     // lock holders can say; the portable build's `status` says it cannot tell).
@@ -142,7 +146,7 @@ fn run_holds_a_record_lease_that_excludes_across_two_mounts_and_status_names_it(
         .args(["--", "sh", "-c", "echo ran $LEASEHOLD_FENCING_TOKEN"]));
     assert_eq!(
         (next.code, next.stdout.as_str()),
-        (0, "ran 3\n"),
+        (0, format!("ran {}\n", token(3)).as_str()),
         "{next:?}"
     );
 }
@@ -171,7 +175,7 @@ fn run_ttl_holds_a_record_lease_that_excludes_a_run_ttl_through_the_other_mount(
                 "echo locked $LEASEHOLD_FENCING_TOKEN; read _ignored; echo done",
             ]),
     );
-    assert_eq!(first.line(), "locked 1");
+    assert_eq!(first.line(), format!("locked {}", token(1)));
     let try_b = || {
         run(leasehold()
             .env_remove("LEASEHOLD_SHARED_MOUNT")
@@ -183,10 +187,12 @@ fn run_ttl_holds_a_record_lease_that_excludes_a_run_ttl_through_the_other_mount(
     assert_eq!((busy.code, busy.stdout.as_str()), (75, ""), "{busy:?}");
     assert_one_line_error(
         &busy,
-        &format!(
-            "lock is held by pid {} on this host (record lease, fencing token 1)",
-            first.pid()
-        ),
+        &format!("lock is held by pid {} on host ", first.pid()),
+    );
+    assert!(
+        busy.stderr
+            .contains(&format!("(record lease, fencing token {})", token(1))),
+        "{busy:?}"
     );
     first.send("go");
     assert_eq!(first.line(), "done");
@@ -194,7 +200,7 @@ fn run_ttl_holds_a_record_lease_that_excludes_a_run_ttl_through_the_other_mount(
     let next = try_b();
     assert_eq!(
         (next.code, next.stdout.as_str()),
-        (0, "ran 2\n"),
+        (0, format!("ran {}\n", token(2)).as_str()),
         "{next:?}"
     );
 
@@ -231,7 +237,7 @@ fn a_run_paused_past_its_ttl_loses_the_lease_and_stops_command() {
     };
     let (lock_a, lock_b) = (a.mnt.join("job.lock"), b.mnt.join("job.lock"));
     let mut first = holder(&lock_a, "1", Stdio::piped());
-    assert_eq!(first.line(), "locked 1");
+    assert_eq!(first.line(), format!("locked {}", token(1)));
     first.signal(Signal::STOP);
     testkit::until("the holding run stopped", || testkit::stopped(first.pid()));
     let second = run(leasehold()
@@ -241,7 +247,7 @@ fn a_run_paused_past_its_ttl_loses_the_lease_and_stops_command() {
         .args(["--", "sh", "-c", "echo ran $LEASEHOLD_FENCING_TOKEN"]));
     assert_eq!(
         (second.code, second.stdout.as_str()),
-        (0, "ran 2\n"),
+        (0, format!("ran {}\n", token(2)).as_str()),
         "{second:?}"
     );
     first.signal(Signal::CONT);
@@ -379,7 +385,11 @@ fn doc_update_loops_through_two_mounts_with_the_record_lease_lose_no_update() {
     );
     // Each update held a record lease of its own: 2N grants, the last one's token fenced in.
     let fence = std::fs::read_to_string(a.backing.join("count.txt.lock.fence")).unwrap();
-    assert_eq!(fence.trim(), (2 * N).to_string(), "{fence:?}");
+    assert_eq!(
+        fence.trim(),
+        token(u64::from(2 * N)).to_string(),
+        "{fence:?}"
+    );
 }
 
 /// `registry add` through one mount (`--ttl`, the record lease's TTL without `--etcd`) is
@@ -557,4 +567,10 @@ fn results_through_two_mounts_take_the_ids_record_lease_and_gc_is_refused() {
         .args(["discard", "job"]));
     assert_eq!(discarded.code, 0, "{discarded:?}");
     assert!(!a.backing.join("root/results/job").exists());
+}
+
+/// The record lease's fencing token of the server's grant `t` (no hand-over on one host
+/// since): `t·2^20`.
+fn token(t: u64) -> u64 {
+    t << 20
 }

@@ -67,7 +67,8 @@ impl MountLease {
     }
 
     /// The fencing token of a record lease's grant (it grows with every grant); `None` for
-    /// the kernel's lease, which has none.
+    /// the kernel's lease, which has none. Its shape is [`RecordLease::fencing_token`]'s:
+    /// `T·2^20 + k`, the server token and the hand-overs on one host since.
     pub fn fencing_token(&self) -> Option<u64> {
         match self {
             MountLease::Kernel(_) => None,

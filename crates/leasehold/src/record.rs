@@ -7,7 +7,9 @@
 //! empty file whose name is the whole state — `free.<token>`, or
 //! `live.<token>.<seq>.<ttl ms>.<host>.<pid>.<start>` — and every step renames it from the
 //! exact name observed to one that never existed, which the server does only if nobody moved
-//! it since: a compare-and-swap.
+//! it since: a compare-and-swap. On one host, a waiter queued for the kernel lock on `P`
+//! adopts its predecessor's grant through the host-local pass (`record/pass.rs`) with no
+//! server operation at all.
 //!
 //! [`MountLocks::HostOnly`]: crate::MountLocks::HostOnly
 
@@ -24,14 +26,21 @@ use sha2::{Digest, Sha256};
 use crate::budget::Budget;
 use crate::error::{Error, Result};
 use crate::holders::HolderInfo;
-use crate::kind::Holders;
+use crate::kind::{FileId, Holders};
 use crate::mutex::lock;
 use crate::sys;
 use crate::{Lease, LeaseOptions};
 use hint::Hint;
+use pass::{K_LIMIT, Pass, PassRecord, TOKEN_SHIFT};
 
-/// Who holds (or asks for) a record lease: the host identity (a hash of host name, boot ID
-/// and PID namespace, 16 hex digits), the process and its start time.
+/// Who holds (or asks for) a record lease: the host identity (a hash of host name, boot ID,
+/// PID namespace and the lock file's device and inode, 16 hex digits), the process and its
+/// start time. The lock file's device and inode make the identity its *domain*'s — the
+/// processes that share the kernel lock on that file — so that rule (a) (a holder of this
+/// identity that is gone is taken over at once) is applied only by a process that holds the
+/// very kernel lock every believer of that baton held: another mount of the directory on the
+/// same host, or a replaced lock file, is another host (docs/design.md, "The host-local
+/// pass").
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Identity {
     host: String,
@@ -42,18 +51,25 @@ struct Identity {
 }
 
 impl Identity {
-    fn of_this_process() -> Identity {
-        Identity::with_host(&sys::host_identity())
+    /// The identity of this process in the domain of the lock file `domain` (`None`: no
+    /// domain is known, the identity is the host's alone).
+    fn with_host(host: &[u8], domain: Option<FileId>) -> Identity {
+        Identity::with_start(host, domain, own_start(std::process::id()))
     }
 
-    fn with_host(host: &[u8]) -> Identity {
-        let digest = Sha256::digest(host);
+    /// [`with_host`](Self::with_host) with this process's start time already read.
+    fn with_start(host: &[u8], domain: Option<FileId>, start: u64) -> Identity {
+        let mut hasher = Sha256::new();
+        hasher.update(host);
+        if let Some(id) = domain {
+            hasher.update(format!("\0{}\0{}", id.dev, id.ino));
+        }
+        let digest = hasher.finalize();
         let host = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-        let pid = std::process::id();
         Identity {
             host,
-            pid,
-            start: own_start(pid),
+            pid: std::process::id(),
+            start,
         }
     }
 }
@@ -181,14 +197,18 @@ pub struct RecordLease {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RecordHolder {
-    /// The holder's host identity: 16 hex digits of a hash of its host name, boot ID and
-    /// PID namespace (two containers on one host are two hosts).
+    /// The holder's host identity: 16 hex digits of a hash of its host name, boot ID, PID
+    /// namespace and lock file's device and inode (two containers on one host are two
+    /// hosts, and so are two mounts of the directory on one machine).
     pub host: String,
-    /// Whether that identity is this process's host's.
+    /// Whether that identity is the one this process has for this lock path (its host, and
+    /// the lock file as seen through this path's mount).
     pub this_host: bool,
     /// The holder's process ID, in its own PID namespace.
     pub pid: u32,
-    /// The fencing token of its grant.
+    /// The fencing token of the grant that made its baton (the baton's server token T as
+    /// `T·2^20`); a holder that took it over through its host's pass holds this plus its
+    /// local count ([`RecordLease::fencing_token`]).
     pub token: u64,
     /// Its heartbeat: how many times it has renewed this grant.
     pub seq: u64,
@@ -203,7 +223,19 @@ struct Held {
     dir: OwnedFd,
     /// Where a clean release leaves the baton's name for this host's next waiter.
     hint: Option<Hint>,
+    /// The host-local pass's files (Linux, where the lease directory is known).
+    pass: Option<Pass>,
+    /// This process's handle on the pass's `.wait` file, if it queued (for its test at
+    /// release; its own shared lock was dropped once granted).
+    wait: Option<OwnedFd>,
+    /// The lease directory's device and inode, as a pass record names it.
+    lease_dir: Option<FileId>,
+    /// The lock file's status-change time, as a pass record names it.
+    lock_file: Option<u64>,
+    /// The server token T: the token in the baton's name.
     token: u64,
+    /// The local count k of a grant adopted through the pass (0 for the server's grant).
+    k: u64,
     ttl: Duration,
     me: Identity,
     state: Mutex<HeldState>,
@@ -213,11 +245,15 @@ struct Held {
 
 #[derive(Debug)]
 struct HeldState {
+    /// The baton's name as believed: this holder's own, or the one it adopted.
+    name: String,
     seq: u64,
     /// When (on [`sys::boot_clock`]) the last grant or renewal began.
     renewed_at: Duration,
     /// End of validity on [`sys::boot_clock`].
     valid_until: Duration,
+    /// The pass record says what this state says (name, base, token, count).
+    recorded: bool,
     /// Lost or released: the baton is no longer ours.
     done: bool,
     /// The renewing thread is to stop.
@@ -251,7 +287,11 @@ impl RecordLease {
     /// host's next waiter in a file under `/dev/shm/leasehold-<euid>` (named after the lock
     /// file's device and inode), which that waiter tries before listing the lease directory:
     /// a guess that saves round trips to the server, never trusted (docs/design.md, "The
-    /// release's hint").
+    /// release's hint"). There too, a waiter says it waits before it blocks, and a holder
+    /// releasing with a waiter there and validity to spare *passes*: the waiter adopts its
+    /// grant and what is left of its validity with no server operation, its token the next
+    /// local count ([`fencing_token`](Self::fencing_token); docs/design.md, "The host-local
+    /// pass").
     ///
     /// # Errors
     ///
@@ -264,7 +304,7 @@ impl RecordLease {
             path.as_ref(),
             ttl,
             budget,
-            Identity::of_this_process(),
+            sys::host_identity(),
         )
     }
 
@@ -277,7 +317,7 @@ impl RecordLease {
         ttl: Duration,
         budget: &Budget,
     ) -> Result<RecordLease> {
-        Self::acquire_as(opts, path, ttl, budget, Identity::of_this_process())
+        Self::acquire_as(opts, path, ttl, budget, sys::host_identity())
     }
 
     /// Who holds the record lease on the lock path `path`, as its baton says, without
@@ -303,10 +343,11 @@ impl RecordLease {
                 ttl,
                 holder,
             }) => Some(RecordHolder {
-                this_host: holder.host == Identity::of_this_process().host,
+                this_host: holder.host
+                    == Identity::with_host(&sys::host_identity(), lock_file_id(path)).host,
                 host: holder.host,
                 pid: holder.pid,
-                token,
+                token: token << TOKEN_SHIFT,
                 seq,
                 ttl,
             }),
@@ -368,7 +409,7 @@ impl RecordLease {
             path,
             ttl,
             budget,
-            Identity::with_host(host.as_bytes()),
+            host.as_bytes().to_vec(),
         )
     }
 
@@ -377,7 +418,7 @@ impl RecordLease {
         path: &Path,
         ttl: Duration,
         budget: &Budget,
-        me: Identity,
+        host: Vec<u8>,
     ) -> Result<RecordLease> {
         let ttl = ttl.clamp(MIN_TTL, MAX_TTL);
         let started = Instant::now();
@@ -389,17 +430,140 @@ impl RecordLease {
         // one that must be created is created once the lock path has been checked, below).
         let mut keeper = Parked::start(path)?;
         let ready = sys::open_dir_at(sys::cwd(), &lease_dir_of(path), false).ok();
+        let ready_id = ready.as_ref().and_then(dir_id);
         let hints = hint::directory();
+        // The host-local pass: this process says it waits before it blocks, so that the
+        // holder it waits for leaves it the baton rather than give it back to the server.
+        let looked = lock_file_of(path);
+        let start = own_start(std::process::id());
+        let queued_on = looked.map(|(id, _)| id);
+        let waiting = match (&hints, queued_on, deadline) {
+            (_, _, Some(d)) if d <= started => None,
+            (Some(d), Some(id), _) => Pass::new(Arc::clone(d), id).queue(),
+            _ => None,
+        };
+        #[cfg(test)]
+        if waiting.is_some() {
+            tests::queued();
+        }
         // This host's waiters queue in the kernel's lock on the lock path itself (on a mount
         // whose locks stay on each host, it reaches exactly this host's processes): only the
         // one at the head polls the baton, hand-over between them is the kernel's, and a
         // kernel lease on the same path excludes a record lease and the other way round.
         let kernel = opts.allow_network_filesystem(true).acquire(path, budget)?;
-        let dir = match ready {
-            Some(fd) => fd,
-            None => open_lease_dir(path)?,
+        let domain = kernel.file_id();
+        if let Some(fd) = &waiting {
+            Pass::admitted(fd);
+        }
+        // (Its flag on another file's `.wait` if the lock file was replaced meanwhile.)
+        let waiting = waiting.filter(|_| queued_on == domain);
+        let me = Identity::with_start(&host, domain, start);
+        let (dir, lease_dir) = match ready {
+            Some(fd) => (fd, ready_id),
+            None => {
+                let fd = open_lease_dir(path)?;
+                let id = dir_id(&fd);
+                (fd, id)
+            }
         };
-        let hint = hints.zip(kernel.file_id()).map(|(d, id)| Hint::new(d, id));
+        let hint = hints
+            .as_ref()
+            .zip(domain)
+            .map(|(d, id)| Hint::new(Arc::clone(d), id));
+        // The pass files of the file whose kernel lock is held, where the lease directory and
+        // the lock file's status-change time are known (a record names them; the time is
+        // looked up again only if the look before the wait found another file, or none).
+        let lock_file = match looked {
+            Some((id, stamp)) if Some(id) == domain => stamp,
+            _ => lock_file_of(path)
+                .filter(|(id, _)| Some(*id) == domain)
+                .and_then(|(_, stamp)| stamp),
+        };
+        let pass = match (hints, domain, lease_dir, lock_file) {
+            (Some(d), Some(id), Some(_), Some(_)) => Some(Pass::new(d, id)),
+            _ => None,
+        };
+        let found = pass.as_ref().map(Pass::read);
+        let recorded = found.as_ref().and_then(|f| f.record.clone());
+        // A pass: the record of this domain's last holder, believed with no server operation
+        // when everything in it is this process's own and validity is left. The count is
+        // written first: a successor never reuses this token, even if this process dies.
+        let adopted = recorded
+            .as_ref()
+            .filter(|r| adoptable(r, &me, ttl, lease_dir, lock_file))
+            .map(|r| PassRecord {
+                k: r.k + 1,
+                ..r.clone()
+            })
+            .filter(|a| pass.as_ref().is_some_and(|p| p.write(a)));
+        let grant =
+            |dir: OwnedFd,
+             hint: Option<Hint>,
+             pass: Option<Pass>,
+             me: Identity,
+             wait: Option<OwnedFd>,
+             (token, k, name, seq, base): (u64, u64, String, u64, Duration)| {
+                Arc::new(Held {
+                    path: path.to_path_buf(),
+                    dir,
+                    hint,
+                    pass,
+                    wait,
+                    lease_dir,
+                    lock_file,
+                    token,
+                    k,
+                    ttl,
+                    me,
+                    state: Mutex::new(HeldState {
+                        name,
+                        seq,
+                        renewed_at: base,
+                        valid_until: base + ttl - margin(ttl),
+                        recorded: k > 0,
+                        done: false,
+                        stop: false,
+                    }),
+                    wake: Condvar::new(),
+                })
+            };
+        #[cfg(test)]
+        tests::debug(format_args!(
+            "kernel lock; record {recorded:?}; adopt {adopted:?}"
+        ));
+        if let Some(a) = adopted {
+            let seq = match Baton::parse(&a.name) {
+                Some(Baton::Live { seq, .. }) => seq,
+                _ => 0,
+            };
+            let held = grant(
+                dir,
+                hint,
+                pass,
+                me,
+                waiting,
+                (a.token, a.k, a.name, seq, a.base),
+            );
+            let keeper = keeper.hand(&held);
+            return Ok(RecordLease {
+                held,
+                owner: std::process::id(),
+                keeper,
+                kernel,
+            });
+        }
+        // Rule (a''): the name this domain's record gives (whatever its validity) was
+        // believed only by processes that held the kernel lock now held here.
+        let given = recorded
+            .filter(|r| {
+                r.host == me.host
+                    && Some(r.lease_dir) == lease_dir
+                    && Some(r.lock_file) == lock_file
+            })
+            .map(|r| r.name);
+        // Not adopted: a record goes before any grant's or takeover's rename (it names a
+        // baton about to be consumed, or none), so that no later waiter believes it.
+        let mut clear = found.is_some_and(|f| f.present);
         // The name the last clean release on this host left: tried once before listing.
         let left = hint.as_ref().and_then(Hint::read);
         let hinted = left.is_some();
@@ -424,7 +588,7 @@ impl RecordLease {
             };
             let listed = now();
             let next = match &baton {
-                Some(Baton::Free { token }) => token.checked_add(1),
+                Some(Baton::Free { token }) => next_token(*token),
                 Some(Baton::Live {
                     token,
                     ttl: their_ttl,
@@ -435,6 +599,7 @@ impl RecordLease {
                         && *holder != me
                         && holder.pid != me.pid
                         && gone(holder.pid, holder.start);
+                    let passed = given.as_deref() == Some(name.as_str());
                     let since = match &watch {
                         Some((watched, since)) if *watched == name => *since,
                         _ => {
@@ -443,11 +608,20 @@ impl RecordLease {
                         }
                     };
                     let stale = listed.saturating_sub(since) >= *their_ttl;
-                    (dead || stale).then(|| token.checked_add(1)).flatten()
+                    (dead || passed || stale)
+                        .then(|| next_token(*token))
+                        .flatten()
                 }
                 None => None,
             };
             if let Some(token) = next {
+                if clear {
+                    if let Some(p) = &pass {
+                        p.remove()
+                            .map_err(|e| io(path, "remove the pass record of", e))?;
+                    }
+                    clear = false;
+                }
                 let begun = now();
                 let mine = Baton::Live {
                     token,
@@ -455,7 +629,10 @@ impl RecordLease {
                     ttl,
                     holder: me.clone(),
                 };
-                match rename(&dir, path, &name, &mine.name())? {
+                let renamed = rename(&dir, path, &name, &mine.name())?;
+                #[cfg(test)]
+                tests::debug(format_args!("grant {name} -> {}: {renamed}", mine.name()));
+                match renamed {
                     true => {
                         // What the hint said is the baton no more; a holder that dies leaves
                         // its successor nothing to try.
@@ -464,22 +641,14 @@ impl RecordLease {
                         if let (true, Some(h)) = (hinted, &hint) {
                             h.clear();
                         }
-                        let held = Arc::new(Held {
-                            path: path.to_path_buf(),
+                        let held = grant(
                             dir,
                             hint,
-                            token,
-                            ttl,
+                            pass,
                             me,
-                            state: Mutex::new(HeldState {
-                                seq: 0,
-                                renewed_at: begun,
-                                valid_until: begun + ttl - margin(ttl),
-                                done: false,
-                                stop: false,
-                            }),
-                            wake: Condvar::new(),
-                        });
+                            waiting,
+                            (token, 0, mine.name(), 0, begun),
+                        );
                         let keeper = keeper.hand(&held);
                         return Ok(RecordLease {
                             held,
@@ -550,9 +719,13 @@ impl RecordLease {
             .clamp(Duration::from_millis(2), Duration::from_millis(200))
     }
 
-    /// The fencing token: it grows with every grant of this lease.
+    /// The fencing token: it grows with every grant of this lease, across hosts and
+    /// through this host's pass. Its shape is `T·2^20 + k`: `T` is the server token (the
+    /// one in the baton's name, raised by every grant from the lease directory), `k` counts
+    /// the hand-overs on this host without a server operation since that grant (0 for the
+    /// grant itself, below 2^20); compare tokens as numbers only.
     pub fn fencing_token(&self) -> u64 {
-        self.held.token
+        self.held.token << TOKEN_SHIFT | self.held.k
     }
 
     /// The validity left (less the margin kept back), or `None` once it ran out or the lease
@@ -684,8 +857,35 @@ impl Held {
         }
     }
 
+    /// What the pass record says of `st` (none without a pass, or the lease directory
+    /// unknown).
+    fn record_of(&self, st: &HeldState) -> Option<PassRecord> {
+        Some(PassRecord {
+            name: st.name.clone(),
+            base: st.renewed_at,
+            token: self.token,
+            k: self.k,
+            ttl: self.ttl,
+            host: self.me.host.clone(),
+            lease_dir: self.lease_dir?,
+            lock_file: self.lock_file?,
+        })
+    }
+
+    /// Makes the pass record say what `st` says, if it does not yet (under the state's
+    /// lock, with the kernel lock held); `false` if it could not be written.
+    fn record(&self, st: &mut HeldState) -> bool {
+        if !st.recorded
+            && let (Some(pass), Some(rec)) = (&self.pass, self.record_of(st))
+        {
+            st.recorded = pass.write(&rec);
+        }
+        st.recorded
+    }
+
     /// One renewal (see [`RecordLease::renew`]); under the state's lock, so the holder's
-    /// and the renewing thread's never cross.
+    /// and the renewing thread's never cross. The name renamed is the one believed, which
+    /// for an adopted grant is its predecessor's: the renewal makes it this holder's own.
     fn renew(&self) -> Result<()> {
         let mut st = lock(&self.state);
         if st.done {
@@ -694,16 +894,31 @@ impl Held {
             });
         }
         let begun = now();
-        let (from, to) = (self.baton(st.seq).name(), self.baton(st.seq + 1).name());
-        match rename(&self.dir, &self.path, &from, &to)? {
-            true => {
-                st.seq += 1;
+        let to = self.baton(st.seq + 1).name();
+        let renewed = match rename(&self.dir, &self.path, &st.name, &to)? {
+            true => Some((begun, st.seq + 1, to)),
+            false => self.recover()?,
+        };
+        match renewed {
+            Some((begun, seq, name)) => {
+                #[cfg(test)]
+                tests::renamed_for_renewal(&name);
+                st.name = name;
+                st.seq = seq;
                 st.renewed_at = begun;
                 st.valid_until = begun + self.ttl - margin(self.ttl);
+                st.recorded = false;
+                self.record(&mut st);
                 Ok(())
             }
-            false => {
+            None => {
+                #[cfg(test)]
+                tests::debug(format_args!("renewal of {} lost", st.name));
                 st.done = true;
+                // What the record says is no longer the baton: no waiter is to believe it.
+                if let Some(pass) = &self.pass {
+                    let _ = pass.remove();
+                }
                 Err(Error::LeaseLost {
                     path: self.path.clone(),
                 })
@@ -711,19 +926,72 @@ impl Held {
         }
     }
 
-    /// Stops believing it holds, then gives the baton back (`free.<token>`).
+    /// After a renewal found the name it believed gone: the record it adopted named an
+    /// older name than the baton's (its writer died between a renewal's rename and the
+    /// record's write). If the baton is now of this grant's server token and of this
+    /// domain, and its holder is gone, nobody else believes it (every believer held the
+    /// kernel lock held here): it is renamed to this holder's own next name, the token kept.
+    /// `None` when the lease is lost.
+    fn recover(&self) -> Result<Option<(Duration, u64, String)>> {
+        if self.pass.is_none() {
+            return Ok(None);
+        }
+        let (name, baton) = list(&self.dir, &self.path)?;
+        let seq = match baton {
+            Some(Baton::Live {
+                token, seq, holder, ..
+            }) if token == self.token
+                && holder.host == self.me.host
+                && holder != self.me
+                && holder.pid != self.me.pid
+                && gone(holder.pid, holder.start) =>
+            {
+                seq
+            }
+            _ => return Ok(None),
+        };
+        let Some(next) = seq.checked_add(1) else {
+            return Ok(None);
+        };
+        let begun = now();
+        let to = self.baton(next).name();
+        Ok(rename(&self.dir, &self.path, &name, &to)?.then_some((begun, next, to)))
+    }
+
+    /// Stops believing it holds, then either passes the lease to a waiter of this domain or
+    /// gives the baton back (`free.<token>`).
     fn give_back(&self) -> Result<()> {
         let mut st = lock(&self.state);
         if std::mem::replace(&mut st.done, true) {
             return Ok(());
         }
+        // The pass: with a waiter queued for the kernel lock, validity to spare and counts
+        // left, the baton stays as it is and the record says so; the kernel lock's release
+        // is the whole hand-over.
+        if let Some(pass) = &self.pass {
+            let spare = st
+                .valid_until
+                .checked_sub(now())
+                .is_some_and(|left| left >= self.ttl / 3);
+            if spare
+                && self.k + 1 < K_LIMIT
+                && pass.waiter(self.wait.as_ref())
+                && self.record(&mut st)
+            {
+                #[cfg(test)]
+                tests::debug(format_args!("pass {}", st.name));
+                return Ok(());
+            }
+            #[cfg(test)]
+            tests::debug(format_args!("to free {}", st.name));
+            // A release to free: the record goes first, so that no waiter believes a name
+            // the server may grant meanwhile to another host. If it cannot go, the baton
+            // stays (a waiter takes it over once its TTL has passed).
+            pass.remove()
+                .map_err(|e| io(&self.path, "remove the pass record of", e))?;
+        }
         let free = Baton::Free { token: self.token };
-        let given = rename(
-            &self.dir,
-            &self.path,
-            &self.baton(st.seq).name(),
-            &free.name(),
-        )?;
+        let given = rename(&self.dir, &self.path, &st.name, &free.name())?;
         // Still under the kernel lease: the next waiter of this host reads it once granted
         // that lease, and tries this name before listing.
         if let (true, Some(hint)) = (given, &self.hint) {
@@ -787,6 +1055,10 @@ impl Drop for Parked {
 fn keep(held: &Held) {
     let third = held.ttl / 3;
     let mut st = lock(&held.state);
+    // The pass record of a new grant, off the acquirer's path.
+    if !st.done && !st.stop {
+        held.record(&mut st);
+    }
     loop {
         if st.stop || st.done {
             return;
@@ -821,6 +1093,66 @@ fn now() -> Duration {
     return sys::boot_clock() + tests::CLOCK_JUMP.with(|j| j.get());
     #[cfg(not(test))]
     sys::boot_clock()
+}
+
+/// The server token after `token`, if the fencing token it makes fits in 64 bits.
+fn next_token(token: u64) -> Option<u64> {
+    token
+        .checked_add(1)
+        .filter(|t| t >> (64 - TOKEN_SHIFT) == 0)
+}
+
+/// The lock file's device and inode, as a look at the path finds them (a symlink is not
+/// followed: it is no lock file).
+fn lock_file_id(path: &Path) -> Option<FileId> {
+    lock_file_of(path).map(|(id, _)| id)
+}
+
+/// The lock file's device and inode, and its status-change time in nanoseconds (`None` for
+/// one before 1970).
+fn lock_file_of(path: &Path) -> Option<(FileId, Option<u64>)> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::symlink_metadata(path).ok()?;
+    let id = FileId {
+        dev: md.dev(),
+        ino: md.ino(),
+    };
+    let stamp = u64::try_from(md.ctime())
+        .ok()
+        .and_then(|s| s.checked_mul(1_000_000_000))
+        .and_then(|ns| ns.checked_add(u64::try_from(md.ctime_nsec()).ok()?));
+    Some((id, stamp))
+}
+
+/// A directory's device and inode.
+fn dir_id(fd: &OwnedFd) -> Option<FileId> {
+    let st = rustix::fs::fstat(fd).ok()?;
+    Some(FileId {
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+    })
+}
+
+/// Whether the pass record `rec` may be adopted by `me`, acquiring with `ttl` in the lease
+/// directory `lease_dir` of the lock file changed last at `lock_file`: written in this domain
+/// for this lease directory and lock file, with this TTL, counts left, and validity left now
+/// (its base not in the future).
+fn adoptable(
+    rec: &PassRecord,
+    me: &Identity,
+    ttl: Duration,
+    lease_dir: Option<FileId>,
+    lock_file: Option<u64>,
+) -> bool {
+    let now = now();
+    rec.host == me.host
+        && Some(rec.lease_dir) == lease_dir
+        && Some(rec.lock_file) == lock_file
+        && rec.ttl == ttl
+        && rec.k + 1 < K_LIMIT
+        && next_token(rec.token).is_some()
+        && rec.base <= now
+        && now < rec.base + ttl - margin(ttl)
 }
 
 /// `P.lease` for the lock path `P`.
@@ -934,5 +1266,6 @@ fn jitter(d: Duration) -> Duration {
 }
 
 mod hint;
+mod pass;
 #[cfg(test)]
 mod tests;

@@ -809,7 +809,14 @@ fn verify_document(layout: &Layout, shared: &Shared) -> Result<Report, Failure> 
     let doc =
         leasehold_stores::document::Document::open(layout.document(), layout.document_options());
     let mut n = 0;
-    match doc.begin(&Budget::no_wait()) {
+    // Every worker is gone; under the record lease a baton the last holder left through the
+    // other mount is another host's to the protocol (its identity names its mount), so it is
+    // taken over after its TTL, not at once.
+    let budget = match layout.record_ttl {
+        Some(ttl) => Budget::timeout(ttl * 3 + Duration::from_secs(1)),
+        None => Budget::no_wait(),
+    };
+    match doc.begin(&budget) {
         Ok(edit) => {
             match edit
                 .current()

@@ -81,6 +81,19 @@ impl Drop for TwoMounts {
     }
 }
 
+/// The fencing token of server token `t` and local count `k`.
+fn tok(t: u64, k: u64) -> u64 {
+    t << pass::TOKEN_SHIFT | k
+}
+
+/// Whether `token` is that of a process that took the lease over at once from a first
+/// holder (token 1) killed on its host: adopted from the pass record the holder's renewing
+/// thread writes after the grant (the next local count), or, if the holder died before that
+/// write, taken over under rule (a) (the next server token).
+fn taken_over_at_once(token: u64) -> bool {
+    token == tok(1, 1) || token == tok(2, 0)
+}
+
 /// A child process, SIGKILLed and reaped on drop (a failing test leaves none behind).
 struct Kid(Child);
 
@@ -279,6 +292,37 @@ fn child_process() {
             let mut buf = String::new();
             let _ = std::io::stdin().read_line(&mut buf);
         }
+        // Holds the lease (TTL RECORD_TTL_MS, default 60 s) and takes orders on stdin:
+        // `renew` (answers `RENEWED ok <token>` or `RENEWED error ...`), `release` (answers
+        // `RELEASED ok` or `RELEASED error ...`, then waits for the end of its input).
+        "hold-then-release" => {
+            let ttl = Duration::from_millis(
+                std::env::var("RECORD_TTL_MS").map_or(60_000, |v| v.parse().unwrap()),
+            );
+            let lease =
+                RecordLease::acquire_on_host(&lock, ttl, &Budget::timeout(ttl), &host).unwrap();
+            println!("HELD {}", lease.fencing_token());
+            std::io::stdout().flush().unwrap();
+            let mut lease = Some(lease);
+            for line in std::io::stdin().lines() {
+                let Ok(line) = line else { break };
+                match (line.as_str(), lease.take()) {
+                    ("renew", Some(l)) => {
+                        match l.renew() {
+                            Ok(()) => println!("RENEWED ok {}", l.fencing_token()),
+                            Err(e) => println!("RENEWED error {e}"),
+                        }
+                        lease = Some(l);
+                    }
+                    ("release", Some(l)) => match l.release() {
+                        Ok(()) => println!("RELEASED ok"),
+                        Err(e) => println!("RELEASED error {e}"),
+                    },
+                    (other, _) => println!("UNKNOWN {other}"),
+                }
+                std::io::stdout().flush().unwrap();
+            }
+        }
         // One try, reported.
         "try" => {
             let ttl = Duration::from_secs(60);
@@ -370,7 +414,7 @@ fn a_sigkilled_holder_is_taken_over_at_once_on_its_host_only() {
     };
     let lock = bed.mounts[0].join("x.lock");
     let mut holder = Kid(child("hold", &lock, "host-a").spawn().unwrap());
-    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    assert_eq!(await_line(&mut holder.0, "HELD"), tok(1, 0).to_string());
     let ttl = Duration::from_secs(60);
     let other = bed.mounts[1].join("x.lock");
     let busy = RecordLease::acquire_on_host(&other, ttl, &Budget::no_wait(), "host-b").unwrap_err();
@@ -395,7 +439,8 @@ fn a_sigkilled_holder_is_taken_over_at_once_on_its_host_only() {
         "host-a",
     )
     .unwrap();
-    assert_eq!(lease.fencing_token(), 2);
+    // Its host's next process takes over at once.
+    assert!(taken_over_at_once(lease.fencing_token()));
 }
 
 /// A baton written by anyone — a TTL of u64::MAX milliseconds, names that are no batons — is
@@ -443,7 +488,7 @@ fn a_holder_paused_past_its_ttl_is_taken_over_and_finds_out_before_writing() {
             .spawn()
             .unwrap(),
     );
-    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    assert_eq!(await_line(&mut holder.0, "HELD"), tok(1, 0).to_string());
     let pid = Pid::from_raw(holder.0.id() as i32).unwrap();
     kill_process(pid, Signal::STOP).unwrap();
     let lease = RecordLease::acquire_on_host(
@@ -453,7 +498,7 @@ fn a_holder_paused_past_its_ttl_is_taken_over_and_finds_out_before_writing() {
         "host-b",
     )
     .unwrap();
-    assert_eq!(lease.fencing_token(), 2);
+    assert_eq!(lease.fencing_token(), tok(2, 0));
     kill_process(pid, Signal::CONT).unwrap();
     writeln!(holder.0.stdin.as_mut().unwrap(), "go").unwrap();
     assert_eq!(await_line(&mut holder.0, "VERIFY"), "lost");
@@ -472,7 +517,7 @@ fn a_record_lease_and_a_kernel_lease_on_one_path_exclude_each_other() {
     let lock = bed.mounts[0].join("x.lock");
     let kernel = LeaseOptions::new().allow_network_filesystem(true);
     let mut holder = Kid(child("hold", &lock, "host-a").spawn().unwrap());
-    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    assert_eq!(await_line(&mut holder.0, "HELD"), tok(1, 0).to_string());
     let busy = kernel.try_acquire(&lock).unwrap_err();
     assert!(busy.is_contended(), "{busy}");
     drop(holder);
@@ -480,10 +525,12 @@ fn a_record_lease_and_a_kernel_lease_on_one_path_exclude_each_other() {
     let mut other = Kid(child("try", &lock, "host-a").spawn().unwrap());
     assert_eq!(await_line(&mut other.0, "TRY"), "busy");
     drop(held);
-    // Released, the kernel lease lets a record lease in; the killed holder's baton is taken
-    // over at once (same host, process gone).
+    // Released, the kernel lease lets a record lease in; the killed holder's grant is taken
+    // over at once (same domain, process gone).
     let mut other = Kid(child("try", &lock, "host-a").spawn().unwrap());
-    assert_eq!(await_line(&mut other.0, "TRY"), "held 2");
+    let held = await_line(&mut other.0, "TRY");
+    let token = held.strip_prefix("held ").unwrap().parse().unwrap();
+    assert!(taken_over_at_once(token), "{held}");
 }
 
 /// The names of this process's threads (`/proc/self/task/*/comm`).
@@ -524,7 +571,7 @@ fn an_acquisition_without_a_grant_leaves_no_renewing_thread_behind() {
     };
     let before = renewing(0);
     let mut holder = Kid(child("hold", &lock, "host-a").spawn().unwrap());
-    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    assert_eq!(await_line(&mut holder.0, "HELD"), tok(1, 0).to_string());
     let ttl = Duration::from_secs(5);
     for budget in [
         Budget::no_wait(),
@@ -582,19 +629,21 @@ fn a_clean_release_leaves_its_name_for_this_hosts_next_waiter() {
     first.release().unwrap();
     assert_eq!(std::fs::read_to_string(&hint).unwrap(), "free.1");
     let second = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
-    assert_eq!(second.fencing_token(), 2);
+    assert_eq!(second.fencing_token(), tok(2, 0));
     assert!(!hint.exists(), "the grant cleared the hint it used");
     // A holder killed on this host leaves no hint (its grant cleared the last one): its
-    // successor lists, and takes the dead holder's baton over at once.
+    // successor lists, and takes the dead holder's baton over at once. (The child asks for
+    // another TTL than the parent's, so neither adopts the other's grant through the pass:
+    // each takes the baton over, under rule (a'') or (a).)
     let mut dead = Kid(child("hold", &lock, "host-a").spawn().unwrap());
     drop(second);
-    assert_eq!(await_line(&mut dead.0, "HELD"), "3");
+    assert_eq!(await_line(&mut dead.0, "HELD"), tok(3, 0).to_string());
     assert!(!hint.exists());
     drop(dead);
     let third = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
     assert_eq!(
         third.fencing_token(),
-        4,
+        tok(4, 0),
         "a holder killed on this host is taken over"
     );
     drop(third);
@@ -626,7 +675,7 @@ fn a_wrong_hint_is_only_a_guess() {
         let _ = std::fs::remove_file(&hint);
         plant(&hint);
         let lease = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
-        assert_eq!(lease.fencing_token(), n as u64 + 2, "plant {n}");
+        assert_eq!(lease.fencing_token(), tok(n as u64 + 2, 0), "plant {n}");
         lease.release().unwrap();
     }
     assert_eq!(
@@ -668,7 +717,7 @@ fn a_holder_in_another_pid_namespace_is_another_host() {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     let mut holder = Kid(cmd.spawn().unwrap());
-    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    assert_eq!(await_line(&mut holder.0, "HELD"), tok(1, 0).to_string());
     let e = RecordLease::acquire(
         bed.mounts[1].join("x.lock"),
         Duration::from_secs(60),
@@ -693,7 +742,7 @@ fn a_holder_that_does_nothing_keeps_its_lease_through_many_ttls() {
         .env("RECORD_TTL_MS", "2000")
         .spawn()
         .unwrap());
-    assert_eq!(await_line(&mut holder.0, "HELD"), "1");
+    assert_eq!(await_line(&mut holder.0, "HELD"), tok(1, 0).to_string());
     let e = RecordLease::acquire_on_host(
         &bed.mounts[1].join("x.lock"),
         Duration::from_secs(60),
@@ -762,6 +811,9 @@ fn torture_with_sigkill_and_sigstop_on_both_hosts_never_overlaps_believed_validi
         grants.push(token);
         step += 1;
         let pid = Pid::from_raw(kids[i].0.0.id() as i32).unwrap();
+        debug(format_args!(
+            "step {step}: kid {i} ({pid:?}) granted {token}"
+        ));
         match step % 3 {
             0 => {
                 // Killed while holding. Its belief is counted to the moment the signal is
@@ -952,16 +1004,23 @@ fn the_options_take_a_record_lease_on_a_host_only_mount_when_chosen() {
     let ttl = Duration::from_secs(60);
     let options = LeaseOptions::new().on_shared_mount(SharedMount::Record { ttl });
     let mut holder = Kid(child("hold-mount", &lock, "").spawn().unwrap());
-    assert_eq!(await_line(&mut holder.0, "HELD"), "Some(1)");
+    assert_eq!(
+        await_line(&mut holder.0, "HELD"),
+        format!("Some({})", tok(1, 0))
+    );
     let busy = options
         .try_acquire_mount_lease(&other, LockMode::Exclusive)
         .unwrap_err();
     assert!(busy.is_contended(), "{busy}");
+    // Through the other mount, the holder is of another host: its identity is its lock
+    // file's domain's, and the other mount's lock file is another device's.
     let named = RecordLease::holder(&other).unwrap().expect("a holder");
     assert_eq!(
         (named.pid, named.token, named.this_host),
-        (holder.0.id(), 1, true)
+        (holder.0.id(), tok(1, 0), false)
     );
+    let here = RecordLease::holder(&lock).unwrap().expect("a holder");
+    assert!(here.this_host, "{here:?}");
     let shared = options
         .try_acquire_mount_lease(&other, LockMode::Shared)
         .unwrap_err();
@@ -969,16 +1028,19 @@ fn the_options_take_a_record_lease_on_a_host_only_mount_when_chosen() {
         matches!(shared, Error::NetworkFilesystem { .. }),
         "{shared:?}"
     );
+    // Killed, its holder is followed at once through the same mount (its domain: the
+    // successor adopts its grant from the pass record); through the other mount, another
+    // host to the protocol, only after its TTL.
     drop(holder);
     let lease = options
         .acquire_mount_lease(
-            &other,
+            &lock,
             LockMode::Exclusive,
             &Budget::timeout(Duration::from_secs(20)),
         )
         .unwrap();
     assert!(matches!(lease, MountLease::Record(_)), "{lease:?}");
-    assert_eq!(lease.fencing_token(), Some(2));
+    assert!(taken_over_at_once(lease.fencing_token().unwrap()));
     lease.verify().unwrap();
     drop(lease);
     assert_eq!(RecordLease::holder(&other).unwrap(), None);
@@ -1050,7 +1112,7 @@ fn a_forked_childs_copy_is_not_held_and_leaves_the_parents_baton_alone() {
         let holder = RecordLease::holder(&lock).unwrap().expect("a live baton");
         assert_eq!(
             (holder.pid, holder.token),
-            (std::process::id(), 1),
+            (std::process::id(), tok(1, 0)),
             "the baton still names the parent ({let_go})"
         );
         let mut other = Kid(child("try", &bed.mounts[1].join("x.lock"), "host-b")
@@ -1067,5 +1129,357 @@ fn a_forked_childs_copy_is_not_held_and_leaves_the_parents_baton_alone() {
     let mut other = Kid(child("try", &bed.mounts[1].join("x.lock"), "host-b")
         .spawn()
         .unwrap());
-    assert_eq!(await_line(&mut other.0, "TRY"), "held 2");
+    assert_eq!(
+        await_line(&mut other.0, "TRY"),
+        format!("held {}", tok(2, 0))
+    );
+}
+
+/// Test hook, called once a waiter has said it waits (the pass's `.wait` flag): a child run
+/// with `RECORD_SAY_QUEUED` prints `QUEUED`.
+pub(super) fn queued() {
+    if std::env::var_os("RECORD_SAY_QUEUED").is_some() {
+        println!("QUEUED");
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// Test hook, called after a renewal's rename and before its pass record is written: a child
+/// run with `RECORD_HANG_AFTER_RENEW` prints `RENAMED <name>` and stops there for good (to
+/// be SIGKILLed between the two).
+pub(super) fn renamed_for_renewal(name: &str) {
+    if std::env::var_os("RECORD_HANG_AFTER_RENEW").is_some() {
+        println!("RENAMED {name}");
+        let _ = std::io::stdout().flush();
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+/// The baton's name in the lease directory of `lock`.
+#[cfg(target_os = "linux")]
+fn baton_name(lock: &Path) -> String {
+    let names: Vec<String> = std::fs::read_dir(lease_dir_of(lock))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| Baton::parse(n).is_some())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    names[0].clone()
+}
+
+/// The pass files of `lock` (`.pass`, `.wait`), or `None` (after printing `SKIP`) where there
+/// is no host-local directory for them.
+#[cfg(target_os = "linux")]
+fn pass_files(lock: &Path, what: &str) -> Option<(PathBuf, PathBuf)> {
+    if super::hint::directory().is_none() {
+        eprintln!("SKIP: {what}: no /dev/shm directory of this user's for the pass");
+        return None;
+    }
+    let id = lock_file_id(lock).expect("the lock file");
+    let euid = rustix::process::geteuid().as_raw();
+    let dir = Path::new("/dev/shm").join(format!("leasehold-{euid}"));
+    let stem = format!("{:x}-{:x}", id.dev, id.ino);
+    Some((
+        dir.join(format!("{stem}.pass")),
+        dir.join(format!("{stem}.wait")),
+    ))
+}
+
+/// A child on `lock` as "host-a" that holds until told (`hold-then-release`), saying when it
+/// queued.
+#[cfg(target_os = "linux")]
+fn holder_on(lock: &Path) -> Command {
+    let mut cmd = child("hold-then-release", lock, "host-a");
+    cmd.env("RECORD_SAY_QUEUED", "1");
+    cmd
+}
+
+/// Tells a `hold-then-release` child `what` and returns its answer.
+#[cfg(target_os = "linux")]
+fn tell(kid: &mut Kid, what: &str, answer: &str) -> String {
+    writeln!(kid.0.stdin.as_mut().unwrap(), "{what}").unwrap();
+    await_line(&mut kid.0, answer)
+}
+
+/// The first lease on a fresh lock path, in a child, and its token: the baton is then that
+/// child's, and the lock file exists.
+#[cfg(target_os = "linux")]
+fn first_holder(tmp: &Path) -> (PathBuf, Kid, u64) {
+    let lock = tmp.join("p.lock");
+    let mut a = Kid(holder_on(&lock).spawn().unwrap());
+    let token: u64 = await_line(&mut a.0, "HELD").parse().unwrap();
+    (lock, a, token)
+}
+
+/// A hand-over between two processes of one host (one kernel lock) passes: the waiter,
+/// queued, adopts the holder's grant without a rename — the baton keeps its name — with the
+/// next local count as its token; released with nobody waiting, the baton goes back to the
+/// server as `free.T` and no pass record is left.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_same_host_hand_over_passes_with_no_rename_of_the_baton() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (lock, mut a, ta) = first_holder(tmp.path());
+    let Some((record, _)) = pass_files(&lock, "the host-local pass") else {
+        return;
+    };
+    assert_eq!(ta, tok(1, 0));
+    let name = baton_name(&lock);
+    let mut b = Kid(holder_on(&lock).spawn().unwrap());
+    await_line(&mut b.0, "QUEUED");
+    assert_eq!(tell(&mut a, "release", "RELEASED"), "ok");
+    let tb: u64 = await_line(&mut b.0, "HELD").parse().unwrap();
+    assert_eq!(tb, ta + 1, "the next local count, same server token");
+    assert_eq!(baton_name(&lock), name, "the baton was renamed");
+    let rec = PassRecord::parse(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    assert_eq!((rec.name.as_str(), rec.k), (name.as_str(), 1));
+    // The adopter's renewal makes the name its own, keeping its token.
+    assert_eq!(tell(&mut b, "renew", "RENEWED"), format!("ok {tb}"));
+    let renewed = baton_name(&lock);
+    assert!(
+        renewed.starts_with("live.1.1.") && renewed.contains(&format!(".{}.", b.0.id())),
+        "{renewed}"
+    );
+    let rec = PassRecord::parse(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    assert_eq!((rec.name.as_str(), rec.k), (renewed.as_str(), 1));
+    assert_eq!(tell(&mut b, "release", "RELEASED"), "ok");
+    assert_eq!(baton_name(&lock), "free.1");
+    assert!(!record.exists(), "a release to free leaves no pass record");
+    drop(a);
+    // The next grant is the server's.
+    let c =
+        RecordLease::acquire_on_host(&lock, Duration::from_secs(60), &Budget::no_wait(), "host-a")
+            .unwrap();
+    assert_eq!(c.fencing_token(), tok(2, 0));
+}
+
+/// A pass record is never trusted blindly: one expired, torn, of another host or lease
+/// directory, of another TTL, at the last local count, or behind a symlink, is not adopted
+/// (the waiter is granted by the server, local count 0); one right in every field is (the
+/// control: the plants differ from it in one thing each).
+#[test]
+#[cfg(target_os = "linux")]
+fn a_planted_torn_expired_or_symlinked_pass_record_is_not_adopted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = tmp.path().join("p.lock");
+    let ttl = Duration::from_secs(5);
+    let budget = Budget::timeout(ttl);
+    let first = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
+    let Some((record, _)) = pass_files(&lock, "planted pass records") else {
+        return;
+    };
+    let me = Identity::with_host(b"host-a", first.kernel().file_id());
+    let lease_dir = first
+        .held
+        .lease_dir
+        .expect("the lease directory's identity");
+    let lock_file = first.held.lock_file.expect("the lock file's time");
+    first.release().unwrap();
+    let good = |base: Duration| PassRecord {
+        name: format!("live.9.0.5000.{}.1.1", me.host),
+        base,
+        token: 9,
+        k: 0,
+        ttl,
+        host: me.host.clone(),
+        lease_dir,
+        lock_file,
+    };
+    let victim = tmp.path().join("victim");
+    let now = sys::boot_clock;
+    type Plant<'a> = Box<dyn Fn(&Path) + 'a>;
+    let plants: Vec<(&str, Plant<'_>)> = vec![
+        (
+            "expired",
+            Box::new(|r| std::fs::write(r, good(now() - ttl).text()).unwrap()),
+        ),
+        (
+            "torn",
+            Box::new(|r| {
+                let text = good(now()).text();
+                std::fs::write(r, &text[..text.len() - 3]).unwrap()
+            }),
+        ),
+        (
+            "of another host",
+            Box::new(|r| {
+                let other = Identity::with_host(b"host-b", first_id(&lock)).host;
+                let rec = PassRecord {
+                    host: other,
+                    ..good(now())
+                };
+                std::fs::write(r, rec.text()).unwrap()
+            }),
+        ),
+        (
+            "of another lease directory",
+            Box::new(|r| {
+                let rec = PassRecord {
+                    lease_dir: FileId {
+                        dev: lease_dir.dev,
+                        ino: lease_dir.ino + 1,
+                    },
+                    ..good(now())
+                };
+                std::fs::write(r, rec.text()).unwrap()
+            }),
+        ),
+        (
+            "of an earlier lock file of the same inode",
+            Box::new(|r| {
+                let rec = PassRecord {
+                    lock_file: lock_file - 1,
+                    ..good(now())
+                };
+                std::fs::write(r, rec.text()).unwrap()
+            }),
+        ),
+        (
+            "of another TTL",
+            Box::new(|r| {
+                let rec = PassRecord {
+                    name: format!("live.9.0.6000.{}.1.1", me.host),
+                    ttl: Duration::from_secs(6),
+                    ..good(now())
+                };
+                std::fs::write(r, rec.text()).unwrap()
+            }),
+        ),
+        (
+            "at the last local count",
+            Box::new(|r| {
+                let rec = PassRecord {
+                    k: K_LIMIT - 1,
+                    ..good(now())
+                };
+                std::fs::write(r, rec.text()).unwrap()
+            }),
+        ),
+        (
+            "behind a symlink",
+            Box::new(|r| {
+                std::fs::write(&victim, good(now()).text()).unwrap();
+                std::os::unix::fs::symlink(&victim, r).unwrap()
+            }),
+        ),
+    ];
+    let mut server = 1;
+    for (what, plant) in &plants {
+        let _ = std::fs::remove_file(&record);
+        plant(&record);
+        let lease = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
+        server += 1;
+        assert_eq!(lease.fencing_token(), tok(server, 0), "a record {what}");
+        lease.release().unwrap();
+        assert!(
+            !record.exists(),
+            "a record {what} outlived a release to free"
+        );
+    }
+    assert!(
+        std::fs::read_to_string(&victim)
+            .unwrap()
+            .contains("live.9.0.")
+    );
+    // The control: right in every field, it is adopted (and believed: it names no baton, so
+    // the release finds nothing to give back).
+    std::fs::write(&record, good(now()).text()).unwrap();
+    let lease = RecordLease::acquire_on_host(&lock, ttl, &budget, "host-a").unwrap();
+    assert_eq!(lease.fencing_token(), tok(9, 1));
+    lease.release().unwrap();
+    assert!(!record.exists());
+}
+
+/// The lock file's identity, for a plant of another host's identity in its domain.
+#[cfg(target_os = "linux")]
+fn first_id(lock: &Path) -> Option<FileId> {
+    lock_file_id(lock)
+}
+
+/// An adopter SIGKILLed between its renewal's rename and its pass record's write leaves a
+/// record naming the baton's previous name, with the earlier validity base: its successor
+/// adopts that (the next local count: never a token used before), its renewal finds the name
+/// gone, lists, finds the baton of its own server token and domain whose holder is gone, and
+/// makes it its own — the lease kept, no overlap (the successor got the kernel lock only
+/// once the adopter had died).
+#[test]
+#[cfg(target_os = "linux")]
+fn an_adopter_killed_between_its_renewal_and_its_record_leaves_the_lease_to_its_successor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (lock, mut a, ta) = first_holder(tmp.path());
+    let Some((record, _)) = pass_files(&lock, "an adopter killed mid-renewal") else {
+        return;
+    };
+    let name_a = baton_name(&lock);
+    let mut b = Kid(holder_on(&lock)
+        .env("RECORD_HANG_AFTER_RENEW", "1")
+        .spawn()
+        .unwrap());
+    await_line(&mut b.0, "QUEUED");
+    assert_eq!(tell(&mut a, "release", "RELEASED"), "ok");
+    assert_eq!(await_line(&mut b.0, "HELD"), (ta + 1).to_string());
+    let mut c = Kid(holder_on(&lock).spawn().unwrap());
+    await_line(&mut c.0, "QUEUED");
+    let name_b = tell(&mut b, "renew", "RENAMED");
+    assert_eq!(baton_name(&lock), name_b);
+    assert_ne!(name_b, name_a);
+    let rec = PassRecord::parse(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    assert_eq!(rec.name, name_a, "the record was written after the rename");
+    b.0.kill().unwrap();
+    b.0.wait().unwrap();
+    assert_eq!(await_line(&mut c.0, "HELD"), (ta + 2).to_string());
+    assert_eq!(
+        tell(&mut c, "renew", "RENEWED"),
+        format!("ok {}", ta + 2),
+        "the successor's renewal recovers the baton"
+    );
+    let name_c = baton_name(&lock);
+    assert!(
+        name_c.starts_with("live.1.2.") && name_c.contains(&format!(".{}.", c.0.id())),
+        "{name_c}"
+    );
+    assert_eq!(tell(&mut c, "release", "RELEASED"), "ok");
+    assert_eq!(baton_name(&lock), "free.1");
+}
+
+/// A waiter that gives up after the holder passed to it leaves a live baton that nobody
+/// believes; the next process of the domain finds exactly the name the pass record gives and
+/// takes it over at once (rule (a'')), though its holder lives — with a single try, so any
+/// wait would have failed. (It asks for another TTL, so it does not adopt the record.)
+#[test]
+#[cfg(target_os = "linux")]
+fn a_waiter_giving_up_after_the_pass_leaves_the_baton_to_an_immediate_takeover() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (lock, mut a, ta) = first_holder(tmp.path());
+    let Some((record, wait)) = pass_files(&lock, "rule (a'')") else {
+        return;
+    };
+    let name = baton_name(&lock);
+    // This process says it waits, as a waiter does, then gives up once passed to.
+    let flag = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&wait)
+        .unwrap();
+    rustix::fs::flock(&flag, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
+    assert_eq!(tell(&mut a, "release", "RELEASED"), "ok");
+    assert_eq!(baton_name(&lock), name, "passed: the baton stays");
+    assert!(record.exists());
+    drop(flag);
+    let lease =
+        RecordLease::acquire_on_host(&lock, Duration::from_secs(30), &Budget::no_wait(), "host-a")
+            .unwrap();
+    assert_eq!(lease.fencing_token(), tok((ta >> pass::TOKEN_SHIFT) + 1, 0));
+    assert!(a.0.try_wait().unwrap().is_none(), "its holder still lives");
+}
+
+/// Test hook: with `RECORD_DEBUG` set, says what the protocol does, on stderr.
+pub(super) fn debug(what: std::fmt::Arguments<'_>) {
+    if std::env::var_os("RECORD_DEBUG").is_some() {
+        eprintln!("[{} {:?}] {what}", std::process::id(), sys::boot_clock());
+    }
 }
