@@ -527,10 +527,6 @@ impl RecordLease {
                     wake: Condvar::new(),
                 })
             };
-        #[cfg(test)]
-        tests::debug(format_args!(
-            "kernel lock; record {recorded:?}; adopt {adopted:?}"
-        ));
         if let Some(a) = adopted {
             let seq = match Baton::parse(&a.name) {
                 Some(Baton::Live { seq, .. }) => seq,
@@ -630,8 +626,6 @@ impl RecordLease {
                     holder: me.clone(),
                 };
                 let renamed = rename(&dir, path, &name, &mine.name())?;
-                #[cfg(test)]
-                tests::debug(format_args!("grant {name} -> {}: {renamed}", mine.name()));
                 match renamed {
                     true => {
                         // What the hint said is the baton no more; a holder that dies leaves
@@ -912,8 +906,6 @@ impl Held {
                 Ok(())
             }
             None => {
-                #[cfg(test)]
-                tests::debug(format_args!("renewal of {} lost", st.name));
                 st.done = true;
                 // What the record says is no longer the baton: no waiter is to believe it.
                 if let Some(pass) = &self.pass {
@@ -978,12 +970,8 @@ impl Held {
                 && pass.waiter(self.wait.as_ref())
                 && self.record(&mut st)
             {
-                #[cfg(test)]
-                tests::debug(format_args!("pass {}", st.name));
                 return Ok(());
             }
-            #[cfg(test)]
-            tests::debug(format_args!("to free {}", st.name));
             // A release to free: the record goes first, so that no waiter believes a name
             // the server may grant meanwhile to another host. If it cannot go, the baton
             // stays (a waiter takes it over once its TTL has passed).

@@ -811,9 +811,6 @@ fn torture_with_sigkill_and_sigstop_on_both_hosts_never_overlaps_believed_validi
         grants.push(token);
         step += 1;
         let pid = Pid::from_raw(kids[i].0.0.id() as i32).unwrap();
-        debug(format_args!(
-            "step {step}: kid {i} ({pid:?}) granted {token}"
-        ));
         match step % 3 {
             0 => {
                 // Killed while holding. Its belief is counted to the moment the signal is
@@ -1475,11 +1472,4 @@ fn a_waiter_giving_up_after_the_pass_leaves_the_baton_to_an_immediate_takeover()
             .unwrap();
     assert_eq!(lease.fencing_token(), tok((ta >> pass::TOKEN_SHIFT) + 1, 0));
     assert!(a.0.try_wait().unwrap().is_none(), "its holder still lives");
-}
-
-/// Test hook: with `RECORD_DEBUG` set, says what the protocol does, on stderr.
-pub(super) fn debug(what: std::fmt::Arguments<'_>) {
-    if std::env::var_os("RECORD_DEBUG").is_some() {
-        eprintln!("[{} {:?}] {what}", std::process::id(), sys::boot_clock());
-    }
 }
