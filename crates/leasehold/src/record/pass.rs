@@ -6,7 +6,8 @@
 //! after the lock file's device and inode:
 //!
 //! * `<dev>-<ino>.pass`, the *pass record*, written only by the holder of the kernel lock
-//!   (through a temporary file and `rename`): the baton's name N, the boot-clock time B at
+//!   and read only by it (so in place: nobody else reads or writes it meanwhile, and a
+//!   record its writer died writing parses as none): the baton's name N, the boot-clock time B at
 //!   which the rename that created N began, the server token T, the local count k, the TTL,
 //!   the writer's host identity (which includes the lock file's device and inode), the
 //!   lease directory's device and inode and the lock file's status-change time (so that a
@@ -23,12 +24,12 @@
 //! `free.T`, and a process removes it before a grant's or a takeover's rename: a record never
 //! outlives the name it gives.
 
-use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
 use super::Baton;
@@ -141,6 +142,9 @@ pub(super) struct Found {
     pub(super) present: bool,
     /// The record, if it parsed.
     pub(super) record: Option<PassRecord>,
+    /// The record file, open for its rewrite in place, where it is a regular file, and how
+    /// many bytes it held.
+    pub(super) file: Option<(OwnedFd, usize)>,
 }
 
 /// The pass files of one lock file.
@@ -148,7 +152,6 @@ pub(super) struct Found {
 pub(super) struct Pass {
     dir: Arc<OwnedFd>,
     record: String,
-    temp: String,
     wait: String,
 }
 
@@ -158,68 +161,84 @@ impl Pass {
         Pass {
             dir,
             record: format!("{stem}.pass"),
-            temp: format!("{stem}.pass.{}.tmp", std::process::id()),
             wait: format!("{stem}.wait"),
         }
     }
 
-    /// Reads the record (a symlink or anything but a regular file at its name is no record).
+    /// Opens the record file for reading and writing in place (`create`: creating it), never
+    /// through a symlink, never blocking on a FIFO; `Ok(None)` when it is no regular file.
+    fn open_record(&self, create: bool) -> Result<Option<OwnedFd>, Errno> {
+        let mut flags =
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+        if create {
+            flags |= OFlags::CREATE;
+        }
+        let fd = rustix::fs::openat(
+            self.dir.as_fd(),
+            Path::new(&self.record),
+            flags,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let regular = rustix::fs::fstat(&fd)
+            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_file());
+        Ok(regular.then_some(fd))
+    }
+
+    /// Reads the record (a symlink or anything but a regular file at its name is no record),
+    /// keeping the file open for an adopter's rewrite of it ([`rewrite`](Self::rewrite)).
     pub(super) fn read(&self) -> Found {
-        let fd = match sys::open_data_file(self.dir.as_fd(), Path::new(&self.record), false, false)
-        {
-            Ok(fd) => fd,
+        let fd = match self.open_record(false) {
+            Ok(Some(fd)) => fd,
             Err(Errno::NOENT) => {
                 return Found {
                     present: false,
                     record: None,
+                    file: None,
                 };
             }
-            Err(_) => {
+            Ok(None) | Err(_) => {
                 return Found {
                     present: true,
                     record: None,
+                    file: None,
                 };
             }
         };
-        let regular = rustix::fs::fstat(&fd)
-            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_file());
-        let mut text = String::new();
-        let read = regular
-            && std::fs::File::from(fd)
-                .take(MAX_RECORD)
-                .read_to_string(&mut text)
-                .is_ok();
+        // One read (this is the hand-over's path): the record's writers hold the kernel lock
+        // this reader holds, so none writes meanwhile; a file longer than a record is none.
+        let mut buf = [0u8; MAX_RECORD as usize + 1];
+        let (record, len) = match rustix::io::read(&fd, &mut buf) {
+            Ok(n) if n <= MAX_RECORD as usize => (
+                std::str::from_utf8(&buf[..n])
+                    .ok()
+                    .and_then(PassRecord::parse),
+                n,
+            ),
+            _ => (None, buf.len()),
+        };
         Found {
             present: true,
-            record: read.then(|| PassRecord::parse(&text)).flatten(),
+            record,
+            file: Some((fd, len)),
         }
     }
 
-    /// Writes the record (a temporary file renamed over it); `false` if that failed, and
-    /// then the record is as it was.
+    /// Writes the record (creating its file); `false` if that failed, and then what the file
+    /// holds parses as no record or as the one it held.
     pub(super) fn write(&self, record: &PassRecord) -> bool {
-        let dir = self.dir.as_fd();
-        let temp = Path::new(&self.temp);
-        let fd = match sys::create_new_at(dir, temp, 0o600) {
-            Ok(fd) => fd,
-            // A temporary this process's PID left (an earlier process killed mid-write).
-            Err(Errno::EXIST) => {
-                let _ = sys::unlink_at(dir, temp);
-                match sys::create_new_at(dir, temp, 0o600) {
-                    Ok(fd) => fd,
-                    Err(_) => return false,
-                }
-            }
-            Err(_) => return false,
-        };
-        let written = std::fs::File::from(fd)
-            .write_all(record.text().as_bytes())
-            .is_ok()
-            && sys::rename_at(dir, temp, dir, Path::new(&self.record)).is_ok();
-        if !written {
-            let _ = sys::unlink_at(dir, temp);
+        match self.open_record(true) {
+            Ok(Some(fd)) => Self::rewrite(&fd, None, record),
+            _ => false,
         }
-        written
+    }
+
+    /// Writes `record` over the record file `fd` in place: the text, then the file cut to its
+    /// length unless it held exactly that many bytes (`held`, as read). Killed between the
+    /// two, the file holds the text and the end of a longer one, which parses as no record.
+    pub(super) fn rewrite(fd: &OwnedFd, held: Option<usize>, record: &PassRecord) -> bool {
+        let text = record.text();
+        matches!(rustix::io::pwrite(fd, text.as_bytes(), 0), Ok(n) if n == text.len())
+            && (held == Some(text.len()) || rustix::fs::ftruncate(fd, text.len() as u64).is_ok())
     }
 
     /// Removes the record.
@@ -239,18 +258,21 @@ impl Pass {
     /// blocks: `None` if the lock is not to be had at once (a holder testing it this very
     /// moment) or the file cannot be opened — a waiter not seen, so no pass to it.
     pub(super) fn queue(&self) -> Option<OwnedFd> {
-        let fd = sys::open_data_file(self.dir.as_fd(), Path::new(&self.wait), false, true).ok()?;
+        let fd = self.open_wait()?;
         matches!(sys::try_lock(fd.as_fd(), true), Ok(true)).then_some(fd)
     }
 
-    /// Stops saying it waits (it has the kernel lock); the handle stays open for the
-    /// holder's own test at its release.
-    pub(super) fn admitted(fd: &OwnedFd) {
-        let _ = sys::unlock(fd.as_fd());
+    /// The `.wait` file (made if missing), unlocked: a holder that did not queue opens it
+    /// when granted, so that its test at release opens nothing.
+    pub(super) fn open_wait(&self) -> Option<OwnedFd> {
+        sys::open_data_file(self.dir.as_fd(), Path::new(&self.wait), false, true).ok()
     }
 
     /// Whether another process waits: the `.wait` file cannot be locked exclusively (through
-    /// `fd`, this process's handle on it, or one opened now; no file, no waiter).
+    /// `fd`, this process's handle on it, or one opened now; no file, no waiter). A holder
+    /// that queued still holds its shared lock through `fd` (it is no waiter once it holds
+    /// the kernel lock, and only the holder tests): the exclusive lock asked for on the same
+    /// handle converts it, and is refused only for another process's shared lock.
     pub(super) fn waiter(&self, fd: Option<&OwnedFd>) -> bool {
         let opened;
         let fd = match fd {
