@@ -428,7 +428,7 @@ impl RecordLease {
         // until it is handed the grant (it ends when the sender is dropped unused), and the
         // lease directory's handle where it exists (opening it is a round trip to the server;
         // one that must be created is created once the lock path has been checked, below).
-        let mut keeper = Parked::start(path)?;
+        let keeper = Parked::start(path)?;
         let ready = sys::open_dir_at(sys::cwd(), &lease_dir_of(path), false).ok();
         let ready_id = ready.as_ref().and_then(dir_id);
         let hints = hint::directory();
@@ -563,13 +563,7 @@ impl RecordLease {
                 waiting,
                 (a.token, a.k, a.name, seq, a.base),
             );
-            let keeper = keeper.hand(&held);
-            return Ok(RecordLease {
-                held,
-                owner: std::process::id(),
-                keeper,
-                kernel,
-            });
+            return Ok(RecordLease::started(held, keeper, kernel));
         }
         // Rule (a''): the name this domain's record gives (whatever its validity) was
         // believed only by processes that held the kernel lock now held here.
@@ -666,13 +660,7 @@ impl RecordLease {
                             waiting,
                             (token, 0, mine.name(), 0, begun),
                         );
-                        let keeper = keeper.hand(&held);
-                        return Ok(RecordLease {
-                            held,
-                            owner: std::process::id(),
-                            keeper,
-                            kernel,
-                        });
+                        return Ok(RecordLease::started(held, keeper, kernel));
                     }
                     // A wrong guess: list at once.
                     false if guessed => continue,
@@ -833,6 +821,17 @@ impl RecordLease {
     /// [`Error::Io`] when the rename failed otherwise.
     pub fn release(mut self) -> Result<()> {
         self.let_go()
+    }
+
+    /// The lease of a grant (`held`): its renewing thread, parked until now, handed it.
+    fn started(held: Arc<Held>, mut keeper: Parked, kernel: Lease) -> RecordLease {
+        let keeper = keeper.hand(&held);
+        RecordLease {
+            held,
+            owner: std::process::id(),
+            keeper,
+            kernel,
+        }
     }
 
     /// Lets go: tells the renewing thread to stop, gives the baton back (which waits for a
