@@ -1158,7 +1158,8 @@ fn adoptable(
     lock_file: Option<u64>,
 ) -> bool {
     let now = now();
-    rec.host == me.host
+    names_its_baton(rec)
+        && rec.host == me.host
         && Some(rec.lease_dir) == lease_dir
         && Some(rec.lock_file) == lock_file
         && rec.ttl == ttl
@@ -1166,6 +1167,15 @@ fn adoptable(
         && next_token(rec.token).is_some()
         && rec.base <= now
         && now < rec.base + ttl - margin(ttl)
+}
+
+/// Whether the record's name is a live baton of the record's own token and TTL.
+fn names_its_baton(rec: &PassRecord) -> bool {
+    matches!(
+        Baton::parse(&rec.name),
+        Some(Baton::Live { token, ttl, ref holder, .. })
+            if token == rec.token && ttl == rec.ttl && holder.host.len() == 16
+    )
 }
 
 /// `P.lease` for the lock path `P`.

@@ -1473,3 +1473,31 @@ fn a_waiter_giving_up_after_the_pass_leaves_the_baton_to_an_immediate_takeover()
     assert_eq!(lease.fencing_token(), tok((ta >> pass::TOKEN_SHIFT) + 1, 0));
     assert!(a.0.try_wait().unwrap().is_none(), "its holder still lives");
 }
+
+/// A record is adopted only if its name is a live baton of the record's own token and TTL.
+#[test]
+fn a_record_naming_another_token_ttl_or_a_free_baton_is_not_adoptable() {
+    let rec = PassRecord {
+        name: "live.7.3.1000.0123456789abcdef.42.99".into(),
+        base: Duration::from_nanos(1),
+        token: 7,
+        k: 5,
+        ttl: Duration::from_millis(1000),
+        host: "0123456789abcdef".into(),
+        lease_dir: FileId { dev: 12, ino: 34 },
+        lock_file: 1,
+    };
+    assert!(names_its_baton(&rec));
+    for name in [
+        "live.8.3.1000.0123456789abcdef.42.99",
+        "live.7.3.999.0123456789abcdef.42.99",
+        "free.7",
+        "live.7.3.1000.0123.42.99",
+    ] {
+        let other = PassRecord {
+            name: name.into(),
+            ..rec.clone()
+        };
+        assert!(!names_its_baton(&other), "{name}");
+    }
+}
